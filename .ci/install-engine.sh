@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Installs what the end-to-end tests need on a Debian host, idempotently:
+# the Docker engine + buildx from trixie (low pin), qemu-user-static + binfmt for linux/arm64,
+# debootstrap for the locally built base images, and Debian's docker-registry.
+# Starts dockerd (no iptables) and the arm64 binfmt handler. Safe to run again.
+set -euo pipefail
+export DEBIAN_FRONTEND=noninteractive
+
+log() { printf '[install-engine] %s\n' "$*"; }
+
+if [ "$(id -u)" != 0 ]; then
+  echo "install-engine: run as root (it installs Debian packages and starts dockerd)" >&2
+  exit 2
+fi
+
+add_trixie_source() {
+  local list=/etc/apt/sources.list.d/edgevllm-trixie.sources
+  local pin=/etc/apt/preferences.d/edgevllm-trixie
+  if [ ! -f "$list" ]; then
+    cat >"$list" <<'SRC'
+Types: deb
+URIs: http://deb.debian.org/debian
+Suites: trixie
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+SRC
+  fi
+  if [ ! -f "$pin" ]; then
+    printf 'Package: *\nPin: release n=trixie\nPin-Priority: 100\n' >"$pin"
+  fi
+}
+
+need_pkgs=()
+dpkg -s docker.io >/dev/null 2>&1 || need_pkgs+=(docker.io/trixie docker-cli/trixie docker-buildx/trixie)
+for p in qemu-user-static binfmt-support debootstrap docker-registry zstd; do
+  dpkg -s "$p" >/dev/null 2>&1 || need_pkgs+=("$p")
+done
+if [ ${#need_pkgs[@]} -gt 0 ]; then
+  add_trixie_source
+  log "apt-get install ${need_pkgs[*]}"
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null
+fi
+
+# The docker-registry package starts a registry service on :5000 under systemd; tests start their own.
+if [ ! -d /proc/sys/fs/binfmt_misc ] || [ ! -f /proc/sys/fs/binfmt_misc/register ]; then
+  mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc 2>/dev/null || true
+fi
+update-binfmts --enable qemu-aarch64 >/dev/null 2>&1 || true
+if [ ! -f /proc/sys/fs/binfmt_misc/qemu-aarch64 ]; then
+  update-binfmts --import qemu-aarch64 >/dev/null 2>&1 || true
+  update-binfmts --enable qemu-aarch64 >/dev/null 2>&1 || true
+fi
+
+# The Debian docker.io package ships /usr/bin/docker; a stray client elsewhere on PATH is fine.
+if ! docker info >/dev/null 2>&1; then
+  log "starting dockerd"
+  mkdir -p /var/log
+  (setsid dockerd --iptables=false >/var/log/edgevllm-dockerd.log 2>&1 &)
+  for _ in $(seq 1 60); do
+    docker info >/dev/null 2>&1 && break
+    sleep 1
+  done
+  docker info >/dev/null 2>&1 || { echo "install-engine: dockerd did not start; see /var/log/edgevllm-dockerd.log" >&2; exit 3; }
+fi
+docker buildx version >/dev/null 2>&1 || { echo "install-engine: docker buildx missing (apt-get install docker-buildx/trixie)" >&2; exit 3; }
+log "engine ready: $(docker version --format '{{.Server.Version}}'), $(docker buildx version | head -1)"

@@ -1,0 +1,30 @@
+"""The command line: ``inv <task>`` (via tasks.py) and the ``edgevllm`` console script.
+
+Each concern has its own task module in this package; ``namespace()`` gathers every task into one
+flat collection so that ``inv build`` and ``edgevllm build`` are the same thing.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from invoke import Collection, Program, Task
+
+from .. import __version__
+
+# One task module per concern; a module that is not there yet is simply not listed.
+TASK_MODULES = ("build", "sources", "mods", "verify", "probe", "publish", "recipes")
+
+
+def namespace() -> Collection:
+    ns = Collection()
+    for name in TASK_MODULES:
+        module = importlib.import_module(f"{__name__}.{name}")
+        for value in vars(module).values():
+            if isinstance(value, Task) and value.__module__ == module.__name__:
+                ns.add_task(value)
+    return ns
+
+
+def main() -> None:
+    Program(namespace=namespace(), version=__version__, name="edgevllm", binary="edgevllm").run()

@@ -1,0 +1,44 @@
+"""User-facing output: progress and messages on stderr, results on stdout.
+
+Keep machine-readable results (JSON, tables a script parses) on stdout via ``print``; everything
+meant for a person goes through these helpers so that it can be silenced or coloured in one place.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+
+from rich.console import Console
+
+
+@functools.lru_cache(maxsize=None)
+def err_console() -> Console:
+    # No colour when not a terminal (CI logs), nor when NO_COLOR is set.
+    return Console(stderr=True, highlight=False, no_color=bool(os.environ.get("NO_COLOR")))
+
+
+@functools.lru_cache(maxsize=None)
+def out_console() -> Console:
+    return Console(highlight=False, no_color=bool(os.environ.get("NO_COLOR")))
+
+
+def info(message: str) -> None:
+    err_console().print(message, markup=False)
+
+
+def step(message: str) -> None:
+    err_console().print(f"==> {message}", markup=False, style="bold")
+
+
+def warn(message: str) -> None:
+    err_console().print(f"warning: {message}", markup=False, style="yellow")
+
+
+def error(message: str) -> None:
+    err_console().print(f"error: {message}", markup=False, style="red", soft_wrap=True)
+
+
+def is_tty() -> bool:
+    return sys.stderr.isatty()

@@ -1,0 +1,148 @@
+"""Every fatal error edgevllm reports, as a class with its own exit code.
+
+A message is one line: what is wrong (naming the field, file, ref or mod) and what to do.
+The CLI prints ``error: <message>`` and exits with ``exit_code``; no traceback reaches the user.
+Modules raise the most specific class here; add a subclass rather than a new ad-hoc exception.
+"""
+
+from __future__ import annotations
+
+
+class EdgeVllmError(Exception):
+    """Base class: a problem the user can fix; printed as one line."""
+
+    exit_code = 1
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:  # one line, always
+        return " ".join(self.message.split("\n")) if "\n" in self.message else self.message
+
+
+# --- bad input (2) -----------------------------------------------------------------------------
+class ConfigError(EdgeVllmError):
+    """Invalid user input: a flag, a spec/target/recipe/manifest file, a field."""
+
+    exit_code = 2
+
+
+class UnknownTargetError(ConfigError):
+    pass
+
+
+class SpecError(ConfigError):
+    pass
+
+
+class ManifestError(ConfigError):
+    """A malformed mod manifest, recipe or other data file."""
+
+
+class UnknownModError(ConfigError):
+    pass
+
+
+# --- environment: tools missing (3) ------------------------------------------------------------
+class MissingToolError(EdgeVllmError):
+    """A required program or service is missing or not running."""
+
+    exit_code = 3
+
+
+class DockerUnavailableError(MissingToolError):
+    pass
+
+
+class BinfmtMissingError(MissingToolError):
+    pass
+
+
+class DiskSpaceError(MissingToolError):
+    pass
+
+
+# --- container engine (4) ----------------------------------------------------------------------
+class EngineError(EdgeVllmError):
+    """A docker command failed in a way that is not a build failure."""
+
+    exit_code = 4
+
+
+class ImageNotFoundError(EngineError):
+    pass
+
+
+# --- sources: refs, PRs, cherry-picks, locks (5) -----------------------------------------------
+class SourceError(EdgeVllmError):
+    exit_code = 5
+
+
+class RefNotFoundError(SourceError):
+    pass
+
+
+class CherryPickConflictError(SourceError):
+    pass
+
+
+class LockError(SourceError):
+    pass
+
+
+# --- image build (6) ---------------------------------------------------------------------------
+class BuildError(EdgeVllmError):
+    exit_code = 6
+
+
+# --- mods and patches (7) ----------------------------------------------------------------------
+class ModError(EdgeVllmError):
+    exit_code = 7
+
+
+class ModFailedError(ModError):
+    pass
+
+
+# --- arch verification (8) ---------------------------------------------------------------------
+class VerifyError(EdgeVllmError):
+    """Bad verify input (not ELF, not a tarball...) or a failed gate."""
+
+    exit_code = 8
+
+
+class ArchGateFailed(VerifyError):
+    pass
+
+
+# --- probe (9) ---------------------------------------------------------------------------------
+class ProbeError(EdgeVllmError):
+    exit_code = 9
+
+
+# --- publish / load / push (10) ----------------------------------------------------------------
+class PublishError(EdgeVllmError):
+    exit_code = 10
+
+
+class IntegrityError(PublishError):
+    """A tarball or manifest fails its checksum, size or completeness check."""
+
+
+class RegistryError(PublishError):
+    pass
+
+
+# --- recipes and serving (11) ------------------------------------------------------------------
+class RecipeError(EdgeVllmError):
+    exit_code = 11
+
+
+class ClusterError(RecipeError):
+    pass
+
+
+# --- interrupted (130, as shells report SIGINT) ------------------------------------------------
+class Interrupted(EdgeVllmError):
+    exit_code = 130
