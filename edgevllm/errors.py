@@ -146,3 +146,28 @@ class ClusterError(RecipeError):
 # --- interrupted (130, as shells report SIGINT) ------------------------------------------------
 class Interrupted(EdgeVllmError):
     exit_code = 130
+
+
+# --- arch verification: specific causes (added with edgevllm/archinspect) ----------------------
+class NotElfError(VerifyError):
+    """A file given to verify is not an ELF shared object."""
+
+
+class CorruptBinaryError(VerifyError):
+    """An ELF file or its fatbin is truncated or malformed."""
+
+
+class NotATarballError(VerifyError):
+    """A --tarball input is not a (compressed) tar archive or its parts are missing."""
+
+
+class CuobjdumpMismatch(VerifyError):
+    """cuobjdump lists different kernel architectures than edgevllm's own parser."""
+
+
+class CuobjdumpNotFoundError(MissingToolError):
+    pass
+
+
+class PolicyError(ConfigError):
+    """A malformed arch policy file."""
