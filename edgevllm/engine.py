@@ -293,6 +293,14 @@ class DockerEngine:
         proc = self._run(["image", "history", "--no-trunc", "--format", "{{json .}}", ref])
         return [json.loads(line) for line in proc.stdout.decode().splitlines() if line.strip()]
 
+    def import_rootfs(self, tarball: Path, tag: str, platform: str | None = None,
+                      changes: Sequence[str] = ()) -> str:
+        """``docker import`` a root filesystem tarball as an image (locally built base images)."""
+        args = ["import"] + (["--platform", platform] if platform else [])
+        for change in changes:
+            args += ["--change", change]
+        return self._run(args + [str(tarball), tag]).stdout.decode().strip()
+
     def tag(self, source: str, target: str) -> None:
         self._run(["tag", source, target])
 

@@ -1,0 +1,165 @@
+"""The build spec: one typed, validated object describing what to build.
+
+It comes from CLI flags, a YAML spec file (flags override the file), or a lock. ``resolve()``
+merges it with its target's defaults into the ``EffectiveSpec`` the renderer and driver use.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from .errors import SpecError
+from .schema import load_model, parse_model
+from .targets import BaseImages, Target, TorchSource, load_target
+
+UPSTREAM_VLLM = "https://github.com/vllm-project/vllm.git"
+UPSTREAM_FLASHINFER = "https://github.com/flashinfer-ai/flashinfer.git"
+# A recent vLLM release that builds for both targets with CUDA 13.0 (pins torch 2.14.0,
+# flashinfer 0.7.2.post1, cutlass-dsl 4.8.0). Spark needs the keep-12.1a CMake patch with it.
+DEFAULT_VLLM_REF = "v0.33.0"
+DEFAULT_IMAGE_REPO = "edgevllm/vllm"
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SourceSpec(Strict):
+    """A git source: a repo (URL, ``owner/name`` or local path) at a ref, a PR head, plus picks."""
+
+    repo: str = UPSTREAM_VLLM
+    ref: str | None = None
+    pr: int | None = Field(default=None, ge=1)
+    cherry_picks: list[str] = Field(default_factory=list)
+    allow_doc_conflicts: bool = False
+
+    def describe(self) -> str:
+        where = f"PR #{self.pr}" if self.pr else (self.ref or "default branch")
+        picks = f" + {len(self.cherry_picks)} pick(s)" if self.cherry_picks else ""
+        return f"{self.repo} @ {where}{picks}"
+
+
+class FlashInferSpec(Strict):
+    """FlashInfer from PyPI (``version``; default: the target's pin) or built from ``source``."""
+
+    version: str | None = None
+    source: SourceSpec | None = None
+
+
+class BuildSpec(Strict):
+    target: str
+    vllm: SourceSpec = Field(default_factory=lambda: SourceSpec(ref=DEFAULT_VLLM_REF))
+    flashinfer: FlashInferSpec = Field(default_factory=FlashInferSpec)
+    packages: dict[str, str] = Field(default_factory=dict)
+    mods: list[str] | None = None
+    add_mods: list[str] = Field(default_factory=list)
+    remove_mods: list[str] = Field(default_factory=list)
+    max_jobs: int | None = Field(default=None, ge=1)
+    nvcc_threads: int | None = Field(default=None, ge=1)
+    image_repo: str = DEFAULT_IMAGE_REPO
+    tags: list[str] = Field(default_factory=list)
+    build_args: dict[str, str] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict)
+    images: BaseImages | None = None
+    torch: TorchSource | None = None
+    apt_packages: list[str] | None = None
+    platform: str | None = None
+    wheelhouse: str | None = None
+    offline: bool = False
+    verify: bool = True
+    probe_required: list[str] | None = None
+
+    @field_validator("image_repo")
+    @classmethod
+    def _repo(cls, value: str) -> str:
+        if not value or value != value.lower() or " " in value:
+            raise ValueError("must be a lower-case image repository such as edgevllm/vllm")
+        return value
+
+
+class EffectiveSpec(Strict):
+    """A spec with every default filled in from its target: what the renderer sees."""
+
+    spec: BuildSpec
+    target: Target
+    platform: str
+    images: BaseImages
+    torch: TorchSource
+    apt_packages: list[str]
+    packages: dict[str, str]
+    mods: list[str]
+    max_jobs: int
+    nvcc_threads: int
+    env: dict[str, str]
+
+
+def load_spec_file(path: Path, overrides: dict | None = None) -> BuildSpec:
+    """A YAML spec file, with CLI values in ``overrides`` taking precedence."""
+    from .schema import read_yaml
+
+    data = read_yaml(path, SpecError)
+    if not isinstance(data, dict):
+        raise SpecError(f"{path}: expected a mapping of spec fields")
+    merged = _deep_merge(data, overrides or {})
+    return parse_model(BuildSpec, merged, str(path), SpecError)
+
+
+def spec_from_dict(data: dict, source: str = "command line") -> BuildSpec:
+    return parse_model(BuildSpec, data, source, SpecError)
+
+
+def _deep_merge(base: dict, top: dict) -> dict:
+    out = dict(base)
+    for key, value in top.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def select_mods(spec: BuildSpec, target: Target) -> list[str]:
+    chosen = list(spec.mods if spec.mods is not None else target.default_mods)
+    chosen += [m for m in spec.add_mods if m not in chosen]
+    return [m for m in chosen if m not in spec.remove_mods]
+
+
+def resolve(spec: BuildSpec) -> EffectiveSpec:
+    target = load_target(spec.target)
+    packages = dict(target.packages)
+    if spec.flashinfer.version:
+        packages["flashinfer-python"] = spec.flashinfer.version
+    if spec.flashinfer.source:
+        packages.pop("flashinfer-python", None)
+    packages.update(spec.packages)
+    if spec.offline and not spec.wheelhouse:
+        raise SpecError("field 'offline': an offline build needs 'wheelhouse' (a folder of wheels)")
+    return EffectiveSpec(
+        spec=spec,
+        target=target,
+        platform=spec.platform or target.platform,
+        images=spec.images or target.images,
+        torch=spec.torch if spec.torch is not None else target.torch,
+        apt_packages=spec.apt_packages if spec.apt_packages is not None else target.apt_packages,
+        packages=packages,
+        mods=select_mods(spec, target),
+        max_jobs=spec.max_jobs or target.max_jobs,
+        nvcc_threads=spec.nvcc_threads or target.nvcc_threads,
+        env={**target.runtime_env, **spec.env},
+    )
+
+
+def load_spec(target: str | None = None, spec_file: str | None = None,
+              overrides: dict | None = None) -> BuildSpec:
+    """The spec from a file and/or CLI values; ``target`` is required one way or the other."""
+    overrides = {k: v for k, v in (overrides or {}).items() if v not in (None, [], {})}
+    if target:
+        overrides["target"] = target
+    if spec_file:
+        return load_spec_file(Path(spec_file), overrides)
+    if "target" not in overrides:
+        raise SpecError("no target given: pass --target thor|spark (inv targets lists them) "
+                        "or --spec FILE")
+    return spec_from_dict(overrides)

@@ -1,0 +1,138 @@
+"""Base images for the tests, built locally: no registry is reachable from the test machines.
+
+``python_image(arch)``: a debootstrap'ed Debian rootfs with Python 3, pip, setuptools and g++,
+imported with ``docker import``. It stands in for the OS layer of NVIDIA's CUDA base images.
+``cuda_image(arch)``: the same plus a CUDA 13.0 toolkit (nvcc, cicc, ptxas, crt headers, cudart)
+unpacked from NVIDIA's own PyPI wheels into /usr/local/cuda, like nvidia/cuda:*-devel images.
+
+Both are cached: the rootfs tarball and the wheels under ``$EDGEVLLM_TEST_CACHE``
+(default /var/cache/edgevllm-test), the images in the engine under a tag that encodes their inputs,
+so a second CI run on the same machine reuses them. linux/arm64 images are built under qemu
+emulation (binfmt), as the real Thor / Spark images are.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from edgevllm.engine import BuildOptions, DockerEngine
+
+SUITE = "bookworm"
+MIRROR = "http://deb.debian.org/debian"
+PACKAGES = [
+    "python3", "python3-pip", "python3-venv", "python3-setuptools", "python3-wheel",
+    "python3-dev", "g++", "ca-certificates",
+]
+CUDA_WHEELS = [
+    "nvidia-cuda-nvcc==13.0.88", "nvidia-nvvm==13.0.88", "nvidia-cuda-crt==13.0.88",
+    "nvidia-cuda-runtime==13.0.96", "nvidia-cuda-cccl==13.0.85",
+]
+WHEEL_PLATFORMS = {
+    "amd64": ["manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_27_x86_64"],
+    "arm64": ["manylinux2014_aarch64", "manylinux_2_17_aarch64", "manylinux_2_27_aarch64"],
+}
+
+
+def cache_root() -> Path:
+    path = Path(os.environ.get("EDGEVLLM_TEST_CACHE", "/var/cache/edgevllm-test"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@contextlib.contextmanager
+def file_lock(name: str):
+    """Serialise expensive preparation between test processes (and parallel sessions)."""
+    lock_path = cache_root() / f".{name}.lock"
+    with open(lock_path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _key(*parts: object) -> str:
+    return hashlib.sha256(repr(parts).encode()).hexdigest()[:10]
+
+
+def require_program(name: str, install_hint: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        raise RuntimeError(f"'{name}' is needed by the end-to-end tests: {install_hint}")
+    return path
+
+
+def _debootstrap(arch: str, tarball: Path) -> None:
+    require_program("debootstrap", "apt-get install debootstrap (bash .ci/install-engine.sh)")
+    if os.geteuid() != 0:
+        raise RuntimeError("building the test base image needs root (debootstrap)")
+    with tempfile.TemporaryDirectory(dir=cache_root(), prefix="rootfs-") as tmp:
+        rootfs = Path(tmp) / "rootfs"
+        subprocess.run(
+            ["debootstrap", f"--arch={arch}", "--variant=minbase", f"--include={','.join(PACKAGES)}",
+             SUITE, str(rootfs), MIRROR],
+            check=True, stdout=subprocess.DEVNULL)
+        for junk in ("var/cache/apt/archives", "var/lib/apt/lists"):
+            shutil.rmtree(rootfs / junk, ignore_errors=True)
+        partial = tarball.with_name(tarball.name + ".partial")
+        subprocess.run(["tar", "-C", str(rootfs), "--numeric-owner", "-cf", str(partial), "."],
+                       check=True)
+        os.replace(partial, tarball)
+
+
+def python_image(engine: DockerEngine, arch: str) -> str:
+    """Tag of a Debian + Python 3 + g++ image for linux/<arch>, built once and cached."""
+    tag = f"edgevllm-test/debian-python:{SUITE}-{arch}-{_key(SUITE, PACKAGES)}"
+    with file_lock(f"python-image-{arch}"):
+        if engine.image_exists(tag):
+            return tag
+        tarball = cache_root() / f"rootfs-{SUITE}-{arch}-{_key(SUITE, PACKAGES)}.tar"
+        if not tarball.exists():
+            _debootstrap(arch, tarball)
+        engine.import_rootfs(
+            tarball, tag, platform=f"linux/{arch}",
+            changes=['CMD ["/bin/bash"]',
+                     "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"])
+    return tag
+
+
+def download_wheels(arch: str, requirements: list[str], python_version: str = "3.11") -> Path:
+    """Download binary wheels for linux/<arch> into the cache (once) and return their folder."""
+    dest = cache_root() / "wheels" / f"{arch}-{_key(requirements, python_version)}"
+    if dest.exists():
+        return dest
+    partial = dest.with_name(dest.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    platform_args = [arg for tag in WHEEL_PLATFORMS[arch] for arg in ("--platform", tag)]
+    subprocess.run(
+        ["python3", "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+         "--python-version", python_version, *platform_args, "-d", str(partial), *requirements],
+        check=True)
+    os.replace(partial, dest)
+    return dest
+
+
+def cuda_image(engine: DockerEngine, arch: str) -> str:
+    """Tag of python_image(arch) plus the CUDA 13.0 compiler toolchain in /usr/local/cuda."""
+    base = python_image(engine, arch)
+    tag = f"edgevllm-test/cuda:13.0-{arch}-{_key(base, CUDA_WHEELS)}"
+    with file_lock(f"cuda-image-{arch}"):
+        if engine.image_exists(tag):
+            return tag
+        wheels = download_wheels(arch, CUDA_WHEELS)
+        dockerfile = Path(__file__).with_name("cuda-base.Dockerfile")
+        lines: list[str] = []
+        code = engine.build(
+            BuildOptions(context=wheels, dockerfile=dockerfile, platform=f"linux/{arch}",
+                         tags=[tag], build_args={"BASE": base}),
+            lines.append)
+        if code != 0:
+            raise RuntimeError("building the CUDA test base image failed:\n" + "\n".join(lines[-30:]))
+    return tag
