@@ -17,15 +17,18 @@ class EdgeVllmError(Exception):
         super().__init__(message)
         self.message = message
 
-    def __str__(self) -> str:  # one line, always
-        return " ".join(self.message.split("\n")) if "\n" in self.message else self.message
+    def __str__(self) -> str:
+        return self.message
 
 
 # --- bad input (2) -----------------------------------------------------------------------------
 class ConfigError(EdgeVllmError):
-    """Invalid user input: a flag, a spec/target/recipe/manifest file, a field."""
+    """Invalid user input: a flag, a spec/target/recipe/manifest file, a field. Always one line."""
 
     exit_code = 2
+
+    def __str__(self) -> str:
+        return " ".join(self.message.split())
 
 
 class UnknownTargetError(ConfigError):

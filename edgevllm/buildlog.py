@@ -1,0 +1,101 @@
+"""Following ``docker buildx build --progress=plain`` output: which stage runs, and what failed.
+
+BuildKit's plain progress numbers every vertex (``#7``) and prints its name once
+(``#7 [build 1/1] RUN ...``), then its output lines (``#7 12.3 text``), then ``#7 DONE 4.5s``,
+``#7 CACHED`` or ``#7 ERROR: ...``. This module keeps, per vertex, its stage and output, so that a
+failure is reported as one message naming the failing stage, with the last lines of its log.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+_STEP = re.compile(r"^#(\d+) \[(?:(?P<platform>linux/\S+) )?(?P<stage>[\w.-]+)(?: (?P<pos>\d+/\d+))?\] (?P<what>.*)$")
+_OUTPUT = re.compile(r"^#(\d+) (?:\d+\.\d+ )?(?P<text>.*)$")
+_ERROR = re.compile(r"^#(\d+) ERROR: (?P<why>.*)$")
+_DONE = re.compile(r"^#(\d+) (DONE|CACHED)")
+
+
+@dataclass
+class Vertex:
+    number: int
+    stage: str
+    what: str
+    output: deque = field(default_factory=lambda: deque(maxlen=40))
+    cached: bool = False
+    done: bool = False
+    error: str | None = None
+
+
+class BuildFollower:
+    """Feed it every output line; ask it for the current stage, elapsed time and any failure."""
+
+    def __init__(self, log_file: IO[str] | None = None, on_stage=None):
+        self.vertices: dict[int, Vertex] = {}
+        self.current: Vertex | None = None
+        self.started = time.monotonic()
+        self.log_file = log_file
+        self.on_stage = on_stage  # called with (vertex) when a new step starts
+        self.tail: deque = deque(maxlen=40)
+
+    def feed(self, line: str) -> None:
+        if self.log_file is not None:
+            self.log_file.write(line + "\n")
+        self.tail.append(line)
+        if match := _STEP.match(line):
+            self._start(int(match[1]), match["stage"], match["what"])
+        elif match := _ERROR.match(line):
+            vertex = self.vertices.get(int(match[1]))
+            if vertex is not None:
+                vertex.error = match["why"]
+        elif match := _DONE.match(line):
+            vertex = self.vertices.get(int(match[1]))
+            if vertex is not None:
+                vertex.done = True
+                vertex.cached = match[2] == "CACHED"
+        elif match := _OUTPUT.match(line):
+            vertex = self.vertices.get(int(match[1]))
+            if vertex is not None:
+                vertex.output.append(match["text"])
+
+    def _start(self, number: int, stage: str, what: str) -> None:
+        vertex = self.vertices.get(number)
+        if vertex is None:
+            vertex = self.vertices[number] = Vertex(number, stage, what)
+        self.current = vertex
+        if self.on_stage is not None:
+            self.on_stage(vertex)
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def failed_vertex(self) -> Vertex | None:
+        failed = [v for v in self.vertices.values() if v.error]
+        return failed[-1] if failed else None
+
+    def ran(self, stage: str) -> list[Vertex]:
+        """Steps of ``stage`` that really executed (not served from the cache)."""
+        return [v for v in self.vertices.values()
+                if v.stage == stage and v.done and not v.cached and v.what.startswith("RUN")]
+
+    def failure_message(self, log_path: Path | None, lines: int = 15) -> str:
+        vertex = self.failed_vertex()
+        where = f"; full log: {log_path}" if log_path else ""
+        if vertex is None:
+            tail = " | ".join(list(self.tail)[-5:])
+            return f"the image build failed before any stage ran: {tail}{where}"
+        shown = list(vertex.output)[-lines:]
+        body = "\n    ".join(shown) if shown else "(no output)"
+        return (f"stage '{vertex.stage}' failed at: {vertex.what[:160]}\n"
+                f"    {body}\n  {vertex.error}{where}")
+
+
+def format_elapsed(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
