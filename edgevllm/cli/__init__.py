@@ -19,7 +19,12 @@ TASK_MODULES = ("build", "sources", "mods", "verify", "probe", "publish", "recip
 def namespace() -> Collection:
     ns = Collection()
     for name in TASK_MODULES:
-        module = importlib.import_module(f"{__name__}.{name}")
+        try:
+            module = importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as exc:  # not written yet: skip it, as promised above
+            if exc.name != f"{__name__}.{name}":
+                raise
+            continue
         for value in vars(module).values():
             if isinstance(value, Task) and value.__module__ == module.__name__:
                 ns.add_task(value)
