@@ -368,9 +368,13 @@ class DockerEngine:
         return loaded
 
     # -- containers -----------------------------------------------------------------------------
-    def run(self, options: RunOptions, timeout: float | None = None) -> subprocess.CompletedProcess:
-        """Run a container to completion (or start it detached); never raises on exit code."""
-        return self._run(options.argv(), check=False, timeout=timeout)
+    def run(self, options: RunOptions, timeout: float | None = None,
+            input: bytes | None = None) -> subprocess.CompletedProcess:
+        """Run a container to completion (or start it detached); never raises on exit code.
+
+        ``input`` is fed to the container's stdin (pass ``extra=["-i"]`` in ``options``).
+        """
+        return self._run(options.argv(), check=False, timeout=timeout, input=input)
 
     def start(self, options: RunOptions) -> str:
         """Start a detached container and return its id."""

@@ -1,0 +1,75 @@
+"""``inv probe``: start-up probe of a built image (level 1 anywhere, level 2 on the device)."""
+
+from __future__ import annotations
+
+from .. import console
+from ..engine import DockerEngine
+from ..errors import ConfigError, ProbeError
+from ._common import cli_task, split_csv
+
+
+@cli_task(
+    help={
+        "image": "image to probe (tag or id)",
+        "target": "target name (thor, spark): arch, runtime env, required imports, serve flags",
+        "level": "1: imports and build facts, no GPU; 2: serve a model on the device (default 1)",
+        "model": "level 2: model to serve (default: the target's probe.level2_model)",
+        "json": "write the result as JSON to this file (atomically); '-' prints it to stdout",
+        "timeout": "level 1: seconds for the whole check; level 2: seconds to wait for /health",
+        "port": "level 2: host port on 127.0.0.1 (default: a free one)",
+        "serve_arg": "level 2: a `vllm serve` argument (repeat; replaces the target's serve_args)",
+        "require": "level 1: components that must import (repeat or comma list; default: target's)",
+        "gpus": "level 2: docker --gpus value (default all; 'none' for no GPU flag)",
+        "runtime": "level 2: docker --runtime (e.g. nvidia on Jetson)",
+        "env": "level 2: extra KEY=VALUE for the server container (repeat)",
+        "name": "level 2: container name (default edgevllm-probe-<random>)",
+        "context": "docker context to run on (default: the current one)",
+    },
+    iterable=["serve_arg", "require", "env"],
+)
+def probe(c, image, target, level=1, model=None, json=None, timeout=None, port=None,
+          serve_arg=None, require=None, gpus="all", runtime=None, env=None, name=None,
+          context=None):
+    """Probe an image: level 1 imports and build facts; level 2 serves a model and reads the log."""
+    from ..probe import ServeSettings, probe_level1, probe_level2
+
+    engine = DockerEngine(context=context)
+    level = int(level)
+    if level == 1:
+        kwargs = {"timeout": float(timeout)} if timeout else {}
+        required = split_csv(require) or None
+        result = probe_level1(engine, image, target, required=required, **kwargs)
+    elif level == 2:
+        settings = ServeSettings(gpus=None if gpus in (None, "", "none") else gpus,
+                                 runtime=runtime, env=_env_pairs(env))
+        result = probe_level2(engine, image, target, model=model,
+                              timeout=float(timeout) if timeout else 900,
+                              serve_args=list(serve_arg) if serve_arg else None,
+                              port=int(port) if port else None, container_name=name,
+                              settings=settings)
+    else:
+        raise ConfigError(f"--level {level}: use 1 or 2")
+    _report(result, json)
+    if not result.passed:
+        raise ProbeError(f"probe of {image} failed: {result.summary()}")
+
+
+def _env_pairs(values) -> dict[str, str]:
+    pairs = {}
+    for value in values or []:
+        key, sep, val = str(value).partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--env {value!r}: use KEY=VALUE")
+        pairs[key] = val
+    return pairs
+
+
+def _report(result, json_path) -> None:
+    if json_path == "-":
+        print(result.to_json(), end="")
+        console.info(result.render())
+        return
+    print(result.render())
+    if json_path:
+        result.write_json(json_path)
+        console.info(f"result written to {json_path}")

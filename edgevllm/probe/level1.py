@@ -1,0 +1,295 @@
+"""Probe level 1 (no GPU): import the image's components and read what it was built with.
+
+``inimage_check.py`` runs inside the image (fed to its ``python3`` on stdin, so it works on a
+remote engine too) and reports facts as JSON; this module judges them against the target:
+which components must import (data: the target's ``probe.required_imports``, or ``required``),
+torch's CUDA version and compiled arch list, the mods record, the runtime env and the lock.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import uuid
+from importlib import resources
+from typing import Any, Iterable
+
+from ..engine import DockerEngine, RunOptions
+from ..errors import EngineError, ProbeError
+from .result import ABSENT, FAIL, PASS, WARN, ProbeResult
+from .target import DEFAULT_COMPONENTS, ProbeTarget, probe_target
+
+MARKER = "@@EDGEVLLM-PROBE@@ "
+PROBE_LABEL = "io.edgevllm.probe"
+MODS_RECORD = "/opt/edgevllm/mods.json"
+LOCK_FILE = "/opt/edgevllm/lock.json"
+GOOD_OUTCOMES = ("applied", "already-applied", "not-applicable")
+
+_NO_DRIVER = re.compile(r"libcuda\.so(\.\d+)*: cannot open shared object file")
+_DRIVER_SYMBOL = re.compile(r"undefined symbol: (cu[A-Z]\w*)")
+_ARCH = re.compile(r"^(sm|compute)_(\d+)(\d)([af]?)$")
+
+
+def check_script() -> bytes:
+    """The in-image check script, shipped as a data file beside this module."""
+    return resources.files(__package__).joinpath("inimage_check.py").read_bytes()
+
+
+# -- running the script ---------------------------------------------------------------------------
+def collect_facts(engine: DockerEngine, image: str, target: ProbeTarget, components: list[str],
+                  timeout: float, import_timeout: int) -> dict[str, Any]:
+    """Run the check script in a throw-away container and return its JSON facts."""
+    name = f"edgevllm-probe-l1-{uuid.uuid4().hex[:8]}"
+    command = ["-", "--target-arch", target.cuda_arch, "--mods-record", MODS_RECORD,
+               "--lock", LOCK_FILE, "--import-timeout", str(import_timeout)]
+    for component in components:
+        command += ["--component", component]
+    for key in sorted(set(target.runtime_env) | {"LD_PRELOAD"}):
+        command += ["--env-key", key]
+    options = RunOptions(image=image, command=command, entrypoint="python3", name=name,
+                         remove=True, network="none", labels={PROBE_LABEL: "1"}, extra=["-i"])
+    try:
+        proc = engine.run(options, timeout=timeout, input=check_script())
+    finally:  # --rm does not cover a docker client killed by a timeout or Ctrl-C
+        engine.remove_container(name)
+    stdout = proc.stdout.decode(errors="replace")
+    for line in stdout.splitlines():
+        if line.startswith(MARKER):
+            return json.loads(line[len(MARKER):])
+    tail = (proc.stderr.decode(errors="replace").strip().splitlines() or ["(no output)"])[-5:]
+    raise ProbeError(f"the level-1 check script did not run in {image} (exit {proc.returncode}): "
+                     f"{' | '.join(tail)}; the image needs python3 on its PATH")
+
+
+# -- judging ---------------------------------------------------------------------------------------
+def parse_arch(text: str) -> tuple[str, int, int, str] | None:
+    """``sm_121a`` → ("sm", 12, 1, "a"); ``compute_90`` → ("compute", 9, 0, "")."""
+    match = _ARCH.match(text.strip().lower())
+    if not match:
+        return None
+    return match.group(1), int(match.group(2)), int(match.group(3)), match.group(4)
+
+
+def arch_coverage(target_arch: str, arch_list: Iterable[str]) -> tuple[str, list[str]]:
+    """How ``arch_list`` covers the target (``12.1a``): native, compatible, ptx or none.
+
+    SASS for sm_XYa runs only on X.Y; plain sm_XY / family sm_XYf runs on X.Z for Z >= Y; PTX
+    compute_XY (non-a) is JIT-compiled on any later device; compute_XYa only on X.Y.
+    """
+    major, minor = (int(p) for p in target_arch.rstrip("af").split("."))
+    native, compatible, ptx = [], [], []
+    for arch in arch_list:
+        parsed = parse_arch(arch)
+        if parsed is None:
+            continue
+        kind, amaj, amin, variant = parsed
+        exact = (amaj, amin) == (major, minor)
+        if kind == "sm" and exact and variant == "a":
+            native.append(arch)
+        elif kind == "sm" and variant != "a" and amaj == major and amin <= minor:
+            compatible.append(arch)
+        elif kind == "compute" and (exact if variant == "a" else (amaj, amin) <= (major, minor)):
+            ptx.append(arch)
+    if native:
+        return "native", native
+    if compatible:
+        return "compatible", compatible
+    return ("ptx", ptx) if ptx else ("none", [])
+
+
+def classify_load_error(error: str, ld_preload: str | None) -> tuple[str, str, str | None]:
+    """(status, message, remedy) for an import/dlopen error text."""
+    if _NO_DRIVER.search(error):
+        return WARN, "needs the GPU driver (expected off-device)", None
+    symbol = _DRIVER_SYMBOL.search(error)
+    if symbol and ld_preload and "libcuda" in ld_preload:
+        return WARN, f"driver symbol {symbol.group(1)} resolved on the device via LD_PRELOAD", None
+    if symbol:
+        return FAIL, f"undefined driver symbol {symbol.group(1)}", (
+            "set LD_PRELOAD=/usr/lib/aarch64-linux-gnu/nvidia/libcuda.so.1 in the target's "
+            "runtime_env (Thor) so libcuda is loaded before vLLM's extensions")
+    return FAIL, error.strip().splitlines()[-1][:300], None
+
+
+def judge_imports(result: ProbeResult, facts: dict, required: set[str]) -> None:
+    ld_preload = facts.get("env", {}).get("LD_PRELOAD")
+    for name, info in facts.get("imports", {}).items():
+        need = name in required
+        where = {k: info.get(k) for k in ("version", "file") if info.get(k)}
+        if info.get("ok"):
+            result.add(f"import:{name}", PASS, f"{name} {info.get('version') or ''}".strip(), **where)
+        elif info.get("missing"):
+            if need:
+                result.add(f"import:{name}", FAIL, f"required component {name} is not installed",
+                           f"install {name} in the image, or drop it from the target's "
+                           "probe.required_imports")
+            else:
+                result.add(f"import:{name}", ABSENT, f"optional component {name} is not installed")
+        else:
+            status, message, remedy = classify_load_error(info.get("error", ""), ld_preload)
+            if status == FAIL and not need:
+                status = WARN
+            result.add(f"import:{name}", status, f"import {name}: {message}", remedy,
+                       error=info.get("error"))
+
+
+def judge_extensions(result: ProbeResult, facts: dict, required: set[str]) -> None:
+    ext = facts.get("vllm_extensions")
+    if ext is None or ext.get("dir") is None:
+        return  # vLLM itself is reported missing by its import check
+    ld_preload = facts.get("env", {}).get("LD_PRELOAD")
+    items = ext.get("items", [])
+    if not items:
+        status = FAIL if "vllm" in required else WARN
+        result.add("vllm-extensions", status,
+                   f"no compiled extensions (*.so) under {ext['dir']}: vLLM without its kernels",
+                   "build vLLM from source for the target (not a pure-Python or CPU wheel)")
+        return
+    for item in items:
+        check_id = f"vllm-ext:{item['path']}"
+        if item.get("ok"):
+            result.add(check_id, PASS, f"loads ({item.get('kind')})")
+            continue
+        status, message, remedy = classify_load_error(item.get("error", ""), ld_preload)
+        result.add(check_id, status, message, remedy, error=item.get("error"))
+
+
+def judge_torch(result: ProbeResult, facts: dict, target: ProbeTarget) -> None:
+    torch = facts.get("torch")
+    if torch is None:
+        return  # torch absent or not importable: its import check says so
+    if "error" in torch:
+        result.add("torch-cuda", FAIL, f"reading torch's CUDA build: {torch['error']}")
+        return
+    result.facts["torch"] = torch
+    if not torch.get("cuda"):
+        result.add("torch-cuda", FAIL, f"torch {torch.get('version')} is a CPU-only build",
+                   "install torch from the CUDA 13 index (download.pytorch.org/whl/cu130)")
+        return
+    result.add("torch-cuda", PASS, f"torch {torch.get('version')} built for CUDA {torch['cuda']}")
+    coverage, matched = arch_coverage(target.cuda_arch, torch.get("arch_list", []))
+    arches = " ".join(torch.get("arch_list", [])) or "(empty)"
+    if coverage in ("native", "compatible"):
+        result.add("torch-arch", PASS, f"{coverage} code for {target.cuda_arch}: "
+                   f"{' '.join(matched)}", arch_list=torch.get("arch_list"))
+    elif coverage == "ptx":
+        result.add("torch-arch", WARN, f"only PTX for {target.cuda_arch} ({' '.join(matched)}): "
+                   "JIT-compiled at start-up", "use a torch build with SASS for the target",
+                   arch_list=torch.get("arch_list"))
+    else:
+        result.add("torch-arch", FAIL, f"torch's arch list does not cover {target.cuda_arch}: "
+                   f"{arches}", f"use a torch build whose TORCH_CUDA_ARCH_LIST includes "
+                   f"{target.cuda_arch} or a compatible arch", arch_list=torch.get("arch_list"))
+
+
+def judge_cudart(result: ProbeResult, facts: dict, required: set[str]) -> None:
+    cudart = facts.get("cudart")
+    if cudart is None:
+        return
+    if cudart.get("ok"):
+        result.add("fastsafetensors-cudart", PASS, f"{cudart['name']} loads")
+        return
+    status = FAIL if "fastsafetensors" in required else WARN
+    result.add("fastsafetensors-cudart", status,
+               f"fastsafetensors cannot dlopen {cudart['name']} (GPU runtime library not found)",
+               "add a libcudart.so link to libcudart.so.13, or set FASTSAFETENSORS_CUDART_LIB")
+
+
+def mod_records(data: Any) -> list[tuple[str, str]]:
+    """(name, outcome) pairs from the mods record, whichever of its accepted shapes it has."""
+    if isinstance(data, dict) and "mods" in data:
+        data = data["mods"]
+    if isinstance(data, dict):
+        data = [dict(v, name=k) if isinstance(v, dict) else {"name": k, "outcome": v}
+                for k, v in data.items()]
+    pairs = []
+    for record in data if isinstance(data, list) else []:
+        if not isinstance(record, dict):
+            continue
+        name = record.get("name") or record.get("id") or "?"
+        outcome = record.get("outcome") or record.get("status") or record.get("result") or ""
+        pairs.append((str(name), str(outcome).strip().lower().replace("_", "-").replace(" ", "-")))
+    return pairs
+
+
+def judge_mods(result: ProbeResult, facts: dict) -> None:
+    record = facts.get("mods_record", {})
+    rebuild = "rebuild the image with 'inv build' (it writes the record)"
+    if not record.get("exists"):
+        result.add("mods-record", FAIL, f"no mods record at {MODS_RECORD}", rebuild)
+        return
+    if not record.get("valid"):
+        result.add("mods-record", FAIL, f"{MODS_RECORD} is not JSON: {record.get('error')}", rebuild)
+        return
+    pairs = mod_records(record.get("data"))
+    bad = [f"{name}={outcome or '?'}" for name, outcome in pairs if outcome not in GOOD_OUTCOMES]
+    outcomes = dict(pairs)
+    if bad:
+        result.add("mods-record", FAIL, f"mods not applied: {', '.join(bad)}",
+                   "fix the mod (inv mods) and rebuild; a failed mod means an unpatched image",
+                   outcomes=outcomes)
+    else:
+        result.add("mods-record", PASS, f"{len(pairs)} mods recorded, none failed",
+                   outcomes=outcomes)
+
+
+def judge_env(result: ProbeResult, facts: dict, target: ProbeTarget) -> None:
+    seen = facts.get("env", {})
+    problems = []
+    for key, expected in sorted(target.runtime_env.items()):
+        actual = seen.get(key)
+        if actual is None:
+            problems.append(f"{key} unset (want {expected!r})")
+        elif actual != str(expected):
+            problems.append(f"{key}={actual!r} (want {expected!r})")
+    if problems:
+        result.add("runtime-env", FAIL, "; ".join(problems),
+                   "rebuild: the target's runtime_env must be the image's ENV")
+    else:
+        result.add("runtime-env", PASS, f"{len(target.runtime_env)} variables as the target sets")
+
+
+def judge_lock(result: ProbeResult, facts: dict) -> None:
+    lock = facts.get("lock", {})
+    if not lock.get("exists"):
+        result.add("lock", WARN, f"no lock at {LOCK_FILE}: the image cannot be rebuilt exactly",
+                   "build with 'inv build', which records the resolved refs")
+    elif not lock.get("valid"):
+        result.add("lock", FAIL, f"{LOCK_FILE} is not JSON: {lock.get('error')}")
+    else:
+        result.add("lock", PASS, f"lock present ({LOCK_FILE})")
+
+
+# -- entry point ---------------------------------------------------------------------------------
+def probe_level1(engine: DockerEngine, image: str, target: Any,
+                 required: Iterable[str] | None = None, timeout: float = 1800,
+                 import_timeout: int = 600) -> ProbeResult:
+    """Level-1 probe of ``image`` for ``target`` (a name, target object or ``ProbeTarget``).
+
+    ``required``: the components that must import (default: the target's
+    ``probe.required_imports``); the others of vllm/torch/flashinfer/cutlass/fastsafetensors are
+    probed as optional and reported ``absent`` when missing.
+    """
+    target = probe_target(target)
+    need = set(target.required_imports if required is None else required)
+    components = list(dict.fromkeys([*DEFAULT_COMPONENTS, *sorted(need)]))
+    result = ProbeResult(image=image, target=target.name, level=1)
+    result.facts["image_id"] = engine.image_id(image)
+    started = time.monotonic()
+    try:
+        facts = collect_facts(engine, image, target, components, timeout, import_timeout)
+    except EngineError as exc:  # a timeout or a daemon failure: a failed probe, not a crash
+        result.add("probe-run", FAIL, str(exc))
+        result.duration_s = round(time.monotonic() - started, 1)
+        return result
+    result.facts["python"] = facts.get("python")
+    judge_imports(result, facts, need)
+    judge_extensions(result, facts, need)
+    judge_torch(result, facts, target)
+    judge_cudart(result, facts, need)
+    judge_mods(result, facts)
+    judge_env(result, facts, target)
+    judge_lock(result, facts)
+    result.duration_s = round(time.monotonic() - started, 1)
+    return result
