@@ -1,0 +1,140 @@
+"""Real CUDA libraries for the archinspect tests: built with nvcc, and a real aarch64 wheel.
+
+``nvcc_libs()`` compiles one small CUDA source (several kernels) into a shared object per
+variant (SASS sm_110/110a/110f/120a/120f/121/121a/121f, PTX only, several gencodes, LZ4 and
+uncompressed fatbins, two translation units with different arches) plus a relocatable
+``-rdc=true -c`` object. Results are cached by source, flags and nvcc version under
+``$EDGEVLLM_TEST_CACHE/nvcc-libs``. ``aarch64_cuda_lib()``: libnvjpeg.so.13 from NVIDIA's
+aarch64 nvidia-nvjpeg wheel on PyPI (sm_75..sm_121 SASS + compute_121 PTX, ZSTD).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from .downloads import file_lock, pypi_download, test_cache_dir, unpacked_wheel
+
+NVCC = Path(os.environ.get("EDGEVLLM_NVCC", "/usr/local/cuda-13.0/bin/nvcc"))
+NVJPEG_SPEC = "nvidia-nvjpeg==13.3.2.43"
+CUOBJDUMP_SPEC = "nvidia-cuda-cuobjdump==13.5.37"
+AARCH64_TAGS = ["manylinux2014_aarch64", "manylinux_2_17_aarch64"]
+X86_64_TAGS = ["manylinux2014_x86_64", "manylinux_2_17_x86_64"]
+
+SOURCE = """
+__global__ void scale(float *x, float a) { x[threadIdx.x] *= a; }
+__global__ void shift(float *x, float b) { x[threadIdx.x] += b; }
+__global__ void square(float *x) { x[threadIdx.x] = x[threadIdx.x] * x[threadIdx.x]; }
+extern "C" void run_all(float *x) { scale<<<1, 32>>>(x, 2.f); shift<<<1, 32>>>(x, 1.f); square<<<1, 32>>>(x); }
+"""
+OTHER_SOURCE = """
+__global__ void other(int *y) { y[threadIdx.x] ^= 7; }
+extern "C" void run_other(int *y) { other<<<1, 32>>>(y); }
+"""
+
+
+def _gencode(arch: str, code: str) -> list[str]:
+    return ["-gencode", f"arch={arch},code={code}"]
+
+
+def _sass(sm: str) -> list[str]:
+    return _gencode(f"compute_{sm}", f"sm_{sm}")
+
+
+# name → nvcc flags (shared object unless the name ends in .o)
+VARIANTS: dict[str, list[str]] = {
+    **{f"sm_{sm}": _sass(sm) for sm in ("110", "110a", "110f", "121", "121a", "121f", "120a", "120f")},
+    "ptx_compute_110": _gencode("compute_110", "compute_110"),
+    "ptx_compute_121a": _gencode("compute_121a", "compute_121a"),
+    "multi_gencode": _sass("110a") + _sass("121a") + _sass("120f") + _gencode("compute_121", "compute_121"),
+    "lz4": ["--compress-mode=speed"] + _sass("110a") + _gencode("compute_110", "compute_110"),
+    "uncompressed": ["--compress-mode=none"] + _sass("121a") + _gencode("compute_121a", "compute_121a"),
+    "rdc.o": ["-rdc=true"] + _sass("121a") + _sass("110f"),
+}
+
+
+def require_nvcc() -> Path:
+    if not os.access(NVCC, os.X_OK):
+        raise AssertionError(f"nvcc not found at {NVCC}: install the CUDA 13.0 toolkit "
+                             "(or set EDGEVLLM_NVCC) to build the test libraries")
+    return NVCC
+
+
+def _run(argv: list[str], cwd: Path) -> None:
+    proc = subprocess.run(argv, cwd=cwd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise AssertionError(f"{' '.join(argv)} failed:\n{proc.stderr[-2000:]}")
+
+
+def _build(name: str, flags: list[str], work: Path) -> Path:
+    (work / "k.cu").write_text(SOURCE)
+    out = work / _filename(name)
+    mode = ["-c"] if name.endswith(".o") else ["-shared"]
+    _run([str(NVCC), *mode, "-Xcompiler", "-fPIC", *flags, "-o", out.name, "k.cu"], work)
+    return out
+
+
+def _build_mixed(work: Path) -> Path:
+    """Two translation units, one with sm_121a + sm_110a SASS, one with sm_90 SASS only."""
+    (work / "k.cu").write_text(SOURCE)
+    (work / "o.cu").write_text(OTHER_SOURCE)
+    pic = ["-Xcompiler", "-fPIC", "-c"]
+    _run([str(NVCC), *pic, *_sass("121a"), *_sass("110a"), "-o", "k.o", "k.cu"], work)
+    _run([str(NVCC), *pic, *_sass("90"), "-o", "o.o", "o.cu"], work)
+    _run([str(NVCC), "-shared", "-o", "libmixed_tu.so", "k.o", "o.o"], work)
+    return work / "libmixed_tu.so"
+
+
+def _key() -> str:
+    version = subprocess.run([str(NVCC), "--version"], capture_output=True, text=True).stdout
+    text = repr((SOURCE, OTHER_SOURCE, sorted(VARIANTS.items()), version))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=None)
+def nvcc_libs() -> dict[str, Path]:
+    """``{variant: path}`` for every entry of VARIANTS plus ``mixed_tu``; built once, cached."""
+    require_nvcc()
+    root = test_cache_dir("nvcc-libs")
+    final = root / _key()
+    with file_lock(root / f".{final.name}.lock"):
+        if not final.is_dir():
+            _build_all(final)
+    return {name: final / _filename(name) for name in [*VARIANTS, "mixed_tu"]}
+
+
+def _filename(name: str) -> str:
+    return name if name.endswith(".o") else f"lib{name}.so"
+
+
+def _build_all(final: Path) -> None:
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+    try:
+        for name, flags in VARIANTS.items():
+            work = Path(tempfile.mkdtemp(dir=tmp))
+            shutil.move(str(_build(name, flags, work)), tmp)
+        shutil.move(str(_build_mixed(Path(tempfile.mkdtemp(dir=tmp)))), tmp)
+        for leftover in [p for p in tmp.iterdir() if p.is_dir()]:
+            shutil.rmtree(leftover)
+        tmp.chmod(0o755)
+        os.replace(tmp, final)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@functools.lru_cache(maxsize=None)
+def aarch64_cuda_lib() -> Path:
+    wheel = pypi_download(NVJPEG_SPEC, AARCH64_TAGS, "3.11")
+    return unpacked_wheel(wheel) / "nvidia" / "cu13" / "lib" / "libnvjpeg.so.13"
+
+
+@functools.lru_cache(maxsize=None)
+def cuobjdump_binary() -> Path:
+    """cuobjdump from the x86_64 nvidia-cuda-cuobjdump wheel (unzipped, never pip-installed)."""
+    wheel = pypi_download(CUOBJDUMP_SPEC, X86_64_TAGS, "3.11")
+    return unpacked_wheel(wheel) / "nvidia" / "cu13" / "bin" / "cuobjdump"
