@@ -1,0 +1,83 @@
+"""``inv sources``: resolve vLLM/FlashInfer refs, PRs and cherry-picks; prepare trees; write the lock."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from .. import console
+from ..errors import ConfigError
+from ..lock import LOCK_FILENAME, image_tag, lock_hash, read_lock
+from ..sources import SourceRequest, prepare_into, requests_from_lock, summarize
+from ._common import cli_task, split_csv
+
+_HELP = {
+    "vllm-repo": "vLLM repository: URL, OWNER/REPO or local path (default: upstream vllm-project/vllm)",
+    "vllm-ref": "tag, branch or full SHA to build (default: the repository's default branch)",
+    "vllm-pr": "build a PR's head: N or https://github.com/OWNER/REPO/pull/N",
+    "cherry-pick": "apply onto the base, in order (repeatable): N, PR URL, full SHA, REPO#N, REPO@SHA",
+    "allow-doc-conflicts": "resolve conflicts that are only in docs/tests by keeping the base's side",
+    "flashinfer-repo": "FlashInfer repository, when FlashInfer is built from source",
+    "flashinfer-ref": "FlashInfer tag, branch or full SHA",
+    "flashinfer-pr": "build a FlashInfer PR's head",
+    "flashinfer-cherry-pick": "FlashInfer cherry-picks (repeatable)",
+    "out": f"folder for the prepared trees (<out>/vllm, <out>/flashinfer) and <out>/{LOCK_FILENAME}",
+    "dry-run": "print the plan and exit; nothing is fetched or written",
+    "lock": "rebuild the sources of this lock file exactly (by SHA)",
+    "target": "target name recorded in the lock (thor, spark, ...)",
+}
+
+
+def build_requests(vllm_repo=None, vllm_ref=None, vllm_pr=None, cherry_pick=None, allow_doc_conflicts=False,
+                   flashinfer_repo=None, flashinfer_ref=None, flashinfer_pr=None,
+                   flashinfer_cherry_pick=None) -> list[SourceRequest]:
+    """Requests from flag values; FlashInfer only when one of its flags is given."""
+    requests = [SourceRequest.from_cli("vllm", vllm_repo, vllm_ref, vllm_pr, split_csv(cherry_pick),
+                                       allow_doc_conflicts)]
+    if flashinfer_repo or flashinfer_ref or flashinfer_pr or flashinfer_cherry_pick:
+        requests.append(SourceRequest.from_cli("flashinfer", flashinfer_repo, flashinfer_ref, flashinfer_pr,
+                                               split_csv(flashinfer_cherry_pick), allow_doc_conflicts))
+    return requests
+
+
+@cli_task(help=_HELP, iterable=["cherry_pick", "flashinfer_cherry_pick"])
+def sources(c, vllm_repo=None, vllm_ref=None, vllm_pr=None, cherry_pick=None, allow_doc_conflicts=False,
+            flashinfer_repo=None, flashinfer_ref=None, flashinfer_pr=None, flashinfer_cherry_pick=None,
+            out=None, dry_run=False, lock=None, target=None):
+    """Resolve and prepare source trees and write their lock, without building an image."""
+    if target is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", str(target)):
+        raise ConfigError(f"--target '{target}': not a target name; use e.g. thor or spark")
+    base_lock = None
+    if lock:
+        flags = [vllm_repo, vllm_ref, vllm_pr, cherry_pick, flashinfer_repo, flashinfer_ref, flashinfer_pr,
+                 flashinfer_cherry_pick]
+        if any(flags):
+            raise ConfigError("--lock rebuilds exactly what the lock records; drop the --vllm-*/--flashinfer-*/--cherry-pick flags")
+        base_lock = read_lock(lock)
+        if target and base_lock.target and target != base_lock.target:
+            raise ConfigError(f"--target {target} differs from the lock's target {base_lock.target}; drop --target")
+        requests = requests_from_lock(base_lock)
+    else:
+        requests = build_requests(vllm_repo, vllm_ref, vllm_pr, cherry_pick, allow_doc_conflicts,
+                                  flashinfer_repo, flashinfer_ref, flashinfer_pr, flashinfer_cherry_pick)
+    if dry_run:
+        for request in requests:
+            for line in request.plan():
+                print(line)
+        return
+    if not out:
+        raise ConfigError("sources: give --out DIR for the prepared trees and the lock (or --dry-run)")
+    console.step(f"preparing {', '.join(r.name for r in requests)} sources into {out}")
+    result, prepared = prepare_into(requests, out, target=target, base_lock=base_lock)
+    for source in prepared.values():
+        for line in summarize(source):
+            console.info(line)
+    print(json.dumps({
+        "lock": f"{out}/{LOCK_FILENAME}",
+        "lock_sha256": lock_hash(result),
+        "image_tag": image_tag(result),
+        "sources": {name: {"dir": str(src.tree_dir), "base_sha": src.base_sha, "commit": src.commit,
+                           "tree": src.tree_hash, "version": src.version,
+                           "applied": [p.spec for p in src.applied], "skipped": [p.spec for p in src.skipped]}
+                    for name, src in prepared.items()},
+    }, indent=2, sort_keys=True))
