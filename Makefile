@@ -1,0 +1,37 @@
+# edgevllm: the two commands of the README.
+#   make image TARGET=spark   build a verified vLLM image for a target (thor | spark)
+#   make test                 run the whole test suite (end-to-end builds on the real engine included)
+# Both set up what they need: a virtualenv in .venv and, where missing and run as root on Debian,
+# the Docker engine, buildx, qemu/binfmt (.ci/install-engine.sh).
+
+PYTHON ?= python3
+VENV   ?= .venv
+TARGET ?= spark
+ARGS   ?=
+PYTEST_ARGS ?=
+BIN := $(VENV)/bin
+
+.PHONY: image test venv engine render clean
+
+$(BIN)/.edgevllm-installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@
+
+venv: $(BIN)/.edgevllm-installed
+
+engine:
+	@bash .ci/ensure-engine.sh
+
+image: venv engine
+	$(BIN)/inv build --target $(TARGET) $(ARGS)
+
+render: venv
+	$(BIN)/inv render --target $(TARGET) --out out/render-$(TARGET) $(ARGS)
+
+test: venv engine
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) out .pytest_cache

@@ -1,0 +1,66 @@
+"""Fixtures shared by every test module. Prerequisites that are missing make tests FAIL with a
+message saying what to install; nothing is skipped silently."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests"))  # tests/support as a package "support"
+
+
+@pytest.fixture(scope="session")
+def engine():
+    """The real Docker engine (bash .ci/install-engine.sh installs and starts it)."""
+    from edgevllm.engine import DockerEngine
+
+    eng = DockerEngine()
+    proc = subprocess.run(["docker", "info"], capture_output=True) if shutil.which("docker") else None
+    if proc is None or proc.returncode != 0:
+        pytest.fail("these tests need a running Docker engine with buildx: "
+                    "run 'sudo bash .ci/install-engine.sh' (Debian) or start dockerd")
+    return eng
+
+
+@pytest.fixture(scope="session")
+def python_image_amd64(engine):
+    from support.images import python_image
+
+    return python_image(engine, "amd64")
+
+
+@pytest.fixture(scope="session")
+def cuda_image_amd64(engine):
+    from support.images import cuda_image
+
+    return cuda_image(engine, "amd64")
+
+
+@pytest.fixture(scope="session")
+def cuda_image_arm64(engine):
+    from support.images import cuda_image
+
+    if not Path("/proc/sys/fs/binfmt_misc/qemu-aarch64").exists():
+        pytest.fail("linux/arm64 builds need qemu-user-static + binfmt: "
+                    "apt-get install qemu-user-static binfmt-support; update-binfmts --enable qemu-aarch64")
+    return cuda_image(engine, "arm64")
+
+
+@pytest.fixture
+def cli(tmp_path):
+    """Run the real console entry point in a subprocess: returns (exit code, stdout, stderr)."""
+
+    def run(*args: str, env: dict | None = None, cwd: Path | None = None, timeout: float = 600):
+        proc = subprocess.run(
+            [sys.executable, "-c", "from edgevllm.cli import main; main()", *args],
+            capture_output=True, text=True, cwd=cwd or tmp_path, timeout=timeout,
+            env={**os.environ, "NO_COLOR": "1", **(env or {})})
+        return proc.returncode, proc.stdout, proc.stderr
+
+    return run

@@ -1,0 +1,70 @@
+"""End-to-end fixtures: a stand-in vLLM upstream (real git), hermetic build specs, built images.
+
+What stands in for what, and why:
+- ``fixtures/fake-vllm`` stands in for vLLM's tree: a full vLLM compile takes hours and a machine
+  with far more memory than CI has. It builds through the same template, stages and driver, and
+  compiles real CUDA code with nvcc for TORCH_CUDA_ARCH_LIST.
+- The base image is built locally (debootstrap + NVIDIA's CUDA compiler wheels from PyPI) because
+  no registry is reachable; the real targets name nvcr.io's CUDA images.
+- Builds are hermetic (``offline: true`` + a wheelhouse of real PyPI wheels downloaded on the host),
+  because builds inside Docker have no network here.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+FIXTURE_TREE = Path(__file__).parent / "fixtures" / "fake-vllm"
+KERNELS = "csrc/kernels.cu"
+PR_MARKER = 1      # changes the compiled marker string to "pr-1"
+PR_BROKEN = 2      # breaks the CUDA source: the compile stage must fail
+
+
+def kernels_with(marker: str, extra: str = "") -> str:
+    text = (FIXTURE_TREE / KERNELS).read_text()
+    return text.replace('"upstream"', json.dumps(marker)) + extra
+
+
+@pytest.fixture(scope="session")
+def fake_upstream(tmp_path_factory):
+    """A bare git upstream of fake-vllm with tag v0.1.0 and PRs #1 (marker) and #2 (broken)."""
+    from support.gitfixtures import add_pr, make_upstream_repo
+
+    root = tmp_path_factory.mktemp("upstream")
+    upstream = make_upstream_repo(root, FIXTURE_TREE)
+    add_pr(upstream, PR_MARKER, {KERNELS: kernels_with("pr-1")})
+    add_pr(upstream, PR_BROKEN, {KERNELS: kernels_with("broken", "\nthis is not CUDA;\n")})
+    return upstream
+
+
+@pytest.fixture(scope="session")
+def wheelhouse(tmp_path_factory):
+    """An (empty) wheelhouse: the build installs only from it (pip --no-index)."""
+    return tmp_path_factory.mktemp("wheelhouse")
+
+
+def write_spec(path: Path, **fields) -> Path:
+    path.write_text(yaml.safe_dump(fields, sort_keys=False))
+    return path
+
+
+def hermetic_spec(target: str, base_image: str, upstream, wheelhouse: Path, **extra) -> dict:
+    spec = {
+        "target": target,
+        "vllm": {"repo": upstream.url, "ref": "v0.1.0"},
+        "images": {"build": base_image, "runtime": base_image},
+        "torch": {"version": None},
+        "apt_packages": [],
+        "packages": {},
+        "wheelhouse": str(wheelhouse),
+        "offline": True,
+        "max_jobs": 2,
+        "image_repo": f"edgevllm-test/e2e-{target}",
+        "probe_required": ["vllm"],
+    }
+    spec.update(extra)
+    return spec
