@@ -1,0 +1,235 @@
+"""Reading libraries straight out of docker-save tarballs and images, on the real Docker engine.
+
+A tiny image is built FROM scratch with nvcc-built libraries and the real aarch64 libnvjpeg in
+two layers; a third layer deletes a file and a folder (whiteouts) with a static helper, and a
+later layer overrides a library. The saved archive is read as .tar, .tar.gz, .tar.zst, split
+.tar.zst.partNNN + manifest (as `inv publish` writes it), repacked with zstd/gzip layer blobs and
+in the old ``<id>/layer.tar`` layout, through ``docker save`` directly, and as a ``docker export``.
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import hashlib
+import io
+import json
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+import zstandard
+
+from edgevllm.archinspect import scan_image, scan_tarball
+from edgevllm.engine import BuildOptions, DockerEngine
+from edgevllm.errors import ImageNotFoundError, NotATarballError
+from support.cuda_libs import aarch64_cuda_lib, nvcc_libs
+
+SITE = "opt/venv/lib/python3.12/site-packages"
+RM_TOOL = r"""
+#define _XOPEN_SOURCE 500
+#include <ftw.h>
+#include <stdio.h>
+static int rm(const char *p, const struct stat *s, int f, struct FTW *w) { return remove(p); }
+int main(int argc, char **argv) {
+  for (int i = 1; i < argc; i++) if (nftw(argv[i], rm, 8, FTW_DEPTH | FTW_PHYS)) return 1;
+  return 0;
+}
+"""
+DOCKERFILE = """FROM scratch
+COPY rmtool /rmtool
+COPY layer1/ /
+COPY layer2/ /
+RUN ["/rmtool", "/opt/doomed/libgone.so", "/opt/gone_dir"]
+COPY layer3/ /
+"""
+EXPECTED = {  # path → SASS arches once the layers are stacked
+    f"{SITE}/vllm/_C.abi3.so": ["sm_121a"],
+    f"{SITE}/torch/lib/libtorch_cuda.so": ["sm_120f"],
+    "usr/lib/libnvjpeg.so.13": ["sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_100",
+                                "sm_103", "sm_107", "sm_110", "sm_120", "sm_121"],
+    "usr/lib/libover.so": ["sm_121a"],  # layer3 replaces layer1's sm_110a build
+}
+
+
+def _context(root: Path) -> None:
+    libs = nvcc_libs()
+    files = {
+        f"layer1/{SITE}/vllm/_C.abi3.so": libs["sm_121a"],
+        f"layer1/{SITE}/torch/lib/libtorch_cuda.so": libs["sm_120f"],
+        "layer1/usr/lib/libover.so": libs["sm_110a"],
+        "layer1/opt/doomed/libgone.so": libs["sm_110a"],
+        "layer1/opt/doomed/libkept.txt": None,
+        "layer2/usr/lib/libnvjpeg.so.13": aarch64_cuda_lib(),
+        "layer2/opt/gone_dir/sub/libx.so": libs["sm_121f"],
+        "layer3/usr/lib/libover.so": libs["sm_121a"],
+    }
+    for name, source in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        if source is None:
+            (root / name).write_text("kept\n")
+        else:
+            shutil.copyfile(source, root / name)
+    (root / "rmtool.c").write_text(RM_TOOL)
+    subprocess.run(["gcc", "-static", "-O2", "-o", str(root / "rmtool"), str(root / "rmtool.c")],
+                   check=True)
+    (root / "Dockerfile").write_text(DOCKERFILE)
+
+
+@functools.lru_cache(maxsize=None)
+def _image(work: Path) -> str:
+    engine = DockerEngine()
+    engine.check_daemon()
+    context = work / "context"
+    _context(context)
+    digest = hashlib.sha256(DOCKERFILE.encode() + RM_TOOL.encode())
+    for lib in sorted(nvcc_libs().values()) + [aarch64_cuda_lib()]:
+        digest.update(lib.name.encode() + lib.read_bytes()[:4096])
+    tag = f"edgevllm-test/archinspect:{digest.hexdigest()[:12]}"
+    if not engine.image_exists(tag):
+        lines: list[str] = []
+        rc = engine.build(BuildOptions(context=context, dockerfile=context / "Dockerfile", tags=[tag]),
+                          lines.append)
+        assert rc == 0, "\n".join(lines[-30:])
+    return tag
+
+
+@pytest.fixture(scope="module")
+def image(tmp_path_factory) -> str:
+    return _image(tmp_path_factory.mktemp("archimage"))
+
+
+@pytest.fixture(scope="module")
+def saved(image, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("saved") / "image.tar"
+    with DockerEngine().save_stream([image]) as stream, open(out, "wb") as handle:
+        shutil.copyfileobj(stream, handle)
+    return out
+
+
+def _arches(reports) -> dict[str, list[str]]:
+    return {r.path: r.arches("sass") for r in reports if r.has_device_code}
+
+
+def test_docker_save_tar(saved):
+    assert _arches(scan_tarball(saved)) == EXPECTED
+
+
+def test_gzip_and_zstd_tarballs(saved, tmp_path):
+    gz = tmp_path / "image.tar.gz"
+    with open(saved, "rb") as src, gzip.open(gz, "wb", compresslevel=1) as dst:
+        shutil.copyfileobj(src, dst)
+    zst = tmp_path / "image.tar.zst"
+    with open(saved, "rb") as src, open(zst, "wb") as dst:
+        zstandard.ZstdCompressor(level=1).copy_stream(src, dst)
+    assert _arches(scan_tarball(gz)) == EXPECTED
+    assert _arches(scan_tarball(zst)) == EXPECTED
+
+
+def _split(saved: Path, folder: Path, part_size: int) -> Path:
+    data = zstandard.ZstdCompressor(level=1).compress(saved.read_bytes())
+    parts = []
+    for index in range(0, len(data), part_size):
+        name = f"vllm-thor.tar.zst.part{index // part_size:03d}"
+        (folder / name).write_bytes(data[index:index + part_size])
+        parts.append({"file": name, "size": len(data[index:index + part_size])})
+    manifest = folder / "vllm-thor.tar.zst.manifest.json"
+    manifest.write_text(json.dumps({"parts": parts}))
+    return manifest
+
+
+def test_split_parts_with_manifest(saved, tmp_path):
+    manifest = _split(saved, tmp_path, 1 << 20)
+    assert len(json.loads(manifest.read_text())["parts"]) > 2
+    assert _arches(scan_tarball(manifest)) == EXPECTED
+    assert _arches(scan_tarball(tmp_path / "vllm-thor.tar.zst.part000")) == EXPECTED
+    assert _arches(scan_tarball(tmp_path / "vllm-thor.tar.zst")) == EXPECTED
+    (tmp_path / "vllm-thor.tar.zst.part001").unlink()
+    with pytest.raises(NotATarballError, match="part001 is missing"):
+        scan_tarball(manifest)
+
+
+def _layer_blobs(saved: Path) -> tuple[list[str], dict[str, bytes]]:
+    with tarfile.open(saved) as tar:
+        manifest = json.load(tar.extractfile("manifest.json"))
+        layers = manifest[0]["Layers"]
+        return layers, {name: tar.extractfile(name).read() for name in layers}
+
+
+def _plain(blob: bytes) -> bytes:
+    if blob[:2] == b"\x1f\x8b":
+        return gzip.decompress(blob)
+    if blob[:4] == b"\x28\xb5\x2f\xfd":
+        return zstandard.ZstdDecompressor().stream_reader(io.BytesIO(blob)).read()
+    return blob
+
+
+def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    tar.addfile(info, io.BytesIO(data))
+
+
+def _repack(saved: Path, out: Path, codec, old_layout: bool) -> Path:
+    """The same layers, recompressed with ``codec`` and named in the old or the OCI layout."""
+    layers, blobs = _layer_blobs(saved)
+    names = []
+    with tarfile.open(out, "w") as tar:
+        for index, layer in enumerate(layers):
+            blob = codec(_plain(blobs[layer]))
+            name = f"{index:02d}layer/layer.tar" if old_layout else \
+                f"blobs/sha256/{hashlib.sha256(blob).hexdigest()}"
+            _add(tar, name, blob)
+            names.append(name)
+        _add(tar, "manifest.json", json.dumps([{"Config": "c.json", "Layers": names}]).encode())
+    return out
+
+
+@pytest.mark.parametrize("codec,old_layout", [
+    (lambda b: zstandard.ZstdCompressor().compress(b), False),
+    (gzip.compress, False),
+    (lambda b: b, True),
+], ids=["oci-zstd-layers", "oci-gzip-layers", "old-layer-tar"])
+def test_layer_formats(saved, tmp_path, codec, old_layout):
+    repacked = _repack(saved, tmp_path / "repacked.tar", codec, old_layout)
+    assert _arches(scan_tarball(repacked)) == EXPECTED
+
+
+def test_whiteouts_and_overrides_are_honoured(saved):
+    paths = {r.path for r in scan_tarball(saved)}
+    assert "opt/doomed/libgone.so" not in paths
+    assert "opt/gone_dir/sub/libx.so" not in paths
+    layers, blobs = _layer_blobs(saved)
+    deleted_somewhere = any(b".wh.libgone.so" in _plain(blob) for blob in blobs.values())
+    assert deleted_somewhere, "the image should record the deletion as a whiteout"
+
+
+def test_scan_image_through_docker_save(image):
+    assert _arches(scan_image(DockerEngine(), image)) == EXPECTED
+
+
+def test_docker_export_rootfs(image, tmp_path):
+    engine = DockerEngine()
+    container = engine.create(image)
+    try:
+        out = tmp_path / "rootfs.tar"
+        with engine.export_stream(container) as stream, open(out, "wb") as handle:
+            shutil.copyfileobj(stream, handle)
+    finally:
+        engine.remove_container(container)
+    assert _arches(scan_tarball(out)) == EXPECTED
+
+
+def test_missing_image_and_bad_tarballs(tmp_path):
+    with pytest.raises(ImageNotFoundError):
+        scan_image(DockerEngine(), "edgevllm-test/no-such-image:0")
+    not_tar = tmp_path / "notes.tar"
+    not_tar.write_text("hello\n" * 200)
+    with pytest.raises(NotATarballError, match="not a tar archive"):
+        scan_tarball(not_tar)
+    broken = tmp_path / "broken.tar.gz"
+    broken.write_bytes(gzip.compress(b"x" * 5000)[:100])
+    with pytest.raises(NotATarballError):
+        scan_tarball(broken)
