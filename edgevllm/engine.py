@@ -326,6 +326,22 @@ class DockerEngine:
             return None
         return json.loads(proc.stdout).get("digest")
 
+    def registry_manifest(self, ref: str) -> bytes | None:
+        """The raw manifest (or index) bytes a registry holds for ``ref``; None when not found.
+
+        Goes through ``buildx imagetools`` so docker's own credentials and insecure-registry
+        rules apply. Any failure other than "not found" raises (an unreachable registry must not
+        look like a free tag).
+        """
+        proc = self._run(["buildx", "imagetools", "inspect", "--raw", ref], check=False)
+        if proc.returncode == 0:
+            return proc.stdout
+        stderr = proc.stderr.decode(errors="replace").strip()
+        if stderr.endswith(": not found") or "manifest unknown" in stderr:
+            return None
+        last = (stderr.splitlines() or [f"exit code {proc.returncode}"])[-1]
+        raise EngineError(f"cannot read {ref} from its registry: {last}")
+
     @contextlib.contextmanager
     def save_stream(self, refs: Sequence[str]) -> Iterator[IO[bytes]]:
         """``docker save`` as a byte stream (no file on disk)."""
@@ -353,6 +369,7 @@ class DockerEngine:
         try:
             write(proc.stdin)
             proc.stdin.close()
+            proc.stdin = None  # communicate() would flush the closed pipe
         except BaseException:
             proc.kill()
             proc.wait()

@@ -1,0 +1,75 @@
+"""``inv publish`` / ``inv load`` / ``inv push``: share images as verified tarballs or via a registry.
+
+The engine is docker's current one (``DOCKER_CONTEXT`` / ``DOCKER_HOST`` select another).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ._common import cli_task, split_csv
+
+
+@cli_task(help={
+    "image": "local image to publish (tag or id)",
+    "out": "folder for <name>.tar.zst (or parts) and <name>.manifest.json",
+    "name": "file name stem (default: from the image tag, repo:tag → repo_tag)",
+    "format": "zst (default, multi-threaded zstd) or gz (for 'docker load <' users)",
+    "level": "compression level (default: zst 3, gz 6)",
+    "part_size": "split into parts of at most this size, e.g. 1900M or 2G",
+    "threads": "compression threads (default: one per CPU)",
+    "force": "replace an existing set of the same name",
+})
+def publish(c, image, out, name=None, format="zst", level=None, part_size=None, threads=-1,
+            force=False):
+    """Save an image as compressed, checksummed tarball part(s) plus a manifest."""
+    from .. import console
+    from ..publish import PublishOptions, human, parse_size
+    from ..publish import publish as run_publish
+
+    options = PublishOptions(image=image, out_dir=Path(out), name=name, format=format,
+                             level=int(level) if level is not None else None,
+                             part_size=parse_size(part_size), threads=int(threads), force=force)
+    result = run_publish(_engine(), options)
+    manifest = result.manifest
+    console.info(f"{human(manifest['uncompressed_size'])} → {human(manifest['total_size'])} in "
+                 f"{len(result.part_paths)} part(s), {result.seconds:.1f}s")
+    for path in result.part_paths:
+        print(path)
+    print(result.manifest_path)
+
+
+@cli_task(help={"path": "a <name>.manifest.json, a part, or a .tar / .tar.gz / .tar.zst tarball"})
+def load(c, path):
+    """Check every part's sha256, then stream the image into the engine; prints the loaded tags."""
+    from .. import console
+    from ..publish import load as run_load
+
+    result = run_load(_engine(), Path(path))
+    console.info(f"loaded {result.image_id or 'image'} from {result.source}"
+                 + ("" if result.verified else " (unverified)"))
+    for name in result.loaded:
+        print(name)
+
+
+@cli_task(help={
+    "image": "local image to push",
+    "registry": "HOST[:PORT][/NAMESPACE], e.g. ghcr.io/me or 127.0.0.1:5000/team",
+    "tag": "immutable tag (default: from the image's lock / io.edgevllm.tag label)",
+    "moving_tag": "also push this moving tag, e.g. latest-spark (repeatable, or a,b)",
+    "repo": "repository name under the registry (default: the image's repository name)",
+}, iterable=["moving_tag"])
+def push(c, image, registry, tag=None, moving_tag=None, repo=None):
+    """Push the immutable lock-derived tag (never overwriting another image) and moving tags."""
+    from ..registry import push as run_push
+
+    result = run_push(_engine(), image, registry, tag=tag, moving_tags=split_csv(moving_tag),
+                      repo=repo)
+    for pushed in [result.immutable] + result.moving:
+        print(f"{pushed.ref} {pushed.digest} {pushed.action}")
+
+
+def _engine():
+    from ..engine import DockerEngine
+
+    return DockerEngine()
