@@ -1,0 +1,102 @@
+"""``edgevllm verify`` as a user runs it (a subprocess): table, verdict, JSON, exit codes, and
+one ``error:`` line without a traceback for every kind of bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from edgevllm.archinspect.cuobjdump import Listing, disagreement
+from support.cuda_libs import cuobjdump_binary, nvcc_libs
+
+ROOT = Path(__file__).resolve().parent.parent
+VLLM_DIR = "site-packages/vllm"
+
+
+def _verify(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, EDGEVLLM_CUOBJDUMP=str(cuobjdump_binary()), NO_COLOR="1", COLUMNS="160")
+    return subprocess.run([sys.executable, "-c", "from edgevllm.cli import main; main()", "verify",
+                           *map(str, args)], cwd=ROOT, capture_output=True, text=True, env=env)
+
+
+def _one_error_line(proc: subprocess.CompletedProcess, code: int) -> str:
+    assert proc.returncode == code, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    return lines[0]
+
+
+@pytest.fixture
+def image_dir(tmp_path) -> Path:
+    folder = tmp_path / "root" / VLLM_DIR
+    folder.mkdir(parents=True)
+    shutil.copyfile(nvcc_libs()["sm_121a"], folder / "_C.abi3.so")
+    shutil.copyfile(nvcc_libs()["ptx_compute_110"], tmp_path / "root" / "libjit.so")
+    return tmp_path / "root"
+
+
+def test_pass_with_table_json_and_cuobjdump(image_dir, tmp_path):
+    out = tmp_path / "report" / "verify.json"
+    proc = _verify("--target", "spark", "--path", image_dir, "--json", out, "--cuobjdump")
+    assert proc.returncode == 0, proc.stderr
+    assert "site-packages/vllm/_C.abi3.so" in proc.stdout and "sm_121a" in proc.stdout
+    assert proc.stdout.strip().splitlines()[-1].startswith("PASS: ")
+    report = json.loads(out.read_text())
+    assert report["passed"] and report["cuobjdump_checked"]
+    assert {lib["path"]: lib["level"] for lib in report["libraries"]} == {
+        f"{VLLM_DIR}/_C.abi3.so": "native", "libjit.so": "ptx-jit"}
+    assert not [p for p in out.parent.iterdir() if p.name != "verify.json"]  # no temporaries left
+
+
+def test_gate_failure_exits_8_with_one_line(image_dir):
+    proc = _verify("--target", "thor", "--path", image_dir)
+    line = _one_error_line(proc, 8)
+    assert "arch gate failed for thor" in line
+    assert "FAIL" in proc.stdout
+
+
+@pytest.mark.parametrize("case,code,needle", [
+    ("not-elf", 8, "not an ELF"),
+    ("corrupt", 8, "corrupt"),
+    ("not-tarball", 8, "not a tar archive"),
+    ("missing-image", 4, "not found"),
+    ("no-source", 2, "exactly one of"),
+    ("two-sources", 2, "exactly one of"),
+    ("unknown-target", 2, "no-such"),
+    ("bad-policy", 2, "policy"),
+    ("missing-path", 2, "no such file"),
+])
+def test_bad_input_gives_one_line(tmp_path, image_dir, case, code, needle):
+    text = tmp_path / "libtext.so"
+    text.write_text("not a library\n")
+    data = nvcc_libs()["sm_121a"].read_bytes()
+    cut = tmp_path / "libcut.so"
+    cut.write_bytes(data[: len(data) // 2])
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("rules: 3\n")
+    args = {
+        "not-elf": ["--target", "spark", "--path", text],
+        "corrupt": ["--target", "spark", "--path", cut],
+        "not-tarball": ["--target", "spark", "--tarball", text],
+        "missing-image": ["--target", "spark", "--image", "edgevllm-test/no-such-image:0"],
+        "no-source": ["--target", "spark"],
+        "two-sources": ["--target", "spark", "--path", image_dir, "--tarball", text],
+        "unknown-target": ["--target", "no-such", "--path", image_dir],
+        "bad-policy": ["--target", "spark", "--path", image_dir, "--policy", policy],
+        "missing-path": ["--target", "spark", "--path", tmp_path / "nothing"],
+    }[case]
+    assert needle in _one_error_line(_verify(*args), code)
+
+
+def test_disagreement_is_described():
+    parser = Listing(elf=("sm_110", "sm_121a"), ptx=("sm_121f",))
+    assert disagreement(parser, parser) is None
+    other = Listing(elf=("sm_110", "sm_120"), ptx=("sm_121f",))
+    assert "extra ['sm_120'], lacks ['sm_121a']" in disagreement(parser, other)
