@@ -68,7 +68,7 @@ def _normalize_url(spec: str) -> str:
     if scheme not in _SCHEMES:
         raise SourceError(f"repository '{spec}': unsupported URL scheme '{parts.scheme}'; use https://, ssh://, git://, file:// or a local path")
     if scheme == "file":
-        if not parts.path.startswith("/"):
+        if parts.netloc not in ("", "localhost") or not parts.path.startswith("/"):
             raise SourceError(f"repository '{spec}': a file:// URL needs an absolute path (file:///path/to/repo)")
         return f"file://{parts.path.rstrip('/') or '/'}"
     if not parts.hostname:

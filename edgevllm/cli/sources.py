@@ -40,7 +40,7 @@ def build_requests(vllm_repo=None, vllm_ref=None, vllm_pr=None, cherry_pick=None
     return requests
 
 
-@cli_task(help=_HELP, iterable=["cherry_pick", "flashinfer_cherry_pick"])
+@cli_task(help=_HELP, iterable=["cherry_pick", "flashinfer_cherry_pick"], auto_shortflags=False)
 def sources(c, vllm_repo=None, vllm_ref=None, vllm_pr=None, cherry_pick=None, allow_doc_conflicts=False,
             flashinfer_repo=None, flashinfer_ref=None, flashinfer_pr=None, flashinfer_cherry_pick=None,
             out=None, dry_run=False, lock=None, target=None):

@@ -293,3 +293,55 @@ def _wait_listening(port: int, proc: subprocess.Popen) -> bool:
                 return True
         time.sleep(0.05)
     return False
+
+
+# --- pytest fixtures (import them into a test module to use them) ----------------------------------
+import pytest  # noqa: E402  (fixtures only; the helpers above do not need pytest)
+
+
+@pytest.fixture
+def git_cache(tmp_path, monkeypatch) -> Path:
+    """A private, empty edgevllm cache (git mirrors) for one test."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("EDGEVLLM_CACHE", str(cache))
+    return cache
+
+
+@pytest.fixture
+def upstream(tmp_path) -> Upstream:
+    """The scenario upstream (see the module docstring), fresh for each test."""
+    return make_upstream_repo(tmp_path / "remote")
+
+
+@pytest.fixture
+def daemon_url(upstream) -> Iterator[str]:
+    """``git://127.0.0.1:<port>/upstream.git`` serving the scenario upstream."""
+    with git_daemon(upstream.path.parent) as base:
+        yield f"{base}/{upstream.path.name}"
+
+
+def run_cli(*args: str, cwd: Path | None = None, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``edgevllm <args>`` in a fresh interpreter, as a user runs it."""
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    full_env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
+                "NO_COLOR": "1", "COLUMNS": "400", **(env or {})}
+    return subprocess.run([sys.executable, "-c", "from edgevllm.cli import main; main()", *args],
+                          cwd=cwd, env=full_env, capture_output=True, text=True)
+
+
+def assert_one_error_line(proc: subprocess.CompletedProcess, *needles: str) -> str:
+    """A failed CLI run: non-zero exit, exactly one ``error:`` line containing ``needles``, no traceback."""
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, proc.stderr
+    for needle in needles:
+        assert needle in errors[0], errors[0]
+    return errors[0]
+
+
+def leftovers(folder: Path, name: str) -> list[str]:
+    """Anything under ``folder`` named like ``name`` or a temporary of it (``.name.tmp-*``)."""
+    return sorted(p.name for p in folder.iterdir() if p.name == name or p.name.startswith(f".{name}."))
