@@ -8,6 +8,7 @@ torch's CUDA version and compiled arch list, the mods record, the runtime env an
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import time
@@ -17,13 +18,15 @@ from typing import Any, Iterable
 
 from ..engine import DockerEngine, RunOptions
 from ..errors import EngineError, ProbeError
+from ..lock import LOCK_IMAGE_PATH
 from .result import ABSENT, FAIL, PASS, WARN, ProbeResult
 from .target import DEFAULT_COMPONENTS, ProbeTarget, probe_target
 
 MARKER = "@@EDGEVLLM-PROBE@@ "
 PROBE_LABEL = "io.edgevllm.probe"
 MODS_RECORD = "/opt/edgevllm/mods.json"
-LOCK_FILE = "/opt/edgevllm/lock.json"
+LOCK_FILE = LOCK_IMAGE_PATH  # written by the build (edgevllm/lock.py)
+MODS_LABEL = "io.edgevllm.mods-selected"  # the build's label: mods chosen for the image
 GOOD_OUTCOMES = ("applied", "already-applied", "not-applicable")
 
 _NO_DRIVER = re.compile(r"libcuda\.so(\.\d+)*: cannot open shared object file")
@@ -213,11 +216,22 @@ def mod_records(data: Any) -> list[tuple[str, str]]:
     return pairs
 
 
-def judge_mods(result: ProbeResult, facts: dict) -> None:
+def selected_mods(labels: dict[str, str]) -> list[str] | None:
+    """The mods the build selected (its label), or None when the image does not say."""
+    if MODS_LABEL not in labels:
+        return None
+    return [m.strip() for m in labels[MODS_LABEL].split(",") if m.strip()]
+
+
+def judge_mods(result: ProbeResult, facts: dict, labels: dict[str, str]) -> None:
     record = facts.get("mods_record", {})
+    selected = selected_mods(labels)
     rebuild = "rebuild the image with 'inv build' (it writes the record)"
     if not record.get("exists"):
-        result.add("mods-record", FAIL, f"no mods record at {MODS_RECORD}", rebuild)
+        if selected == []:  # the build writes no record when it selected no mod
+            result.add("mods-record", PASS, f"no mods selected ({MODS_LABEL} is empty)")
+        else:
+            result.add("mods-record", FAIL, f"no mods record at {MODS_RECORD}", rebuild)
         return
     if not record.get("valid"):
         result.add("mods-record", FAIL, f"{MODS_RECORD} is not JSON: {record.get('error')}", rebuild)
@@ -225,6 +239,7 @@ def judge_mods(result: ProbeResult, facts: dict) -> None:
     pairs = mod_records(record.get("data"))
     bad = [f"{name}={outcome or '?'}" for name, outcome in pairs if outcome not in GOOD_OUTCOMES]
     outcomes = dict(pairs)
+    bad += [f"{name}=not-recorded" for name in selected or [] if name not in outcomes]
     if bad:
         result.add("mods-record", FAIL, f"mods not applied: {', '.join(bad)}",
                    "fix the mod (inv mods) and rebuild; a failed mod means an unpatched image",
@@ -234,10 +249,10 @@ def judge_mods(result: ProbeResult, facts: dict) -> None:
                    outcomes=outcomes)
 
 
-def judge_env(result: ProbeResult, facts: dict, target: ProbeTarget) -> None:
+def judge_env(result: ProbeResult, facts: dict, expected_env: dict[str, str]) -> None:
     seen = facts.get("env", {})
     problems = []
-    for key, expected in sorted(target.runtime_env.items()):
+    for key, expected in sorted(expected_env.items()):
         actual = seen.get(key)
         if actual is None:
             problems.append(f"{key} unset (want {expected!r})")
@@ -247,7 +262,7 @@ def judge_env(result: ProbeResult, facts: dict, target: ProbeTarget) -> None:
         result.add("runtime-env", FAIL, "; ".join(problems),
                    "rebuild: the target's runtime_env must be the image's ENV")
     else:
-        result.add("runtime-env", PASS, f"{len(target.runtime_env)} variables as the target sets")
+        result.add("runtime-env", PASS, f"{len(expected_env)} variables as the target sets")
 
 
 def judge_lock(result: ProbeResult, facts: dict) -> None:
@@ -264,18 +279,25 @@ def judge_lock(result: ProbeResult, facts: dict) -> None:
 # -- entry point ---------------------------------------------------------------------------------
 def probe_level1(engine: DockerEngine, image: str, target: Any,
                  required: Iterable[str] | None = None, timeout: float = 1800,
-                 import_timeout: int = 600) -> ProbeResult:
+                 import_timeout: int = 600,
+                 runtime_env: dict[str, str] | None = None) -> ProbeResult:
     """Level-1 probe of ``image`` for ``target`` (a name, target object or ``ProbeTarget``).
 
     ``required``: the components that must import (default: the target's
     ``probe.required_imports``); the others of vllm/torch/flashinfer/cutlass/fastsafetensors are
-    probed as optional and reported ``absent`` when missing.
+    probed as optional and reported ``absent`` when missing. ``runtime_env``: the environment the
+    image must have (default: the target's ``runtime_env``; pass the build's effective env when a
+    spec overrides it).
     """
     target = probe_target(target)
+    if runtime_env is not None:
+        target = dataclasses.replace(target, runtime_env=dict(runtime_env))
     need = set(target.required_imports if required is None else required)
     components = list(dict.fromkeys([*DEFAULT_COMPONENTS, *sorted(need)]))
     result = ProbeResult(image=image, target=target.name, level=1)
-    result.facts["image_id"] = engine.image_id(image)
+    inspect = engine.image_inspect(image)
+    labels = inspect.get("Config", {}).get("Labels") or {}
+    result.facts["image_id"] = inspect.get("Id")
     started = time.monotonic()
     try:
         facts = collect_facts(engine, image, target, components, timeout, import_timeout)
@@ -288,8 +310,8 @@ def probe_level1(engine: DockerEngine, image: str, target: Any,
     judge_extensions(result, facts, need)
     judge_torch(result, facts, target)
     judge_cudart(result, facts, need)
-    judge_mods(result, facts)
-    judge_env(result, facts, target)
+    judge_mods(result, facts, labels)
+    judge_env(result, facts, target.runtime_env)
     judge_lock(result, facts)
     result.duration_s = round(time.monotonic() - started, 1)
     return result

@@ -87,6 +87,9 @@ class ProbeResult:
         lines = [f"probe level {self.level}: {self.image} for target {self.target}"]
         for check in self.checks:
             lines.append(f"  [{_MARK[check.status]}] {check.id}: {check.message}")
+            if check.detail.get("line"):
+                lines.append(f"         seen (line {check.detail.get('line_no')}): "
+                             f"{str(check.detail['line'])[:160]}")
             if check.remedy and check.status in (FAIL, WARN):
                 lines.append(f"         remedy: {check.remedy}")
         if self.log_tail and not self.passed:
