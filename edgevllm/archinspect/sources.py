@@ -21,7 +21,7 @@ from typing import IO, Callable
 from ..errors import NotATarballError
 from .elf import is_elf
 from .library import LibraryReport, inspect_buffer, is_library_name
-from .streams import ParseStream, open_tarball_stream, sniff, unpacked
+from .streams import ParseStream, sniff, unpacked
 
 Inspect = Callable[[str, object], LibraryReport]
 _WHITEOUT, _OPAQUE = ".wh.", ".wh..wh..opq"
@@ -155,11 +155,6 @@ def _apply(files: dict[str, LibraryReport], layer: Layer) -> None:
     for path in layer.present:
         files.pop(path, None)
     files.update(layer.libraries)
-
-
-def scan_tarball(path: Path | str, inspect: Inspect = inspect_buffer) -> list[LibraryReport]:
-    with open_tarball_stream(Path(path)) as stream:
-        return scan_tar_stream(stream, str(path), inspect)
 
 
 def scan_image_stream(engine, ref: str, inspect: Inspect = inspect_buffer) -> list[LibraryReport]:
