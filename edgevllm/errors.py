@@ -108,6 +108,14 @@ class ModFailedError(ModError):
     pass
 
 
+class ModConflictError(ConfigError):
+    """Two selected mods edit the same anchor, or set one env var to different values."""
+
+
+class ModNotForTargetError(ConfigError):
+    """A mod was selected for a target its manifest does not list."""
+
+
 # --- arch verification (8) ---------------------------------------------------------------------
 class VerifyError(EdgeVllmError):
     """Bad verify input (not ELF, not a tarball...) or a failed gate."""

@@ -1,0 +1,78 @@
+"""Real sdists from PyPI for tests, fetched by URL from PyPI's JSON API and cached.
+
+``pip download --no-binary`` would try to build metadata (vLLM's needs torch and CUDA), so the
+sdist file itself is fetched and checked against its published sha256. Cached under
+``${EDGEVLLM_TEST_CACHE}/sdists``; a failed fetch raises ``DownloadFailed`` (tests fail, never skip).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tarfile
+import tempfile
+from pathlib import Path
+
+from urllib.parse import urljoin
+
+import requests
+
+from .downloads import DownloadFailed, file_lock, test_cache_dir
+
+
+def _sdist_info(name: str, version: str) -> dict:
+    url = f"https://pypi.org/pypi/{name}/json"
+    try:
+        resp = requests.get(url, timeout=60)
+        resp.raise_for_status()
+        files = resp.json()["releases"].get(version) or []
+    except (requests.RequestException, ValueError, KeyError) as exc:
+        raise DownloadFailed(f"cannot read {url} ({exc}); check network access to PyPI") from exc
+    for info in files:
+        if info.get("packagetype") == "sdist":
+            # A mirror may answer with URLs relative to the JSON page.
+            return dict(info, url=urljoin(resp.url, info["url"]))
+    raise DownloadFailed(f"{name}=={version} has no sdist on PyPI")
+
+
+def pypi_sdist(name: str, version: str) -> Path:
+    """Download the sdist of ``name==version`` (cached) and return its path."""
+    root = test_cache_dir("sdists")
+    with file_lock(root / f".{name}-{version}.lock"):
+        found = sorted(root.glob(f"{name}-{version}/*"))
+        if found:
+            return found[0]
+        info = _sdist_info(name, version)
+        slot = root / f"{name}-{version}"
+        slot.mkdir(exist_ok=True)
+        final = slot / info["filename"]
+        fd, tmp = tempfile.mkstemp(prefix=".dl-", dir=slot)
+        digest = hashlib.sha256()
+        try:
+            with os.fdopen(fd, "wb") as out, requests.get(info["url"], stream=True, timeout=300) as r:
+                r.raise_for_status()
+                for chunk in r.iter_content(1 << 20):
+                    digest.update(chunk)
+                    out.write(chunk)
+            if digest.hexdigest() != info["digests"]["sha256"]:
+                raise DownloadFailed(f"{info['filename']}: sha256 mismatch with PyPI")
+            os.replace(tmp, final)
+        except requests.RequestException as exc:
+            raise DownloadFailed(f"download of {info['url']} failed ({exc})") from exc
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        return final
+
+
+def sdist_members(sdist: Path, members: list[str], dest: Path) -> Path:
+    """Extract ``members`` (paths below the sdist's top folder) into ``dest``; return ``dest``."""
+    with tarfile.open(sdist) as tar:
+        top = tar.getmembers()[0].name.split("/")[0]
+        for member in members:
+            info = tar.getmember(f"{top}/{member}")
+            data = tar.extractfile(info).read()
+            out = dest / member
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_bytes(data)
+    return dest
