@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .compat import CudaArch, library_level, meets
-from .library import LibraryReport
+from .library import LibraryReport, short_path
 from .policy import Policy
 
 
@@ -54,7 +54,7 @@ class Verdict:
         if self.cuobjdump_checked:
             head += ", cuobjdump agrees" if not any(l.note for l in self.libraries) else ""
         if self.failures:
-            worst = ", ".join(f"{l.report.path} ({l.note or l.level})" for l in self.failures[:3])
+            worst = ", ".join(f"{short_path(l.report.path)} ({l.note or l.level})" for l in self.failures[:3])
             more = f" and {len(self.failures) - 3} more" if len(self.failures) > 3 else ""
             head += f"; failing: {worst}{more}"
         return head

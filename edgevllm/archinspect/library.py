@@ -16,6 +16,14 @@ def is_library_name(path: str) -> bool:
     return bool(_LIBRARY_NAME.search(path))
 
 
+def short_path(path: str) -> str:
+    """``.../torch/lib/libtorch_cuda.so`` for a path under site-packages (the JSON keeps it all)."""
+    for marker in ("site-packages/", "dist-packages/"):
+        if marker in path:
+            return ".../" + path.split(marker, 1)[1]
+    return path
+
+
 @dataclass
 class LibraryReport:
     path: str

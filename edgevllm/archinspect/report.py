@@ -10,6 +10,7 @@ from rich.text import Text
 from ..console import out_console
 from ..fsutil import atomic_write_json
 from .judge import LibraryVerdict, Verdict
+from .library import short_path
 
 _LEVEL_STYLE = {"native": "green", "compatible": "green", "ptx-jit": "yellow", "none": "red",
                 "corrupt": "red", "-": "dim"}
@@ -39,10 +40,12 @@ def _arches(names: list[str]) -> str:
 def build_table(verdict: Verdict) -> Table:
     table = Table(title=f"kernel arches for {verdict.target} (compute {verdict.cuda_arch})",
                   title_justify="left", show_lines=False)
-    for column in ("library", "rule", "SASS", "PTX", "level", "needs", "result"):
+    longest = max((len(short_path(lib.report.path)) for lib in verdict.libraries), default=10)
+    table.add_column("library", overflow="fold", min_width=min(longest, 36))
+    for column in ("rule", "SASS", "PTX", "level", "needs", "result"):
         table.add_column(column, overflow="fold")
     for lib in sorted(verdict.libraries, key=lambda l: (l.passed, not l.gated, l.report.path)):
-        table.add_row(lib.report.path, lib.rule, _arches(lib.report.arches("sass")),
+        table.add_row(short_path(lib.report.path), lib.rule, _arches(lib.report.arches("sass")),
                       _arches(lib.report.arches("ptx")), _level(lib),
                       lib.required, _result(lib))
     return table
