@@ -41,7 +41,7 @@ def check_script() -> bytes:
 
 # -- running the script ---------------------------------------------------------------------------
 def collect_facts(engine: DockerEngine, image: str, target: ProbeTarget, components: list[str],
-                  timeout: float, import_timeout: int) -> dict[str, Any]:
+                  timeout: float, import_timeout: int, python: str = "python3") -> dict[str, Any]:
     """Run the check script in a throw-away container and return its JSON facts."""
     name = f"edgevllm-probe-l1-{uuid.uuid4().hex[:8]}"
     command = ["-", "--target-arch", target.cuda_arch, "--mods-record", MODS_RECORD,
@@ -50,7 +50,7 @@ def collect_facts(engine: DockerEngine, image: str, target: ProbeTarget, compone
         command += ["--component", component]
     for key in sorted(set(target.runtime_env) | {"LD_PRELOAD"}):
         command += ["--env-key", key]
-    options = RunOptions(image=image, command=command, entrypoint="python3", name=name,
+    options = RunOptions(image=image, command=command, entrypoint=python, name=name,
                          remove=True, network="none", labels={PROBE_LABEL: "1"}, extra=["-i"])
     try:
         proc = engine.run(options, timeout=timeout, input=check_script())
@@ -62,7 +62,7 @@ def collect_facts(engine: DockerEngine, image: str, target: ProbeTarget, compone
             return json.loads(line[len(MARKER):])
     tail = (proc.stderr.decode(errors="replace").strip().splitlines() or ["(no output)"])[-5:]
     raise ProbeError(f"the level-1 check script did not run in {image} (exit {proc.returncode}): "
-                     f"{' | '.join(tail)}; the image needs python3 on its PATH")
+                     f"{' | '.join(tail)}; the image needs {python} on its PATH")
 
 
 # -- judging ---------------------------------------------------------------------------------------
@@ -279,15 +279,15 @@ def judge_lock(result: ProbeResult, facts: dict) -> None:
 # -- entry point ---------------------------------------------------------------------------------
 def probe_level1(engine: DockerEngine, image: str, target: Any,
                  required: Iterable[str] | None = None, timeout: float = 1800,
-                 import_timeout: int = 600,
-                 runtime_env: dict[str, str] | None = None) -> ProbeResult:
+                 import_timeout: int = 600, runtime_env: dict[str, str] | None = None,
+                 python: str = "python3") -> ProbeResult:
     """Level-1 probe of ``image`` for ``target`` (a name, target object or ``ProbeTarget``).
 
     ``required``: the components that must import (default: the target's
     ``probe.required_imports``); the others of vllm/torch/flashinfer/cutlass/fastsafetensors are
     probed as optional and reported ``absent`` when missing. ``runtime_env``: the environment the
     image must have (default: the target's ``runtime_env``; pass the build's effective env when a
-    spec overrides it).
+    spec overrides it). ``python``: the image's interpreter (the one vLLM is installed for).
     """
     target = probe_target(target)
     if runtime_env is not None:
@@ -300,7 +300,7 @@ def probe_level1(engine: DockerEngine, image: str, target: Any,
     result.facts["image_id"] = inspect.get("Id")
     started = time.monotonic()
     try:
-        facts = collect_facts(engine, image, target, components, timeout, import_timeout)
+        facts = collect_facts(engine, image, target, components, timeout, import_timeout, python)
     except EngineError as exc:  # a timeout or a daemon failure: a failed probe, not a crash
         result.add("probe-run", FAIL, str(exc))
         result.duration_s = round(time.monotonic() - started, 1)
