@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Literal
 
 import jinja2
+import jinja2.meta
 import yaml
 from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_validator,
                       model_validator)
@@ -310,11 +311,20 @@ def _templates(recipe: Recipe) -> list[tuple[str, str]]:
     return items
 
 
+def placeholders(recipe: Recipe) -> set[str]:
+    """Every name the recipe's templates read (a --set may supply one that has no default)."""
+    env = _environment()
+    names: set[str] = set()
+    for _, text in _templates(recipe):
+        names |= jinja2.meta.find_undeclared_variables(env.parse(text))
+    return names
+
+
 def template_values(recipe: Recipe, overrides: dict[str, object] | None = None,
                     source: str = "recipe") -> dict[str, object]:
     """``defaults`` + topology + model, with ``--set`` overrides applied; unknown keys refused."""
     overrides = dict(overrides or {})
-    known = set(recipe.defaults) | set(RESERVED)
+    known = set(recipe.defaults) | set(RESERVED) | placeholders(recipe)
     unknown = sorted(k for k in overrides if k not in known)
     if unknown:
         raise RecipeError(f"--set {unknown[0]}: {source} has no such key; settable keys: "

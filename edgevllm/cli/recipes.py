@@ -1,0 +1,177 @@
+"""``inv recipes | serve | stop | logs | status | compose | recipe-import``: launch recipes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .. import console
+from ..engine import DockerEngine
+from ..errors import RecipeError
+from ._common import cli_task, split_csv
+
+_ENGINE = "docker engine: 'local' (default), a docker context name or a URL (ssh://user@host)"
+_COMMON = {
+    "recipe": "recipe name (inv recipes) or path to a recipe YAML file",
+    "set": "override a recipe default (repeatable): --set port=9000 --set max_model_len=16384",
+    "target": "device the recipe runs on, for recipes with several targets (thor, spark)",
+    "engine": _ENGINE,
+}
+_SERVE_HELP = {
+    **_COMMON,
+    "dry-run": "print the exact docker command(s) and start nothing",
+    "name": "container name (default edgevllm-<recipe>)",
+    "build": "build the recipe's image from its build spec/lock if the engine lacks it",
+    "wait": "seconds to wait for GET /health (0: return once started)",
+    "nodes": "cluster: one engine per node, head first (local, context names, ssh://host)",
+    "node-ips": "cluster: the address of each node on the cluster network (sets VLLM_HOST_IP)",
+    "iface": "cluster: network interface for NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME",
+    "network": "cluster: 'host' or 'bridge' (default: bridge when every node is one engine)",
+    "cluster": "cluster name (default: the recipe name); labels io.edgevllm.cluster=<name>",
+}
+
+
+def engine_from(spec: str | None) -> DockerEngine:
+    if not spec or spec in ("local", "default"):
+        return DockerEngine()
+    return DockerEngine(host=spec) if "://" in spec else DockerEngine(context=spec)
+
+
+def _rendered(recipe: str, sets, target):
+    from ..recipes import load_recipe, parse_sets, render
+
+    overrides = parse_sets(split_csv_keep(sets))
+    if target:
+        overrides["target"] = target
+    return render(load_recipe(recipe), overrides)
+
+
+def split_csv_keep(values) -> list[str]:
+    """``--set`` values may contain commas (JSON): keep each flag whole."""
+    return [str(v) for v in values or []]
+
+
+@cli_task(help={"as-json": "print JSON instead of a table"}, auto_shortflags=False)
+def recipes(c, as_json=False):
+    """List the launch recipes: name, targets with known-good/untested, image."""
+    from ..recipes import all_recipes
+
+    rows = [{"name": l.name, "targets": l.recipe.status, "image": l.recipe.image,
+             "build": (l.recipe.build.spec or l.recipe.build.lock) if l.recipe.build else None,
+             "description": l.recipe.description} for l in all_recipes()]
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    for row in rows:
+        status = ", ".join(f"{t}: {s}" for t, s in row["targets"].items())
+        print(f"{row['name']:<40} [{status}]  {row['image']}")
+
+
+@cli_task(help=_SERVE_HELP, iterable=["set_"], auto_shortflags=False)
+def serve(c, recipe, set_=None, target=None, dry_run=False, name=None, engine=None, build=False,
+          wait=0, nodes=None, node_ips=None, iface=None, network=None, cluster=None):
+    """Serve a model from a recipe: one container, or a Ray/torch cluster with --nodes."""
+    from .. import serve as serving
+    from ..cluster import Cluster, ClusterOptions, parse_nodes
+
+    rendered = _rendered(recipe, set_, target)
+    if nodes or rendered.topology.mode != "solo":
+        node_list = parse_nodes(split_csv([nodes] if nodes else []), split_csv([node_ips])
+                                if node_ips else None, iface)
+        plan = Cluster(rendered, node_list, ClusterOptions(
+            name=cluster or rendered.name, network=network, wait_healthy_s=float(wait)))
+        if dry_run:
+            print("\n".join(plan.dry_run()))
+            return
+        head = plan.launch()
+        console.step(f"cluster {plan.options.name} up; API on {head} (inv logs --name {head})")
+        return
+    result = serving.serve(rendered, engine_from(engine), name=name, dry_run=dry_run, build=build,
+                           wait_s=float(wait))
+    if dry_run:
+        print(result)
+
+
+@cli_task(help={"recipe": "stop every container of this recipe", "name": "stop one container",
+                "engine": _ENGINE, "nodes": "cluster: the engines of its nodes",
+                "cluster": "cluster name (default: the recipe name)",
+                "timeout": "seconds to wait before killing (0: kill at once)"},
+          auto_shortflags=False)
+def stop(c, recipe=None, name=None, engine=None, nodes=None, cluster=None, timeout=30):
+    """Stop and remove a recipe's container(s) (all nodes of a cluster with --nodes)."""
+    from .. import serve as serving
+    from ..cluster import parse_nodes, teardown
+
+    if nodes:
+        if not (cluster or recipe):
+            raise RecipeError("say which cluster: --cluster NAME or --recipe NAME")
+        removed = teardown(cluster or recipe, parse_nodes(split_csv([nodes])))
+    else:
+        removed = serving.stop(engine_from(engine), recipe, name, int(timeout))
+    for container in removed:
+        console.info(f"removed {container}")
+
+
+@cli_task(help={"recipe": "the recipe's (head) container", "name": "a container by name",
+                "engine": _ENGINE, "tail": "only the last N lines", "follow": "keep following"},
+          auto_shortflags=False)
+def logs(c, recipe=None, name=None, engine=None, tail=None, follow=False):
+    """Show the logs of a recipe's container (the head, for a cluster)."""
+    from .. import serve as serving
+
+    if not recipe and not name:
+        raise RecipeError("say whose logs: --recipe NAME or --name CONTAINER")
+    eng = engine_from(engine)
+    container = serving.one_container(eng, recipe, name)
+    if follow:
+        proc = eng.follow_logs(container)
+        assert proc.stdout is not None
+        try:
+            for line in proc.stdout:
+                print(line.decode(errors="replace"), end="")
+        finally:
+            proc.terminate()
+        return
+    print(eng.logs(container, tail=int(tail) if tail else None), end="")
+
+
+@cli_task(help={"engine": _ENGINE, "as-json": "print JSON instead of a table"},
+          auto_shortflags=False)
+def status(c, engine=None, as_json=False):
+    """List edgevllm containers on an engine: recipe, cluster role, state and health."""
+    from .. import serve as serving
+
+    rows = serving.status(engine_from(engine))
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        console.info("no edgevllm containers on this engine")
+    for r in rows:
+        print(f"{r['name']:<48} {r['recipe']:<36} {r['role']:<7} {r['state']:<9} {r['health']}")
+
+
+@cli_task(help={**{k: v for k, v in _COMMON.items() if k != "engine"},
+                "out": "the Compose file to write (e.g. compose.yaml)"},
+          iterable=["set_"], auto_shortflags=False)
+def compose(c, recipe, out, set_=None, target=None):
+    """Write a Compose file (service mode: restart policy, health check) for a solo recipe."""
+    from ..serve import write_compose
+
+    path = write_compose(_rendered(recipe, set_, target), Path(out))
+    console.step(f"wrote {path}: docker compose -f {path} up -d")
+
+
+@cli_task(help={"file": "a spark-vllm-docker v1 recipe YAML",
+                "out": "where to write the converted recipe (default recipes/<name>.yaml)",
+                "force": "overwrite an existing file"}, auto_shortflags=False)
+def recipe_import(c, file, out=None, force=False):
+    """Convert a spark-vllm-docker v1 recipe; report what could not be converted."""
+    from ..recipe_import import import_file
+
+    result = import_file(Path(file), Path(out) if out else None, force=force)
+    console.step(f"wrote {result.path}")
+    for note in result.notes:
+        console.warn(f"not converted: {note}")
+    if not result.notes:
+        console.info("everything converted")
