@@ -17,6 +17,7 @@ identity and dates are fixed (taken from the base commit) so the same inputs giv
 from __future__ import annotations
 
 import hashlib
+import re
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 DOC_DIRS = frozenset({"docs", "doc", "tests", "test"})
 DOC_SUFFIXES = frozenset({".md", ".rst", ".adoc"})
 _MAX_LISTED = 5
+_REJECT_RE = re.compile(r"^error: (.+?): (patch does not apply|does not exist in index|already exists in index|does not match index)$", re.M)
 
 
 def is_doc_path(path: str) -> bool:
@@ -190,14 +192,9 @@ def apply_pick(mirror: GitMirror, current: str, pick: ResolvedPick, *, allow_doc
         return current, PickLock(**record, skipped=True, reason="empty diff")
 
     env = {"GIT_INDEX_FILE": str(work / "index")}
-    (work / "index").unlink(missing_ok=True)
-    mirror.git("read-tree", current, env=env)
     patch = work / "pick.diff"
     patch.write_bytes(diff)
-    proc = mirror.git("apply", "--cached", "--3way", "--whitespace=nowarn", str(patch), env=env, check=False)
-    resolved: list[str] = []
-    if proc.returncode != 0:
-        resolved = _resolve_conflicts(mirror, env, label, pick, proc, allow_doc_conflicts, work)
+    resolved = _apply_3way(mirror, current, pick, env, patch, work, label=label, allow_doc_conflicts=allow_doc_conflicts)
     tree = out(mirror.git("write-tree", env=env))
     if tree == tree_of(mirror, current):
         return current, PickLock(**record, skipped=True, reason="its changes are already in the base")
@@ -207,13 +204,48 @@ def apply_pick(mirror: GitMirror, current: str, pick: ResolvedPick, *, allow_doc
     return commit, PickLock(**record, commit=commit, reason=reason, resolved_paths=resolved)
 
 
-def _resolve_conflicts(mirror: GitMirror, env: dict[str, str], label: str, pick: ResolvedPick,
-                       proc: subprocess.CompletedProcess, allow_doc_conflicts: bool, work: Path) -> list[str]:
-    unmerged = _unmerged(mirror, env)
+def _rejected(stderr: bytes) -> dict[str, str]:
+    """Files git apply rejected outright (no 3-way possible): path -> git's reason."""
+    found = {}
+    for match in _REJECT_RE.finditer(stderr.decode(errors="replace")):
+        found.setdefault(match.group(1), match.group(2))
+    return found
+
+
+def _apply_3way(mirror: GitMirror, current: str, pick: ResolvedPick, env: dict[str, str], patch: Path,
+                work: Path, *, label: str, allow_doc_conflicts: bool) -> list[str]:
+    """``git apply --cached --3way`` onto ``current`` in the temporary index -> doc paths kept as base.
+
+    A file git cannot merge at all (e.g. deleted on one side) makes the whole apply fail; it is
+    treated like a conflict in that file, and excluded on a retry when it is a doc the user lets go.
+    """
+    excluded: dict[str, str] = {}
+    for _attempt in range(3):
+        (work / "index").unlink(missing_ok=True)
+        mirror.git("read-tree", current, env=env)
+        excludes = [f"--exclude={path}" for path in sorted(excluded)]
+        proc = mirror.git("apply", "--cached", "--3way", "--whitespace=nowarn", *excludes, str(patch), env=env, check=False)
+        if proc.returncode == 0:
+            return sorted(excluded)
+        unmerged = _unmerged(mirror, env)
+        rejected = {path: why for path, why in _rejected(proc.stderr).items() if path not in unmerged}
+        if not unmerged and not rejected:
+            raise CherryPickConflictError(
+                f"cherry-pick {label} (head {pick.head_sha[:12]}) does not apply: {last_line(proc.stderr)}; drop the pick or rebase it"
+            )
+        conflicts = [_Conflict(path, _conflict_lines(mirror, stages, work)) for path, stages in unmerged.items()]
+        conflicts += [_Conflict(path, why) for path, why in rejected.items()]
+        _refuse(sorted(conflicts, key=lambda c: c.path), label, pick, allow_doc_conflicts)
+        if not rejected:
+            for path, stages in sorted(unmerged.items()):
+                _keep_base_side(mirror, env, path, stages)
+            return sorted(set(unmerged) | set(excluded))
+        excluded.update(rejected)  # retry without the rejected doc files: the base's side stays
+    raise CherryPickConflictError(f"cherry-pick {label} (head {pick.head_sha[:12]}) does not apply after excluding docs; drop the pick")
+
+
+def _refuse(conflicts: list[_Conflict], label: str, pick: ResolvedPick, allow_doc_conflicts: bool) -> None:
     head = f"{label} (head {pick.head_sha[:12]})"
-    if not unmerged:
-        raise CherryPickConflictError(f"cherry-pick {head} does not apply: {last_line(proc.stderr)}; drop the pick or rebase it")
-    conflicts = [_Conflict(path, _conflict_lines(mirror, stages, work)) for path, stages in sorted(unmerged.items())]
     code = [c for c in conflicts if not is_doc_path(c.path)]
     if code:
         raise CherryPickConflictError(
@@ -225,9 +257,6 @@ def _resolve_conflicts(mirror: GitMirror, env: dict[str, str], label: str, pick:
             f"cherry-pick {head} conflicts with the base only in docs/tests: {_describe_conflicts(conflicts)}; "
             "pass --allow-doc-conflicts to keep the base's side, or drop the pick"
         )
-    for path, stages in sorted(unmerged.items()):
-        _keep_base_side(mirror, env, path, stages)
-    return sorted(unmerged)
 
 
 def apply_picks(mirror: GitMirror, base: str, picks: list[ResolvedPick], *, allow_doc_conflicts: bool,

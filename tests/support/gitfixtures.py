@@ -97,7 +97,7 @@ def commit(upstream: Upstream, parents: list[str], changes: Changes, message: st
             upstream.git("read-tree", parents[0], env=env)
         for path, content in changes.items():
             if content is None:
-                upstream.git("update-index", "--force-remove", "--", path, env=env)
+                upstream.git("rm", "--cached", "--quiet", "--", path, env=env)
                 continue
             data = content.encode() if isinstance(content, str) else content
             blob = upstream.git("hash-object", "-w", "--stdin", input=data)
