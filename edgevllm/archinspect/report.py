@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
@@ -40,9 +41,7 @@ def _arches(names: list[str]) -> str:
 def build_table(verdict: Verdict) -> Table:
     table = Table(title=f"kernel arches for {verdict.target} (compute {verdict.cuda_arch})",
                   title_justify="left", show_lines=False)
-    longest = max((len(short_path(lib.report.path)) for lib in verdict.libraries), default=10)
-    table.add_column("library", overflow="fold", min_width=min(longest, 36))
-    for column in ("rule", "SASS", "PTX", "level", "needs", "result"):
+    for column in ("library", "rule", "SASS", "PTX", "level", "needs", "result"):
         table.add_column(column, overflow="fold")
     for lib in sorted(verdict.libraries, key=lambda l: (l.passed, not l.gated, l.report.path)):
         table.add_row(short_path(lib.report.path), lib.rule, _arches(lib.report.arches("sass")),
@@ -51,10 +50,17 @@ def build_table(verdict: Verdict) -> Table:
     return table
 
 
+def _table_console(console: Console) -> Console:
+    """A log file or pipe has no width: give it one wide line per library, not 80 columns."""
+    if console.is_terminal:
+        return console
+    return Console(width=max(console.width, 140), highlight=False, no_color=console.no_color)
+
+
 def print_verdict(verdict: Verdict) -> None:
     console = out_console()
     if verdict.libraries:
-        console.print(build_table(verdict))
+        _table_console(console).print(build_table(verdict))
     style = "bold green" if verdict.passed else "bold red"
     console.print(Text(verdict.summary(), style=style), soft_wrap=True)
 
