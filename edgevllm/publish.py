@@ -44,10 +44,10 @@ from .tarball import (
 
 # Records the build leaves in the image: a label holding JSON, or a file under RECORD_DIR.
 RECORDS = {
-    "lock": ("io.edgevllm.lock", "lock.json"),
-    "mods": ("io.edgevllm.mods", "mods.json"),
-    "verify": ("io.edgevllm.verify", "verify.json"),
-    "probe": ("io.edgevllm.probe", "probe.json"),
+    "lock": ("io.edgevllm.lock", ("edgevllm.lock.json", "lock.json")),
+    "mods": ("io.edgevllm.mods", ("mods.json",)),
+    "verify": ("io.edgevllm.verify", ("verify.json",)),
+    "probe": ("io.edgevllm.probe", ("probe.json",)),
 }
 RECORD_DIR = "/opt/edgevllm"
 DEFAULT_LEVEL = {"zst": 3, "gz": 6}
@@ -322,10 +322,12 @@ def _records_from_files(engine: DockerEngine, ref: str, keys: list[str]) -> dict
             except EngineError:
                 return found  # the image has no record folder: nothing to add
             for key in keys:
-                path = Path(tmp) / RECORDS[key][1]
-                if path.is_file():
-                    found[key] = _json_or_none(path.read_text(errors="replace"),
-                                               f"{RECORD_DIR}/{path.name} in {ref}")
+                for name in RECORDS[key][1]:
+                    path = Path(tmp) / name
+                    if path.is_file():
+                        found[key] = _json_or_none(path.read_text(errors="replace"),
+                                                   f"{RECORD_DIR}/{name} in {ref}")
+                        break
     finally:
         engine.remove_container(container)
     return found

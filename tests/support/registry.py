@@ -1,0 +1,70 @@
+"""A real, throw-away Docker registry for tests: Debian's ``docker-registry`` (distribution).
+
+``local_registry`` starts it on 127.0.0.1 with a free port and a temporary storage folder, waits
+until ``/v2/`` answers, yields its ``host:port`` and kills it afterwards. Docker treats 127.0.0.0/8
+as an insecure (plain HTTP) registry by default, so pushes and pulls need no daemon config.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Iterator
+
+import requests
+
+CONFIG = """version: 0.1
+log:
+  level: warn
+storage:
+  filesystem:
+    rootdirectory: {root}
+  delete:
+    enabled: true
+http:
+  addr: 127.0.0.1:{port}
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def local_registry() -> Iterator[str]:
+    binary = shutil.which("docker-registry") or shutil.which("registry")
+    if binary is None:
+        raise RuntimeError("the registry tests need a Docker registry server: "
+                           "apt-get install docker-registry (Debian)")
+    with tempfile.TemporaryDirectory(prefix="edgevllm-test-registry-") as tmp:
+        port = free_port()
+        config = Path(tmp) / "config.yml"
+        config.write_text(CONFIG.format(root=Path(tmp) / "storage", port=port))
+        log = open(Path(tmp) / "registry.log", "wb")
+        proc = subprocess.Popen([binary, "serve", str(config)], stdout=log, stderr=subprocess.STDOUT)
+        try:
+            _wait_ready(proc, port, Path(tmp) / "registry.log")
+            yield f"127.0.0.1:{port}"
+        finally:
+            proc.kill()
+            proc.wait()
+            log.close()
+
+
+def _wait_ready(proc: subprocess.Popen, port: int, log: Path, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"docker-registry exited at start: {log.read_text()[-500:]}")
+        with contextlib.suppress(requests.RequestException):
+            if requests.get(f"http://127.0.0.1:{port}/v2/", timeout=2).status_code == 200:
+                return
+        time.sleep(0.2)
+    raise RuntimeError(f"docker-registry did not answer on 127.0.0.1:{port} within {timeout}s")
