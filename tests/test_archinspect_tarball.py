@@ -22,19 +22,26 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from edgevllm.archinspect import scan_image, scan_tarball
+from edgevllm.archinspect import scan_image, scan_tarball, verify, verify_image
 from edgevllm.engine import BuildOptions, DockerEngine
-from edgevllm.errors import ImageNotFoundError, NotATarballError
-from support.cuda_libs import aarch64_cuda_lib, nvcc_libs
+from edgevllm.errors import ArchGateFailed, ImageNotFoundError, NotATarballError
+from support.cuda_libs import aarch64_cuda_lib, cuobjdump_binary, nvcc_libs
 
 SITE = "opt/venv/lib/python3.12/site-packages"
 RM_TOOL = r"""
 #define _XOPEN_SOURCE 500
 #include <ftw.h>
 #include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
 static int rm(const char *p, const struct stat *s, int f, struct FTW *w) { return remove(p); }
+/* rmtool PATH... removes each PATH recursively; "-m DIR" removes DIR and makes it again (opaque) */
 int main(int argc, char **argv) {
-  for (int i = 1; i < argc; i++) if (nftw(argv[i], rm, 8, FTW_DEPTH | FTW_PHYS)) return 1;
+  for (int i = 1; i < argc; i++) {
+    int remake = !strcmp(argv[i], "-m") && ++i < argc;
+    if (nftw(argv[i], rm, 8, FTW_DEPTH | FTW_PHYS)) return 1;
+    if (remake && mkdir(argv[i], 0755)) return 1;
+  }
   return 0;
 }
 """
@@ -42,7 +49,7 @@ DOCKERFILE = """FROM scratch
 COPY rmtool /rmtool
 COPY layer1/ /
 COPY layer2/ /
-RUN ["/rmtool", "/opt/doomed/libgone.so", "/opt/gone_dir"]
+RUN ["/rmtool", "/opt/doomed/libgone.so", "/opt/gone_dir", "-m", "/opt/opaque"]
 COPY layer3/ /
 """
 EXPECTED = {  # path → SASS arches once the layers are stacked
@@ -51,6 +58,7 @@ EXPECTED = {  # path → SASS arches once the layers are stacked
     "usr/lib/libnvjpeg.so.13": ["sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_100",
                                 "sm_103", "sm_107", "sm_110", "sm_120", "sm_121"],
     "usr/lib/libover.so": ["sm_121a"],  # layer3 replaces layer1's sm_110a build
+    "opt/opaque/libnew.so": ["sm_121f"],  # opt/opaque was emptied (opaque whiteout), then refilled
 }
 
 
@@ -65,6 +73,8 @@ def _context(root: Path) -> None:
         "layer2/usr/lib/libnvjpeg.so.13": aarch64_cuda_lib(),
         "layer2/opt/gone_dir/sub/libx.so": libs["sm_121f"],
         "layer3/usr/lib/libover.so": libs["sm_121a"],
+        "layer1/opt/opaque/libold.so": libs["sm_110a"],
+        "layer3/opt/opaque/libnew.so": libs["sm_121f"],
     }
     for name, source in files.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
@@ -201,9 +211,11 @@ def test_whiteouts_and_overrides_are_honoured(saved):
     paths = {r.path for r in scan_tarball(saved)}
     assert "opt/doomed/libgone.so" not in paths
     assert "opt/gone_dir/sub/libx.so" not in paths
+    assert "opt/opaque/libold.so" not in paths
     layers, blobs = _layer_blobs(saved)
-    deleted_somewhere = any(b".wh.libgone.so" in _plain(blob) for blob in blobs.values())
-    assert deleted_somewhere, "the image should record the deletion as a whiteout"
+    plain = [_plain(blob) for blob in blobs.values()]
+    assert any(b".wh.libgone.so" in layer for layer in plain), "no whiteout recorded for libgone.so"
+    assert any(b".wh..wh..opq" in layer for layer in plain), "no opaque whiteout for opt/opaque"
 
 
 def test_scan_image_through_docker_save(image):
@@ -233,3 +245,19 @@ def test_missing_image_and_bad_tarballs(tmp_path):
     broken.write_bytes(gzip.compress(b"x" * 5000)[:100])
     with pytest.raises(NotATarballError):
         scan_tarball(broken)
+
+
+def test_verify_image_for_the_build_driver(image, tmp_path):
+    out = tmp_path / "arch.json"
+    verdict = verify_image(DockerEngine(), image, "spark", json_out=out)
+    assert verdict.passed and json.loads(out.read_text())["passed"]
+    with pytest.raises(ArchGateFailed, match="FAIL: image .* for thor"):
+        verify_image(DockerEngine(), image, "thor", json_out=out)
+    assert not json.loads(out.read_text())["passed"]  # the failing verdict is still written
+
+
+def test_cuobjdump_cross_check_on_a_tarball(saved, monkeypatch):
+    monkeypatch.setenv("EDGEVLLM_CUOBJDUMP", str(cuobjdump_binary()))
+    verdict = verify("12.1a", tarball=saved, cuobjdump=True)
+    assert verdict.cuobjdump_checked and verdict.passed, verdict.summary()
+    assert not [lib.note for lib in verdict.libraries if lib.note]
