@@ -261,3 +261,14 @@ def test_cuobjdump_cross_check_on_a_tarball(saved, monkeypatch):
     verdict = verify("12.1a", tarball=saved, cuobjdump=True)
     assert verdict.cuobjdump_checked and verdict.passed, verdict.summary()
     assert not [lib.note for lib in verdict.libraries if lib.note]
+
+
+def test_reads_what_inv_publish_writes(image, tmp_path):
+    """The split .tar.zst.partNNN set and manifest from edgevllm.publish, read as it lies."""
+    from edgevllm.publish import PublishOptions, publish
+
+    result = publish(DockerEngine(), PublishOptions(image=image, out_dir=tmp_path, name="arch",
+                                                    part_size=1 << 20, threads=1))
+    assert len(result.part_paths) > 2
+    assert _arches(scan_tarball(result.manifest_path)) == EXPECTED
+    assert _arches(scan_tarball(result.part_paths[0])) == EXPECTED
