@@ -25,15 +25,15 @@ def out_console() -> Console:
 
 
 def info(message: str) -> None:
-    err_console().print(message, markup=False)
+    err_console().print(message, markup=False, soft_wrap=True)
 
 
 def step(message: str) -> None:
-    err_console().print(f"==> {message}", markup=False, style="bold")
+    err_console().print(f"==> {message}", markup=False, style="bold", soft_wrap=True)
 
 
 def warn(message: str) -> None:
-    err_console().print(f"warning: {message}", markup=False, style="yellow")
+    err_console().print(f"warning: {message}", markup=False, style="yellow", soft_wrap=True)
 
 
 def error(message: str) -> None:

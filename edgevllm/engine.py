@@ -157,6 +157,9 @@ class DockerEngine:
     ``context``: a docker context name; ``host``: a daemon URL (``unix://``, ``tcp://``, ``ssh://``).
     """
 
+    # Where the kernel lists binfmt_misc handlers (a class attribute so tests can point it elsewhere).
+    binfmt_dir = Path("/proc/sys/fs/binfmt_misc")
+
     def __init__(self, context: str | None = None, host: str | None = None, binary: str = "docker"):
         self.context = context
         self.host = host
@@ -227,7 +230,7 @@ class DockerEngine:
         handler = _BINFMT_HANDLER.get(arch)
         if handler is None:
             return
-        entry = Path("/proc/sys/fs/binfmt_misc") / handler
+        entry = self.binfmt_dir / handler
         try:
             enabled = entry.read_text().splitlines()[0].strip() == "enabled"
         except OSError:

@@ -47,7 +47,7 @@ def template_values(eff: EffectiveSpec) -> dict:
         "target": eff.target,
         "platform": eff.platform,
         "images": eff.images,
-        "python": eff.target.python,
+        "python": eff.python,
         "apt_packages": eff.apt_packages,
         "torch": eff.torch,
         "offline": eff.spec.offline,

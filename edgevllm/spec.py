@@ -53,7 +53,8 @@ class BuildSpec(Strict):
     target: str
     vllm: SourceSpec = Field(default_factory=lambda: SourceSpec(ref=DEFAULT_VLLM_REF))
     flashinfer: FlashInferSpec = Field(default_factory=FlashInferSpec)
-    packages: dict[str, str] = Field(default_factory=dict)
+    # Pins over the target's; a null value drops the target's pin of that package.
+    packages: dict[str, str | None] = Field(default_factory=dict)
     mods: list[str] | None = None
     add_mods: list[str] = Field(default_factory=list)
     remove_mods: list[str] = Field(default_factory=list)
@@ -66,6 +67,7 @@ class BuildSpec(Strict):
     images: BaseImages | None = None
     torch: TorchSource | None = None
     apt_packages: list[str] | None = None
+    python: str | None = None
     platform: str | None = None
     wheelhouse: str | None = None
     offline: bool = False
@@ -89,6 +91,7 @@ class EffectiveSpec(Strict):
     images: BaseImages
     torch: TorchSource
     apt_packages: list[str]
+    python: str
     packages: dict[str, str]
     mods: list[str]
     max_jobs: int
@@ -134,7 +137,11 @@ def resolve(spec: BuildSpec) -> EffectiveSpec:
         packages["flashinfer-python"] = spec.flashinfer.version
     if spec.flashinfer.source:
         packages.pop("flashinfer-python", None)
-    packages.update(spec.packages)
+    for name, version in spec.packages.items():
+        if version is None:
+            packages.pop(name, None)
+        else:
+            packages[name] = version
     if spec.offline and not spec.wheelhouse:
         raise SpecError("field 'offline': an offline build needs 'wheelhouse' (a folder of wheels)")
     return EffectiveSpec(
@@ -144,6 +151,7 @@ def resolve(spec: BuildSpec) -> EffectiveSpec:
         images=spec.images or target.images,
         torch=spec.torch if spec.torch is not None else target.torch,
         apt_packages=spec.apt_packages if spec.apt_packages is not None else target.apt_packages,
+        python=spec.python or target.python,
         packages=packages,
         mods=select_mods(spec, target),
         max_jobs=spec.max_jobs or target.max_jobs,

@@ -60,7 +60,7 @@ def cli(tmp_path):
         proc = subprocess.run(
             [sys.executable, "-c", "from edgevllm.cli import main; main()", *args],
             capture_output=True, text=True, cwd=cwd or tmp_path, timeout=timeout,
-            env={**os.environ, "NO_COLOR": "1", **(env or {})})
+            env={**os.environ, "NO_COLOR": "1", "PYTHONPATH": str(REPO), **(env or {})})
         return proc.returncode, proc.stdout, proc.stderr
 
     return run

@@ -59,7 +59,9 @@ def hermetic_spec(target: str, base_image: str, upstream, wheelhouse: Path, **ex
         "images": {"build": base_image, "runtime": base_image},
         "torch": {"version": None},
         "apt_packages": [],
-        "packages": {},
+        "python": "python3",
+        # The stand-in has no torch to pair FlashInfer / CuTe DSL with: drop the target's pins.
+        "packages": {"flashinfer-python": None, "nvidia-cutlass-dsl": None},
         "wheelhouse": str(wheelhouse),
         "offline": True,
         "max_jobs": 2,

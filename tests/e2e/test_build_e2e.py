@@ -1,0 +1,154 @@
+"""End-to-end builds on the real Docker engine, through the same CLI, templates and driver as a
+real build (see conftest.py for what stands in for vLLM and the base image, and why).
+
+- thor, linux/arm64 under qemu emulation (as the real target): `edgevllm build --spec`, a
+  cherry-picked PR that changes the compiled code, mods applied in the image, arch verify and
+  probe level 1 run by the build; the extension carries sm_110a SASS (checked with cuobjdump too),
+  no wheel in any layer, labels, the mods record, the lock.
+- spark, linux/amd64 (native, fast): sm_121a; a runtime-only change reuses the wheels (nothing
+  recompiled); a rebuild from the lock reproduces the tree hash and the tag.
+- failures: a compile error names the failing stage and shows its log; no image is tagged.
+"""
+
+from __future__ import annotations
+
+import json
+import tarfile
+
+import pytest
+
+from e2e.conftest import PR_BROKEN, PR_MARKER, hermetic_spec, write_spec
+
+pytestmark = pytest.mark.e2e
+
+
+def run_in(engine, image: str, *command: str) -> str:
+    from edgevllm.engine import RunOptions
+
+    proc = engine.run(RunOptions(image=image, remove=True, command=list(command)), timeout=300)
+    assert proc.returncode == 0, proc.stderr.decode()
+    return proc.stdout.decode().strip()
+
+
+def wheels_in_layers(engine, image: str) -> list[str]:
+    """Every *.whl path in any layer of the saved image (nested layer tars read as streams)."""
+    found = []
+    with engine.save_stream([image]) as stream:
+        with tarfile.open(fileobj=stream, mode="r|") as outer:
+            for member in outer:
+                if not member.isfile():
+                    continue
+                handle = outer.extractfile(member)
+                try:
+                    with tarfile.open(fileobj=handle, mode="r|*") as layer:
+                        found += [m.name for m in layer if m.name.endswith(".whl")]
+                except tarfile.TarError:
+                    continue  # a config or manifest blob, not a layer
+    return found
+
+
+def sass_of(reports, suffix: str) -> set[str]:
+    lib = next(r for r in reports if r.path.endswith(suffix))
+    return set(lib.arches("sass"))
+
+
+@pytest.fixture(scope="module")
+def thor_build(engine, cuda_image_arm64, fake_upstream, wheelhouse, tmp_path_factory, cli):
+    out = tmp_path_factory.mktemp("thor-out")
+    spec = hermetic_spec("thor", cuda_image_arm64, fake_upstream, wheelhouse,
+                         mods=["thor-runtime", "fused-moe-configs"])
+    spec["vllm"]["cherry_picks"] = [str(PR_MARKER)]
+    spec_file = write_spec(out / "thor-spec.yaml", **spec)
+    code, stdout, stderr = cli("build", "--spec", str(spec_file), "--out", str(out),
+                               "--json", str(out / "result.json"), timeout=3000)
+    assert code == 0, stderr[-4000:]
+    return json.loads((out / "result.json").read_text()), out
+
+
+def test_thor_dockerfile_carries_arch_and_platform(thor_build):
+    result, out = thor_build
+    dockerfile = (out / "thor" / "context" / "Dockerfile").read_text()
+    assert 'TORCH_CUDA_ARCH_LIST="11.0a"' in dockerfile
+    assert result["image"].startswith("edgevllm-test/e2e-thor:0.1.0-thor-")
+
+
+def test_thor_image_is_arm64_with_sm110a_sass(thor_build, engine):
+    from edgevllm.archinspect.api import scan_image
+
+    result, _ = thor_build
+    assert engine.image_inspect(result["image"])["Architecture"] == "arm64"
+    sass = sass_of(scan_image(engine, result["image"]), "vllm/_C.abi3.so")
+    assert sass == {"sm_110a"}
+
+
+def test_thor_picked_pr_is_in_the_compiled_code(thor_build, engine):
+    result, _ = thor_build
+    marker = run_in(engine, result["image"], "python3", "-c", "import vllm._C as c; print(c.marker())")
+    assert marker == "pr-1"
+
+
+def test_thor_no_wheel_in_any_layer(thor_build, engine):
+    result, _ = thor_build
+    assert wheels_in_layers(engine, result["image"]) == []
+
+
+def test_thor_labels_lock_and_mods_record(thor_build, engine):
+    from edgevllm.lock import read_lock
+
+    result, _ = thor_build
+    labels = engine.image_labels(result["image"])
+    lock = read_lock(result["lock"])
+    assert labels["io.edgevllm.target"] == "thor"
+    assert labels["io.edgevllm.arch-list"] == "11.0a"
+    assert labels["org.opencontainers.image.revision"] == lock.vllm.commit
+    assert labels["io.edgevllm.prs"] == str(PR_MARKER)
+    assert [p.pr for p in lock.vllm.picks] == [PR_MARKER]
+    assert json.loads(labels["io.edgevllm.verify"])["passed"] is True
+    assert json.loads(labels["io.edgevllm.probe"])["passed"] is True
+    outcomes = {m["name"]: m["outcome"] for m in json.loads(labels["io.edgevllm.mods"])}
+    assert outcomes == {"thor-runtime": "applied", "fused-moe-configs": "applied"}
+    record = json.loads(run_in(engine, result["image"], "cat", "/opt/edgevllm/mods.json"))
+    assert {m["name"] for m in record["mods"]} == {"thor-runtime", "fused-moe-configs"}
+    in_image = json.loads(run_in(engine, result["image"], "cat", "/opt/edgevllm/edgevllm.lock.json"))
+    assert in_image["vllm"]["tree"] == lock.vllm.tree
+
+
+@pytest.fixture(scope="module")
+def spark_spec(cuda_image_amd64, fake_upstream, wheelhouse):
+    return hermetic_spec("spark", cuda_image_amd64, fake_upstream, wheelhouse,
+                         platform="linux/amd64", mods=[])
+
+
+def test_spark_sm121a_rebuild_and_lock(spark_spec, engine, tmp_path):
+    from edgevllm.archinspect.api import scan_image
+    from edgevllm.build import build
+    from edgevllm.lock import read_lock
+    from edgevllm.spec import spec_from_dict
+
+    first = build(spec_from_dict(spark_spec), tmp_path, engine)
+    assert sass_of(scan_image(engine, first.image), "vllm/_C.abi3.so") == {"sm_121a"}
+
+    changed = build(spec_from_dict({**spark_spec, "env": {"EDGEVLLM_TEST": "2"}}), tmp_path, engine)
+    assert changed.compiled is False, "a runtime-only change must not recompile"
+    assert changed.wheels_dir == first.wheels_dir
+    assert run_in(engine, changed.image, "printenv", "EDGEVLLM_TEST") == "2"
+
+    relocked = build(spec_from_dict({**spark_spec, "verify": False}), tmp_path / "again", engine,
+                     lock_path=first.lock_path)
+    assert read_lock(relocked.lock_path).vllm.tree == read_lock(first.lock_path).vllm.tree
+    assert relocked.tags[0] == first.tags[0]
+
+
+def test_compile_failure_names_stage_and_tags_nothing(spark_spec, engine, tmp_path):
+    from edgevllm.build import build
+    from edgevllm.errors import BuildError
+    from edgevllm.spec import spec_from_dict
+
+    spec = {**spark_spec, "vllm": {**spark_spec["vllm"], "cherry_picks": [str(PR_BROKEN)]},
+            "image_repo": "edgevllm-test/e2e-broken"}
+    with pytest.raises(BuildError) as failure:
+        build(spec_from_dict(spec), tmp_path, engine)
+    message = str(failure.value)
+    assert "stage 'build' failed" in message
+    assert "this is not CUDA" in message or "error" in message.lower()
+    assert not [c for c in engine._run(["images", "-q", "edgevllm-test/e2e-broken"]).stdout.split()]

@@ -1,0 +1,52 @@
+"""`edgevllm build` on bad input or a broken environment: one line, its exit code, no traceback."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+
+def assert_one_line(code, stderr, expected_code, fragment):
+    assert code == expected_code, stderr
+    assert "Traceback" not in stderr
+    errors = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and fragment in errors[0], stderr
+
+
+def test_unknown_target(cli):
+    code, _, stderr = cli("build", "--target", "orin")
+    assert_one_line(code, stderr, 2, "unknown target 'orin'")
+
+
+def test_malformed_and_unknown_field_spec(cli, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("target: thor\nvllm: {ref: [v1\n")
+    assert_one_line(*cli("build", "--spec", str(bad))[::2], 2, "bad.yaml: line")
+    bad.write_text("target: thor\nmax_jobz: 2\n")
+    assert_one_line(*cli("build", "--spec", str(bad))[::2], 2, "field 'max_jobz': unknown field")
+
+
+def test_docker_missing(cli, tmp_path):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "python3").symlink_to(sys.executable)
+    code, _, stderr = cli("build", "--target", "thor", env={"PATH": str(bindir)})
+    assert_one_line(code, stderr, 3, "'docker' not found on PATH")
+
+
+def test_daemon_not_running(cli):
+    code, _, stderr = cli("build", "--target", "thor",
+                          env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
+    assert_one_line(code, stderr, 3, "cannot reach the Docker daemon")
+
+
+def test_too_little_disk(cli, tmp_path, engine):
+    from edgevllm.paths import data_dirs
+
+    text = (data_dirs("targets")[0] / "thor.yaml").read_text()
+    (tmp_path / "huge.yaml").write_text(text.replace("name: thor", "name: huge")
+                                        .replace("min_disk_gb: 60", "min_disk_gb: 1000000000"))
+    code, _, stderr = cli("build", "--target", "huge", "--out", str(tmp_path / "out"),
+                          env={"EDGEVLLM_TARGETS_PATH": str(tmp_path)})
+    assert_one_line(code, stderr, 3, "GB free under")

@@ -1,0 +1,52 @@
+"""The engine abstraction: exact command lines, and one-line errors when something is missing."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import pytest
+
+from edgevllm.engine import BuildOptions, DockerEngine, RunOptions
+from edgevllm.errors import BinfmtMissingError, DockerUnavailableError, ImageNotFoundError
+
+
+def test_run_argv_keeps_secret_values_out():
+    options = RunOptions(image="img:1", command=["vllm", "serve", "m", "--x", "{\"a\": 1}"],
+                         env={"A": "1"}, env_names=["HF_TOKEN"], ports=["8000:8000"],
+                         runtime="nvidia", ipc="host", name="n", detach=True)
+    line = DockerEngine(context="spark2").command_line(options.argv())
+    assert line.startswith("docker --context spark2 run -d --name n --ipc host --runtime nvidia")
+    assert "-e HF_TOKEN " in line and "-e A=1" in line
+    assert shlex.split(line)[-1] == "{\"a\": 1}"
+
+
+def test_build_argv_has_contexts_platform_and_output():
+    options = BuildOptions(context=Path("/ctx"), dockerfile=Path("/ctx/Dockerfile"), target="wheels",
+                           platform="linux/arm64", build_contexts={"vllm-src": "/src"},
+                           output="type=local,dest=/out")
+    argv = options.argv()
+    assert argv[:2] == ["buildx", "build"] and "--load" not in argv
+    assert argv[argv.index("--build-context") + 1] == "vllm-src=/src"
+    assert argv[argv.index("--platform") + 1] == "linux/arm64"
+
+
+def test_missing_binary_and_unreachable_daemon():
+    with pytest.raises(DockerUnavailableError, match="not found on PATH: install Docker"):
+        DockerEngine(binary="docker-that-does-not-exist").check_daemon()
+    with pytest.raises(DockerUnavailableError, match="cannot reach the Docker daemon"):
+        DockerEngine(host="unix:///nonexistent/docker.sock").check_daemon()
+
+
+def test_binfmt_missing_for_a_cross_build(tmp_path, monkeypatch):
+    monkeypatch.setattr(DockerEngine, "binfmt_dir", tmp_path)
+    monkeypatch.setattr("edgevllm.engine.host_arch", lambda: "amd64")
+    with pytest.raises(BinfmtMissingError, match="update-binfmts --enable qemu-aarch64"):
+        DockerEngine().check_platform("linux/arm64")
+    (tmp_path / "qemu-aarch64").write_text("enabled\ninterpreter /usr/bin/qemu-aarch64-static\n")
+    DockerEngine().check_platform("linux/arm64")
+
+
+def test_unknown_image_is_one_line(engine):
+    with pytest.raises(ImageNotFoundError, match="image 'edgevllm-test/nope:0' not found"):
+        engine.image_inspect("edgevllm-test/nope:0")

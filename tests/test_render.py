@@ -1,0 +1,41 @@
+"""Rendering: the right arch list and platform per target, byte-identical output for one spec."""
+
+from __future__ import annotations
+
+from edgevllm.render import render_dockerfile
+from edgevllm.spec import load_spec, resolve
+
+
+def test_each_target_renders_its_arch_list():
+    for name, arch in (("thor", "11.0a"), ("spark", "12.1a")):
+        text = render_dockerfile(resolve(load_spec(name)))
+        assert f'TORCH_CUDA_ARCH_LIST="{arch}"' in text
+        assert "FROM nvcr.io/nvidia/cuda:13.0.2-devel-ubuntu24.04 AS base" in text
+        assert "FROM scratch AS wheels" in text and "FROM base AS runtime" in text
+        assert "--mount=type=bind,from=wheels," in text  # wheels never COPY'd into a layer
+        assert "--mount=type=cache,target=/root/.cache/ccache" in text
+        assert f'io.edgevllm.arch-list="{arch}"' in text
+
+
+def test_same_spec_same_bytes_and_changes_show():
+    spec = load_spec("spark", overrides={"env": {"B": "2", "A": "1"}})
+    first, second = render_dockerfile(resolve(spec)), render_dockerfile(resolve(spec))
+    assert first == second
+    other = render_dockerfile(resolve(load_spec("spark", overrides={"max_jobs": 3})))
+    assert other != first and "MAX_JOBS=3" in other
+
+
+def test_thor_removes_flashinfer_cubin_and_offline_uses_wheelhouse(tmp_path):
+    text = render_dockerfile(resolve(load_spec("thor", overrides={
+        "wheelhouse": str(tmp_path), "offline": True})))
+    assert "pip uninstall -y flashinfer-cubin" in text
+    assert "--no-index --find-links /wheelhouse" in text
+    assert "from=wheelhouse" in text
+
+
+def test_render_task_writes_dockerfile_and_context(cli, tmp_path):
+    code, _, stderr = cli("render", "--target", "thor", "--out", str(tmp_path / "r"))
+    assert code == 0, stderr
+    assert 'TORCH_CUDA_ARCH_LIST="11.0a"' in (tmp_path / "r" / "Dockerfile").read_text()
+    assert (tmp_path / "r" / "build-plan.json").is_file()
+    assert (tmp_path / "r" / "edgevllm-mods" / "plan.json").is_file()

@@ -1,0 +1,63 @@
+"""The build spec: from CLI values, a YAML file, or a lock; merged with the target's defaults."""
+
+from __future__ import annotations
+
+import pytest
+
+from edgevllm.errors import SpecError
+from edgevllm.spec import DEFAULT_VLLM_REF, cli_overrides, load_spec, resolve
+
+
+def test_defaults_come_from_the_target():
+    eff = resolve(load_spec("thor"))
+    assert eff.spec.vllm.ref == DEFAULT_VLLM_REF
+    assert eff.platform == "linux/arm64"
+    assert eff.max_jobs == eff.target.max_jobs
+    assert eff.mods == eff.target.default_mods
+    assert eff.env["TORCH_CUDA_ARCH_LIST"] == "11.0a"
+    assert eff.packages["flashinfer-python"] == eff.target.packages["flashinfer-python"]
+
+
+def test_cli_values_override_and_mods_are_selected():
+    overrides = cli_overrides(vllm_pr="https://github.com/vllm-project/vllm/pull/40082",
+                              cherry_picks=["40898"], add_mods=["extra"],
+                              remove_mods=["fastsafetensors"], max_jobs="3", env=["A=1"],
+                              packages=["flashinfer-python=0.6.9"], verify=False)
+    eff = resolve(load_spec("spark", overrides=overrides))
+    assert eff.spec.vllm.pr == 40082 and eff.spec.vllm.cherry_picks == ["40898"]
+    assert "fastsafetensors" not in eff.mods and eff.mods[-1] == "extra"
+    assert eff.max_jobs == 3 and eff.env["A"] == "1" and eff.spec.verify is False
+    assert eff.packages["flashinfer-python"] == "0.6.9"
+
+
+def test_spec_file_with_flags_on_top(tmp_path):
+    path = tmp_path / "spec.yaml"
+    path.write_text("target: thor\nvllm:\n  ref: v0.20.2\nmax_jobs: 4\npackages:\n  nvidia-cutlass-dsl: null\n")
+    eff = resolve(load_spec(spec_file=str(path), overrides=cli_overrides(max_jobs=6)))
+    assert (eff.spec.vllm.ref, eff.max_jobs) == ("v0.20.2", 6)
+    assert "nvidia-cutlass-dsl" not in eff.packages
+
+
+@pytest.mark.parametrize("text, message", [
+    ("target: thor\nmax_jobs: zero\n", "field 'max_jobs'"),
+    ("target: thor\nvllm:\n  reff: main\n", "field 'vllm.reff': unknown field"),
+    ("target: thor\n  bad: [indent\n", "spec.yaml: line"),
+    ("- just a list\n", "expected a mapping"),
+])
+def test_bad_spec_file_is_one_line(tmp_path, text, message):
+    path = tmp_path / "spec.yaml"
+    path.write_text(text)
+    with pytest.raises(SpecError) as failure:
+        resolve(load_spec(spec_file=str(path)))
+    assert message in str(failure.value) and "\n" not in str(failure.value)
+
+
+def test_bad_flag_values():
+    with pytest.raises(SpecError, match="--build-arg 'NOEQUALS': expected KEY=VALUE"):
+        cli_overrides(build_args=["NOEQUALS"])
+    with pytest.raises(SpecError, match="--max-jobs 'many'"):
+        cli_overrides(max_jobs="many")
+    with pytest.raises(SpecError, match="no target given"):
+        load_spec()
+    with pytest.raises(SpecError, match="'offline'.*wheelhouse"):
+        resolve(load_spec("thor", overrides={"offline": True}))
