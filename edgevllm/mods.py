@@ -390,9 +390,17 @@ def list_rows(target_name: str | None = None) -> list[dict]:
             "name": mod.name, "version": mod.lock_version(), "targets": mod.manifest.targets,
             "applies_to": mod.manifest.applies_to, "env": mod.env,
             "steps": [s.kind for s in mod.manifest.steps], "tuned": mod.manifest.tuned,
-            "description": mod.manifest.description.strip().splitlines()[0],
+            "description": _summary(mod.manifest.description),
         })
     return rows
+
+
+def _summary(text: str, limit: int = 72) -> str:
+    """The description up to its first ': ' or '. ' (the part a table has room for)."""
+    flat = " ".join(text.split())
+    cut = min([i for i in (flat.find(": "), flat.find(". ")) if i > 0] or [len(flat)])
+    flat = flat[:cut]
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
 def format_rows(rows: list[dict]) -> str:
@@ -412,3 +420,55 @@ def record_summary(record: dict) -> str:
 
 def read_record(path: Path) -> dict:
     return json.loads(Path(path).read_text())
+
+
+# --- applying to an existing environment (inv mods-apply) --------------------------------------
+def default_mod_names(target_name: str) -> list[str]:
+    from .targets import load_target
+
+    return list(load_target(target_name).default_mods)
+
+
+def apply_to_environment(target_name: str, mod_names: list[str], site_packages: list[Path],
+                         python: str | None = None, json_out: Path | None = None,
+                         find_links: list[str] = (), no_index: bool = False) -> tuple[dict, str]:
+    """Stage the mods in a temporary folder and run the applier with ``python`` (default: this
+    interpreter) on ``site_packages`` (default: that interpreter's own). Returns (record, table);
+    raises ModFailedError naming the first failed mod after the record is written."""
+    import subprocess
+    import sys
+    import tempfile
+
+    from .errors import ModError, ModFailedError
+
+    names = mod_names or default_mod_names(target_name)
+    with tempfile.TemporaryDirectory(prefix="edgevllm-mods-") as tmp:
+        staged = stage_mods(names, target_name, Path(tmp) / "stage")
+        record_path = Path(tmp) / "record.json"
+        argv = [python or sys.executable, str(Path(tmp) / "stage" / "applier.py"), "apply",
+                "--plan", str(staged.plan_path), "--record", str(record_path)]
+        if json_out:
+            argv += ["--env-file", str(Path(json_out).with_suffix(".env"))]
+        for folder in site_packages:
+            argv += ["--site-packages", str(folder)]
+        for link in find_links:
+            argv += ["--pip-find-links", str(link)]
+        if no_index:
+            argv.append("--pip-no-index")
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True)
+        except OSError as exc:
+            raise ModError(f"cannot run the applier with {argv[0]}: {exc.strerror}") from None
+        if not record_path.is_file():
+            last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            raise ModError(f"the applier wrote no record ({argv[0]}): {last}")
+        record = json.loads(record_path.read_text())
+    if json_out:
+        atomic_write_json(json_out, record)
+    table = proc.stdout
+    failed = [m for m in record["mods"] if m["outcome"] == "failed"]
+    if failed:
+        error = ModFailedError(failed[0]["detail"])
+        error.record, error.table = record, table
+        raise error
+    return record, table
