@@ -110,6 +110,7 @@ class Cluster:
             raise ClusterError("node names must be unique")
         self.rendered, self.nodes, self.options = rendered, nodes, options
         self.head = nodes[0]
+        self.started: set[str] = set()  # nodes whose container was started by launch()
         self.network = options.network or ("bridge" if self._one_engine() else "host")
         if self.network == "bridge" and not self._one_engine():
             raise ClusterError("a bridge network spans one engine only: nodes on several engines "
@@ -213,7 +214,8 @@ class Cluster:
                    else ["ray", "start", f"--address={head_addr}"])
             if node.address and _is_ip(node.address):
                 cmd.append(f"--node-ip-address={node.address}")
-            cmd += ["--block", *self.options.ray_args]
+            cmd += ["--block", *topo.ray_args, *self.options.ray_args]
+            cmd += topo.ray_head_args if is_head else []
             options = self.run_options(node, cmd)
             role = "Ray head" if is_head else "Ray worker"
             steps.append(Step(node, f"start {role} {options.name}", options.argv()))
@@ -289,7 +291,7 @@ class Cluster:
             time.sleep(2)
 
     def _check_running(self) -> None:
-        for node in self.nodes:
+        for node in (n for n in self.nodes if n.name in self.started):
             info = node.engine.container_inspect(self.container(node))
             state = (info or {}).get("State", {})
             if not state.get("Running"):
@@ -323,6 +325,8 @@ class Cluster:
         return self.container(self.head)
 
     def _docker(self, step: Step) -> None:
+        if step.argv and step.argv[0] == "run":
+            self.started.add(step.node.name)
         proc = step.node.engine._run(step.argv or [], check=False)
         if proc.returncode != 0:
             last = (proc.stderr.decode(errors="replace").strip().splitlines() or ["?"])[-1]

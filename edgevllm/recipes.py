@@ -91,6 +91,8 @@ class Topology(Strict):
     pipeline_parallel: int = Field(default=1, ge=1)
     ray_port: int = Field(default=6379, ge=1, le=65535)
     master_port: int = Field(default=29501, ge=1, le=65535)
+    ray_args: list[str] = Field(default_factory=list)  # extra `ray start` flags on every node
+    ray_head_args: list[str] = Field(default_factory=list)  # and on the head only
 
     @model_validator(mode="after")
     def _consistent(self) -> "Topology":

@@ -1,0 +1,66 @@
+"""A fixture image with Ray, for the cluster test: no GPU and no vLLM, only the launcher's Ray part.
+
+``ray_image(engine)`` = ``python_image(engine, "amd64")`` + ``ray`` installed offline from wheels that
+``pip download`` fetched on the host (cached under ``$EDGEVLLM_TEST_CACHE/ray-wheels``) and passed
+in as the build context. The image is tagged by a hash of its inputs, so reruns reuse it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from edgevllm.engine import BuildOptions, DockerEngine
+
+from .images import _key, cache_root, file_lock, python_image
+
+RAY_VERSION = "2.60.0"
+PLATFORMS = ["manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_28_x86_64"]
+DOCKERFILE = """\
+ARG BASE
+FROM ${BASE}
+COPY *.whl /wheels/
+RUN python3 -m pip install --no-index --find-links /wheels --break-system-packages \\
+      ray==%s && rm -rf /wheels
+""" % RAY_VERSION
+
+
+def ray_wheels() -> Path:
+    """Ray and its dependencies as cp311 x86_64 wheels, downloaded once."""
+    dest = cache_root() / "ray-wheels" / f"{RAY_VERSION}-{_key(PLATFORMS)}"
+    with file_lock("ray-wheels"):
+        if dest.exists():
+            return dest
+        partial = dest.with_name(dest.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        platform_args = [arg for tag in PLATFORMS for arg in ("--platform", tag)]
+        proc = subprocess.run(
+            [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:",
+             "--python-version", "3.11", *platform_args, "-d", str(partial), f"ray=={RAY_VERSION}"],
+            capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"pip download ray=={RAY_VERSION} failed (needs PyPI access): "
+                               f"{proc.stderr.strip().splitlines()[-1:]}")
+        os.replace(partial, dest)
+    return dest
+
+
+def ray_image(engine: DockerEngine) -> str:
+    base = python_image(engine, "amd64")
+    tag = f"edgevllm-test/ray:{RAY_VERSION}-{_key(base, DOCKERFILE)}"
+    with file_lock("ray-image"):
+        if engine.image_exists(tag):
+            return tag
+        wheels = ray_wheels()
+        dockerfile = cache_root() / f"ray-{_key(DOCKERFILE)}.Dockerfile"
+        dockerfile.write_text(DOCKERFILE)
+        lines: list[str] = []
+        code = engine.build(BuildOptions(context=wheels, dockerfile=dockerfile,
+                                         platform="linux/amd64", tags=[tag],
+                                         build_args={"BASE": base}), lines.append)
+        if code != 0:
+            raise RuntimeError("building the Ray fixture image failed:\n" + "\n".join(lines[-30:]))
+    return tag
