@@ -85,6 +85,8 @@ class PickRequest(BaseModel):
             return cls(spec=spec, kind="commit", sha=spec.lower())
         repo, sep, number = spec.rpartition("#")
         if sep and repo and number:
+            if not number.isdigit() or int(number) < 1:
+                raise SourceError(f"--cherry-pick '{spec}': '{number}' is not a PR number; {_PICK_HELP}")
             return cls(spec=spec, kind="pr", repo=normalize_repo(repo), pr=parse_pr_number(number, "--cherry-pick"))
         repo, sep, sha = spec.rpartition("@")
         if sep and repo and is_full_sha(sha.lower()):
