@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from .. import console
 from ..engine import DockerEngine
 from ..errors import ConfigError, ProbeError
@@ -23,13 +25,14 @@ from ._common import cli_task, split_csv
         "runtime": "level 2: docker --runtime (e.g. nvidia on Jetson)",
         "env": "level 2: extra KEY=VALUE for the server container (repeat)",
         "name": "level 2: container name (default edgevllm-probe-<random>)",
+        "volume": "level 2: docker -v for the server, e.g. ~/.cache/huggingface:/root/.cache/huggingface",
         "context": "docker context to run on (default: the current one)",
     },
-    iterable=["serve_arg", "require", "env"],
+    iterable=["serve_arg", "require", "env", "volume"],
 )
 def probe(c, image, target, level=1, model=None, json=None, timeout=None, port=None,
           serve_arg=None, require=None, gpus="all", runtime=None, env=None, name=None,
-          context=None):
+          volume=None, context=None):
     """Probe an image: level 1 imports and build facts; level 2 serves a model and reads the log."""
     from ..probe import ServeSettings, probe_level1, probe_level2
 
@@ -40,8 +43,10 @@ def probe(c, image, target, level=1, model=None, json=None, timeout=None, port=N
         required = split_csv(require) or None
         result = probe_level1(engine, image, target, required=required, **kwargs)
     elif level == 2:
+        # HF_TOKEN goes by name: its value stays out of argv, labels and the result.
         settings = ServeSettings(gpus=None if gpus in (None, "", "none") else gpus,
-                                 runtime=runtime, env=_env_pairs(env))
+                                 runtime=runtime, env=_env_pairs(env), env_names=["HF_TOKEN"],
+                                 volumes=[os.path.expanduser(v) for v in volume or []])
         result = probe_level2(engine, image, target, model=model,
                               timeout=float(timeout) if timeout else 900,
                               serve_args=list(serve_arg) if serve_arg else None,
