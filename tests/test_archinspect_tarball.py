@@ -272,3 +272,13 @@ def test_reads_what_inv_publish_writes(image, tmp_path):
     assert len(result.part_paths) > 2
     assert _arches(scan_tarball(result.manifest_path)) == EXPECTED
     assert _arches(scan_tarball(result.part_paths[0])) == EXPECTED
+
+
+def test_oci_layout_without_docker_manifest(saved, tmp_path):
+    """Layer order from index.json → manifest blob, as in an OCI archive (no manifest.json)."""
+    oci = tmp_path / "oci.tar"
+    with tarfile.open(saved) as src, tarfile.open(oci, "w") as dst:
+        for member in src:
+            if member.name != "manifest.json":
+                dst.addfile(member, src.extractfile(member) if member.isfile() else None)
+    assert _arches(scan_tarball(oci)) == EXPECTED

@@ -2,10 +2,10 @@
 
 Tarballs are streamed, never extracted: docker-save archives (old ``<id>/layer.tar`` or OCI
 ``blobs/sha256/...`` layers, themselves plain, gzip or zstd) are read layer by layer, each
-library parsed as it passes, then the layers are stacked in ``manifest.json`` order so that
-whiteouts (``.wh.``) hide deleted files and later layers override earlier ones. A tarball without
-``manifest.json`` is taken as a plain root filesystem (``docker export``). Memory peak: the
-largest single library.
+library parsed as it passes, then the layers are stacked in ``manifest.json`` order (or in an
+OCI ``index.json``'s, see oci.py) so that whiteouts (``.wh.``) hide deleted files and later
+layers override earlier ones. A tarball with neither is taken as a plain root filesystem
+(``docker export``). Memory peak: the largest single library.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import IO, Callable
 from ..errors import NotATarballError
 from .elf import is_elf
 from .library import LibraryReport, inspect_buffer, is_library_name
+from .oci import JSON_BLOB_LIMIT, oci_layers
 from .streams import ParseStream, sniff, unpacked
 
 Inspect = Callable[[str, object], LibraryReport]
@@ -101,19 +102,31 @@ class _Outer:
     layers: dict[str, Layer] = field(default_factory=dict)
     rootfs: Layer = field(default_factory=Layer)
     manifest: list | None = None
+    index: dict | None = None  # OCI index.json, used when there is no manifest.json
+    json_blobs: dict[str, bytes] = field(default_factory=dict)
 
 
 def _outer_member(state: _Outer, tar: tarfile.TarFile, member, inspect: Inspect) -> None:
     name = _clean(member.name)
-    if name == "manifest.json" and member.isfile():
-        state.manifest = json.loads(tar.extractfile(member).read())
+    if name in ("manifest.json", "index.json") and member.isfile() and member.size <= JSON_BLOB_LIMIT:
+        setattr(state, name[:-5], _json_or_none(tar.extractfile(member).read()))
     elif member.isfile() and _is_layer_name(name):
         head, stream = sniff(tar.extractfile(member))
         inner = unpacked(head, stream)
         if inner is not None:
             state.layers[name] = scan_layer(inner, inspect)
+        elif head.startswith(b"{") and member.size <= JSON_BLOB_LIMIT:
+            state.json_blobs[name] = stream.read()
     else:
         _add_member(state.rootfs, tar, member, inspect)
+
+
+def _json_or_none(data: bytes):
+    """A top-level manifest.json / index.json, or None when it is some other file of that name."""
+    try:
+        return json.loads(data)
+    except ValueError:
+        return None
 
 
 def scan_tar_stream(stream: IO[bytes], label: str, inspect: Inspect = inspect_buffer) -> list[LibraryReport]:
@@ -131,14 +144,23 @@ def scan_tar_stream(stream: IO[bytes], label: str, inspect: Inspect = inspect_bu
     return _stack(state, label)
 
 
+def _layer_order(state: _Outer, label: str) -> list[str] | None:
+    if isinstance(state.manifest, list) and state.manifest and state.layers:
+        return state.manifest[0].get("Layers", [])
+    if isinstance(state.index, dict) and state.layers:
+        return oci_layers(state.index, state.json_blobs, label)
+    return None
+
+
 def _stack(state: _Outer, label: str) -> list[LibraryReport]:
-    if not state.manifest:
+    order = _layer_order(state, label)
+    if order is None:
         return sorted(state.rootfs.libraries.values(), key=lambda r: r.path)
     files: dict[str, LibraryReport] = {}
-    for name in state.manifest[0].get("Layers", []):
+    for name in order:
         layer = state.layers.get(_clean(name))
         if layer is None:
-            raise NotATarballError(f"{label}: layer {name} named in manifest.json is missing; "
+            raise NotATarballError(f"{label}: layer {name} named in the image manifest is missing; "
                                    "the archive is incomplete, save it again")
         _apply(files, layer)
     return sorted(files.values(), key=lambda r: r.path)
