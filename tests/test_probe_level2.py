@@ -228,3 +228,13 @@ def gone_after_probe(engine, container: str) -> bool:
     labelled = [c for c in engine.containers(label="io.edgevllm.probe")
                 if c.get("Names") == container]
     return not labelled and gone(engine, container)
+
+
+def test_missing_image_is_reported_before_anything_starts(engine):
+    from edgevllm.errors import ImageNotFoundError
+
+    container = name()
+    with pytest.raises(ImageNotFoundError, match="not found"):
+        probe_level2(engine, "edgevllm-test-probe-fakevllm:does-not-exist", thor(),
+                     container_name=container, settings=settings())
+    assert gone(engine, container)

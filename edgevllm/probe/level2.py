@@ -211,7 +211,9 @@ def probe_level2(engine: DockerEngine, image: str, target: Any, model: str | Non
     host_port = port or free_port(settings.host)
     name = container_name or f"edgevllm-probe-{uuid.uuid4().hex[:8]}"
     result = ProbeResult(image=image, target=tgt.name, level=2)
-    result.facts.update(model=model, serve_args=args, container=name, port=host_port)
+    # fail with "image not found" here rather than a registry pull attempt by `docker run`
+    result.facts.update(image_id=engine.image_id(image), model=model, serve_args=args,
+                        container=name, port=host_port)
     options = RunOptions(
         image=image, command=serve_command(model, args), entrypoint="vllm", name=name,
         gpus=settings.gpus, runtime=settings.runtime, ipc=settings.ipc,
