@@ -28,7 +28,10 @@ Inspect = Callable[[str, object], LibraryReport]
 def scan_file(path: Path | str, inspect: Inspect = inspect_buffer) -> LibraryReport:
     """One library given by name: not ELF or corrupt is an error here, not a table row."""
     path = Path(path)
-    report = inspect_file(path, path.name, inspect) if path.is_file() else None
+    try:
+        report = inspect_file(path, path.name, inspect) if path.is_file() else None
+    except OSError as exc:
+        raise NotElfError(f"{path}: cannot read it ({exc.strerror}); check its permissions") from None
     if report is None:
         raise NotElfError(f"{path}: not an ELF shared object; pass a library or a folder of them")
     if report.corrupt:

@@ -36,10 +36,18 @@ def scan_directory(root: Path, inspect: Inspect = inspect_buffer) -> list[Librar
         for name in sorted(files):
             full = Path(folder, name)
             if is_library_name(name) and not full.is_symlink() and full.is_file():
-                report = inspect_file(full, str(full.relative_to(root)), inspect)
+                report = _inspect_or_unreadable(full, str(full.relative_to(root)), inspect)
                 if report is not None:
                     reports.append(report)
     return reports
+
+
+def _inspect_or_unreadable(path: Path, label: str, inspect: Inspect) -> LibraryReport | None:
+    """An unreadable file is a table row too: it must not stop the scan."""
+    try:
+        return inspect_file(path, label, inspect)
+    except OSError as exc:
+        return LibraryReport(path=label, size=0, status=f"corrupt: cannot read ({exc.strerror})")
 
 
 def inspect_file(path: Path, label: str, inspect: Inspect = inspect_buffer) -> LibraryReport | None:
