@@ -1,0 +1,114 @@
+"""Compose output: every shipped recipe's file is accepted by the real ``docker compose config``,
+keeps its restart policy and health check, references secrets without their values and keeps
+literal ``$`` and JSON intact."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from edgevllm.errors import RecipeError
+from edgevllm.recipes import all_recipes, parse_recipe, render
+from edgevllm.serve import write_compose
+
+SECRET = "hf_compose_secret_value"
+
+
+def compose_binary() -> list[str]:
+    """``docker compose`` (v2 plugin) or Debian's ``docker-compose`` (also v2); FAIL if neither."""
+    if shutil.which("docker"):
+        probe = subprocess.run(["docker", "compose", "version"], capture_output=True)
+        if probe.returncode == 0:
+            return ["docker", "compose"]
+    if shutil.which("docker-compose"):
+        return ["docker-compose"]
+    pytest.fail("Compose v2 is needed: apt-get install -t trixie docker-compose (Debian) or the "
+                "docker-compose-plugin package (Docker's repository)")
+
+
+def config(path: Path, env: dict[str, str] | None = None) -> dict:
+    proc = subprocess.run(compose_binary() + ["-f", str(path), "config"], capture_output=True,
+                          text=True, env={"PATH": "/usr/local/bin:/usr/bin:/bin",
+                                          "HOME": str(path.parent), **(env or {})})
+    assert proc.returncode == 0, proc.stderr
+    return yaml.safe_load(proc.stdout)
+
+
+def unescape(value: str) -> str:
+    return value.replace("$$", "$")
+
+
+def shipped():
+    return [(loaded, target) for loaded in all_recipes() for target in loaded.recipe.targets]
+
+
+@pytest.mark.parametrize("loaded, target", shipped(),
+                         ids=lambda v: v if isinstance(v, str) else v.name)
+def test_compose_file_of_every_shipped_recipe_is_accepted(tmp_path, loaded, target, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", SECRET)
+    rendered = render(loaded, {"target": target})
+    path = write_compose(rendered, tmp_path / "compose.yaml")
+    text = path.read_text()
+    assert SECRET not in text and "${HF_TOKEN:-}" in text
+    resolved = config(path)
+    service = resolved["services"][loaded.name.replace(".", "-")]
+    assert service["image"] == rendered.image
+    assert service["command"] == rendered.command
+    assert service["restart"] == rendered.restart
+    assert service["healthcheck"]["test"][:2] == ["CMD", "python3"]
+    assert f"localhost:{rendered.health_port}/health" in service["healthcheck"]["test"][-1]
+    assert service["container_name"] == f"edgevllm-{loaded.name}"
+    assert service["entrypoint"] in ([], None, "")  # the image's ENTRYPOINT is cleared
+    for key, value in rendered.env.items():
+        assert service["environment"][key] == value
+    assert service["environment"]["HF_TOKEN"] == ""  # unset here; never written to the file
+    gpu = service.get("runtime") == "nvidia" or service.get("deploy", {}).get("resources")
+    assert gpu
+    assert service["volumes"], "the HF cache volume is mounted"
+
+
+def test_secret_comes_from_the_environment_of_compose(tmp_path):
+    loaded = next(r for r in all_recipes() if r.name == "qwen3-8b-nvfp4")
+    path = write_compose(render(loaded), tmp_path / "c.yaml")
+    service = config(path, {"HF_TOKEN": SECRET})["services"]["qwen3-8b-nvfp4"]
+    assert service["environment"]["HF_TOKEN"] == SECRET
+    assert SECRET not in path.read_text()
+
+
+def test_dollar_and_json_survive_interpolation(tmp_path):
+    recipe = parse_recipe({
+        "name": "dollar", "description": "d", "targets": ["thor"], "status": {"thor": "untested"},
+        "image": "edgevllm/vllm:thor", "model": "m", "restart": "always",
+        "serve": {"args": ["--chat-template-kwargs", '{"price":"$5","x":{"y":1}}']},
+        "env": {"LITERAL": "$HOME/x"},
+        "container": {"gpus": "all", "network": "host"},
+    }, "t")
+    service = config(write_compose(render(recipe), tmp_path / "c.yaml"))["services"]["dollar"]
+    # `config` prints a Compose file again, so a literal $ is shown escaped as $$: not expanded.
+    assert unescape(service["command"][-1]) == '{"price":"$5","x":{"y":1}}'
+    assert unescape(service["environment"]["LITERAL"]) == "$HOME/x"
+    assert service["network_mode"] == "host" and "ports" not in service
+    devices = service["deploy"]["resources"]["reservations"]["devices"]
+    assert devices[0]["capabilities"] == ["gpu"]
+    assert service["restart"] == "always"
+
+
+def test_cli_compose_writes_file(tmp_path, cli):
+    out = tmp_path / "compose.yaml"
+    code, _, err = cli("compose", "--recipe", "nemotron-3-nano-nvfp4-thor", "--out", str(out),
+                       "--set", "port=8100")
+    assert code == 0, err
+    service = config(out)["services"]["nemotron-3-nano-nvfp4-thor"]
+    assert service["ports"][0]["published"] in ("8100", 8100)
+
+
+def test_cluster_recipe_has_no_compose_form():
+    recipe = parse_recipe({"name": "c", "description": "d", "targets": ["spark"],
+                           "status": {"spark": "untested"}, "image": "x/y:z", "model": "m",
+                           "topology": {"mode": "ray", "nodes": 2}}, "t")
+    with pytest.raises(RecipeError, match="cluster"):
+        write_compose(render(recipe), Path("/nonexistent/never-written.yaml"))
