@@ -31,8 +31,10 @@ MOE_LINE = ("WARNING fused_moe.py:812] Using default MoE config. Performance mig
             "sub-optimal! Config file not found at /x/E=128,N=768,device_name=NVIDIA_Thor.json")
 FP4_LINE = ("WARNING marlin_utils_fp4.py:204] Your GPU does not have native support for FP4 "
             "computation but FP4 quantization is being used.")
+# Only the probe task module: the test does not depend on the other task modules importing.
 CLI_BOOT = ("from invoke import Collection, Program; import edgevllm.cli.probe as m; "
-            "Program(namespace=Collection.from_module(m), name='edgevllm', binary='edgevllm').run()")
+            "Program(namespace=Collection.from_module(m), name='edgevllm', "
+            "binary='edgevllm').run()")
 
 
 @pytest.fixture(scope="module")

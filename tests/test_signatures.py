@@ -50,7 +50,7 @@ INFO 05-12 10:00:09 cuda.py:300] Using FLASH_ATTN attention backend out of poten
 INFO 05-12 10:00:40 gpu_model_runner.py:2030] Model loading took 1.12 GiB memory and 9.8 seconds
 INFO 05-12 10:00:52 gpu_worker.py:448] Estimated CUDA graph memory: 0.41 GiB total
 INFO 05-12 10:00:53 kv_cache_utils.py:1087] GPU KV cache size: 412,672 tokens
-INFO 05-12 10:01:00 fused_moe.py:700] Using configuration from /x/E=128,N=768,device_name=NVIDIA_Thor.json
+INFO 05-12 10:01:00 fused_moe.py:700] Using configuration from /x/E=128,N=768,device_name=X.json
 INFO:     Application startup complete.
 INFO:     127.0.0.1:51234 - "GET /health HTTP/1.1" 200 OK
 """.splitlines()

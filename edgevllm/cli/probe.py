@@ -25,7 +25,8 @@ from ._common import cli_task, split_csv
         "runtime": "level 2: docker --runtime (e.g. nvidia on Jetson)",
         "env": "level 2: extra KEY=VALUE for the server container (repeat)",
         "name": "level 2: container name (default edgevllm-probe-<random>)",
-        "volume": "level 2: docker -v for the server, e.g. ~/.cache/huggingface:/root/.cache/huggingface",
+        "volume": "level 2: docker -v for the server (repeat), e.g. "
+                  "~/.cache/huggingface:/root/.cache/huggingface",
         "context": "docker context to run on (default: the current one)",
     },
     iterable=["serve_arg", "require", "env", "volume"],

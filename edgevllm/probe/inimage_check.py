@@ -8,6 +8,7 @@ is reported as such and the other checks still run. Only the environment variabl
 """
 
 import argparse
+import importlib
 import json
 import os
 import signal
@@ -71,7 +72,6 @@ def distribution_version(module_name, module):
 
 def check_import(name, timeout):
     def work(emit):
-        import importlib
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as exc:
@@ -90,7 +90,8 @@ def check_import(name, timeout):
         return {"ok": False, "missing": False, "error": "import " + died}
     if found and "child_error" not in found[-1]:
         return found[-1]
-    return {"ok": False, "missing": False, "error": found[-1]["child_error"] if found else "no output"}
+    error = found[-1]["child_error"] if found else "no output"
+    return {"ok": False, "missing": False, "error": error}
 
 
 def torch_facts(timeout):
@@ -170,7 +171,7 @@ def extension_facts(package, timeout):
     while start < len(paths):
         def work(emit, first=start):
             try:  # the extensions link against torch's libraries: load them first, as vLLM does
-                import torch  # noqa: F401
+                importlib.import_module("torch")
             except Exception:  # noqa: BLE001 - reported by the torch check
                 pass
             for index in range(first, len(paths)):
@@ -201,7 +202,7 @@ def extension_facts(package, timeout):
 
 
 def dlopen_facts(name):
-    """Whether ``name`` loads by that exact name (fastsafetensors dlopens unversioned libcudart.so)."""
+    """Whether ``name`` loads by that exact name (fastsafetensors dlopens libcudart.so)."""
     import ctypes
     try:
         ctypes.CDLL(name, mode=os.RTLD_LAZY)

@@ -121,7 +121,8 @@ def judge_imports(result: ProbeResult, facts: dict, required: set[str]) -> None:
         need = name in required
         where = {k: info.get(k) for k in ("version", "file") if info.get(k)}
         if info.get("ok"):
-            result.add(f"import:{name}", PASS, f"{name} {info.get('version') or ''}".strip(), **where)
+            label = f"{name} {info.get('version') or ''}".strip()
+            result.add(f"import:{name}", PASS, label, **where)
         elif info.get("missing"):
             if need:
                 result.add(f"import:{name}", FAIL, f"required component {name} is not installed",
@@ -234,7 +235,8 @@ def judge_mods(result: ProbeResult, facts: dict, labels: dict[str, str]) -> None
             result.add("mods-record", FAIL, f"no mods record at {MODS_RECORD}", rebuild)
         return
     if not record.get("valid"):
-        result.add("mods-record", FAIL, f"{MODS_RECORD} is not JSON: {record.get('error')}", rebuild)
+        result.add("mods-record", FAIL, f"{MODS_RECORD} is not JSON: {record.get('error')}",
+                   rebuild)
         return
     pairs = mod_records(record.get("data"))
     bad = [f"{name}={outcome or '?'}" for name, outcome in pairs if outcome not in GOOD_OUTCOMES]

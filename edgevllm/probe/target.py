@@ -80,5 +80,6 @@ def probe_target(target: Any) -> ProbeTarget:
         target = _load_by_name(target)
     result = _from_object(target)
     if not result.cuda_arch or result.cuda_arch == "None":
-        raise UnknownTargetError(f"target '{result.name}' has no cuda_arch; set it in its YAML file")
+        raise UnknownTargetError(f"target '{result.name}' has no cuda_arch; "
+                                 "set it in its YAML file")
     return result
