@@ -107,3 +107,10 @@ def test_targets_resolve_from_yaml_and_arch_text():
         resolve_target("no-such-target")
     with pytest.raises(ConfigError):
         parse_arch("twelve")
+
+
+def test_summary_dict_for_build_records():
+    verdict = judge([_as(VLLM, "sm_110a")], SPARK, load_policy(), target="spark")
+    record = verdict.summary_dict()
+    assert record["passed"] is False and record["gated"] == 1
+    assert record["failures"] == [{"path": VLLM, "level": "none", "note": ""}]

@@ -59,6 +59,14 @@ class Verdict:
             head += f"; failing: {worst}{more}"
         return head
 
+    def summary_dict(self) -> dict:
+        """A compact record for build metadata: the verdict without per-entry detail."""
+        return {"passed": self.passed, "target": self.target, "cuda_arch": str(self.cuda_arch),
+                "summary": self.summary(), "scanned": self.scanned,
+                "gated": sum(1 for lib in self.libraries if lib.gated),
+                "failures": [{"path": lib.report.path, "level": lib.level, "note": lib.note}
+                             for lib in self.failures]}
+
     def to_json(self) -> dict:
         return {"target": self.target, "cuda_arch": str(self.cuda_arch), "source": self.source,
                 "passed": self.passed, "scanned": self.scanned, "summary": self.summary(),
