@@ -293,3 +293,27 @@ def export_tree(mirror: GitMirror, commit: str, dest: Path) -> None:
         env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
         mirror.git("read-tree", commit, env=env)
         mirror.git("-c", "core.bare=false", f"--work-tree={dest}", "checkout-index", "--all", "--force", env=env)
+
+
+def submodule_urls(mirror: GitMirror, commit: str) -> dict[str, str]:
+    """Submodule path -> URL, from the commit's .gitmodules (relative URLs resolved)."""
+    proc = mirror.git("config", "--blob", f"{commit}:.gitmodules", "--get-regexp", r"^submodule\..*\.(path|url)$",
+                      check=False)
+    names: dict[str, dict[str, str]] = {}
+    for line in out(proc).splitlines():
+        key, _, value = line.partition(" ")
+        name, _, attr = key[len("submodule."):].rpartition(".")
+        names.setdefault(name, {})[attr] = value
+    return {entry["path"]: _join_url(mirror.url, entry["url"]) for entry in names.values() if "path" in entry and "url" in entry}
+
+
+def _join_url(base: str, relative: str) -> str:
+    if not relative.startswith(("./", "../")):
+        return relative
+    parts = base.rstrip("/").split("/")
+    for piece in relative.split("/"):
+        if piece == "..":
+            parts.pop()
+        elif piece not in (".", ""):
+            parts.append(piece)
+    return "/".join(parts)

@@ -18,7 +18,7 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .cherrypick import ResolvedPick, apply_picks, export_tree, first_parent, tree_of
+from .cherrypick import ResolvedPick, apply_picks, export_tree, first_parent, gitlinks, submodule_urls, tree_of
 from .errors import LockError, RefNotFoundError, SourceError
 from .fsutil import atomic_dir
 from .gitcache import (GitMirror, display_repo, is_full_sha, looks_like_sha, normalize_repo,
@@ -173,6 +173,7 @@ class PreparedSource:
     ref: Optional[str] = None
     pr: Optional[int] = None
     tree_dir: Optional[Path] = None
+    submodules: dict[str, str] = field(default_factory=dict)  # path -> commit, exported into the tree
 
     @property
     def applied(self) -> list[PickLock]:
@@ -184,7 +185,8 @@ class PreparedSource:
 
     def to_lock_entry(self) -> SourceLock:
         return SourceLock(name=self.name, repo=self.repo, ref=self.ref, pr=self.pr, base_sha=self.base_sha,
-                          picks=list(self.picks), commit=self.commit, tree=self.tree_hash, version=self.version)
+                          picks=list(self.picks), commit=self.commit, tree=self.tree_hash, version=self.version,
+                          submodules=dict(self.submodules))
 
 
 # --- resolution ----------------------------------------------------------------------------------
@@ -273,9 +275,42 @@ def prepare_sources(request: SourceRequest, dest_dir: Path | str | None = None, 
                                   pr=request.pr)
         if dest_dir is not None:
             with atomic_dir(dest_dir) as tmp:
-                export_tree(mirror, final, tmp)
+                prepared.submodules = export_source(mirror, final, tmp, cache_root)
             prepared.tree_dir = Path(dest_dir)
     return prepared
+
+
+_MAX_SUBMODULE_DEPTH = 4
+
+
+def export_source(mirror: GitMirror, commit: str, dest: Path, cache_root: Path | None = None,
+                  prefix: str = "", depth: int = 0) -> dict[str, str]:
+    """Export ``commit`` and, recursively, its submodules at their pinned commits -> {path: sha}.
+
+    FlashInfer vendors CUTLASS and spdlog as submodules; the build context must hold them, and
+    nothing is cloned inside Docker. Each submodule repository gets its own mirror.
+    """
+    export_tree(mirror, commit, dest)
+    links = gitlinks(mirror, commit)
+    if not links or depth >= _MAX_SUBMODULE_DEPTH:
+        return {}
+    urls = submodule_urls(mirror, commit)
+    recorded: dict[str, str] = {}
+    for path, sha in sorted(links.items()):
+        where = f"submodule {prefix}{path}"
+        if path not in urls:
+            raise SourceError(f"{where} has no URL in .gitmodules of {commit[:12]}; fix .gitmodules in the source")
+        sub = GitMirror(urls[path], cache_root)
+        with sub.locked():
+            try:
+                sub.fetch_sha(sha, what=f"{where} commit {sha[:12]}")
+            except RefNotFoundError:
+                raise RefNotFoundError(f"{where} commit {sha[:12]} not found in {display_repo(sub.url)}; "
+                                       "the submodule pin is broken upstream, pick a commit that fixes it") from None
+            (dest / path).mkdir(parents=True, exist_ok=True)
+            recorded[f"{prefix}{path}"] = sha
+            recorded.update(export_source(sub, sha, dest / path, cache_root, f"{prefix}{path}/", depth + 1))
+    return recorded
 
 
 def summarize(prepared: PreparedSource) -> list[str]:
@@ -288,6 +323,8 @@ def summarize(prepared: PreparedSource) -> list[str]:
         else:
             extra = f"; {pick.reason}" if pick.reason else ""
             lines.append(f"{prepared.name}: applied {what} (head {pick.head_sha[:12]}) as {pick.commit[:12]}{extra}")
+    for path, sha in prepared.submodules.items():
+        lines.append(f"{prepared.name}: submodule {path} at {sha[:12]}")
     lines.append(f"{prepared.name}: tree {prepared.tree_hash[:12]}")
     return lines
 

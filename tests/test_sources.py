@@ -9,6 +9,7 @@ non-zero exit, no traceback and nothing left under the final output name.
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -17,7 +18,7 @@ from edgevllm.lock import LOCK_FILENAME, image_tag, lock_hash, read_lock, write_
 from edgevllm.sources import (PickRequest, SourceRequest, prepare_into, prepare_sources, requests_from_lock,
                               summarize)
 from support.gitfixtures import (PR_CLEAN, PR_CODE_CONFLICT, PR_DOC_CONFLICT, PR_MERGED, PR_MISSING,  # noqa: F401
-                                 PR_MOVABLE, add_pr, assert_one_error_line, copy_upstream, daemon_url,
+                                 PR_MOVABLE, add_pr, add_submodule, assert_one_error_line, copy_upstream, daemon_url,
                                  force_push_pr, git_cache, has_commit, leftovers, make_upstream_repo, move_pr,
                                  run_cli, upstream, vanish_unreachable)
 
@@ -303,3 +304,31 @@ def test_lock_written_as_yaml_is_accepted(git_cache, upstream, tmp_path):
     proc = run_cli("sources", "--lock", str(path), "--out", str(tmp_path / "out"))
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["lock_sha256"] == lock_hash(lock)
+
+
+def test_submodules_are_exported_at_their_pinned_commits(git_cache, upstream, tmp_path):
+    """FlashInfer vendors CUTLASS as a submodule: the prepared tree must contain it."""
+    vendored = tmp_path / "cutlass-src"
+    (vendored / "include").mkdir(parents=True)
+    (vendored / "include/cutlass.h").write_text("#define CUTLASS 1\n")
+    cutlass = make_upstream_repo(tmp_path / "cutlass", vendored)
+    add_submodule(upstream, "3rdparty/cutlass", cutlass)
+    lock, prepared = prepare_into([SourceRequest.from_cli("flashinfer", upstream.url, None, None, [str(PR_CLEAN)])],
+                                  tmp_path / "out")
+    assert (tmp_path / "out/flashinfer/3rdparty/cutlass/include/cutlass.h").read_text() == "#define CUTLASS 1\n"
+    assert lock.flashinfer.submodules == {"3rdparty/cutlass": cutlass.shas["c1"]}
+    assert lock.vllm is None and prepared["flashinfer"].tree_dir == tmp_path / "out/flashinfer"
+
+
+def test_broken_submodule_pin_fails_with_one_line(git_cache, upstream, tmp_path):
+    vendored = tmp_path / "dep-src"
+    vendored.mkdir()
+    (vendored / "dep.txt").write_text("dep\n")
+    dep = make_upstream_repo(tmp_path / "dep", vendored)
+    add_submodule(upstream, "3rdparty/dep", dep)
+    shutil.rmtree(dep.path)  # the submodule's history is rewritten: the pinned commit is gone
+    (vendored / "dep.txt").write_text("rewritten\n")
+    make_upstream_repo(tmp_path / "dep", vendored)
+    with pytest.raises(SourceError, match="submodule 3rdparty/dep commit"):
+        prepare_into([SourceRequest.from_cli("vllm", upstream.url)], tmp_path / "out")
+    assert leftovers(tmp_path, "out") == []

@@ -345,3 +345,20 @@ def assert_one_error_line(proc: subprocess.CompletedProcess, *needles: str) -> s
 def leftovers(folder: Path, name: str) -> list[str]:
     """Anything under ``folder`` named like ``name`` or a temporary of it (``.name.tmp-*``)."""
     return sorted(p.name for p in folder.iterdir() if p.name == name or p.name.startswith(f".{name}."))
+
+
+def add_submodule(upstream: Upstream, path: str, sub: Upstream, url: str | None = None, branch: str = "main") -> str:
+    """Commit a submodule (gitlink + .gitmodules) at ``path`` pinned to ``sub``'s ``branch`` tip."""
+    sha = head(sub, branch)
+    gitmodules = f'[submodule "{path}"]\n\tpath = {path}\n\turl = {url or sub.url}\n'
+    parent = head(upstream)
+    with tempfile.TemporaryDirectory(prefix="gitfixture-") as tmp:
+        env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+        upstream.git("read-tree", parent, env=env)
+        blob = upstream.git("hash-object", "-w", "--stdin", input=gitmodules.encode())
+        upstream.git("update-index", "--add", "--cacheinfo", f"100644,{blob},.gitmodules", env=env)
+        upstream.git("update-index", "--add", "--cacheinfo", f"160000,{sha},{path}", env=env)
+        tree = upstream.git("write-tree", env=env)
+    new = upstream.git("commit-tree", tree, "-p", parent, "-m", f"add submodule {path}", env=_identity(upstream))
+    upstream.git("update-ref", "refs/heads/main", new)
+    return new
