@@ -52,15 +52,15 @@ def cuda_image_arm64(engine):
     return cuda_image(engine, "arm64")
 
 
-@pytest.fixture
-def cli(tmp_path):
+def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None, timeout: float = 600):
     """Run the real console entry point in a subprocess: returns (exit code, stdout, stderr)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", "from edgevllm.cli import main; main()", *args],
+        capture_output=True, text=True, cwd=cwd or REPO, timeout=timeout,
+        env={**os.environ, "NO_COLOR": "1", "PYTHONPATH": str(REPO), **(env or {})})
+    return proc.returncode, proc.stdout, proc.stderr
 
-    def run(*args: str, env: dict | None = None, cwd: Path | None = None, timeout: float = 600):
-        proc = subprocess.run(
-            [sys.executable, "-c", "from edgevllm.cli import main; main()", *args],
-            capture_output=True, text=True, cwd=cwd or tmp_path, timeout=timeout,
-            env={**os.environ, "NO_COLOR": "1", "PYTHONPATH": str(REPO), **(env or {})})
-        return proc.returncode, proc.stdout, proc.stderr
 
-    return run
+@pytest.fixture(scope="session")
+def cli():
+    return run_cli
