@@ -211,3 +211,39 @@ def test_missing_image_is_an_engine_error(engine):
 
     with pytest.raises(ImageNotFoundError):
         probe_level1(engine, "edgevllm-test-probe-l1:does-not-exist", spark())
+
+
+# -- through the command line --------------------------------------------------------------------
+@pytest.mark.e2e
+def test_cli_failure_still_writes_the_json_and_exits_9(engine, images, tmp_path):
+    from support.probe_images import probe_cli
+
+    out = tmp_path / "probe.json"
+    # targets/spark.yaml wants TORCH_CUDA_ARCH_LIST etc. in the env: the fixture lacks them
+    proc = probe_cli("--image", images["good"], "--target", "spark", "--require", "vllm,torch",
+                     "--json", str(out))
+    stdout, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == 9, stderr
+    data = json.loads(out.read_text())
+    assert data["passed"] is False and data["level"] == 1
+    assert [c["id"] for c in data["checks"] if c["status"] == "fail"] == ["runtime-env"]
+    assert "TORCH_CUDA_ARCH_LIST unset" in stdout and "FAILED: level1 fail: runtime-env" in stdout
+    assert stderr.strip().splitlines()[-1].startswith("error: probe of ")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["probe.json"]
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("args, code, message", [
+    (["--image", "edgevllm-test-probe-l1:nope", "--target", "thor"], 4, "not found"),
+    (["--image", "x", "--target", "no-such-target"], 2, "unknown target 'no-such-target'"),
+    (["--image", "x", "--target", "thor", "--level", "3"], 2, "--level 3: use 1 or 2"),
+    (["--image", "x", "--target", "thor", "--level", "2", "--env", "NOEQUALS"], 2, "KEY=VALUE"),
+])
+def test_cli_bad_input_is_one_line(engine, args, code, message):
+    from support.probe_images import probe_cli
+
+    proc = probe_cli(*args)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == code, stderr
+    assert message in stderr and "Traceback" not in stderr
+    assert len(stderr.strip().splitlines()) == 1

@@ -12,29 +12,21 @@ HTTP calls, the container's log and its removal.
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 
 from edgevllm.probe import ProbeTarget, ServeSettings, probe_level2
+from support.probe_images import probe_cli
 
 pytestmark = pytest.mark.e2e
 
-REPO = Path(__file__).resolve().parent.parent
 MOE_LINE = ("WARNING fused_moe.py:812] Using default MoE config. Performance might be "
             "sub-optimal! Config file not found at /x/E=128,N=768,device_name=NVIDIA_Thor.json")
 FP4_LINE = ("WARNING marlin_utils_fp4.py:204] Your GPU does not have native support for FP4 "
             "computation but FP4 quantization is being used.")
-# Only the probe task module: the test does not depend on the other task modules importing.
-CLI_BOOT = ("from invoke import Collection, Program; import edgevllm.cli.probe as m; "
-            "Program(namespace=Collection.from_module(m), name='edgevllm', "
-            "binary='edgevllm').run()")
 
 
 @pytest.fixture(scope="module")
@@ -165,16 +157,10 @@ def test_target_without_model_is_a_config_error(engine, image):
 
 
 # -- through the command line --------------------------------------------------------------------
-def cli(*args: str) -> subprocess.Popen:
-    env = {**os.environ, "NO_COLOR": "1", "PYTHONPATH": str(REPO)}
-    return subprocess.Popen([sys.executable, "-c", CLI_BOOT, "probe", *args], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
 def test_cli_writes_json_and_exits_zero(engine, image, tmp_path):
     out = tmp_path / "result.json"
     container = name()
-    proc = cli("--image", image, "--target", "thor", "--level", "2", "--gpus", "none",
+    proc = probe_cli("--image", image, "--target", "thor", "--level", "2", "--gpus", "none",
                "--json", str(out), "--name", container, "--timeout", "120",
                "--serve-arg=--max-model-len", "--serve-arg", "1024")
     stdout, stderr = proc.communicate(timeout=300)
@@ -189,7 +175,7 @@ def test_cli_writes_json_and_exits_zero(engine, image, tmp_path):
 
 
 def test_cli_failure_exits_with_the_probe_code(engine, image, tmp_path):
-    proc = cli("--image", image, "--target", "thor", "--level", "2", "--gpus", "none",
+    proc = probe_cli("--image", image, "--target", "thor", "--level", "2", "--gpus", "none",
                "--env", f"FAKE_VLLM_LOG={MOE_LINE}", "--json", "-", "--timeout", "120")
     stdout, stderr = proc.communicate(timeout=300)
     assert proc.returncode == 9
@@ -201,7 +187,7 @@ def test_cli_failure_exits_with_the_probe_code(engine, image, tmp_path):
 def test_interrupt_removes_the_container_and_writes_no_result(engine, image, tmp_path, sig):
     out = tmp_path / "result.json"
     container = name()
-    proc = cli("--image", image, "--target", "thor", "--level", "2", "--gpus", "none",
+    proc = probe_cli("--image", image, "--target", "thor", "--level", "2", "--gpus", "none",
                "--env", "FAKE_VLLM_NEVER_HEALTHY=1", "--json", str(out), "--name", container,
                "--timeout", "3600")
     try:

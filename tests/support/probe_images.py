@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -112,3 +115,17 @@ def fake_vllm_image(engine: DockerEngine) -> str:
     with tempfile.TemporaryDirectory(prefix="edgevllm-test-probe-") as tmp:
         shutil.copy(FIXTURE / "fake_vllm_serve.py", Path(tmp) / "fake_vllm_serve.py")
         return _build(engine, Path(tmp), FIXTURE / "fake-vllm.Dockerfile", tag, base)
+
+
+# Only the probe task module: the CLI tests do not depend on the other task modules importing.
+CLI_BOOT = ("from invoke import Collection, Program; import edgevllm.cli.probe as m; "
+            "Program(namespace=Collection.from_module(m), name='edgevllm', "
+            "binary='edgevllm').run()")
+
+
+def probe_cli(*args: str) -> subprocess.Popen:
+    """``edgevllm probe ARGS`` in a subprocess (text pipes), for exit codes and signals."""
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "NO_COLOR": "1", "PYTHONPATH": str(repo)}
+    return subprocess.Popen([sys.executable, "-c", CLI_BOOT, "probe", *args], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
