@@ -636,7 +636,6 @@ def apply_mod(env: Env, plan_dir: Path, mod: dict) -> dict:
     if miss:
         return dict(result, outcome="not-applicable", detail=miss)
     ctx = Context(env, plan_dir, mod)
-    outcomes = []
     for index, step in enumerate(mod.get("steps", [])):
         entry = {"index": index, "kind": step["kind"], "title": step.get("title", "")}
         step_miss = _range_miss(env, step.get("applies_to") or {})
@@ -657,17 +656,21 @@ def apply_mod(env: Env, plan_dir: Path, mod: dict) -> dict:
                 return dict(result, outcome="failed", detail=message)
             entry.update(outcome=outcome, detail=detail)
         result["steps"].append(entry)
-        if step["kind"] != "verify":
-            outcomes.append(entry["outcome"])
-    return dict(result, **_summarise(outcomes))
+    return dict(result, **_summarise(result["steps"]))
 
 
-def _summarise(outcomes: list[str]) -> dict:
+def _summarise(steps: list[dict]) -> dict:
+    """The mod's outcome from its steps. Env and verify steps change no package, so they decide
+    only for a mod that has nothing else (an env-only mod)."""
+    changing = [s for s in steps if s["kind"] not in ("env", "verify")]
+    deciding = changing or [s for s in steps if s["kind"] == "env"]
+    outcomes = [s["outcome"] for s in deciding]
     if "applied" in outcomes:
         return {"outcome": "applied", "detail": f"{outcomes.count('applied')} step(s) changed"}
     if "already-applied" in outcomes:
         return {"outcome": "already-applied", "detail": "nothing to change"}
-    return {"outcome": "not-applicable", "detail": "no step applies to the installed versions"}
+    reasons = list(dict.fromkeys(s["detail"] for s in deciding))
+    return {"outcome": "not-applicable", "detail": "no step applies: " + "; ".join(reasons)}
 
 
 def apply_plan(plan: dict, plan_dir: Path, env: Env, only: list[str] | None = None) -> dict:
