@@ -18,7 +18,7 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .cherrypick import ResolvedPick, apply_picks, export_tree, first_parent, gitlinks, submodule_urls, tree_of
+from .cherrypick import EMPTY_TREE, ResolvedPick, apply_picks, export_tree, first_parent, gitlinks, submodule_urls, tree_of
 from .errors import LockError, RefNotFoundError, SourceError
 from .fsutil import atomic_dir
 from .gitcache import (GitMirror, display_repo, is_full_sha, looks_like_sha, normalize_repo,
@@ -226,7 +226,7 @@ def _resolve_pick(mirror: GitMirror, pick: PickRequest, source_repo: str) -> Res
     if pick.sha and pick.merge_base:  # pinned by a lock: no moving refs are consulted
         label = f"PR #{pick.pr} head" if pick.kind == "pr" else "picked commit"
         head = _from_lock(lambda: mirror.fetch_sha(pick.sha, repo, f"{label} {pick.sha[:12]}"), pick.sha, label, repo)
-        if pick.merge_base != "4b825dc642cb6eb9a060e54bf8d69288fbee4904":
+        if pick.merge_base != EMPTY_TREE:  # a root commit was diffed against the empty tree
             _from_lock(lambda: mirror.fetch_sha(pick.merge_base, repo), pick.merge_base, f"merge-base of {pick.spec}", repo)
         return ResolvedPick(head_sha=head, merge_base=pick.merge_base, **common)
     if pick.kind == "commit":
