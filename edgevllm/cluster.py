@@ -76,7 +76,7 @@ class Step:
 
 def parse_nodes(spec: list[str], addresses: list[str] | None = None,
                 iface: str | None = None) -> list[Node]:
-    """``--nodes local,ssh://me@spark2,ctx3`` (+ ``--node-ips``, ``--iface``) → nodes, head first."""
+    """``--nodes local,ssh://me@spark2,ctx3`` (+ ``--node-ips``, ``--iface``): head first."""
     if not spec:
         raise ClusterError("--nodes is empty: give one engine per node, head first")
     addresses = addresses or []
@@ -153,8 +153,9 @@ class Cluster:
             try:
                 inspect = node.engine.image_inspect(ref)
             except ImageNotFoundError:
-                raise ClusterError(f"node {node.name} (engine {node.engine.describe()}) lacks image "
-                                   f"{ref}: load it there (docker save | docker load)") from None
+                raise ClusterError(f"node {node.name} (engine {node.engine.describe()}) lacks "
+                                   f"image {ref}: load it there (docker save | docker load)") \
+                    from None
             check_pinned_digest(ref, inspect, node.engine.describe())
             ids[node.name] = inspect["Id"]
         head_id = ids[self.head.name]
@@ -170,7 +171,8 @@ class Cluster:
         for node in self.nodes:
             if node.engine.container_inspect(self.container(node)) is not None:
                 raise ClusterError(f"container {self.container(node)} already exists on node "
-                                   f"{node.name}: inv stop --recipe {self.rendered.name} --nodes ...")
+                                   f"{node.name}: inv stop --cluster {self.options.name} "
+                                   "--nodes ...")
 
     # -- plan ----------------------------------------------------------------------------------
     def node_env(self, node: Node) -> dict[str, str]:

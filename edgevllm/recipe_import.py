@@ -1,7 +1,7 @@
 """Convert a spark-vllm-docker v1 recipe into an edgevllm launch recipe, reporting what is lost.
 
-A v1 recipe has ``recipe_version``, ``name``, ``description``, ``model``, ``container`` (an image tag
-its build script produced), ``command`` (one shell line with ``{placeholder}`` fields filled by
+A v1 recipe has ``recipe_version``, ``name``, ``description``, ``model``, ``container`` (an image
+tag its build script produced), ``command`` (one shell line with ``{placeholder}`` fields filled by
 ``str.format``, so literal braces are doubled), ``defaults``, ``env``, ``mods`` (scripts run in the
 container at every start), ``build_args`` (flags for its build script), ``solo_only`` and
 ``cluster_only``. The command becomes an argument list (shell quoting resolved once, here), the
@@ -171,8 +171,8 @@ def _image(container: str, notes: list[str]) -> str:
     if not valid_image_ref(container):
         raise RecipeError(f"field 'container': '{container}' is not an image reference")
     if "@sha256:" not in container:
-        notes.append(f"container '{container}' is a mutable tag from spark-vllm-docker's build: pin "
-                     "image: to repo@sha256:<digest> or add build: {spec: FILE}")
+        notes.append(f"container '{container}' is a mutable tag from spark-vllm-docker's "
+                     "build: pin image: to repo@sha256:<digest> or add build: {spec: FILE}")
     return container
 
 

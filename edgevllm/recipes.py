@@ -58,7 +58,8 @@ class BuildRef(Strict):
     @model_validator(mode="after")
     def _one(self) -> "BuildRef":
         if (self.spec is None) == (self.lock is None):
-            raise ValueError("give exactly one of 'spec' (a build spec file) or 'lock' (a lock file)")
+            raise ValueError("give exactly one of 'spec' (a build spec file) or 'lock' "
+                             "(a lock file)")
         return self
 
 
@@ -142,7 +143,8 @@ class Recipe(Strict):
     @classmethod
     def _name(cls, value: str) -> str:
         if not _NAME.match(value):
-            raise ValueError("must be lower-case letters, digits, '.', '_' or '-' (a container name)")
+            raise ValueError("must be lower-case letters, digits, '.', '_' or '-' "
+                             "(it names the container)")
         return value
 
     @field_validator("image")

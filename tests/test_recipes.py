@@ -157,7 +157,8 @@ def test_undefined_placeholder_names_field_and_key():
 def test_empty_rendered_argument_is_dropped():
     recipe = parse_recipe(minimal(
         defaults={"parser": None},
-        serve={"args": ["{{ model }}", "{% if parser %}--reasoning-parser={{ parser }}{% endif %}"]}),
+        serve={"args": ["{{ model }}",
+                        "{% if parser %}--reasoning-parser={{ parser }}{% endif %}"]}),
         "t")
     assert render(recipe).command == ["vllm", "serve", "org/m"]
     assert render(recipe, {"parser": "nano_v3"}).command[-1] == "--reasoning-parser=nano_v3"
@@ -184,7 +185,8 @@ def test_topology_values_reach_templates_and_are_validated():
 
 def test_digest_image_is_accepted():
     digest = "sha256:" + "a" * 64
-    assert render(parse_recipe(minimal(image=f"edgevllm/vllm@{digest}"), "t")).image.endswith(digest)
+    recipe = parse_recipe(minimal(image=f"edgevllm/vllm@{digest}"), "t")
+    assert render(recipe).image.endswith(digest)
 
 
 # -- spark-vllm-docker v1 import ----------------------------------------------------------------

@@ -1,8 +1,8 @@
 """A fixture image with Ray, for the cluster test: no GPU and no vLLM, only the launcher's Ray part.
 
-``ray_image(engine)`` = ``python_image(engine, "amd64")`` + ``ray`` installed offline from wheels that
-``pip download`` fetched on the host (cached under ``$EDGEVLLM_TEST_CACHE/ray-wheels``) and passed
-in as the build context. The image is tagged by a hash of its inputs, so reruns reuse it.
+``ray_image(engine)`` = ``python_image(engine, "amd64")`` + ``ray`` installed offline from wheels
+that ``pip download`` fetched on the host (cached under ``$EDGEVLLM_TEST_CACHE/ray-wheels``) and
+passed in as the build context. The image is tagged by a hash of its inputs, so reruns reuse it.
 """
 
 from __future__ import annotations
