@@ -247,3 +247,18 @@ def test_cli_bad_input_is_one_line(engine, args, code, message):
     assert proc.returncode == code, stderr
     assert message in stderr and "Traceback" not in stderr
     assert len(stderr.strip().splitlines()) == 1
+
+
+def test_torch_cuda_major_must_match_the_target():
+    from edgevllm.probe.level1 import judge_torch
+
+    facts = {"torch": {"version": "2.14.0+cu128", "cuda": "12.8", "arch_list": ["sm_121a"]}}
+    wrong = ProbeResult("img", "spark", 1)
+    judge_torch(wrong, facts, spark(cuda_version="13.0.2"))
+    check = wrong.get("torch-cuda")
+    assert check.status == "fail" and "CUDA 12.8" in check.message and "cu130" in check.remedy
+    assert wrong.get("torch-arch") is None
+    right = ProbeResult("img", "spark", 1)
+    judge_torch(right, {"torch": dict(facts["torch"], cuda="13.0")}, spark(cuda_version="13.0.2"))
+    assert right.get("torch-cuda").status == right.get("torch-arch").status == "pass"
+    assert probe_target("spark").cuda_version.startswith("13.")

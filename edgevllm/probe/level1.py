@@ -171,6 +171,13 @@ def judge_torch(result: ProbeResult, facts: dict, target: ProbeTarget) -> None:
         result.add("torch-cuda", FAIL, f"torch {torch.get('version')} is a CPU-only build",
                    "install torch from the CUDA 13 index (download.pytorch.org/whl/cu130)")
         return
+    want = (target.cuda_version or "").split(".")[0]
+    if want and str(torch["cuda"]).split(".")[0] != want:
+        result.add("torch-cuda", FAIL, f"torch {torch.get('version')} is built for CUDA "
+                   f"{torch['cuda']}, the target runs CUDA {target.cuda_version}",
+                   f"install torch from the CUDA {want} index (e.g. "
+                   f"download.pytorch.org/whl/cu{want}0)")
+        return
     result.add("torch-cuda", PASS, f"torch {torch.get('version')} built for CUDA {torch['cuda']}")
     coverage, matched = arch_coverage(target.cuda_arch, torch.get("arch_list", []))
     arches = " ".join(torch.get("arch_list", [])) or "(empty)"

@@ -30,6 +30,7 @@ class ProbeTarget:
     required_imports: list[str] = field(default_factory=lambda: list(DEFAULT_COMPONENTS))
     level2_model: str | None = None
     serve_args: list[str] = field(default_factory=list)
+    cuda_version: str | None = None  # the device's CUDA ("13.0.2"): torch must match its major
 
 
 def _get(obj: Any, key: str, default: Any = None) -> Any:
@@ -51,6 +52,7 @@ def _from_object(obj: Any) -> ProbeTarget:
         required_imports=list(required) if required is not None else list(DEFAULT_COMPONENTS),
         level2_model=_get(probe, "level2_model"),
         serve_args=[str(a) for a in (_get(probe, "serve_args") or [])],
+        cuda_version=str(_get(obj, "cuda_version")) if _get(obj, "cuda_version") else None,
     )
 
 
