@@ -174,10 +174,11 @@ class Context:
     def versions_text(self) -> str:
         names = list(self.mod.get("applies_to") or {}) or []
         parts = [f"{n} {self.env.version(n) or 'not installed'}" for n in names]
-        return ", ".join(parts) or "no package range"
+        return ", ".join(parts)
 
     def fail(self, message: str) -> StepFailed:
-        return StepFailed(f"mod {self.mod['name']}: {self.versions_text()}: {message}")
+        versions = self.versions_text()
+        return StepFailed(f"mod {self.mod['name']}: {versions + ': ' if versions else ''}{message}")
 
 
 def _short(text: str, limit: int = 80) -> str:

@@ -24,9 +24,11 @@ X86 = ["manylinux_2_28_x86_64"]
 PY = f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
-def wheel(spec: str, platform: bool = True) -> Path:
-    """One cached wheel for this host's platform (``platform=False``: a pure-Python wheel)."""
-    return pypi_download(spec, X86 if platform else (), PY if platform else None)
+def wheel(spec: str, platform: bool = True, tag: str | None = None) -> Path:
+    """One cached wheel for this host's platform (``platform=False``: a pure-Python wheel;
+    ``tag``: another manylinux tag, e.g. for wheels published as manylinux2014 only)."""
+    tags = [tag] if tag else X86
+    return pypi_download(spec, tags if platform else (), PY if platform else None)
 
 
 def site_with(key: str, wheels: Sequence[Path]) -> Path:
