@@ -269,6 +269,7 @@ CLI_FAILURES = {
     "short SHA pick": (lambda up, tmp: ["--vllm-repo", up.url, "--cherry-pick", "deadbeef1"], ["full 40-character SHA"], 5),
     "missing lock": (lambda up, tmp: ["--lock", str(tmp / "none.lock.json")], ["lock file not found"], 5),
     "malformed lock": (lambda up, tmp: ["--lock", _bad_lock(tmp)], ["field 'vllm'"], 5),
+    "unknown target": (lambda up, tmp: ["--vllm-repo", up.url, "--target", "nosuch"], ["unknown target 'nosuch'"], 2),
     "lock plus flags": (lambda up, tmp: ["--lock", _bad_lock(tmp), "--vllm-ref", "main"], ["drop the --vllm-*"], 2),
 }
 
