@@ -107,7 +107,7 @@ def serve_command(model: str, serve_args: Sequence[str]) -> list[str]:
 
 def container_state(engine: DockerEngine, name: str) -> dict:
     info = engine.container_inspect(name)
-    return (info or {}).get("State", {}) if info else {"Status": "gone", "Running": False}
+    return info.get("State", {}) if info else {"Status": "gone", "Running": False}
 
 
 def stop_signature(engine: DockerEngine, name: str, target: str) -> Match | None:
