@@ -43,7 +43,8 @@ def unescape(value: str) -> str:
 
 
 def shipped():
-    return [(loaded, target) for loaded in all_recipes() for target in loaded.recipe.targets]
+    return [(loaded, target) for loaded in all_recipes() for target in loaded.recipe.targets
+            if loaded.recipe.topology.mode == "solo"]
 
 
 @pytest.mark.parametrize("loaded, target", shipped(),
@@ -104,6 +105,13 @@ def test_cli_compose_writes_file(tmp_path, cli):
     assert code == 0, err
     service = config(out)["services"]["nemotron-3-nano-nvfp4-thor"]
     assert service["ports"][0]["published"] in ("8100", 8100)
+
+
+def test_shipped_cluster_recipe_has_no_compose_form(tmp_path):
+    loaded = next(r for r in all_recipes() if r.recipe.topology.mode != "solo")
+    with pytest.raises(RecipeError, match="inv serve --nodes"):
+        write_compose(render(loaded), tmp_path / "c.yaml")
+    assert not (tmp_path / "c.yaml").exists()
 
 
 def test_cluster_recipe_has_no_compose_form():

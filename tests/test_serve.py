@@ -29,11 +29,12 @@ STANDIN = (
 )
 
 
-def shipped():
-    return [(loaded, target) for loaded in all_recipes() for target in loaded.recipe.targets]
+def shipped(mode: str = "solo"):
+    return [(loaded, target) for loaded in all_recipes() for target in loaded.recipe.targets
+            if (loaded.recipe.topology.mode == "solo") == (mode == "solo")]
 
 
-@pytest.mark.parametrize("loaded, target", shipped(),
+@pytest.mark.parametrize("loaded, target", shipped("solo"),
                          ids=lambda v: v if isinstance(v, str) else v.name)
 def test_dry_run_of_every_shipped_recipe(loaded, target, monkeypatch):
     monkeypatch.setenv("HF_TOKEN", SECRET)
@@ -55,6 +56,29 @@ def test_dry_run_of_every_shipped_recipe(loaded, target, monkeypatch):
     assert runtime == "nvidia" or gpus == "all"
     for key, value in rendered.env.items():
         assert f"{key}={value}" in argv
+
+
+@pytest.mark.parametrize("loaded, target", shipped("cluster"),
+                         ids=lambda v: v if isinstance(v, str) else v.name)
+def test_dry_run_of_every_shipped_cluster_recipe(loaded, target, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", SECRET)
+    rendered = render(loaded, {"target": target})
+    count = rendered.topology.nodes
+    nodes = [Node(f"n{i}", DockerEngine(host=f"ssh://me@node{i}"), f"10.1.0.{i + 1}")
+             for i in range(count)]
+    lines = Cluster(rendered, nodes, ClusterOptions(name=loaded.name)).dry_run()
+    text = "\n".join(lines)
+    assert SECRET not in text and "HF_TOKEN=" not in text
+    runs = [shlex.split(l) for l in lines if " run -d " in l]
+    assert len(runs) == count
+    for argv in runs:
+        assert rendered.image in argv and "--restart" in argv
+        assert argv[argv.index("--restart") + 1] == "no"
+    tail = shlex.split(lines[-1])
+    assert tail[tail.index(rendered.model) - 2:tail.index(rendered.model)] == ["vllm", "serve"]
+    if rendered.topology.mode == "ray":
+        assert tail[-2:] == ["--distributed-executor-backend", "ray"]
+        assert f"--tensor-parallel-size={rendered.topology.tensor_parallel}" in tail
 
 
 def test_dry_run_keeps_json_argument_whole():

@@ -53,18 +53,24 @@ def split_csv_keep(values) -> list[str]:
 
 @cli_task(help={"as-json": "print JSON instead of a table"}, auto_shortflags=False)
 def recipes(c, as_json=False):
-    """List the launch recipes: name, targets with known-good/untested, image."""
-    from ..recipes import all_recipes
+    """List the launch recipes: per target, known-good or untested, and the image."""
+    from ..recipes import all_recipes, render
 
-    rows = [{"name": l.name, "targets": l.recipe.status, "image": l.recipe.image,
-             "build": (l.recipe.build.spec or l.recipe.build.lock) if l.recipe.build else None,
-             "description": l.recipe.description} for l in all_recipes()]
+    rows = []
+    for loaded in all_recipes():
+        for target, status in loaded.recipe.status.items():
+            rendered = render(loaded, {"target": target})
+            rows.append({"name": loaded.name, "target": target, "status": status,
+                         "topology": f"{rendered.topology.mode}x{rendered.topology.nodes}",
+                         "image": rendered.image, "build": rendered.build and
+                         (rendered.build.spec or rendered.build.lock),
+                         "description": loaded.recipe.description})
     if as_json:
         print(json.dumps(rows, indent=2))
         return
-    for row in rows:
-        status = ", ".join(f"{t}: {s}" for t, s in row["targets"].items())
-        print(f"{row['name']:<40} [{status}]  {row['image']}")
+    for r in rows:
+        print(f"{r['name']:<36} {r['target']:<6} {r['status']:<10} {r['topology']:<8} "
+              f"{r['image']}")
 
 
 @cli_task(help=_SERVE_HELP, iterable=["set_"], auto_shortflags=False)
