@@ -22,12 +22,15 @@ from .build import (
 )
 from .engine import BuildOptions, DockerEngine
 from .errors import ArchGateFailed, BuildError, ProbeError
-from .lock import LOCK_LABEL, Lock, BaseImageLock, ModLock, image_tag, label_value, read_lock, write_lock
+from .lock import (
+    LOCK_IMAGE_PATH, LOCK_LABEL, BaseImageLock, Lock, ModLock, image_tag, label_value, read_lock,
+    write_lock,
+)
 from .render import render_dockerfile
 from .sources import PreparedSource, SourceRequest, prepare_sources, summarize
 from .spec import EffectiveSpec
 
-LOCK_FILE_IN_IMAGE = "edgevllm.lock.json"
+LOCK_FILE_IN_IMAGE = Path(LOCK_IMAGE_PATH).name  # the meta context is copied to /opt/edgevllm/
 
 
 def source_request(eff: EffectiveSpec, name: str = "vllm") -> SourceRequest:
@@ -140,7 +143,8 @@ def run_checks(eff: EffectiveSpec, engine: DockerEngine, image: str, ws: Workspa
                           json_out=ws.root / "verify.json")
     verify_summary = verdict.summary_dict() if hasattr(verdict, "summary_dict") else {"passed": verdict.passed}
     console.step("checks: probe level 1 (imports, torch arch list, mods record, env)")
-    probe = probe_level1(engine, image, eff.target.name, required=eff.spec.probe_required)
+    probe = probe_level1(engine, image, eff.target.name, required=eff.spec.probe_required,
+                         runtime_env=eff.env)
     probe_summary = {"passed": probe.passed, "summary": probe.summary()}
     if not verdict.passed:
         raise ArchGateFailed(f"{image}: kernel-arch gate failed for {eff.target.name}; "

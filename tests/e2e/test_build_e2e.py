@@ -81,6 +81,24 @@ def test_thor_image_is_arm64_with_sm110a_sass(thor_build, engine):
     assert sass == {"sm_110a"}
 
 
+def test_thor_extension_sass_confirmed_by_cuobjdump(thor_build, engine, tmp_path):
+    """cuobjdump (NVIDIA's, from PyPI) lists the same SASS in the extension copied out of the image."""
+    import subprocess
+
+    from support.cuda_libs import cuobjdump_binary
+
+    result, _ = thor_build
+    container = engine.create(result["image"])
+    try:
+        engine.copy_from(container, "/opt/venv/lib/python3.11/site-packages/vllm/_C.abi3.so",
+                         tmp_path / "_C.abi3.so")
+    finally:
+        engine.remove_container(container)
+    listing = subprocess.run([str(cuobjdump_binary()), "--list-elf", str(tmp_path / "_C.abi3.so")],
+                             capture_output=True, text=True, check=True).stdout
+    assert "sm_110a" in listing and "sm_121" not in listing
+
+
 def test_thor_picked_pr_is_in_the_compiled_code(thor_build, engine):
     result, _ = thor_build
     marker = run_in(engine, result["image"], "python3", "-c", "import vllm._C as c; print(c.marker())")
