@@ -386,6 +386,7 @@ def publish(engine: DockerEngine, options: PublishOptions) -> PublishResult:
     out_dir = Path(options.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     _refuse_existing(out_dir, name, options.force)
+    _warn_low_disk(out_dir, int(inspect.get("Size") or 0))
     labels = (inspect.get("Config") or {}).get("Labels") or {}
     records = read_records(engine, options.image, labels)
     refs = _saved_refs(options.image, inspect)
@@ -431,6 +432,14 @@ def _stream_save(engine: DockerEngine, refs: list[str], writer: PartWriter,
             reader = CountingReader(stream, progress)
             compress(reader, writer, level, options.threads)
     return reader.count
+
+
+def _warn_low_disk(out_dir: Path, image_size: int) -> None:
+    # Real images compress to roughly 40-60 %; below that much free space the run will likely fail.
+    free = shutil.disk_usage(out_dir).free
+    if free < image_size * 0.6:
+        console.warn(f"only {human(free)} free under {out_dir} for a {human(image_size)} image; "
+                     "the compressed output may not fit")
 
 
 def _existing_outputs(out_dir: Path, name: str) -> list[Path]:

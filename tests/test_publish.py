@@ -302,3 +302,21 @@ def test_ctrl_c_during_publish_leaves_nothing(python_image_amd64, tmp_path):
     assert proc.returncode == 130, err.decode()
     assert "interrupted" in err.decode()
     assert list(out.iterdir()) == []
+
+
+def test_gzip_set_loads_through_inv_load_and_truncation_is_caught(engine, image, tmp_path):
+    """The multi-member gzip path of the reader: a whole set loads, a cut copy is refused."""
+    image_id = engine.image_id(image)
+    result = publish(engine, PublishOptions(image=image, out_dir=tmp_path / "set", format="gz",
+                                            part_size=4 * MiB))
+    assert len(result.part_paths) >= 2
+    cut = tmp_path / "cut.tar.gz"
+    with open(cut, "wb") as out:
+        for part in result.part_paths[:-1]:
+            out.write(part.read_bytes())
+    _removed(engine, image_id)
+    with pytest.raises(IntegrityError, match="gzip stream is truncated"):
+        load(engine, cut)
+    assert not engine.image_exists(image_id)
+    loaded = load(engine, result.manifest_path)
+    assert loaded.image_id == image_id and loaded.loaded == [image]
