@@ -231,7 +231,8 @@ def stop(engine: DockerEngine, recipe: str | None = None, name: str | None = Non
          timeout: int = 30) -> list[str]:
     """Stop and remove every container of a recipe (or one by name); return their names."""
     if not recipe and not name:
-        raise RecipeError("say what to stop: --recipe NAME or --name CONTAINER")
+        raise RecipeError("say what to stop: --recipe NAME, --name CONTAINER, or --cluster NAME "
+                          "--nodes ENGINES")
     rows = find_containers(engine, recipe, name)
     if not rows:
         raise RecipeError(f"no edgevllm container for {recipe or name} on engine "

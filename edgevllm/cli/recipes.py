@@ -81,7 +81,11 @@ def serve(c, recipe, set_=None, target=None, dry_run=False, name=None, engine=No
     from ..cluster import Cluster, ClusterOptions, parse_nodes
 
     rendered = _rendered(recipe, set_, target)
-    if nodes or rendered.topology.mode != "solo":
+    if rendered.topology.mode != "solo" and not nodes:
+        raise RecipeError(f"recipe {rendered.name} is a {rendered.topology.nodes}-node "
+                          f"{rendered.topology.mode} cluster: pass --nodes ENGINE,ENGINE,... "
+                          "(head first)")
+    if nodes:
         node_list = parse_nodes(split_csv([nodes] if nodes else []), split_csv([node_ips])
                                 if node_ips else None, iface)
         plan = Cluster(rendered, node_list, ClusterOptions(
