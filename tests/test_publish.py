@@ -280,7 +280,7 @@ def test_not_a_tarball_is_refused(cli, tmp_path):
 
 # --- interrupt safety --------------------------------------------------------------------------
 def test_ctrl_c_during_publish_leaves_nothing(python_image_amd64, tmp_path):
-    """SIGINT while parts are being written: no final name, no temporary, exit 130.
+    """Ctrl-C while parts are being written: no final name, no temporary, exit 130.
 
     The ~490 MB Debian + Python base image takes seconds to compress, so the signal lands while
     the stream is flowing (the test waits for the first temporary part to appear).
@@ -289,7 +289,8 @@ def test_ctrl_c_during_publish_leaves_nothing(python_image_amd64, tmp_path):
     proc = subprocess.Popen(
         [sys.executable, "-c", "from edgevllm.cli import main; main()", "publish",
          "--image", python_image_amd64, "--out", str(out), "--part-size", "4M", "--level", "9"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO, env={**os.environ, "NO_COLOR": "1"})
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO, env={**os.environ, "NO_COLOR": "1"},
+        start_new_session=True)  # its own process group, as a terminal's Ctrl-C signals it
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
         temps = list(out.glob(".*.tmp-*")) if out.exists() else []
@@ -297,7 +298,7 @@ def test_ctrl_c_during_publish_leaves_nothing(python_image_amd64, tmp_path):
             break
         time.sleep(0.05)
     assert proc.poll() is None, f"publish ended before it could be interrupted: {proc.stderr.read()}"
-    proc.send_signal(signal.SIGINT)
+    os.killpg(proc.pid, signal.SIGINT)  # to publish and its `docker save` child alike
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err.decode()
     assert "interrupted" in err.decode()
