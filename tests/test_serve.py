@@ -16,7 +16,8 @@ from edgevllm.cluster import Cluster, ClusterOptions, Node
 from edgevllm.engine import DockerEngine
 from edgevllm.errors import RecipeError
 from edgevllm.recipes import all_recipes, parse_recipe, render
-from edgevllm.serve import LABEL_RECIPE, serve, status, stop
+from edgevllm.serve import (LABEL_RECIPE, check_pinned_digest, resolve_image, serve, status,
+                            stop)
 
 SECRET = "hf_secret_value_must_not_leak"
 STANDIN = (
@@ -202,3 +203,19 @@ def stop_quietly(engine, recipe):
         stop(engine, recipe, timeout=0)
     except RecipeError:
         pass
+
+
+def test_pinned_digest_must_match_the_engines_image():
+    digest = "sha256:" + "b" * 64
+    other = "sha256:" + "c" * 64
+    ok = {"Id": "sha256:" + "1" * 64, "RepoDigests": [f"edgevllm/vllm@{digest}"]}
+    check_pinned_digest(f"edgevllm/vllm@{digest}", ok, "default")
+    check_pinned_digest(f"edgevllm/vllm@{digest}", {"Id": digest, "RepoDigests": []}, "default")
+    check_pinned_digest("edgevllm/vllm:thor", {"Id": other}, "default")  # a tag pins no digest
+    with pytest.raises(RecipeError, match=f"does not carry digest {digest}"):
+        check_pinned_digest(f"edgevllm/vllm@{digest}", {"Id": other, "RepoDigests": []}, "e")
+
+
+def test_resolve_image_by_tag_on_the_real_engine(engine, python_image_amd64):
+    rendered = render(standin_recipe(python_image_amd64, "edgevllm-test-recipes-tag"))
+    assert resolve_image(rendered, engine) == python_image_amd64
