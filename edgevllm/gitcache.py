@@ -202,8 +202,13 @@ def git(args: list[str], *, git_dir: Path | None = None, env: dict[str, str] | N
 
 def last_line(stderr: bytes) -> str:
     lines = [ln.strip() for ln in stderr.decode(errors="replace").splitlines() if ln.strip()]
-    fatal = [ln for ln in lines if ln.startswith(("fatal:", "error:"))]
-    return (fatal or lines or ["(no message)"])[-1]
+    # git's first "fatal:" is the specific one ("... does not appear to be a git repository");
+    # the ones after it are generic ("Could not read from remote repository.").
+    fatal = [ln for ln in lines if ln.startswith("fatal:")]
+    if fatal:
+        return fatal[0]
+    errors = [ln for ln in lines if ln.startswith("error:")]
+    return (errors or lines or ["(no message)"])[-1]
 
 
 def out(proc: subprocess.CompletedProcess) -> str:

@@ -262,6 +262,7 @@ CLI_FAILURES = {
                              ["'v0.1.1'", "not an ancestor of PR #101"], 5),
     "repo URL without repo": (lambda up, tmp: ["--vllm-repo", "https://github.com/onlyowner"], ["OWNER/REPO"], 5),
     "repo scheme": (lambda up, tmp: ["--vllm-repo", "ftp://example.com/vllm.git"], ["unsupported URL scheme"], 5),
+    "repo is not a git repository": (lambda up, tmp: ["--vllm-repo", str(tmp)], ["does not appear to be a git repository"], 5),
     "repo path": (lambda up, tmp: ["--vllm-repo", "./no/such/dir"], ["no such local path"], 5),
     "PR URL bad number": (lambda up, tmp: ["--vllm-repo", up.url, "--cherry-pick", "https://github.com/vllm-project/vllm/pull/x1"],
                           ["not a PR number"], 5),

@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Mapping, Union
 
+import pytest
+
 PR_CLEAN = 101          # adds src/feature.py, edits src/core.py line 15: applies cleanly onto main
 PR_MERGED = 102         # edits src/extra.py; main has the same change squash-merged (c3)
 PR_DOC_CONFLICT = 103   # conflicts with main on docs/guide.md line 3; adds src/docfix.py cleanly
@@ -296,9 +298,6 @@ def _wait_listening(port: int, proc: subprocess.Popen) -> bool:
 
 
 # --- pytest fixtures (import them into a test module to use them) ----------------------------------
-import pytest  # noqa: E402  (fixtures only; the helpers above do not need pytest)
-
-
 @pytest.fixture
 def git_cache(tmp_path, monkeypatch) -> Path:
     """A private, empty edgevllm cache (git mirrors) for one test."""
