@@ -176,6 +176,11 @@ class PreparedSource:
     submodules: dict[str, str] = field(default_factory=dict)  # path -> commit, exported into the tree
 
     @property
+    def pep440_version(self) -> str:
+        """For SETUPTOOLS_SCM_PRETEND_VERSION (the exported tree has no .git)."""
+        return pep440_version(self.version, self.base_sha)
+
+    @property
     def applied(self) -> list[PickLock]:
         return [p for p in self.picks if not p.skipped]
 
@@ -249,6 +254,13 @@ def describe_version(mirror: GitMirror, sha: str) -> str:
     tag, distance, abbrev = match.groups()
     tag = tag[1:] if re.match(r"v\d", tag) else tag
     return tag if distance == "0" else f"{tag}+{distance}.g{abbrev}"
+
+
+def pep440_version(version: str, sha: str) -> str:
+    """``describe_version``'s result as a PEP 440 version: a bare short SHA becomes ``0.0.0+g<sha>``."""
+    if re.fullmatch(r"\d+(\.\d+)*((a|b|rc)\d+)?(\.post\d+)?(\.dev\d+)?(\+[A-Za-z0-9.]+)?", version):
+        return version
+    return f"0.0.0+g{sha[:12]}"
 
 
 def prepare_sources(request: SourceRequest, dest_dir: Path | str | None = None, *,

@@ -80,6 +80,7 @@ def test_default_branch_tip_and_versions(git_cache, upstream):
     assert tip.base_sha == upstream.shas["c5"] and tip.version == f"0.2.0+1.g{upstream.shas['c5'][:12]}"
     tagged = prepare_sources(SourceRequest.from_cli("vllm", upstream.url, "v0.1.0"))
     assert tagged.base_sha == upstream.shas["c1"] and tagged.version == "0.1.0"
+    assert (tip.pep440_version, tagged.pep440_version) == (tip.version, "0.1.0")
 
 
 def test_version_falls_back_to_the_short_sha(git_cache, tmp_path):
@@ -90,6 +91,7 @@ def test_version_falls_back_to_the_short_sha(git_cache, tmp_path):
     bare.git("update-ref", "-d", "refs/tags/v0.1.0")
     result = prepare_sources(SourceRequest.from_cli("vllm", bare.url))
     assert result.version == result.base_sha[:12]
+    assert result.pep440_version == f"0.0.0+g{result.base_sha[:12]}"
 
 
 def test_building_a_pr_head(git_cache, upstream, tmp_path):
