@@ -593,7 +593,7 @@ def step_verify(ctx: Context, step: dict) -> tuple[str, str]:
         lines = (proc.stderr.strip() or proc.stdout.strip() or "no output").splitlines()
         raise ctx.fail(f"verification failed: {lines[-1]}")
     out = proc.stdout.strip().splitlines()
-    return "already-applied", out[-1] if out else "verification passed"
+    return "passed", out[-1] if out else "verification passed"
 
 
 STEP_KINDS = {
@@ -628,9 +628,21 @@ def _range_miss(env: Env, applies_to: dict) -> str | None:
     return None
 
 
+def _packages_named(mod: dict) -> list[str]:
+    """Every distribution a mod's ranges or steps name (their versions go into the record)."""
+    names = list(mod.get("applies_to") or {})
+    for step in mod.get("steps", []):
+        names += list(step.get("applies_to") or {}) + list(step.get("packages", []))
+        names += [step[k] for k in ("package", "over", "version_from") if step.get(k)]
+        names += [re.split(r"[<>=!~\[; ]", r, maxsplit=1)[0] for r in step.get("requirements", [])]
+    return list(dict.fromkeys(n for n in names if n))
+
+
 def apply_mod(env: Env, plan_dir: Path, mod: dict) -> dict:
     """Apply one mod; never raises for a mod problem: the outcome says what happened."""
-    packages = {p: env.version(p) for p in (mod.get("applies_to") or {})}
+    ranged = set(mod.get("applies_to") or {})
+    seen = {p: env.version(p) for p in _packages_named(mod)}
+    packages = {p: v for p, v in seen.items() if v is not None or p in ranged}
     result = {"name": mod["name"], "version": mod.get("version", ""), "packages": packages,
               "env": mod_env(mod), "steps": []}
     miss = _range_miss(env, mod.get("applies_to") or {})

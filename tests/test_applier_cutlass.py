@@ -86,8 +86,9 @@ def test_gb10_442_applied_then_unchanged_and_op_accepts_sm121a(cutlass_442, tmp_
                                             cu13_links())
     mod = outcome(record, "cutlass-dsl-gb10")
     assert rc == 0 and mod["outcome"] == "applied", mod
-    assert step_outcomes(mod) == ["applied", "applied", "applied", "already-applied"]
-    assert mod["packages"] == {"nvidia-cutlass-dsl": "4.4.2"}
+    assert step_outcomes(mod) == ["applied", "applied", "applied", "passed"]
+    assert mod["packages"] == {"nvidia-cutlass-dsl": "4.4.2", "nvidia-cutlass-dsl-libs-base": "4.4.2",
+                               "nvidia-cutlass-dsl-libs-cu13": "4.4.2"}
     assert "cutlass-dsl-gb10  applied" in stdout
     text = mma_file(site, "warp/mma.py").read_text()
     assert "BaseDSL" in text and "CuTeDSL" not in text  # the CUDA 13 copy is installed now
