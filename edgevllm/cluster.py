@@ -75,7 +75,7 @@ class Step:
 
 
 def parse_nodes(spec: list[str], addresses: list[str] | None = None,
-                iface: str | None = None) -> list[Node]:
+                iface: str | None = None, node_env: list[str] | None = None) -> list[Node]:
     """``--nodes local,ssh://me@spark2,ctx3`` (+ ``--node-ips``, ``--iface``): head first."""
     if not spec:
         raise ClusterError("--nodes is empty: give one engine per node, head first")
@@ -93,7 +93,20 @@ def parse_nodes(spec: list[str], addresses: list[str] | None = None,
         env = {"NCCL_SOCKET_IFNAME": iface, "GLOO_SOCKET_IFNAME": iface} if iface else {}
         nodes.append(Node(name=f"node{index}", engine=engine,
                           address=addresses[index] if addresses else None, env=env))
+    for item in node_env or []:
+        _apply_node_env(nodes, item)
     return nodes
+
+
+def _apply_node_env(nodes: list[Node], item: str) -> None:
+    """``--node-env node1:NCCL_IB_HCA=mlx5_1`` (a node name or index, then KEY=VALUE)."""
+    who, _, pair = item.partition(":")
+    key, sep, value = pair.partition("=")
+    node = next((n for i, n in enumerate(nodes) if who in (n.name, str(i))), None)
+    if node is None or not sep or not key:
+        raise ClusterError(f"--node-env '{item}': expected NODE:KEY=VALUE with NODE one of "
+                           f"{', '.join(n.name for n in nodes)}")
+    node.env[key] = value
 
 
 class Cluster:

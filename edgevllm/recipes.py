@@ -112,6 +112,14 @@ class Health(Strict):
     # Log lines that mean the launch is wrong even though it serves (a failed preflight).
     fail_on_log: list[str] = Field(default_factory=list)
 
+    @field_validator("path")
+    @classmethod
+    def _path(cls, value: str) -> str:
+        # The path lands in docker's --health-cmd (run by /bin/sh): keep it to URL path characters.
+        if not re.match(r"^/[A-Za-z0-9._~/-]*$", value):
+            raise ValueError("must be a URL path such as /health")
+        return value
+
     @field_validator("interval", "timeout", "start_period")
     @classmethod
     def _duration(cls, value: str) -> str:

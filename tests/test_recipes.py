@@ -76,6 +76,7 @@ def test_known_good_marks_follow_the_seeds():
     ({"build": {"spec": "a.yaml", "lock": "b.json"}}, "build"),
     ({"secrets": ["HF-TOKEN"]}, "secrets"),
     ({"health": {"interval": "often"}}, "health.interval"),
+    ({"health": {"path": "/health; rm -rf /"}}, "health.path"),
     ({"serve": {"args": ["{{ model"]}}, "serve.args[0]"),
     ({"name": "Has Spaces"}, "name"),
 ])

@@ -219,3 +219,19 @@ def test_pinned_digest_must_match_the_engines_image():
 def test_resolve_image_by_tag_on_the_real_engine(engine, python_image_amd64):
     rendered = render(standin_recipe(python_image_amd64, "edgevllm-test-recipes-tag"))
     assert resolve_image(rendered, engine) == python_image_amd64
+
+
+def test_parse_nodes_engines_addresses_and_per_node_env():
+    from edgevllm.cluster import parse_nodes
+    from edgevllm.errors import ClusterError
+
+    nodes = parse_nodes(["local", "ssh://me@spark2", "ctx3"], ["10.0.0.1", "10.0.0.2", "10.0.0.3"],
+                        "enp1s0f0np0", ["node1:NCCL_IB_HCA=mlx5_1", "2:A=b=c"])
+    assert [n.engine.describe() for n in nodes] == ["default", "ssh://me@spark2", "ctx3"]
+    assert nodes[1].env == {"NCCL_SOCKET_IFNAME": "enp1s0f0np0",
+                            "GLOO_SOCKET_IFNAME": "enp1s0f0np0", "NCCL_IB_HCA": "mlx5_1"}
+    assert nodes[2].env["A"] == "b=c" and "NCCL_IB_HCA" not in nodes[0].env
+    with pytest.raises(ClusterError, match="--node-ips gives 1 addresses for 3 nodes"):
+        parse_nodes(["a", "b", "c"], ["10.0.0.1"])
+    with pytest.raises(ClusterError, match="--node-env 'node9:X=1'"):
+        parse_nodes(["a"], None, None, ["node9:X=1"])

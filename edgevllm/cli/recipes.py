@@ -26,6 +26,7 @@ _SERVE_HELP = {
     "nodes": "cluster: one engine per node, head first (local, context names, ssh://host)",
     "node-ips": "cluster: the address of each node on the cluster network (sets VLLM_HOST_IP)",
     "iface": "cluster: network interface for NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME",
+    "node-env": "cluster: env for one node (repeatable): --node-env node1:NCCL_IB_HCA=mlx5_1",
     "network": "cluster: 'host' or 'bridge' (default: bridge when every node is one engine)",
     "cluster": "cluster name (default: the recipe name); labels io.edgevllm.cluster=<name>",
 }
@@ -73,9 +74,10 @@ def recipes(c, as_json=False):
               f"{r['image']}")
 
 
-@cli_task(help=_SERVE_HELP, iterable=["set_"], auto_shortflags=False)
+@cli_task(help=_SERVE_HELP, iterable=["set_", "node_env"], auto_shortflags=False)
 def serve(c, recipe, set_=None, target=None, dry_run=False, name=None, engine=None, build=False,
-          wait=0, nodes=None, node_ips=None, iface=None, network=None, cluster=None):
+          wait=0, nodes=None, node_ips=None, iface=None, node_env=None, network=None,
+          cluster=None):
     """Serve a model from a recipe: one container, or a Ray/torch cluster with --nodes."""
     from .. import serve as serving
     from ..cluster import Cluster, ClusterOptions, parse_nodes
@@ -87,7 +89,7 @@ def serve(c, recipe, set_=None, target=None, dry_run=False, name=None, engine=No
                           "(head first)")
     if nodes:
         node_list = parse_nodes(split_csv([nodes] if nodes else []), split_csv([node_ips])
-                                if node_ips else None, iface)
+                                if node_ips else None, iface, list(node_env or []))
         plan = Cluster(rendered, node_list, ClusterOptions(
             name=cluster or rendered.name, network=network, wait_healthy_s=float(wait)))
         if dry_run:
