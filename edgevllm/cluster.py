@@ -134,7 +134,7 @@ class Cluster:
                                "reach: pass --node-ips")
 
     def _one_engine(self) -> bool:
-        return len({n.engine.base_argv().__repr__() for n in self.nodes}) == 1
+        return len({repr(n.engine.base_argv()) for n in self.nodes}) == 1
 
     # -- naming --------------------------------------------------------------------------------
     def container(self, node: Node) -> str:

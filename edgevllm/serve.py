@@ -38,14 +38,6 @@ def health_command(port: int, path: str) -> list[str]:
     return ["python3", "-c", code]
 
 
-def _duration_s(text: str) -> float:
-    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
-    for unit in ("ms", "s", "m", "h"):
-        if text.endswith(unit) and text[: -len(unit)].isdigit():
-            return int(text[: -len(unit)]) * units[unit]
-    raise RecipeError(f"'{text}' is not a duration such as 30s or 5m")
-
-
 def _expand_volume(volume: str, engine: DockerEngine) -> str:
     """``~`` in a bind source means the home folder of the machine running a local engine.
 
