@@ -17,7 +17,7 @@ import hashlib
 import json
 import re
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Any, Literal, Optional
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -100,6 +100,9 @@ class Lock(_Model):
     packages: dict[str, str] = Field(default_factory=dict)               # name -> pinned version
     mods: list[ModLock] = Field(default_factory=list)
     build_args: dict[str, str] = Field(default_factory=dict)
+    # The other inputs that shape the image (platform, python, apt packages, torch source, runtime
+    # env, compile jobs), so that `inv build --lock` needs nothing but the lock.
+    settings: dict[str, Any] = Field(default_factory=dict)
     tags: list[str] = Field(default_factory=list)                        # user tags; not hashed
 
     @field_validator("build_args")

@@ -82,7 +82,16 @@ def make_lock(eff: EffectiveSpec, prepared: dict[str, PreparedSource], staged,
     return Lock(created_at=now_iso(), target=eff.target.name, base_images=images,
                 vllm=prepared["vllm"].to_lock_entry(),
                 flashinfer=prepared["flashinfer"].to_lock_entry() if "flashinfer" in prepared else None,
-                packages=packages, mods=mods, build_args=build_args, tags=list(eff.spec.tags))
+                packages=packages, mods=mods, build_args=build_args, settings=lock_settings(eff),
+                tags=list(eff.spec.tags))
+
+
+def lock_settings(eff: EffectiveSpec) -> dict:
+    """What else shapes the image; ``spec.lock_overrides`` turns it back into spec fields."""
+    return {"platform": eff.platform, "python": eff.python, "apt_packages": eff.apt_packages,
+            "torch": eff.torch.model_dump(), "env": eff.env, "max_jobs": eff.max_jobs,
+            "nvcc_threads": eff.nvcc_threads,
+            "forbidden_packages": eff.target.forbidden_packages}
 
 
 def base_options(eff: EffectiveSpec, ws: Workspace, prepared: dict[str, PreparedSource],
@@ -163,7 +172,7 @@ def run(eff: EffectiveSpec, ws: Workspace, engine: DockerEngine,
     prepared = prepare_all_sources(eff, ws, locked)
     patches = apply_patches(eff, prepared["vllm"])
     staged = stage_mods(eff, ws)
-    build_args = {"VLLM_VERSION": _pep440(prepared["vllm"].version), **eff.spec.build_args}
+    build_args = {"VLLM_VERSION": prepared["vllm"].pep440_version, **eff.spec.build_args}
     lock = make_lock(eff, prepared, staged, patches, build_args)
     tag = image_tag(lock)
     repo = eff.spec.image_repo
@@ -210,12 +219,3 @@ def _mods_summary(record: dict | None) -> list[dict]:
     return [{"name": m.get("name"), "version": m.get("version"), "outcome": m.get("outcome")}
             for m in (record or {}).get("mods", [])]
 
-
-def _pep440(version: str) -> str:
-    """setuptools-scm wants a PEP 440 version: a bare SHA becomes 0.0.0+g<sha>."""
-    from packaging.version import InvalidVersion, Version
-
-    try:
-        return str(Version(version))
-    except InvalidVersion:
-        return f"0.0.0+g{version.replace('.', '').replace('-', '')[:12]}"

@@ -230,18 +230,25 @@ def _int(value, flag: str) -> int | None:
 
 
 def lock_overrides(lock, target: str | None = None) -> dict:
-    """Spec fields that rebuild ``lock`` (its sources are pinned by the pipeline, by SHA)."""
+    """Spec fields that rebuild ``lock`` (its sources are pinned by the pipeline, by SHA).
+
+    Packages are the lock's exact set: a target pin the lock does not have is dropped (null).
+    """
+    name = target or lock.target
     images = lock.base_images
-    packages = {k: v for k, v in lock.packages.items() if k != "torch"}
+    settings = dict(lock.settings)
+    packages: dict = {k: v for k, v in lock.packages.items() if k != "torch"}
+    for pinned in load_target(name).packages:
+        packages.setdefault(pinned, None)
     data = {
-        "target": target or lock.target,
+        "target": name,
         "packages": packages,
         "mods": [m.name for m in lock.mods if not m.name.startswith("patch:")],
         "build_args": {k: v for k, v in lock.build_args.items() if k != "VLLM_VERSION"},
     }
+    for key in ("platform", "python", "apt_packages", "torch", "env", "max_jobs", "nvcc_threads"):
+        if key in settings:
+            data[key] = settings[key]
     if "build" in images and "runtime" in images:
         data["images"] = {"build": images["build"].ref, "runtime": images["runtime"].ref}
-    if "torch" in lock.packages:
-        index = load_target(data["target"]).torch.index_url
-        data["torch"] = {"version": lock.packages["torch"], "index_url": index}
     return data

@@ -141,7 +141,7 @@ def spark_spec(cuda_image_amd64, fake_upstream, wheelhouse):
                          platform="linux/amd64", mods=[])
 
 
-def test_spark_sm121a_rebuild_and_lock(spark_spec, engine, tmp_path):
+def test_spark_sm121a_rebuild_and_lock(spark_spec, engine, tmp_path, cli):
     from edgevllm.archinspect.api import scan_image
     from edgevllm.build import build
     from edgevllm.lock import read_lock
@@ -155,10 +155,14 @@ def test_spark_sm121a_rebuild_and_lock(spark_spec, engine, tmp_path):
     assert changed.wheels_dir == first.wheels_dir
     assert run_in(engine, changed.image, "printenv", "EDGEVLLM_TEST") == "2"
 
-    relocked = build(spec_from_dict({**spark_spec, "verify": False}), tmp_path / "again", engine,
-                     lock_path=first.lock_path)
-    assert read_lock(relocked.lock_path).vllm.tree == read_lock(first.lock_path).vllm.tree
-    assert relocked.tags[0] == first.tags[0]
+    # `edgevllm build --lock`: only environment (the wheelhouse) comes from flags, the rest from the lock.
+    code, stdout, stderr = cli("build", "--lock", str(first.lock_path), "--out", str(tmp_path / "again"),
+                               "--wheelhouse", spark_spec["wheelhouse"], "--offline", "--no-verify",
+                               "--image-repo", spark_spec["image_repo"], timeout=1800)
+    assert code == 0, stderr[-3000:]
+    relocked = read_lock(next((tmp_path / "again" / "spark").glob("*.lock.json")))
+    assert relocked.vllm.tree == read_lock(first.lock_path).vllm.tree
+    assert stdout.strip() == first.tags[0]
 
 
 def test_compile_failure_names_stage_and_tags_nothing(spark_spec, engine, tmp_path):
