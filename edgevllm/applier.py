@@ -552,9 +552,38 @@ def step_library_link(ctx: Context, step: dict) -> tuple[str, str]:
             ctypes.CDLL(str(folder / name))
         except OSError as exc:
             raise ctx.fail(f"{folder / name} does not load: {exc}") from None
+    if made and step.get("ldconfig", True) and not _resolvable(ctx, name):
+        made.append(_register_with_loader(ctx, dirs, name))
     if not made:
         return "already-applied", f"{name} present in {', '.join(map(str, dirs))}"
     return "applied", "; ".join(made)
+
+
+def _resolvable(ctx: Context, name: str) -> bool:
+    """Whether a fresh process of the target interpreter can dlopen ``name`` by itself."""
+    code = f"import ctypes; ctypes.CDLL({name!r})"
+    return subprocess.run([ctx.env.python, "-c", code], capture_output=True).returncode == 0
+
+
+def _register_with_loader(ctx: Context, dirs: list[Path], name: str) -> str:
+    """A new link in a folder the loader caches (e.g. /usr/local/cuda/lib64) is found only
+    after ldconfig runs; a folder it does not know is added under /etc/ld.so.conf.d first.
+    Needs root (an image build is); elsewhere the failure says what to set instead."""
+    ldconfig = shutil.which("ldconfig") or ("/sbin/ldconfig" if os.path.exists("/sbin/ldconfig")
+                                            else None)
+    conf_dir = Path("/etc/ld.so.conf.d")
+    hint = f"add {dirs[0]} to LD_LIBRARY_PATH"
+    if ldconfig is None or not os.access(conf_dir, os.W_OK):
+        raise ctx.fail(f"{name} was linked but does not resolve and ldconfig cannot be run "
+                       f"here; {hint}")
+    conf = conf_dir / f"edgevllm-{ctx.mod['name']}.conf"
+    text = "".join(f"{d}\n" for d in dirs)
+    if not conf.is_file() or conf.read_text() != text:
+        _write_atomic(conf, text.encode(), 0o644)
+    proc = subprocess.run([ldconfig], capture_output=True, text=True)
+    if proc.returncode != 0 or not _resolvable(ctx, name):
+        raise ctx.fail(f"{name} still does not resolve after ldconfig; {hint}")
+    return f"registered {', '.join(map(str, dirs))} with the loader ({conf})"
 
 
 def step_env(ctx: Context, step: dict) -> tuple[str, str]:

@@ -139,6 +139,9 @@ class LibraryLinkStep(StepBase):
     pattern: str
     dirs: list[str] = Field(default_factory=list)
     packages: list[str] = Field(default_factory=list)
+    # Run ldconfig (adding the folders under /etc/ld.so.conf.d) when the new link does not
+    # resolve by its bare name yet: the loader's cache predates it.
+    ldconfig: bool = True
 
 
 class EnvStep(StepBase):
