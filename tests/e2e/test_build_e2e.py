@@ -178,3 +178,29 @@ def test_compile_failure_names_stage_and_tags_nothing(spark_spec, engine, tmp_pa
     assert "stage 'build' failed" in message
     assert "this is not CUDA" in message or "error" in message.lower()
     assert not [c for c in engine._run(["images", "-q", "edgevllm-test/e2e-broken"]).stdout.split()]
+
+
+def test_wrong_arch_fails_the_gate_and_is_not_tagged(cuda_image_amd64, fake_upstream, wheelhouse,
+                                                     engine, tmp_path, monkeypatch):
+    """A target that asks for GB10 (12.1a) but compiles 12.0a, the silent-12.0 failure users hit:
+    sm_120a SASS does not run on GB10, so the arch gate fails and only the -unverified tag exists."""
+    from edgevllm.build import build
+    from edgevllm.errors import ArchGateFailed
+    from edgevllm.paths import data_dirs
+    from edgevllm.spec import spec_from_dict
+
+    text = (data_dirs("targets")[0] / "spark.yaml").read_text()
+    (tmp_path / "spark120a.yaml").write_text(
+        text.replace("name: spark", "name: spark120a")
+            .replace('torch_cuda_arch_list: "12.1a"', 'torch_cuda_arch_list: "12.0a"'))
+    monkeypatch.setenv("EDGEVLLM_TARGETS_PATH", str(tmp_path))
+    spec = hermetic_spec("spark120a", cuda_image_amd64, fake_upstream, wheelhouse,
+                         platform="linux/amd64", mods=[], image_repo="edgevllm-test/e2e-gate")
+    with pytest.raises(ArchGateFailed, match="kernel-arch gate failed for spark120a"):
+        build(spec_from_dict(spec), tmp_path / "out", engine)
+    tags = engine._run(["images", "--format", "{{.Tag}}", "edgevllm-test/e2e-gate"]).stdout.decode().split()
+    assert tags and all(t.endswith("-unverified") for t in tags)
+    verdict = json.loads((tmp_path / "out" / "spark120a" / "verify.json").read_text())
+    assert verdict["passed"] is False
+    for tag in tags:
+        engine.remove_image(f"edgevllm-test/e2e-gate:{tag}", force=True)
