@@ -135,7 +135,7 @@ def build_on_demand(build: BuildRef, recipe: str, engine: DockerEngine | None = 
         from .build import build as run_build
         from .lock import read_lock
         from .paths import cache_dir, project_root
-        from .spec import load_spec_file, spec_from_dict
+        from .spec import load_spec_file, lock_overrides, spec_from_dict
     except ImportError:
         raise RecipeError(f"recipe {recipe}: building on demand needs edgevllm.build, which this "
                           f"checkout lacks; run 'inv build {what}' and set image: to its tag") \
@@ -145,7 +145,7 @@ def build_on_demand(build: BuildRef, recipe: str, engine: DockerEngine | None = 
         spec, lock_path = load_spec_file(root / build.spec), None
     else:
         lock_path = root / str(build.lock)
-        spec = spec_from_dict({"target": read_lock(lock_path).target}, str(lock_path))
+        spec = spec_from_dict(lock_overrides(read_lock(lock_path)), str(lock_path))
     console.step(f"building the image of recipe {recipe} ({what})")
     return run_build(spec, cache_dir("recipe-builds"), engine, lock_path=lock_path).image
 
