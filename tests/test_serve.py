@@ -235,3 +235,18 @@ def test_parse_nodes_engines_addresses_and_per_node_env():
         parse_nodes(["a", "b", "c"], ["10.0.0.1"])
     with pytest.raises(ClusterError, match="--node-env 'node9:X=1'"):
         parse_nodes(["a"], None, None, ["node9:X=1"])
+
+
+def test_build_on_demand_reaches_the_build_module(engine):
+    """--build with a missing image loads the recipe's build spec through edgevllm.build's inputs
+    (a missing spec file stops it there, before any build starts)."""
+    from edgevllm.errors import SpecError
+
+    recipe = parse_recipe({"name": "edgevllm-test-recipes-build", "description": "d",
+                           "targets": ["thor"], "status": {"thor": "untested"},
+                           "image": "edgevllm-test-recipes/absent:1", "model": "m",
+                           "build": {"spec": "recipes/images/no-such-spec.yaml"}}, "t")
+    with pytest.raises(SpecError, match="no-such-spec.yaml"):
+        resolve_image(render(recipe), engine, build=True)
+    with pytest.raises(RecipeError, match="pass --build to build it"):
+        resolve_image(render(recipe), engine)
