@@ -158,3 +158,24 @@ def test_files_symlink_and_in_class_anchor(tmp_path):
 def test_anchor_found_twice_is_ambiguous():
     with pytest.raises(applier.StepFailed, match="anchor found 2 times, expected 1"):
         applier.plan_replacements("x\nx\n", [{"anchor": "x\n", "replacement": "y\n"}], "f.py")
+
+
+def test_applier_runs_on_python_310(tmp_path):
+    """The applier promises Python 3.10+ with the stdlib only (older images)."""
+    import shutil
+
+    found = shutil.which("python3.10") or "/root/.pyenv/versions/3.10.13/bin/python"
+    python = Path(found)
+    if not python.is_file():
+        pytest.fail("a Python 3.10 interpreter is needed on PATH as python3.10 "
+                    "(apt-get install python3.10, or pyenv install 3.10)")
+    site = tmp_path / "site"
+    gate = make_dist(site)
+    plan = write_plan(tmp_path / "stage", [diff_mod()])
+    (tmp_path / "stage" / "demo").mkdir()
+    (tmp_path / "stage" / "demo" / "gate.diff").write_text(DIFF)
+    proc = subprocess.run([str(python), "-I", "-S", str(plan.parent / "applier.py"), "apply",
+                           "--plan", str(plan), "--site-packages", str(site)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "demo  applied" in proc.stdout and '"b"' in gate.read_text()

@@ -174,3 +174,20 @@ def test_thor_460_not_applicable_and_upstream_admits_sm110a(cutlass_460, tmp_pat
     mod = outcome(record, "cutlass-dsl-thor")
     assert rc == 0 and mod["outcome"] == "not-applicable"
     assert mod["detail"] == "nvidia-cutlass-dsl 4.6.0 is outside >=4.4,<4.6"
+
+
+def test_gb10_460_not_applicable_and_files_found_in_new_layout(cutlass_460, tmp_path):
+    """4.6.0 moved the sources to libs-core under dsl_packages/: found through the RECORD."""
+    from edgevllm.applier import Env
+
+    site = working_copy(cutlass_460, tmp_path / "site")
+    env = Env([str(site)], sys.executable, [], False, None)
+    path, dist = env.locate(["nvidia-cutlass-dsl-libs-cu13", "nvidia-cutlass-dsl-libs-base",
+                             "nvidia-cutlass-dsl-libs-core"], "cutlass/cute/nvgpu/warp/mma.py")
+    assert dist.metadata["Name"] == "nvidia-cutlass-dsl-libs-core"
+    assert path == site / "nvidia_cutlass_dsl/dsl_packages/cutlass/cute/nvgpu/warp/mma.py"
+    assert "Arch.sm_121a" in _class_list(path, "MmaSM120BlockScaledOp", "admissible_archs")
+    rc, record, _, _ = stage_and_apply(["cutlass-dsl-gb10"], "spark", site, tmp_path)
+    mod = outcome(record, "cutlass-dsl-gb10")
+    assert rc == 0 and mod["outcome"] == "not-applicable"
+    assert mod["detail"] == "nvidia-cutlass-dsl 4.6.0 is outside >=4.4,<4.6"

@@ -258,3 +258,28 @@ def test_tune_moe_ingests_the_result_atomically(tmp_path):
     (out / "E=128,N=768,device_name=NVIDIA_Thor.json").write_text('{"1": {"BLOCK_SIZE_M": 16}}')
     with pytest.raises(ModError, match="entry '1' is not a batch size with"):
         ingest(out, configs, "NVIDIA Thor")
+
+
+def test_mods_apply_failed_mod_is_one_line_exit_7(tmp_path):
+    """A mod whose anchor is missing in the installed file: the CLI prints the table on stdout,
+    one error line on stderr naming mod, package version, file and anchor, and exits 7."""
+    root = tmp_path / "extra"
+    write_mod(root, "demo-fix", "name: demo-fix\nversion: '1'\ndescription: d\ntargets: [thor]\n"
+              "applies_to: {demo-pkg: '>=1'}\nsteps:\n  - kind: edit\n    packages: [demo-pkg]\n"
+              "    path: demo_pkg/gate.py\n    replacements:\n"
+              "      - {anchor: 'allowed = [\"q\"]', replacement: 'allowed = [\"q\", \"r\"]'}\n")
+    site = tmp_path / "site"
+    (site / "demo_pkg").mkdir(parents=True)
+    (site / "demo_pkg" / "gate.py").write_text('allowed = ["a"]\n')
+    info = site / "demo_pkg-1.2.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: demo-pkg\nVersion: 1.2.0\n")
+    (info / "RECORD").write_text("demo_pkg/gate.py,,\n")
+    proc = inv("mods-apply", "--target", "thor", "--site-packages", str(site), "--mod",
+               "demo-fix", env={"EDGEVLLM_MODS_PATH": str(root)})
+    assert proc.returncode == 7
+    assert "demo-fix  failed" in proc.stdout
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0] == (f"error: mod demo-fix: demo-pkg 1.2.0: file {site}/demo_pkg/gate.py: "
+                        "missing anchor: 'allowed = [\"q\"]'")
