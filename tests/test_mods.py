@@ -21,9 +21,10 @@ from edgevllm.paths import project_root
 from support.modenv import outcome, stage_and_apply
 
 ALL = ["cutlass-dsl-gb10", "cutlass-dsl-thor", "fastsafetensors", "flashinfer-sm121",
-       "fused-moe-configs", "thor-runtime"]
+       "fused-moe-configs", "spark-runtime", "thor-runtime"]
 THOR = ["thor-runtime", "cutlass-dsl-thor", "fastsafetensors", "fused-moe-configs"]
-SPARK = ["cutlass-dsl-gb10", "flashinfer-sm121", "fastsafetensors", "fused-moe-configs"]
+SPARK = ["spark-runtime", "cutlass-dsl-gb10", "flashinfer-sm121", "fastsafetensors",
+         "fused-moe-configs"]
 
 
 def inv(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -62,6 +63,7 @@ def test_stage_contract(tmp_path):
     files = next(s for m in plan["mods"] for s in m["steps"] if s["kind"] == "files")
     assert files["source"] == "fused-moe-configs/configs" and (dest / files["source"]).is_dir()
     assert staged.env == {"CUTE_DSL_ARCH": "sm_121a", "FASTSAFETENSORS_UNIFIED_MEM": "1",
+                          "TRITON_PTXAS_PATH": "/usr/local/cuda/bin/ptxas",
                           "VLLM_TUNED_CONFIG_FOLDER": "/opt/edgevllm/moe-configs"}
     assert [v["name"] for v in staged.versions] == SPARK
     assert all(set(v) == {"name", "version"} and v["version"].startswith("1+")
@@ -191,6 +193,15 @@ def test_mods_apply_cli_on_an_environment(tmp_path):
     again = inv("mods-apply", "--target", "thor", "--python", sys.executable, "--site-packages",
                 str(site), "--mod", "thor-runtime", "--json", str(record))
     assert "thor-runtime  already-applied" in again.stdout
+    # without --json there is no env file: an env-only mod has nothing to write
+    spark = inv("mods-apply", "--target", "spark", "--site-packages", str(site), "--mod",
+                "spark-runtime")
+    assert spark.returncode == 0 and "spark-runtime  already-applied" in spark.stdout
+    spark = inv("mods-apply", "--target", "spark", "--site-packages", str(site), "--mod",
+                "spark-runtime", "--json", str(tmp_path / "spark.json"))
+    mod = outcome(json.loads((tmp_path / "spark.json").read_text()), "spark-runtime")
+    assert mod["outcome"] == "applied"
+    assert mod["steps"][1]["detail"] == "/usr/local/cuda/bin/ptxas assembles sm_121a"
 
 
 def test_fused_moe_configs_installed_and_verified(tmp_path):
