@@ -763,6 +763,8 @@ def main(argv: list[str] | None = None) -> int:
     apply.add_argument("--record", type=Path, help="write the JSON record here (atomically)")
     apply.add_argument("--env-file", type=Path,
                        help="merge runtime env vars here (default: mods.env beside --record)")
+    apply.add_argument("--no-env-file", action="store_true",
+                       help="write no env file (env steps only report the variables)")
     apply.add_argument("--site-packages", action="append", default=[],
                        help="apply to the distributions in this folder (default: this Python)")
     apply.add_argument("--mod", action="append", default=[], help="only this mod (repeatable)")
@@ -775,6 +777,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: cannot read plan {args.plan}: {exc}", file=sys.stderr)
         return 2
     env_file = args.env_file or (args.record.parent / "mods.env" if args.record else None)
+    if args.no_env_file:
+        env_file = None
     env = Env([str(Path(p).resolve()) for p in args.site_packages], sys.executable,
               args.pip_find_links, args.pip_no_index, env_file)
     record = apply_plan(plan, args.plan.resolve().parent, env, args.mod or None)

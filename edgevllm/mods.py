@@ -452,6 +452,8 @@ def apply_to_environment(target_name: str, mod_names: list[str], site_packages: 
                 "--plan", str(staged.plan_path), "--record", str(record_path)]
         if json_out:
             argv += ["--env-file", str(Path(json_out).with_suffix(".env"))]
+        else:
+            argv.append("--no-env-file")
         for folder in site_packages:
             argv += ["--site-packages", str(folder)]
         for link in find_links:
