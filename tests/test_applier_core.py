@@ -162,10 +162,13 @@ def test_anchor_found_twice_is_ambiguous():
 
 def test_applier_runs_on_python_310(tmp_path):
     """The applier promises Python 3.10+ with the stdlib only (older images)."""
+    import glob
     import shutil
 
-    found = shutil.which("python3.10") or "/root/.pyenv/versions/3.10.13/bin/python"
-    python = Path(found)
+    # a real interpreter, not a pyenv shim (a shim may refuse when 3.10 is not selected)
+    found = sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.10*/bin/python3.10")))
+    which = shutil.which("python3.10")
+    python = Path(found[-1] if found else which or "python3.10")
     if not python.is_file():
         pytest.fail("a Python 3.10 interpreter is needed on PATH as python3.10 "
                     "(apt-get install python3.10, or pyenv install 3.10)")
