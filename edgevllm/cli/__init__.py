@@ -12,19 +12,14 @@ from invoke import Collection, Program, Task
 
 from .. import __version__
 
-# One task module per concern; a module that is not there yet is simply not listed.
+# One task module per concern.
 TASK_MODULES = ("build", "sources", "mods", "verify", "probe", "publish", "recipes")
 
 
 def namespace() -> Collection:
     ns = Collection()
     for name in TASK_MODULES:
-        try:
-            module = importlib.import_module(f"{__name__}.{name}")
-        except ModuleNotFoundError as exc:  # not written yet: skip it, as promised above
-            if exc.name != f"{__name__}.{name}":
-                raise
-            continue
+        module = importlib.import_module(f"{__name__}.{name}")
         for value in vars(module).values():
             if isinstance(value, Task) and value.__module__ == module.__name__:
                 ns.add_task(value)
