@@ -204,3 +204,40 @@ def test_wrong_arch_fails_the_gate_and_is_not_tagged(cuda_image_amd64, fake_upst
     assert verdict["passed"] is False
     for tag in tags:
         engine.remove_image(f"edgevllm-test/e2e-gate:{tag}", force=True)
+
+
+BROKEN_MOD = """\
+name: broken-edit
+version: "1"
+description: edits an anchor that the installed vllm does not have (a mod upstream moved past)
+targets: [spark]
+steps:
+  - kind: edit
+    packages: [vllm]
+    path: vllm/__init__.py
+    replacements:
+      - anchor: "this line is not in the file"
+        replacement: "patched = True"
+"""
+
+
+def test_failed_mod_never_yields_an_image(cuda_image_amd64, fake_upstream, wheelhouse, engine,
+                                          tmp_path, monkeypatch):
+    """A mod whose anchor is missing fails the runtime stage; the message names the mod, the
+    package version, the file and the anchor; no image is tagged, not even as unverified."""
+    from edgevllm.build import build
+    from edgevllm.errors import BuildError
+    from edgevllm.spec import spec_from_dict
+
+    (tmp_path / "mods" / "broken-edit").mkdir(parents=True)
+    (tmp_path / "mods" / "broken-edit" / "manifest.yaml").write_text(BROKEN_MOD)
+    monkeypatch.setenv("EDGEVLLM_MODS_PATH", str(tmp_path / "mods"))
+    spec = hermetic_spec("spark", cuda_image_amd64, fake_upstream, wheelhouse, platform="linux/amd64",
+                         mods=["broken-edit"], image_repo="edgevllm-test/e2e-badmod")
+    with pytest.raises(BuildError) as failure:
+        build(spec_from_dict(spec), tmp_path / "out", engine)
+    message = str(failure.value)
+    assert "stage 'runtime' failed" in message
+    assert "broken-edit" in message and "vllm/__init__.py" in message
+    assert "this line is not in the file" in message
+    assert engine._run(["images", "-q", "edgevllm-test/e2e-badmod"]).stdout.split() == []
