@@ -26,7 +26,7 @@ from .buildlog import BuildFollower, format_elapsed
 from .engine import BuildOptions, DockerEngine
 from .errors import BuildError
 from .fsutil import atomic_dir, atomic_write_json, atomic_write_text
-from .render import render_dockerfile, relabel_dockerfile
+from .render import relabel_dockerfile
 from .spec import BuildSpec, EffectiveSpec, resolve
 
 RUNTIME_MARKER = "##### runtime"

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Annotated, Literal, Union
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from .errors import (
     ManifestError,
@@ -27,14 +27,12 @@ from .errors import (
 )
 from .fsutil import atomic_write_json
 from .paths import data_dirs
-from .schema import load_model
+from .schema import Strict, load_model
 
 MANIFEST = "manifest.yaml"
 _NAME = r"^[a-z0-9][a-z0-9-]*$"
 
 
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 def _check_ranges(value: dict[str, str]) -> dict[str, str]:

@@ -15,20 +15,18 @@ from pathlib import Path
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from .applier import StepFailed, apply_unified_diff, plan_replacements
 from .errors import ManifestError, ModFailedError
 from .fsutil import atomic_write_text
 from .mods import Replacement
 from .paths import data_dirs
-from .schema import load_model
+from .schema import Strict, check_regex, load_model
 
 PATCH_FILE = "patch.yaml"
 
 
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class ContentCheck(Strict):
@@ -38,11 +36,7 @@ class ContentCheck(Strict):
     @field_validator("regex")
     @classmethod
     def _compiles(cls, value: str) -> str:
-        try:
-            re.compile(value)
-        except re.error as exc:
-            raise ValueError(f"invalid regex: {exc}") from None
-        return value
+        return check_regex(value)
 
 
 class SourceEdit(Strict):

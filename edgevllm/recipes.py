@@ -20,12 +20,12 @@ from typing import Literal
 import jinja2
 import jinja2.meta
 import yaml
-from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_validator,
+from pydantic import (Field, ValidationError, field_validator,
                       model_validator)
 
 from .errors import RecipeError
 from .paths import data_dirs, project_root
-from .schema import describe_validation_error, parse_model, read_yaml
+from .schema import Strict, describe_validation_error, parse_model, read_yaml
 
 SCHEMA_VERSION = 1
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
@@ -45,8 +45,6 @@ def valid_image_ref(ref: str) -> bool:
     return bool(_DIGEST_REF.match(ref) or _TAG_REF.match(ref))
 
 
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class BuildRef(Strict):

@@ -6,11 +6,28 @@ from pathlib import Path
 from typing import TypeVar
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from .errors import ConfigError
 
 Model = TypeVar("Model", bound=BaseModel)
+
+
+class Strict(BaseModel):
+    """Base of every data-file model: an unknown (misspelt) field is an error, never ignored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+def check_regex(value: str) -> str:
+    """A pydantic validator body: the value must compile as a regular expression."""
+    import re
+
+    try:
+        re.compile(value)
+    except re.error as exc:
+        raise ValueError(f"not a regular expression: {exc}") from None
+    return value
 
 
 def describe_validation_error(exc: ValidationError) -> str:

@@ -9,10 +9,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
 from .errors import SpecError
-from .schema import parse_model
+from .schema import Strict, parse_model
 from .targets import BaseImages, Target, TorchSource, load_target
 
 UPSTREAM_VLLM = "https://github.com/vllm-project/vllm.git"
@@ -23,8 +23,6 @@ DEFAULT_VLLM_REF = "v0.33.0"
 DEFAULT_IMAGE_REPO = "edgevllm/vllm"
 
 
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class SourceSpec(Strict):

@@ -8,17 +8,15 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
 from .errors import UnknownTargetError
 from .paths import data_dirs
-from .schema import load_model
+from .schema import Strict, load_model
 
 _ARCH = re.compile(r"^\d+\.\d+[af]?$")
 
 
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class BaseImages(Strict):

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import sys
-from pathlib import Path
 
 
 def assert_one_line(code, stderr, expected_code, fragment):

@@ -12,6 +12,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from ..errors import ManifestError
+from ..schema import check_regex
 
 CATALOGUE = "signatures.yaml"
 
@@ -30,11 +31,7 @@ class Signature(BaseModel):
     @field_validator("regex")
     @classmethod
     def _compiles(cls, value: str) -> str:
-        try:
-            re.compile(value)
-        except re.error as exc:
-            raise ValueError(f"not a regular expression: {exc}") from None
-        return value
+        return check_regex(value)
 
     @functools.cached_property
     def pattern(self) -> re.Pattern:

@@ -13,8 +13,6 @@ emulation (binfmt), as the real Thor / Spark images are.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import os
 import shutil
@@ -23,6 +21,8 @@ import tempfile
 from pathlib import Path
 
 from edgevllm.engine import BuildOptions, DockerEngine
+
+from .downloads import file_lock, test_cache_dir
 
 SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"
@@ -41,21 +41,12 @@ WHEEL_PLATFORMS = {
 
 
 def cache_root() -> Path:
-    path = Path(os.environ.get("EDGEVLLM_TEST_CACHE", "/var/cache/edgevllm-test"))
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return test_cache_dir()
 
 
-@contextlib.contextmanager
-def file_lock(name: str):
+def image_lock(name: str):
     """Serialise expensive preparation between test processes (and parallel sessions)."""
-    lock_path = cache_root() / f".{name}.lock"
-    with open(lock_path, "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    return file_lock(cache_root() / f".{name}.lock")
 
 
 def _key(*parts: object) -> str:
@@ -90,7 +81,7 @@ def _debootstrap(arch: str, tarball: Path) -> None:
 def python_image(engine: DockerEngine, arch: str) -> str:
     """Tag of a Debian + Python 3 + g++ image for linux/<arch>, built once and cached."""
     tag = f"edgevllm-test/debian-python:{SUITE}-{arch}-{_key(SUITE, PACKAGES)}"
-    with file_lock(f"python-image-{arch}"):
+    with image_lock(f"python-image-{arch}"):
         if engine.image_exists(tag):
             return tag
         tarball = cache_root() / f"rootfs-{SUITE}-{arch}-{_key(SUITE, PACKAGES)}.tar"
@@ -123,7 +114,7 @@ def cuda_image(engine: DockerEngine, arch: str) -> str:
     """Tag of python_image(arch) plus the CUDA 13.0 compiler toolchain in /usr/local/cuda."""
     base = python_image(engine, arch)
     tag = f"edgevllm-test/cuda:13.0-{arch}-{_key(base, CUDA_WHEELS)}"
-    with file_lock(f"cuda-image-{arch}"):
+    with image_lock(f"cuda-image-{arch}"):
         if engine.image_exists(tag):
             return tag
         wheels = download_wheels(arch, CUDA_WHEELS)
