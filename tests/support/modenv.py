@@ -10,6 +10,7 @@ self-contained ``applier.py`` in a subprocess, as the image build does.
 from __future__ import annotations
 
 import json
+import hashlib
 import os
 import shutil
 import subprocess
@@ -34,6 +35,9 @@ def wheel(spec: str, platform: bool = True, tag: str | None = None) -> Path:
 def site_with(key: str, wheels: Sequence[Path]) -> Path:
     """A cached folder with ``wheels`` installed (no deps, in the order given, one pip call)."""
     root = test_cache_dir("mod-sites")
+    # The wheel list is part of the key: a changed list never reuses a stale cached site.
+    digest = hashlib.sha256("|".join(sorted(w.name for w in wheels)).encode()).hexdigest()[:10]
+    key = f"{key}-{digest}"
     final = root / key
     with file_lock(root / f".{key}.lock"):
         if final.is_dir():
@@ -57,8 +61,10 @@ def working_copy(pristine: Path, dest: Path) -> Path:
 
 
 def cuda_bindings_wheels() -> list[Path]:
-    """cuda-python's bindings: cutlass-dsl imports them (no GPU needed to import)."""
-    return [wheel("cuda-bindings==13.0.3"), wheel("cuda-pathfinder==1.3.3", platform=False)]
+    """What cutlass-dsl imports besides itself: cuda-python's bindings (no GPU needed to import)
+    and numpy. Installed into the same site, so the test does not depend on the host's packages."""
+    return [wheel("cuda-bindings==13.0.3"), wheel("cuda-pathfinder==1.3.3", platform=False),
+            wheel("numpy==2.2.6", tag="manylinux_2_17_x86_64")]
 
 
 def stage_and_apply(mods: list[str], target: str, site: Path, work: Path,
