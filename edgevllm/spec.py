@@ -72,6 +72,19 @@ class BuildSpec(Strict):
     verify: bool = True
     probe_required: list[str] | None = None
 
+    @field_validator("env", "build_args")
+    @classmethod
+    def _no_secrets(cls, value: dict[str, str]) -> dict[str, str]:
+        # Env values become image ENV, build args reach the log and the lock label: a token in
+        # either would ship with the image. Secrets are given at run time (recipes pass them by name).
+        from .lock import _SECRET_RE
+
+        bad = sorted(k for k in value if _SECRET_RE.search(k))
+        if bad:
+            raise ValueError(f"{', '.join(bad)} looks like a secret; never bake a secret into an "
+                             "image: pass it when the container runs (inv serve passes HF_TOKEN by name)")
+        return value
+
     @field_validator("image_repo")
     @classmethod
     def _repo(cls, value: str) -> str:

@@ -61,3 +61,11 @@ def test_bad_flag_values():
         load_spec()
     with pytest.raises(SpecError, match="'offline'.*wheelhouse"):
         resolve(load_spec("thor", overrides={"offline": True}))
+
+
+def test_secrets_are_refused_before_anything_is_built():
+    for overrides in ({"env": {"HF_TOKEN": "hf_x"}}, {"build_args": {"GITHUB_TOKEN": "ghp_x"}}):
+        with pytest.raises(SpecError) as failure:
+            load_spec("thor", overrides=overrides)
+        assert "looks like a secret" in str(failure.value)
+        assert "hf_x" not in str(failure.value) and "ghp_x" not in str(failure.value)
