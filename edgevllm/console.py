@@ -16,12 +16,15 @@ from rich.console import Console
 @functools.lru_cache(maxsize=None)
 def err_console() -> Console:
     # No colour when not a terminal (CI logs), nor when NO_COLOR is set.
-    return Console(stderr=True, highlight=False, no_color=bool(os.environ.get("NO_COLOR")))
+    return Console(stderr=True, highlight=False, no_color=bool(os.environ.get("NO_COLOR")),
+                   width=None if sys.stderr.isatty() else 200)
 
 
 @functools.lru_cache(maxsize=None)
 def out_console() -> Console:
-    return Console(highlight=False, no_color=bool(os.environ.get("NO_COLOR")))
+    # Piped or logged output: wide enough that tables are not cut at 80 columns.
+    return Console(highlight=False, no_color=bool(os.environ.get("NO_COLOR")),
+                   width=None if sys.stdout.isatty() else 200)
 
 
 def info(message: str) -> None:

@@ -20,10 +20,12 @@ from ._common import cli_task, split_csv
     "threads": "compression threads (default: one per CPU)",
     "force": "replace an existing set of the same name",
 })
-def publish(c, image, out, name=None, format="zst", level=None, part_size=None, threads=-1,
-            force=False):
+def publish(c, image=None, out=None, name=None, format="zst", level=None, part_size=None,
+            threads=-1, force=False):
     """Save an image as compressed, checksummed tarball part(s) plus a manifest."""
     from .. import console
+
+    require(image=image, out=out)
     from ..publish import PublishOptions, human, parse_size
     from ..publish import publish as run_publish
 
@@ -59,14 +61,24 @@ def load(c, path):
     "moving_tag": "also push this moving tag, e.g. latest-spark (repeatable, or a,b)",
     "repo": "repository name under the registry (default: the image's repository name)",
 }, iterable=["moving_tag"])
-def push(c, image, registry, tag=None, moving_tag=None, repo=None):
+def push(c, image=None, registry=None, tag=None, moving_tag=None, repo=None):
     """Push the immutable lock-derived tag (never overwriting another image) and moving tags."""
+    require(image=image, registry=registry)
     from ..registry import push as run_push
 
     result = run_push(_engine(), image, registry, tag=tag, moving_tags=split_csv(moving_tag),
                       repo=repo)
     for pushed in [result.immutable] + result.moving:
         print(f"{pushed.ref} {pushed.digest} {pushed.action}")
+
+
+def require(**flags) -> None:
+    """Required flags are checked here, not by Invoke, so that `inv publish --help` still works."""
+    from ..errors import ConfigError
+
+    for name, value in flags.items():
+        if value in (None, ""):
+            raise ConfigError(f"--{name.replace('_', '-')} is required (inv --help TASK lists the flags)")
 
 
 def _engine():
