@@ -15,7 +15,7 @@ from pathlib import Path
 
 from edgevllm.engine import BuildOptions, DockerEngine
 
-from .images import _key, cache_root, file_lock, python_image
+from .images import _key, cache_root, image_lock, python_image
 
 RAY_VERSION = "2.60.0"
 PLATFORMS = ["manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_28_x86_64"]
@@ -31,7 +31,7 @@ RUN python3 -m pip install --no-index --find-links /wheels --break-system-packag
 def ray_wheels() -> Path:
     """Ray and its dependencies as cp311 x86_64 wheels, downloaded once."""
     dest = cache_root() / "ray-wheels" / f"{RAY_VERSION}-{_key(PLATFORMS)}"
-    with file_lock("ray-wheels"):
+    with image_lock("ray-wheels"):
         if dest.exists():
             return dest
         partial = dest.with_name(dest.name + ".partial")
@@ -51,7 +51,7 @@ def ray_wheels() -> Path:
 def ray_image(engine: DockerEngine) -> str:
     base = python_image(engine, "amd64")
     tag = f"edgevllm-test/ray:{RAY_VERSION}-{_key(base, DOCKERFILE)}"
-    with file_lock("ray-image"):
+    with image_lock("ray-image"):
         if engine.image_exists(tag):
             return tag
         wheels = ray_wheels()
