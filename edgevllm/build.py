@@ -13,7 +13,6 @@ Outputs for one build live under ``<out>/<target>/``:
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import hashlib
 import json
 import shutil
@@ -155,10 +154,6 @@ def relabel(runner: BuildRunner, engine: DockerEngine, image: str, labels: dict[
                            tags=tags, labels=labels, build_args={"IMAGE": image}, iidfile=iid)
     runner.run(options, "labels")
     return iid.read_text().strip()
-
-
-def now_iso() -> str:
-    return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
 def timestamp() -> str:

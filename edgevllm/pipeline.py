@@ -17,14 +17,14 @@ from pathlib import Path
 
 from . import console
 from .build import (
-    BuildResult, BuildRunner, Workspace, compile_key, copy_lock_beside, export_wheels, now_iso,
+    BuildResult, BuildRunner, Workspace, compile_key, copy_lock_beside, export_wheels,
     relabel, timestamp, write_context,
 )
 from .engine import BuildOptions, DockerEngine
 from .errors import ArchGateFailed, BuildError, ProbeError
 from .lock import (
-    LOCK_IMAGE_PATH, LOCK_LABEL, BaseImageLock, Lock, ModLock, image_tag, label_value, read_lock,
-    write_lock,
+    LOCK_IMAGE_PATH, LOCK_LABEL, BaseImageLock, Lock, ModLock, image_tag, label_value, now_utc,
+    read_lock, write_lock,
 )
 from .render import render_dockerfile
 from .sources import PreparedSource, SourceRequest, prepare_sources, summarize
@@ -79,7 +79,7 @@ def make_lock(eff: EffectiveSpec, prepared: dict[str, PreparedSource], staged,
         packages["torch"] = eff.torch.version
     mods = [ModLock(**m) for m in staged.versions]
     mods += [ModLock(name=f"patch:{p['name']}", version=str(p.get("version", "1"))) for p in patches]
-    return Lock(created_at=now_iso(), target=eff.target.name, base_images=images,
+    return Lock(created_at=now_utc(), target=eff.target.name, base_images=images,
                 vllm=prepared["vllm"].to_lock_entry(),
                 flashinfer=prepared["flashinfer"].to_lock_entry() if "flashinfer" in prepared else None,
                 packages=packages, mods=mods, build_args=build_args, settings=lock_settings(eff),
@@ -111,7 +111,7 @@ def static_labels(eff: EffectiveSpec, lock: Lock, tag: str) -> dict[str, str]:
     vllm = lock.vllm
     prs = [str(p.pr) for p in vllm.picks if p.pr and not p.skipped] if vllm else []
     return {
-        "org.opencontainers.image.created": lock.created_at or now_iso(),
+        "org.opencontainers.image.created": lock.created_at or now_utc(),
         "org.opencontainers.image.source": vllm.repo if vllm else "",
         "org.opencontainers.image.revision": vllm.commit if vllm else "",
         "org.opencontainers.image.version": vllm.version if vllm else "",
