@@ -321,10 +321,14 @@ class DockerEngine:
                 return "sha256:" + line.split("digest: sha256:")[1].split()[0]
         raise EngineError(f"docker push {ref} printed no digest; check the registry")
 
-    def manifest_digest(self, ref: str) -> str | None:
-        """The digest a registry holds for ``ref``, or None when the tag does not exist there."""
-        proc = self._run(["buildx", "imagetools", "inspect", "--format", "{{json .Manifest}}", ref],
-                         check=False)
+    def manifest_digest(self, ref: str, timeout: float | None = None) -> str | None:
+        """The digest a registry holds for ``ref``, or None when the tag does not exist there
+        (or the registry cannot be reached within ``timeout``)."""
+        try:
+            proc = self._run(["buildx", "imagetools", "inspect", "--format", "{{json .Manifest}}",
+                              ref], check=False, timeout=timeout)
+        except EngineError:  # timed out: unknown, not an error
+            return None
         if proc.returncode != 0:
             return None
         return json.loads(proc.stdout).get("digest")

@@ -70,10 +70,19 @@ def stage_mods(eff: EffectiveSpec, ws: Workspace):
     return stage(eff.mods, eff.target.name, ws.context / "edgevllm-mods")
 
 
+def base_image_lock(ref: str, engine: DockerEngine) -> BaseImageLock:
+    """A base image as ref + digest: pinned (``ref@sha256:...``) as given, else asked of its
+    registry (None when unknown: a local-only image, or no network)."""
+    name, at, digest = ref.partition("@")
+    if at:
+        return BaseImageLock(ref=name, digest=digest)
+    return BaseImageLock(ref=ref, digest=engine.manifest_digest(ref, timeout=60))
+
+
 def make_lock(eff: EffectiveSpec, prepared: dict[str, PreparedSource], staged,
-              patches: list[dict], build_args: dict[str, str]) -> Lock:
-    images = {"build": BaseImageLock(ref=eff.images.build),
-              "runtime": BaseImageLock(ref=eff.images.runtime)}
+              patches: list[dict], build_args: dict[str, str], engine: DockerEngine) -> Lock:
+    images = {"build": base_image_lock(eff.images.build, engine),
+              "runtime": base_image_lock(eff.images.runtime, engine)}
     packages = dict(eff.packages)
     if eff.torch.version:
         packages["torch"] = eff.torch.version
@@ -173,7 +182,7 @@ def run(eff: EffectiveSpec, ws: Workspace, engine: DockerEngine,
     patches = apply_patches(eff, prepared["vllm"])
     staged = stage_mods(eff, ws)
     build_args = {"VLLM_VERSION": prepared["vllm"].pep440_version, **eff.spec.build_args}
-    lock = make_lock(eff, prepared, staged, patches, build_args)
+    lock = make_lock(eff, prepared, staged, patches, build_args, engine)
     tag = image_tag(lock)
     repo = eff.spec.image_repo
     final_tags = [f"{repo}:{tag}"] + [t if ":" in t else f"{repo}:{t}" for t in eff.spec.tags]

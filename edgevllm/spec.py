@@ -261,5 +261,8 @@ def lock_overrides(lock, target: str | None = None) -> dict:
         if key in settings:
             data[key] = settings[key]
     if "build" in images and "runtime" in images:
-        data["images"] = {"build": images["build"].ref, "runtime": images["runtime"].ref}
+        # A recorded digest pins the base exactly: the rebuild uses the very same base image.
+        data["images"] = {stage: f"{images[stage].ref}@{images[stage].digest}"
+                          if images[stage].digest else images[stage].ref
+                          for stage in ("build", "runtime")}
     return data
