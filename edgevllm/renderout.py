@@ -24,6 +24,9 @@ def render_to(spec: BuildSpec, out: Path) -> Path:
         contexts = {"vllm-src": "<prepared vLLM tree: " + "; ".join(source_request(eff).plan()) + ">",
                     "edgevllm-mods": "edgevllm-mods/", "edgevllm-meta": "<lock.json, at build time>",
                     "wheels": "<exported wheels folder, runtime build only>"}
+        if eff.spec.flashinfer.source:
+            contexts["flashinfer-src"] = ("<prepared FlashInfer tree: "
+                                          + "; ".join(source_request(eff, "flashinfer").plan()) + ">")
         if eff.spec.wheelhouse:
             contexts["wheelhouse"] = eff.spec.wheelhouse
         plan = BuildPlan(target=eff.target.name, platform=eff.platform, dockerfile="Dockerfile",

@@ -198,7 +198,7 @@ def _pairs(values: list[str] | None, flag: str) -> dict[str, str]:
 
 def cli_overrides(*, vllm_repo=None, vllm_ref=None, vllm_pr=None, cherry_picks=None,
                   allow_doc_conflicts=False, flashinfer_version=None, flashinfer_repo=None,
-                  flashinfer_ref=None, mods=None, add_mods=None, remove_mods=None, max_jobs=None,
+                  flashinfer_ref=None, flashinfer_pr=None, flashinfer_cherry_picks=None, mods=None, add_mods=None, remove_mods=None, max_jobs=None,
                   nvcc_threads=None, image_repo=None, tags=None, build_args=None, env=None,
                   packages=None, wheelhouse=None, offline=False, platform=None,
                   verify=True) -> dict:
@@ -210,8 +210,12 @@ def cli_overrides(*, vllm_repo=None, vllm_ref=None, vllm_pr=None, cherry_picks=N
     flashinfer: dict = {}
     if flashinfer_version:
         flashinfer["version"] = flashinfer_version
-    if flashinfer_repo or flashinfer_ref:
-        flashinfer["source"] = {"repo": flashinfer_repo or UPSTREAM_FLASHINFER, "ref": flashinfer_ref}
+    if flashinfer_repo or flashinfer_ref or flashinfer_pr or flashinfer_cherry_picks:
+        source = {"repo": flashinfer_repo or UPSTREAM_FLASHINFER, "ref": flashinfer_ref,
+                  "pr": _int(flashinfer_pr, "--flashinfer-pr"),
+                  "cherry_picks": flashinfer_cherry_picks or [],
+                  "allow_doc_conflicts": bool(allow_doc_conflicts)}
+        flashinfer["source"] = {k: v for k, v in source.items() if v is not None}
     out = {
         "vllm": vllm or None, "flashinfer": flashinfer or None, "mods": mods,
         "add_mods": add_mods, "remove_mods": remove_mods, "max_jobs": _int(max_jobs, "--max-jobs"),
@@ -232,7 +236,7 @@ def _int(value, flag: str) -> int | None:
     if isinstance(value, int):
         return value
     text = str(value).strip()
-    if flag == "--vllm-pr":  # a PR URL is accepted too; the sources module parses it fully
+    if flag.endswith("-pr"):  # a PR URL is accepted too; the sources module parses it fully
         match = re.search(r"(\d+)/?$", text)
         text = match.group(1) if match else text
     if not text.isdigit():

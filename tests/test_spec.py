@@ -69,3 +69,13 @@ def test_secrets_are_refused_before_anything_is_built():
             load_spec("thor", overrides=overrides)
         assert "looks like a secret" in str(failure.value)
         assert "hf_x" not in str(failure.value) and "ghp_x" not in str(failure.value)
+
+
+def test_flashinfer_from_source_takes_pr_and_picks():
+    overrides = cli_overrides(flashinfer_pr="https://github.com/flashinfer-ai/flashinfer/pull/123",
+                              flashinfer_cherry_picks=["456"])
+    eff = resolve(load_spec("spark", overrides=overrides))
+    source = eff.spec.flashinfer.source
+    assert (source.pr, source.cherry_picks) == (123, ["456"])
+    assert source.repo.endswith("flashinfer-ai/flashinfer.git")
+    assert "flashinfer-python" not in eff.packages  # built from source, not installed from PyPI

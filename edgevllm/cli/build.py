@@ -20,6 +20,8 @@ SPEC_HELP = {
     "flashinfer_version": "FlashInfer version from PyPI (default: the target's pin)",
     "flashinfer_repo": "build FlashInfer from this repository instead of PyPI",
     "flashinfer_ref": "FlashInfer tag/branch/SHA when built from source",
+    "flashinfer_pr": "build FlashInfer from a PR's head (number or URL)",
+    "flashinfer_cherry_pick": "PR/SHA to apply onto FlashInfer (repeatable, in order)",
     "mod": "apply only these mods (repeatable or comma-separated; default: the target's list)",
     "add_mod": "add a mod to the target's default list (repeatable)",
     "no_mod": "drop a mod from the list (repeatable)",
@@ -35,7 +37,7 @@ SPEC_HELP = {
     "platform": "override the target's docker platform (e.g. linux/amd64 for a test build)",
     "out": "where locks, logs, wheels and contexts go (default: ./out)",
 }
-ITERABLE = ["cherry_pick", "mod", "add_mod", "no_mod", "tag", "build_arg", "env", "package"]
+ITERABLE = ["cherry_pick", "flashinfer_cherry_pick", "mod", "add_mod", "no_mod", "tag", "build_arg", "env", "package"]
 
 
 def _spec(target, spec, lock, verify=True, **flags):
@@ -48,6 +50,8 @@ def _spec(target, spec, lock, verify=True, **flags):
         allow_doc_conflicts=flags.get("allow_doc_conflicts"),
         flashinfer_version=flags.get("flashinfer_version"),
         flashinfer_repo=flags.get("flashinfer_repo"), flashinfer_ref=flags.get("flashinfer_ref"),
+        flashinfer_pr=flags.get("flashinfer_pr"),
+        flashinfer_cherry_picks=flags.get("flashinfer_cherry_pick") or None,
         mods=split_csv(flags.get("mod")) or None, add_mods=split_csv(flags.get("add_mod")) or None,
         remove_mods=split_csv(flags.get("no_mod")) or None, max_jobs=flags.get("max_jobs"),
         nvcc_threads=flags.get("nvcc_threads"), image_repo=flags.get("image_repo"),
@@ -78,9 +82,10 @@ def targets(c, as_json=False):
           iterable=ITERABLE)
 def render(c, target=None, spec=None, lock=None, out="out/render", vllm_repo=None, vllm_ref=None,
            vllm_pr=None, cherry_pick=None, allow_doc_conflicts=False, flashinfer_version=None,
-           flashinfer_repo=None, flashinfer_ref=None, mod=None, add_mod=None, no_mod=None,
-           max_jobs=None, nvcc_threads=None, image_repo=None, tag=None, build_arg=None, env=None,
-           package=None, wheelhouse=None, offline=False, platform=None):
+           flashinfer_repo=None, flashinfer_ref=None, flashinfer_pr=None,
+           flashinfer_cherry_pick=None, mod=None, add_mod=None, no_mod=None, max_jobs=None,
+           nvcc_threads=None, image_repo=None, tag=None, build_arg=None, env=None, package=None,
+           wheelhouse=None, offline=False, platform=None):
     """Render the Dockerfile and build context for inspection (no build, no network)."""
     from ..renderout import render_to
 
@@ -95,9 +100,10 @@ def render(c, target=None, spec=None, lock=None, out="out/render", vllm_repo=Non
           iterable=ITERABLE)
 def build(c, target=None, spec=None, lock=None, out="out", vllm_repo=None, vllm_ref=None,
           vllm_pr=None, cherry_pick=None, allow_doc_conflicts=False, flashinfer_version=None,
-          flashinfer_repo=None, flashinfer_ref=None, mod=None, add_mod=None, no_mod=None,
-          max_jobs=None, nvcc_threads=None, image_repo=None, tag=None, build_arg=None, env=None,
-          package=None, wheelhouse=None, offline=False, platform=None, verify=True, json=None):
+          flashinfer_repo=None, flashinfer_ref=None, flashinfer_pr=None,
+          flashinfer_cherry_pick=None, mod=None, add_mod=None, no_mod=None, max_jobs=None,
+          nvcc_threads=None, image_repo=None, tag=None, build_arg=None, env=None, package=None,
+          wheelhouse=None, offline=False, platform=None, verify=True, json=None):
     """Build an image: sources → Dockerfile → wheels → runtime image → checks → tags."""
     from ..build import build as run_build, write_summary
 

@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 FIXTURE_TREE = Path(__file__).parent / "fixtures" / "fake-vllm"
+FLASHINFER_TREE = Path(__file__).parent / "fixtures" / "fake-flashinfer"
 KERNELS = "csrc/kernels.cu"
 PR_MARKER = 1      # changes the compiled marker string to "pr-1"
 PR_BROKEN = 2      # breaks the CUDA source: the compile stage must fail
@@ -39,6 +40,15 @@ def fake_upstream(tmp_path_factory):
     add_pr(upstream, PR_MARKER, {KERNELS: kernels_with("pr-1")})
     add_pr(upstream, PR_BROKEN, {KERNELS: kernels_with("broken", "\nthis is not CUDA;\n")})
     return upstream
+
+
+@pytest.fixture(scope="session")
+def fake_flashinfer_upstream(tmp_path_factory):
+    """A bare git upstream of fake-flashinfer (tag v0.1.0)."""
+    from support.gitfixtures import make_upstream_repo
+
+    return make_upstream_repo(tmp_path_factory.mktemp("fi-upstream"), FLASHINFER_TREE,
+                              name="flashinfer.git")
 
 
 @pytest.fixture(scope="session")

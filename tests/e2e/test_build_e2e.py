@@ -241,3 +241,25 @@ def test_failed_mod_never_yields_an_image(cuda_image_amd64, fake_upstream, wheel
     assert "broken-edit" in message and "vllm/__init__.py" in message
     assert "this line is not in the file" in message
     assert engine._run(["images", "-q", "edgevllm-test/e2e-badmod"]).stdout.split() == []
+
+
+def test_flashinfer_built_from_source_is_locked_and_native(spark_spec, fake_flashinfer_upstream,
+                                                           engine, tmp_path):
+    """The second source path: FlashInfer from a git repo is resolved and locked on the host, built
+    in its own stage for FLASHINFER_CUDA_ARCH_LIST, installed from the exported wheels, and gated
+    by the arch policy (FlashInfer's libraries must run on the target)."""
+    from edgevllm.archinspect.api import scan_image
+    from edgevllm.build import build
+    from edgevllm.lock import read_lock
+    from edgevllm.spec import spec_from_dict
+
+    spec = {**spark_spec, "flashinfer": {"source": {"repo": fake_flashinfer_upstream.url,
+                                                    "ref": "v0.1.0"}},
+            "probe_required": ["vllm", "flashinfer"]}
+    result = build(spec_from_dict(spec), tmp_path, engine)
+    lock = read_lock(result.lock_path)
+    assert lock.flashinfer is not None and lock.flashinfer.version == "0.1.0"
+    assert lock.flashinfer.tree == fake_flashinfer_upstream.git("rev-parse", "v0.1.0^{tree}").strip()
+    assert sass_of(scan_image(engine, result.image), "flashinfer/_kernels.abi3.so") == {"sm_121a"}
+    assert result.verify["passed"] is True and result.probe["passed"] is True
+    engine.remove_image(result.image, force=True)
