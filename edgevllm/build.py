@@ -17,7 +17,7 @@ import hashlib
 import json
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from . import __version__, console
@@ -43,7 +43,6 @@ class BuildResult:
     mods_record: dict | None = None
     verify: dict | None = None
     probe: dict | None = None
-    labels: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass

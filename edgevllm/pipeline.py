@@ -159,7 +159,7 @@ def run_checks(eff: EffectiveSpec, engine: DockerEngine, image: str, ws: Workspa
     console.step("checks: kernel-arch coverage")
     verdict = arch_verify(eff.target.name, image=image, engine=engine,
                           json_out=ws.root / "verify.json")
-    verify_summary = verdict.summary_dict() if hasattr(verdict, "summary_dict") else {"passed": verdict.passed}
+    verify_summary = verdict.summary_dict()
     console.step("checks: probe level 1 (imports, torch arch list, mods record, env)")
     probe = probe_level1(engine, image, eff.target.name, required=eff.spec.probe_required,
                          runtime_env=eff.env)
