@@ -13,7 +13,8 @@ from ._common import cli_task, split_csv
 
 _HELP = {
     "vllm-repo": "vLLM repository: URL, OWNER/REPO or local path (default: upstream vllm-project/vllm)",
-    "vllm-ref": "tag, branch or full SHA to build (default: the repository's default branch)",
+    "vllm-ref": "tag, branch or full SHA to build (default: the pinned release that inv build uses "
+                "for upstream; a repository's default branch for any other --vllm-repo)",
     "vllm-pr": "build a PR's head: N or https://github.com/OWNER/REPO/pull/N",
     "cherry-pick": "apply onto the base, in order (repeatable): N, PR URL, full SHA, REPO#N, REPO@SHA",
     "allow-doc-conflicts": "resolve conflicts that are only in docs/tests by keeping the base's side",
@@ -32,6 +33,10 @@ def build_requests(vllm_repo=None, vllm_ref=None, vllm_pr=None, cherry_pick=None
                    flashinfer_repo=None, flashinfer_ref=None, flashinfer_pr=None,
                    flashinfer_cherry_pick=None) -> list[SourceRequest]:
     """Requests from flag values; FlashInfer only when one of its flags is given."""
+    if not (vllm_repo or vllm_ref or vllm_pr):  # the same default as `inv build`
+        from ..spec import DEFAULT_VLLM_REF
+
+        vllm_ref = DEFAULT_VLLM_REF
     requests = [SourceRequest.from_cli("vllm", vllm_repo, vllm_ref, vllm_pr, split_csv(cherry_pick),
                                        allow_doc_conflicts)]
     if flashinfer_repo or flashinfer_ref or flashinfer_pr or flashinfer_cherry_pick:
