@@ -205,6 +205,10 @@ class DockerEngine:
                 f"'{self.binary}' not found on PATH: install Docker "
                 "(Debian: apt-get install docker.io docker-cli docker-buildx)")
 
+    def run_cli(self, args: Sequence[str], timeout: float | None = 60) -> subprocess.CompletedProcess:
+        """Any docker subcommand, without raising on its exit code (for checks that inspect it)."""
+        return self._run(args, check=False, timeout=timeout)
+
     # -- health checks --------------------------------------------------------------------------
     def check_daemon(self) -> None:
         self._require_binary()

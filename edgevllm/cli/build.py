@@ -116,3 +116,20 @@ def build(c, target=None, spec=None, lock=None, out="out", vllm_repo=None, vllm_
     console.step(f"built {', '.join(result.tags)}")
     console.info(f"  lock: {result.lock_path}\n  log:  {result.log_path}")
     print(result.image)
+
+
+@cli_task(help={"target": "thor | spark", "out": "where builds will write (for the disk check)"})
+def doctor(c, target="spark", out="out"):
+    """Check that this machine can build for a target: engine, buildx, emulation, disk, git, registry."""
+    from ..doctor import run_checks
+    from ..engine import DockerEngine
+    from ..errors import MissingToolError
+    from ..targets import load_target
+
+    findings = run_checks(load_target(target), Path(out), DockerEngine())
+    for finding in findings:
+        mark = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL"}[finding.status]
+        print(f"{mark}  {finding.name:22} {finding.detail}")
+    failed = [f.name for f in findings if f.status == "fail"]
+    if failed:
+        raise MissingToolError(f"not ready to build for {target}: {', '.join(failed)} (see above)")
