@@ -132,14 +132,14 @@ def export_wheels(runner: BuildRunner, base: BuildOptions, dest: Path) -> bool:
         console.info(f"wheels: reusing {dest} (no input of the compile changed)")
         return False
     with atomic_dir(dest) as tmp:
-        options = _with(base, target="wheels", output=f"type=local,dest={tmp}", tags=())
+        options = with_options(base, target="wheels", output=f"type=local,dest={tmp}", tags=())
         runner.run(options, "compile (wheels stage)")
         if not any(tmp.glob("*.whl")):
             raise BuildError(f"the wheels stage produced no wheel in {tmp}; see {runner.log_path}")
     return True
 
 
-def _with(options: BuildOptions, **changes) -> BuildOptions:
+def with_options(options: BuildOptions, **changes) -> BuildOptions:
     data = dict(options.__dict__)
     data.update(changes)
     return BuildOptions(**data)

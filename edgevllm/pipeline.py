@@ -18,7 +18,7 @@ from pathlib import Path
 from . import console
 from .build import (
     BuildResult, BuildRunner, Workspace, compile_key, copy_lock_beside, export_wheels,
-    relabel, timestamp, write_context,
+    relabel, timestamp, with_options, write_context,
 )
 from .engine import BuildOptions, DockerEngine
 from .errors import ArchGateFailed, BuildError, ProbeError
@@ -172,56 +172,67 @@ def run_checks(eff: EffectiveSpec, engine: DockerEngine, image: str, ws: Workspa
     return verify_summary, probe_summary
 
 
+def prepare(eff: EffectiveSpec, ws: Workspace, engine: DockerEngine, locked: Lock | None):
+    """Steps 1-3, all in seconds: mods (cheapest check first), sources, patches, the lock."""
+    staged = stage_mods(eff, ws)
+    prepared = prepare_all_sources(eff, ws, locked)
+    patches = apply_patches(eff, prepared["vllm"])
+    build_args = {"VLLM_VERSION": prepared["vllm"].pep440_version, **eff.spec.build_args}
+    lock = make_lock(eff, prepared, staged, patches, build_args, engine)
+    key = compile_key(render_dockerfile(eff, staged.env),
+                      {n: p.tree_hash for n, p in prepared.items()}
+                      | {"patches": json.dumps(patches, sort_keys=True)}, build_args)
+    return prepared, staged, lock, build_args, key
+
+
 def run(eff: EffectiveSpec, ws: Workspace, engine: DockerEngine,
         lock_path: Path | None = None) -> BuildResult:
     locked = read_lock(lock_path) if lock_path else None
     if locked and locked.target and locked.target != eff.target.name:
         raise BuildError(f"{lock_path}: the lock is for target '{locked.target}', not "
                          f"'{eff.target.name}'; drop --target or use the matching lock")
-    prepared = prepare_all_sources(eff, ws, locked)
-    patches = apply_patches(eff, prepared["vllm"])
-    staged = stage_mods(eff, ws)
-    build_args = {"VLLM_VERSION": prepared["vllm"].pep440_version, **eff.spec.build_args}
-    lock = make_lock(eff, prepared, staged, patches, build_args, engine)
+    prepared, staged, lock, build_args, key = prepare(eff, ws, engine, locked)
     tag = image_tag(lock)
     repo = eff.spec.image_repo
     final_tags = [f"{repo}:{tag}"] + [t if ":" in t else f"{repo}:{t}" for t in eff.spec.tags]
     console.step(f"image {final_tags[0]}")
-
-    dockerfile = render_dockerfile(eff, staged.env)
-    write_context(ws, dockerfile, {LOCK_FILE_IN_IMAGE: label_value(lock) + "\n"})
-    lock_file = ws.root / f"{tag}.lock.json"
-    write_lock(lock, lock_file)
+    write_context(ws, render_dockerfile(eff, staged.env), {LOCK_FILE_IN_IMAGE: label_value(lock) + "\n"})
+    lock_file = write_lock(lock, ws.root / f"{tag}.lock.json")
 
     runner = BuildRunner(engine, ws.logs / f"build-{timestamp()}.log")
     options = base_options(eff, ws, prepared, build_args)
-    key = compile_key(dockerfile, {n: p.tree_hash for n, p in prepared.items()} |
-                      {"patches": json.dumps(patches, sort_keys=True)}, build_args)
     wheels = ws.wheels(key)
     compiled = export_wheels(runner, options, wheels)
-
     candidate = f"{repo}:{tag}-unverified"
-    runtime = BuildOptions(**{**options.__dict__, "target": "runtime", "tags": [candidate],
-                              "build_contexts": {**options.build_contexts, "wheels": str(wheels)},
-                              "labels": static_labels(eff, lock, tag)})
-    runner.run(runtime, "runtime image")
+    runner.run(with_options(options, target="runtime", tags=[candidate],
+                            build_contexts={**options.build_contexts, "wheels": str(wheels)},
+                            labels=static_labels(eff, lock, tag)), "runtime image")
     record = read_mods_record(engine, candidate)
     print_mods(record)
-
-    if eff.spec.verify:
-        verify, probe = run_checks(eff, engine, candidate, ws)
-    else:
-        console.warn("checks skipped (--no-verify); the image's labels say so")
-        verify, probe = {"skipped": True}, {"skipped": True}
-    post = {"io.edgevllm.mods": json.dumps(_mods_summary(record), separators=(",", ":")),
-            "io.edgevllm.verify": json.dumps(verify, separators=(",", ":")),
-            "io.edgevllm.probe": json.dumps(probe, separators=(",", ":"))}
-    image_id = relabel(runner, engine, candidate, post, final_tags, eff.platform, ws.context)
+    verify, probe = checks_or_skip(eff, engine, candidate, ws)
+    image_id = relabel(runner, engine, candidate, outcome_labels(record, verify, probe),
+                       final_tags, eff.platform, ws.context)
     engine.remove_image(candidate)
     copy_lock_beside(lock_file, ws.root / "latest.lock.json")
     return BuildResult(image=final_tags[0], tags=final_tags, image_id=image_id, lock_path=lock_file,
                        log_path=runner.log_path, wheels_dir=wheels, compiled=compiled,
                        mods_record=record, verify=verify, probe=probe)
+
+
+def checks_or_skip(eff: EffectiveSpec, engine: DockerEngine, image: str,
+                   ws: Workspace) -> tuple[dict, dict]:
+    if eff.spec.verify:
+        return run_checks(eff, engine, image, ws)
+    console.warn("checks skipped (--no-verify); the image's labels say so")
+    return {"skipped": True}, {"skipped": True}
+
+
+def outcome_labels(record: dict | None, verify: dict, probe: dict) -> dict[str, str]:
+    """What is only known once the image is built and checked (added config-only)."""
+    compact = {"separators": (",", ":")}
+    return {"io.edgevllm.mods": json.dumps(_mods_summary(record), **compact),
+            "io.edgevllm.verify": json.dumps(verify, **compact),
+            "io.edgevllm.probe": json.dumps(probe, **compact)}
 
 
 def _mods_summary(record: dict | None) -> list[dict]:
