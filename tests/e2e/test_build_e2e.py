@@ -263,3 +263,45 @@ def test_flashinfer_built_from_source_is_locked_and_native(spark_spec, fake_flas
     assert sass_of(scan_image(engine, result.image), "flashinfer/_kernels.abi3.so") == {"sm_121a"}
     assert result.verify["passed"] is True and result.probe["passed"] is True
     engine.remove_image(result.image, force=True)
+
+
+def test_ctrl_c_during_the_compile_leaves_nothing_under_a_final_name(
+        cuda_image_amd64, fake_upstream, wheelhouse, engine, tmp_path):
+    """SIGINT while nvcc runs: exit 130, one line, no wheel folder under its final name (only the
+    lock, which is complete when written), and no image at all."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from support.gitfixtures import commit, head
+
+    from e2e.conftest import FIXTURE_TREE, KERNELS
+
+    salted = (FIXTURE_TREE / KERNELS).read_text() + f"\n// interrupt test {time.time()}\n"
+    commit(fake_upstream, [head(fake_upstream)], {KERNELS: salted}, "a tree no cache has seen",
+           ref="refs/heads/interrupt")
+    spec = hermetic_spec("spark", cuda_image_amd64, fake_upstream, wheelhouse, platform="linux/amd64",
+                         mods=[], image_repo="edgevllm-test/e2e-interrupt")
+    spec["vllm"]["ref"] = "interrupt"
+    spec_file = write_spec(tmp_path / "spec.yaml", **spec)
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from edgevllm.cli import main; main()", "build", "--spec",
+         str(spec_file), "--out", str(out)],
+        stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "NO_COLOR": "1", "PYTHONPATH": str(FIXTURE_TREE.parents[3])})
+    lines = []
+    for line in proc.stderr:
+        lines.append(line)
+        if "[build]" in line:
+            time.sleep(2)  # nvcc is running now
+            proc.send_signal(signal.SIGINT)
+            break
+    rest = proc.communicate(timeout=120)[1]
+    assert proc.returncode == 130, "".join(lines) + rest
+    assert "Traceback" not in rest and "error: interrupted" in rest
+    wheels = out / "spark" / "wheels"
+    assert not wheels.exists() or [p.name for p in wheels.iterdir() if not p.name.startswith(".")] == []
+    assert engine._run(["images", "-q", "edgevllm-test/e2e-interrupt"]).stdout.split() == []
