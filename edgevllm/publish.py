@@ -170,10 +170,14 @@ class PartWriter:
 
     def _open_next(self) -> None:
         self._close_current()
-        tmp = self.directory / f".{self.stem}.tmp-{os.getpid()}-{len(self.parts):03d}"
-        self._handle = open(tmp, "wb")
-        self._digest = hashlib.sha256()
+        tmp = self.directory / f"{self._tmp_prefix()}{len(self.parts):03d}"
+        # Registered before the file exists: a Ctrl-C between the two cannot leak the file.
         self.parts.append(WrittenPart(tmp))
+        self._digest = hashlib.sha256()
+        self._handle = open(tmp, "wb")
+
+    def _tmp_prefix(self) -> str:
+        return f".{self.stem}.tmp-{os.getpid()}-"
 
     def _close_current(self) -> None:
         if self._handle is not None:
@@ -224,9 +228,11 @@ class PartWriter:
         if self._handle is not None:
             self._handle.close()
             self._handle = None
-        for part in self.parts:
+        leftovers = {part.tmp for part in self.parts}
+        leftovers |= set(self.directory.glob(glob_escape(self._tmp_prefix()) + "*"))
+        for path in leftovers:
             with contextlib.suppress(FileNotFoundError):
-                part.tmp.unlink()
+                path.unlink()
         for path in self.renamed:
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
