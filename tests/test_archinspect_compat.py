@@ -114,3 +114,15 @@ def test_summary_dict_for_build_records():
     record = verdict.summary_dict()
     assert record["passed"] is False and record["gated"] == 1
     assert record["failures"] == [{"path": VLLM, "level": "none", "note": ""}]
+
+
+def test_default_policy_gates_vllm_natively_and_its_flash_attn_by_jit():
+    from edgevllm.archinspect.policy import load_policy
+
+    policy = load_policy()
+    site = "usr/local/lib/python3.12/dist-packages"
+    assert policy.rule_for(f"{site}/vllm/_C_stable_libtorch.abi3.so") == ("vllm", "native")
+    assert policy.rule_for(f"{site}/vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so") == \
+        ("vllm-flash-attn", "ptx-jit")
+    assert policy.rule_for(f"{site}/torch/lib/libtorch_cuda.so") == ("torch", "compatible")
+    assert policy.rule_for("usr/lib/libnvjpeg.so.13")[1] == "report"
