@@ -16,8 +16,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from edgevllm.archinspect import scan_file  # noqa: E402
-from edgevllm.archinspect.cuobjdump import disagreement, expected_listing, run_cuobjdump  # noqa: E402
+from edgevllm.verify import scan_file
+from edgevllm.verify.cuobjdump import disagreement, expected_listing, run_cuobjdump
 from support.cuda_libs import aarch64_cuda_lib, cuobjdump_binary, nvcc_libs  # noqa: E402
 
 

@@ -22,8 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from edgevllm.engine import BuildOptions, DockerEngine  # noqa: E402
-from edgevllm.publish import PublishOptions, human, publish  # noqa: E402
+from edgevllm.engine.docker import BuildOptions, DockerEngine
+from edgevllm.image.publish import PublishOptions, human, publish
 from support.downloads import pypi_download  # noqa: E402
 from support.images import cache_root, python_image  # noqa: E402
 

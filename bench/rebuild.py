@@ -32,9 +32,9 @@ def main() -> int:
     args = parser.parse_args()
 
     from e2e.conftest import FIXTURE_TREE, KERNELS, hermetic_spec
-    from edgevllm.build import build
-    from edgevllm.engine import DockerEngine
-    from edgevllm.spec import spec_from_dict
+    from edgevllm.build.runner import build
+    from edgevllm.engine.docker import DockerEngine
+    from edgevllm.model.spec import spec_from_dict
     from support.gitfixtures import commit_to_branch, make_upstream_repo
     from support.images import cuda_image
 

@@ -18,7 +18,7 @@ sys.path.insert(0, str(REPO / "tests"))  # tests/support as a package "support"
 @pytest.fixture(scope="session")
 def engine():
     """The real Docker engine (bash .ci/install-engine.sh installs and starts it)."""
-    from edgevllm.engine import DockerEngine
+    from edgevllm.engine.docker import DockerEngine
 
     eng = DockerEngine()
     proc = subprocess.run(["docker", "info"], capture_output=True) if shutil.which("docker") else None

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from edgevllm import applier
+from edgevllm.mods import applier
 
 MODULE = '''class Gate:
     allowed = ["a"]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from edgevllm.archinspect.cuobjdump import Listing, disagreement
+from edgevllm.verify.cuobjdump import Listing, disagreement
 from support.cuda_libs import cuobjdump_binary, nvcc_libs
 
 ROOT = Path(__file__).resolve().parent.parent

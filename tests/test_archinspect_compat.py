@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from edgevllm.archinspect import judge, load_policy, parse_arch, scan_file
-from edgevllm.archinspect.compat import library_level
-from edgevllm.archinspect.library import LibraryReport
-from edgevllm.archinspect.target import resolve_target
-from edgevllm.errors import ConfigError, PolicyError, UnknownTargetError
+from edgevllm.verify import judge, load_policy, parse_arch, scan_file
+from edgevllm.verify.compat import library_level
+from edgevllm.verify.library import LibraryReport
+from edgevllm.verify.target import resolve_target
+from edgevllm.kernel.errors import ConfigError, PolicyError, UnknownTargetError
 from support.cuda_libs import aarch64_cuda_lib, nvcc_libs
 
 THOR, SPARK = parse_arch("11.0a"), parse_arch("12.1a")
@@ -117,7 +117,7 @@ def test_summary_dict_for_build_records():
 
 
 def test_default_policy_gates_vllm_natively_and_its_flash_attn_by_jit():
-    from edgevllm.archinspect.policy import load_policy
+    from edgevllm.verify.policy import load_policy
 
     policy = load_policy()
     site = "usr/local/lib/python3.12/dist-packages"

@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from edgevllm.archinspect import scan_image, scan_tarball, verify, verify_image
-from edgevllm.engine import BuildOptions, DockerEngine
-from edgevllm.errors import ArchGateFailed, ImageNotFoundError, NotATarballError
+from edgevllm.verify import scan_image, scan_tarball, verify, verify_image
+from edgevllm.engine.docker import BuildOptions, DockerEngine
+from edgevllm.kernel.errors import ArchGateFailed, ImageNotFoundError, NotATarballError
 from support.cuda_libs import aarch64_cuda_lib, cuobjdump_binary, nvcc_libs
 
 SITE = "opt/venv/lib/python3.12/site-packages"
@@ -265,7 +265,7 @@ def test_cuobjdump_cross_check_on_a_tarball(saved, monkeypatch):
 
 def test_reads_what_inv_publish_writes(image, tmp_path):
     """The split .tar.zst.partNNN set and manifest from edgevllm.publish, read as it lies."""
-    from edgevllm.publish import PublishOptions, publish
+    from edgevllm.image.publish import PublishOptions, publish
 
     result = publish(DockerEngine(), PublishOptions(image=image, out_dir=tmp_path, name="arch",
                                                     part_size=1 << 20, threads=1))

@@ -40,7 +40,7 @@ def test_daemon_not_running(cli):
 
 
 def test_too_little_disk(cli, tmp_path, engine):
-    from edgevllm.paths import data_dirs
+    from edgevllm.kernel.paths import data_dirs
 
     text = (data_dirs("targets")[0] / "thor.yaml").read_text()
     (tmp_path / "huge.yaml").write_text(text.replace("name: thor", "name: huge")

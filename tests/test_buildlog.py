@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from edgevllm.buildlog import BuildFollower
+from edgevllm.build.buildlog import BuildFollower
 
 SAMPLE = """\
 #1 [internal] load build definition from Dockerfile

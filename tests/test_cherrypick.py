@@ -12,10 +12,10 @@ import subprocess
 
 import pytest
 
-from edgevllm.cherrypick import is_doc_path
-from edgevllm.errors import CherryPickConflictError
-from edgevllm.gitcache import GitMirror
-from edgevllm.sources import SourceRequest, prepare_sources
+from edgevllm.sources.cherrypick import is_doc_path
+from edgevllm.kernel.errors import CherryPickConflictError
+from edgevllm.sources.gitcache import GitMirror
+from edgevllm.sources.prepare import SourceRequest, prepare_sources
 from support.gitfixtures import (PR_ANCESTOR, PR_CLEAN, PR_CODE_CONFLICT, PR_DOC_CONFLICT,  # noqa: F401
                                  PR_MERGED, add_pr, core_py, git_cache, guide_md, leftovers, upstream)
 

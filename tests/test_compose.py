@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from edgevllm.errors import RecipeError
-from edgevllm.recipes import all_recipes, parse_recipe, render
-from edgevllm.serve import write_compose
+from edgevllm.kernel.errors import RecipeError
+from edgevllm.serve.recipes import all_recipes, parse_recipe, render
+from edgevllm.serve.launch import write_compose
 
 SECRET = "hf_compose_secret_value"
 

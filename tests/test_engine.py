@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from edgevllm.engine import BuildOptions, DockerEngine, RunOptions
-from edgevllm.errors import BinfmtMissingError, DockerUnavailableError, ImageNotFoundError
+from edgevllm.engine.docker import BuildOptions, DockerEngine, RunOptions
+from edgevllm.kernel.errors import BinfmtMissingError, DockerUnavailableError, ImageNotFoundError
 
 
 def test_run_argv_keeps_secret_values_out():
@@ -40,7 +40,7 @@ def test_missing_binary_and_unreachable_daemon():
 
 def test_binfmt_missing_for_a_cross_build(tmp_path, monkeypatch):
     monkeypatch.setattr(DockerEngine, "binfmt_dir", tmp_path)
-    monkeypatch.setattr("edgevllm.engine.host_arch", lambda: "amd64")
+    monkeypatch.setattr("edgevllm.engine.docker.host_arch", lambda: "amd64")
     with pytest.raises(BinfmtMissingError, match="update-binfmts --enable qemu-aarch64"):
         DockerEngine().check_platform("linux/arm64")
     (tmp_path / "qemu-aarch64").write_text("enabled\ninterpreter /usr/bin/qemu-aarch64-static\n")

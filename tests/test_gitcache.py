@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from edgevllm.errors import RefNotFoundError, SourceError
-from edgevllm.gitcache import GitMirror, normalize_repo, parse_commit_url, parse_pr_url, repo_key
+from edgevllm.kernel.errors import RefNotFoundError, SourceError
+from edgevllm.sources.gitcache import GitMirror, normalize_repo, parse_commit_url, parse_pr_url, repo_key
 from support.gitfixtures import (PR_CLEAN, PR_MISSING, daemon_url, free_port, git_cache,  # noqa: F401
                                  make_upstream_repo, upstream)
 
@@ -147,7 +147,7 @@ def test_mirror_lock_excludes_other_processes(git_cache, upstream):
 
 
 def test_concurrent_users_of_one_mirror_both_succeed(git_cache, upstream, tmp_path):
-    code = ("import sys; from edgevllm.sources import SourceRequest, prepare_sources; "
+    code = ("import sys; from edgevllm.sources.prepare import SourceRequest, prepare_sources; "
             "r = SourceRequest.from_cli('vllm', sys.argv[1], None, None, ['101']); "
             "print(prepare_sources(r, sys.argv[2]).tree_hash)")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}

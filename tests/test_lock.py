@@ -8,9 +8,8 @@ import re
 
 import pytest
 
-from edgevllm.errors import LockError
-from edgevllm.lock import (LOCK_FILENAME, BaseImageLock, Lock, ModLock, PickLock, SourceLock, image_tag,
-                           label_value, lock_hash, parse_lock, read_lock, write_lock)
+from edgevllm.kernel.errors import LockError
+from edgevllm.model.lock import LOCK_FILENAME, BaseImageLock, Lock, ModLock, PickLock, SourceLock, image_tag, label_value, lock_hash, parse_lock, read_lock, write_lock
 
 SHA_A, SHA_B, SHA_C, SHA_D = ("a" * 40, "b" * 40, "c" * 40, "d" * 40)
 DOCKER_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")

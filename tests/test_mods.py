@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from edgevllm import mods as M
-from edgevllm.errors import ManifestError, ModConflictError, ModNotForTargetError, UnknownModError
-from edgevllm.paths import project_root
+from edgevllm.mods import catalog as M
+from edgevllm.kernel.errors import ManifestError, ModConflictError, ModNotForTargetError, UnknownModError
+from edgevllm.kernel.paths import project_root
 from support.modenv import outcome, stage_and_apply
 
 ALL = ["cutlass-dsl-gb10", "cutlass-dsl-thor", "fastsafetensors", "flashinfer-sm121",
@@ -57,7 +57,7 @@ def test_stage_contract(tmp_path):
     dest = tmp_path / "ctx"
     staged = M.stage_mods(SPARK, "spark", dest)
     assert (dest / "applier.py").read_bytes() == \
-        (project_root() / "edgevllm" / "applier.py").read_bytes()
+        (project_root() / "edgevllm" / "mods" / "applier.py").read_bytes()
     plan = json.loads((dest / "plan.json").read_text())
     assert plan["target"] == "spark" and [m["name"] for m in plan["mods"]] == SPARK
     files = next(s for m in plan["mods"] for s in m["steps"] if s["kind"] == "files")
@@ -206,7 +206,7 @@ def test_mods_apply_cli_on_an_environment(tmp_path):
 
 def test_fused_moe_configs_installed_and_verified(tmp_path):
     """The real config data and verification; the destination is moved under tmp_path."""
-    from edgevllm.mods import stage_mods
+    from edgevllm.mods.catalog import stage_mods
 
     stage = tmp_path / "stage"
     stage_mods(["fused-moe-configs"], "thor", stage)
@@ -249,8 +249,8 @@ def test_tune_moe_dry_run_builds_the_docker_command(tmp_path):
 
 def test_tune_moe_ingests_the_result_atomically(tmp_path):
     """The tuner's output is a stand-in file (tuning needs the device's GPU)."""
-    from edgevllm.errors import ModError
-    from edgevllm.tunemoe import ingest
+    from edgevllm.kernel.errors import ModError
+    from edgevllm.mods.tunemoe import ingest
 
     out, configs = tmp_path / "out", tmp_path / "configs"
     out.mkdir()

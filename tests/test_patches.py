@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from edgevllm.errors import ManifestError, ModFailedError
-from edgevllm.patches import apply_source_patches
+from edgevllm.kernel.errors import ManifestError, ModFailedError
+from edgevllm.mods.patches import apply_source_patches
 from support.sdists import pypi_sdist, sdist_members
 
 FILES = ["CMakeLists.txt", "cmake/utils.cmake"]

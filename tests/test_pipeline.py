@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from edgevllm.lock import BaseImageLock, Lock
-from edgevllm.pipeline import base_image_lock
-from edgevllm.spec import lock_overrides
+from edgevllm.model.lock import BaseImageLock, Lock
+from edgevllm.build.pipeline import base_image_lock
+from edgevllm.model.spec import lock_overrides
 
 
 def test_base_image_digest_is_recorded_and_pins_the_rebuild(engine, python_image_amd64):

@@ -15,13 +15,7 @@ import json
 import pytest
 
 from edgevllm.probe import ProbeResult, ProbeTarget, probe_level1, probe_target
-from edgevllm.probe.level1 import (
-    arch_coverage,
-    classify_load_error,
-    judge_env,
-    judge_mods,
-    mod_records,
-)
+from edgevllm.probe.level1 import arch_coverage, classify_load_error, judge_env, judge_mods, mod_records
 
 FIXTURE_ENV = {"EDGEVLLM_PROBE_FIXTURE": "expected"}
 
@@ -198,7 +192,7 @@ def test_bad_image_fails_with_each_reason(engine, images):
 
 @pytest.mark.e2e
 def test_image_without_the_interpreter_is_a_probe_error(engine, images):
-    from edgevllm.errors import ProbeError
+    from edgevllm.kernel.errors import ProbeError
 
     with pytest.raises(ProbeError, match="needs /nonexistent/python3 on its PATH"):
         probe_level1(engine, images["good"], spark(), python="/nonexistent/python3")
@@ -207,7 +201,7 @@ def test_image_without_the_interpreter_is_a_probe_error(engine, images):
 
 @pytest.mark.e2e
 def test_missing_image_is_an_engine_error(engine):
-    from edgevllm.errors import ImageNotFoundError
+    from edgevllm.kernel.errors import ImageNotFoundError
 
     with pytest.raises(ImageNotFoundError):
         probe_level1(engine, "edgevllm-test-probe-l1:does-not-exist", spark())

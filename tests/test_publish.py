@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from edgevllm.errors import ConfigError, IntegrityError, PublishError
-from edgevllm.publish import PublishOptions, default_name, load, parse_size, publish
-from edgevllm.tarball import open_tarball
+from edgevllm.kernel.errors import ConfigError, IntegrityError, PublishError
+from edgevllm.image.publish import PublishOptions, default_name, load, parse_size, publish
+from edgevllm.image.tarball import open_tarball
 from support.publish_images import LOCK, MODS, PROBE, VERIFY, remove_everything, small_image
 
 REPO = Path(__file__).resolve().parent.parent

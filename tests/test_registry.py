@@ -13,10 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from edgevllm.errors import ConfigError, EngineError, RegistryError
-from edgevllm.lock import image_tag, parse_lock
-from edgevllm.registry import (_http_manifest, check_registry, holds_image, push,
-                               remote_manifest)
+from edgevllm.kernel.errors import ConfigError, EngineError, RegistryError
+from edgevllm.model.lock import image_tag, parse_lock
+from edgevllm.image.registry import _http_manifest, check_registry, holds_image, push, remote_manifest
 from support.publish_images import LOCK, remove_everything, unique_image
 from support.registry import free_port, local_registry
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from edgevllm.render import render_dockerfile
-from edgevllm.spec import load_spec, resolve
+from edgevllm.build.render import render_dockerfile
+from edgevllm.model.spec import load_spec, resolve
 
 
 def test_each_target_renders_its_arch_list():

@@ -12,12 +12,11 @@ import shlex
 
 import pytest
 
-from edgevllm.cluster import Cluster, ClusterOptions, Node
-from edgevllm.engine import DockerEngine
-from edgevllm.errors import RecipeError
-from edgevllm.recipes import all_recipes, parse_recipe, render
-from edgevllm.serve import (LABEL_RECIPE, check_pinned_digest, resolve_image, serve, status,
-                            stop)
+from edgevllm.serve.cluster import Cluster, ClusterOptions, Node
+from edgevllm.engine.docker import DockerEngine
+from edgevllm.kernel.errors import RecipeError
+from edgevllm.serve.recipes import all_recipes, parse_recipe, render
+from edgevllm.serve.launch import LABEL_RECIPE, check_pinned_digest, resolve_image, serve, status, stop
 
 SECRET = "hf_secret_value_must_not_leak"
 STANDIN = (
@@ -222,8 +221,8 @@ def test_resolve_image_by_tag_on_the_real_engine(engine, python_image_amd64):
 
 
 def test_parse_nodes_engines_addresses_and_per_node_env():
-    from edgevllm.cluster import parse_nodes
-    from edgevllm.errors import ClusterError
+    from edgevllm.serve.cluster import parse_nodes
+    from edgevllm.kernel.errors import ClusterError
 
     nodes = parse_nodes(["local", "ssh://me@spark2", "ctx3"], ["10.0.0.1", "10.0.0.2", "10.0.0.3"],
                         "enp1s0f0np0", ["node1:NCCL_IB_HCA=mlx5_1", "2:A=b=c"])
@@ -240,7 +239,7 @@ def test_parse_nodes_engines_addresses_and_per_node_env():
 def test_build_on_demand_reaches_the_build_module(engine):
     """--build with a missing image loads the recipe's build spec through edgevllm.build's inputs
     (a missing spec file stops it there, before any build starts)."""
-    from edgevllm.errors import SpecError
+    from edgevllm.kernel.errors import SpecError
 
     recipe = parse_recipe({"name": "edgevllm-test-recipes-build", "description": "d",
                            "targets": ["thor"], "status": {"thor": "untested"},

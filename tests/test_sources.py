@@ -13,10 +13,9 @@ import shutil
 
 import pytest
 
-from edgevllm.errors import LockError, RefNotFoundError, SourceError
-from edgevllm.lock import LOCK_FILENAME, image_tag, lock_hash, read_lock, write_lock
-from edgevllm.sources import (PickRequest, SourceRequest, prepare_into, prepare_sources, requests_from_lock,
-                              summarize)
+from edgevllm.kernel.errors import LockError, RefNotFoundError, SourceError
+from edgevllm.model.lock import LOCK_FILENAME, image_tag, lock_hash, read_lock, write_lock
+from edgevllm.sources.prepare import PickRequest, SourceRequest, prepare_into, prepare_sources, requests_from_lock, summarize
 from support.gitfixtures import (PR_CLEAN, PR_CODE_CONFLICT, PR_DOC_CONFLICT, PR_MERGED, PR_MISSING,  # noqa: F401
                                  PR_MOVABLE, add_pr, add_submodule, assert_one_error_line, copy_upstream, daemon_url,
                                  force_push_pr, git_cache, has_commit, leftovers, make_upstream_repo, move_pr,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from edgevllm.errors import SpecError
-from edgevllm.spec import DEFAULT_VLLM_REF, cli_overrides, load_spec, resolve
+from edgevllm.kernel.errors import SpecError
+from edgevllm.model.spec import DEFAULT_VLLM_REF, cli_overrides, load_spec, resolve
 
 
 def test_defaults_come_from_the_target():

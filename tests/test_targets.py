@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from edgevllm.errors import UnknownTargetError
-from edgevllm.paths import data_dirs
-from edgevllm.targets import all_targets, load_target
+from edgevllm.kernel.errors import UnknownTargetError
+from edgevllm.kernel.paths import data_dirs
+from edgevllm.model.targets import all_targets, load_target
 
 
 def test_shipped_targets_carry_device_facts():

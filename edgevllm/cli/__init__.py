@@ -10,7 +10,7 @@ import importlib
 
 from invoke import Collection, Program, Task
 
-from .. import __version__
+from edgevllm import __version__
 
 # One task module per concern.
 TASK_MODULES = ("build", "sources", "mods", "verify", "probe", "publish", "recipes")

@@ -7,8 +7,8 @@ from typing import Callable
 
 from invoke import Exit, task
 
-from .. import console
-from ..errors import EdgeVllmError
+from edgevllm.kernel import console
+from edgevllm.kernel.errors import EdgeVllmError
 
 
 def cli_task(*task_args, **task_kwargs) -> Callable:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .. import console
-from ._common import cli_task, split_csv
+from edgevllm.kernel import console
+from edgevllm.cli._common import cli_task, split_csv
 
 SPEC_HELP = {
     "target": "thor | spark (inv targets lists them)",
@@ -41,8 +41,8 @@ ITERABLE = ["cherry_pick", "flashinfer_cherry_pick", "mod", "add_mod", "no_mod",
 
 
 def _spec(target, spec, lock, verify=True, **flags):
-    from ..lock import read_lock
-    from ..spec import cli_overrides, load_spec, lock_overrides, spec_from_dict
+    from edgevllm.model.lock import read_lock
+    from edgevllm.model.spec import cli_overrides, load_spec, lock_overrides, spec_from_dict
 
     overrides = cli_overrides(
         vllm_repo=flags.get("vllm_repo"), vllm_ref=flags.get("vllm_ref"),
@@ -68,8 +68,8 @@ def _spec(target, spec, lock, verify=True, **flags):
 @cli_task(help={"as_json": "print the targets as JSON"})
 def targets(c, as_json=False):
     """List the build targets (one YAML file each under targets/)."""
-    from ..targets import all_targets
-    from ..tables import print_targets
+    from edgevllm.model.targets import all_targets
+    from edgevllm.kernel.tables import print_targets
 
     found = all_targets()
     if as_json:
@@ -87,7 +87,7 @@ def render(c, target=None, spec=None, lock=None, out="out/render", vllm_repo=Non
            nvcc_threads=None, image_repo=None, tag=None, build_arg=None, env=None, package=None,
            wheelhouse=None, offline=False, platform=None):
     """Render the Dockerfile and build context for inspection (no build, no network)."""
-    from ..renderout import render_to
+    from edgevllm.build.renderout import render_to
 
     flags = {k: v for k, v in locals().items() if k not in ("c", "target", "spec", "lock", "out")}
     build_spec = _spec(target, spec, lock, **flags)
@@ -105,7 +105,7 @@ def build(c, target=None, spec=None, lock=None, out="out", vllm_repo=None, vllm_
           nvcc_threads=None, image_repo=None, tag=None, build_arg=None, env=None, package=None,
           wheelhouse=None, offline=False, platform=None, verify=True, json=None):
     """Build an image: sources → Dockerfile → wheels → runtime image → checks → tags."""
-    from ..build import build as run_build, write_summary
+    from edgevllm.build.runner import build as run_build, write_summary
 
     flags = {k: v for k, v in locals().items()
              if k not in ("c", "target", "spec", "lock", "out", "json", "run_build", "write_summary")}
@@ -121,10 +121,10 @@ def build(c, target=None, spec=None, lock=None, out="out", vllm_repo=None, vllm_
 @cli_task(help={"target": "thor | spark", "out": "where builds will write (for the disk check)"})
 def doctor(c, target="spark", out="out"):
     """Check that this machine can build for a target: engine, buildx, emulation, disk, git, registry."""
-    from ..doctor import run_checks
-    from ..engine import DockerEngine
-    from ..errors import MissingToolError
-    from ..targets import load_target
+    from edgevllm.build.doctor import run_checks
+    from edgevllm.engine.docker import DockerEngine
+    from edgevllm.kernel.errors import MissingToolError
+    from edgevllm.model.targets import load_target
 
     findings = run_checks(load_target(target), Path(out), DockerEngine())
     for finding in findings:

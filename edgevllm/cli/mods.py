@@ -5,9 +5,9 @@ from __future__ import annotations
 import json as jsonlib
 from pathlib import Path
 
-from .. import console
-from ..errors import ConfigError, ModFailedError
-from ._common import cli_task, split_csv
+from edgevllm.kernel import console
+from edgevllm.kernel.errors import ConfigError, ModFailedError
+from edgevllm.cli._common import cli_task, split_csv
 
 
 @cli_task(help={
@@ -16,7 +16,7 @@ from ._common import cli_task, split_csv
 })
 def mods(c, target=None, json=False):
     """List the mods: name, targets, the package versions each applies to, description."""
-    from ..mods import format_rows, list_rows
+    from edgevllm.mods.catalog import format_rows, list_rows
 
     rows = list_rows(target)
     print(jsonlib.dumps(rows, indent=2) if json else format_rows(rows))
@@ -34,7 +34,7 @@ def mods(c, target=None, json=False):
 def mods_apply(c, target, site_packages=None, python=None, mod=None, json=None,
                pip_find_links=None, pip_no_index=False):
     """Apply mods to an existing Python environment (e.g. a stock image) and print the outcomes."""
-    from ..mods import apply_to_environment
+    from edgevllm.mods.catalog import apply_to_environment
 
     if not site_packages and not python:
         raise ConfigError("give --site-packages DIR or --python PATH (the environment to patch)")
@@ -68,10 +68,10 @@ def mods_apply(c, target, site_packages=None, python=None, mod=None, json=None,
 def tune_moe(c, image, target, model, script=None, experts=None, intermediate=None, dtype="auto",
              tp_size=1, batch_size=None, trust_remote_code=False, dry_run=False):
     """Tune the fused-MoE kernel in an image on the device; store the JSON in the config mod."""
-    from ..engine import DockerEngine
-    from ..mods import get_mod
-    from ..targets import load_target
-    from ..tunemoe import MOE_MOD, TuneRequest, remove_scratch, run_options, scratch_dir, tune
+    from edgevllm.engine.docker import DockerEngine
+    from edgevllm.mods.catalog import get_mod
+    from edgevllm.model.targets import load_target
+    from edgevllm.mods.tunemoe import MOE_MOD, TuneRequest, remove_scratch, run_options, scratch_dir, tune
 
     device = load_target(target).device_name
     configs = get_mod(MOE_MOD).folder / "configs"

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 
-from .. import console
-from ..engine import DockerEngine
-from ..errors import ConfigError, ProbeError
-from ._common import cli_task, split_csv
+from edgevllm.kernel import console
+from edgevllm.engine.docker import DockerEngine
+from edgevllm.kernel.errors import ConfigError, ProbeError
+from edgevllm.cli._common import cli_task, split_csv
 
 
 @cli_task(
@@ -35,7 +35,7 @@ def probe(c, image, target, level=1, model=None, json=None, timeout=None, port=N
           serve_arg=None, require=None, gpus="all", runtime=None, env=None, name=None,
           volume=None, context=None):
     """Probe an image: level 1 imports and build facts; level 2 serves a model and reads the log."""
-    from ..probe import ServeSettings, probe_level1, probe_level2
+    from edgevllm.probe import ServeSettings, probe_level1, probe_level2
 
     engine = DockerEngine(context=context)
     level = int(level)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ._common import cli_task, split_csv
+from edgevllm.cli._common import cli_task, split_csv
 
 
 @cli_task(help={
@@ -23,11 +23,11 @@ from ._common import cli_task, split_csv
 def publish(c, image=None, out=None, name=None, format="zst", level=None, part_size=None,
             threads=-1, force=False):
     """Save an image as compressed, checksummed tarball part(s) plus a manifest."""
-    from .. import console
+    from edgevllm.kernel import console
 
     require(image=image, out=out)
-    from ..publish import PublishOptions, human, parse_size
-    from ..publish import publish as run_publish
+    from edgevllm.image.publish import PublishOptions, human, parse_size
+    from edgevllm.image.publish import publish as run_publish
 
     options = PublishOptions(image=image, out_dir=Path(out), name=name, format=format,
                              level=int(level) if level is not None else None,
@@ -44,8 +44,8 @@ def publish(c, image=None, out=None, name=None, format="zst", level=None, part_s
 @cli_task(help={"path": "a <name>.manifest.json, a part, or a .tar / .tar.gz / .tar.zst tarball"})
 def load(c, path):
     """Check every part's sha256, then stream the image into the engine; prints the loaded tags."""
-    from .. import console
-    from ..publish import load as run_load
+    from edgevllm.kernel import console
+    from edgevllm.image.publish import load as run_load
 
     result = run_load(_engine(), Path(path))
     console.info(f"loaded {result.image_id or 'image'} from {result.source}"
@@ -64,7 +64,7 @@ def load(c, path):
 def push(c, image=None, registry=None, tag=None, moving_tag=None, repo=None):
     """Push the immutable lock-derived tag (never overwriting another image) and moving tags."""
     require(image=image, registry=registry)
-    from ..registry import push as run_push
+    from edgevllm.image.registry import push as run_push
 
     result = run_push(_engine(), image, registry, tag=tag, moving_tags=split_csv(moving_tag),
                       repo=repo)
@@ -74,7 +74,7 @@ def push(c, image=None, registry=None, tag=None, moving_tag=None, repo=None):
 
 def require(**flags) -> None:
     """Required flags are checked here, not by Invoke, so that `inv publish --help` still works."""
-    from ..errors import ConfigError
+    from edgevllm.kernel.errors import ConfigError
 
     for name, value in flags.items():
         if value in (None, ""):
@@ -82,6 +82,6 @@ def require(**flags) -> None:
 
 
 def _engine():
-    from ..engine import DockerEngine
+    from edgevllm.engine.docker import DockerEngine
 
     return DockerEngine()

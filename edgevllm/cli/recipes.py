@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .. import console
-from ..engine import DockerEngine
-from ..errors import RecipeError
-from ._common import cli_task, split_csv
+from edgevllm.kernel import console
+from edgevllm.engine.docker import DockerEngine
+from edgevllm.kernel.errors import RecipeError
+from edgevllm.cli._common import cli_task, split_csv
 
 _ENGINE = "docker engine: 'local' (default), a docker context name or a URL (ssh://user@host)"
 _COMMON = {
@@ -39,7 +39,7 @@ def engine_from(spec: str | None) -> DockerEngine:
 
 
 def _rendered(recipe: str, sets, target):
-    from ..recipes import load_recipe, parse_sets, render
+    from edgevllm.serve.recipes import load_recipe, parse_sets, render
 
     overrides = parse_sets(split_csv_keep(sets))
     if target:
@@ -55,7 +55,7 @@ def split_csv_keep(values) -> list[str]:
 @cli_task(help={"as-json": "print JSON instead of a table"}, auto_shortflags=False)
 def recipes(c, as_json=False):
     """List the launch recipes: per target, known-good or untested, and the image."""
-    from ..recipes import all_recipes, render
+    from edgevllm.serve.recipes import all_recipes, render
 
     rows = []
     for loaded in all_recipes():
@@ -79,8 +79,8 @@ def serve(c, recipe, set_=None, target=None, dry_run=False, name=None, engine=No
           wait=0, nodes=None, node_ips=None, iface=None, node_env=None, network=None,
           cluster=None):
     """Serve a model from a recipe: one container, or a Ray/torch cluster with --nodes."""
-    from .. import serve as serving
-    from ..cluster import Cluster, ClusterOptions, parse_nodes
+    from edgevllm.serve import launch as serving
+    from edgevllm.serve.cluster import Cluster, ClusterOptions, parse_nodes
 
     rendered = _rendered(recipe, set_, target)
     if rendered.topology.mode != "solo" and not nodes:
@@ -111,8 +111,8 @@ def serve(c, recipe, set_=None, target=None, dry_run=False, name=None, engine=No
           auto_shortflags=False)
 def stop(c, recipe=None, name=None, engine=None, nodes=None, cluster=None, timeout=30):
     """Stop and remove a recipe's container(s) (all nodes of a cluster with --nodes)."""
-    from .. import serve as serving
-    from ..cluster import parse_nodes, teardown
+    from edgevllm.serve import launch as serving
+    from edgevllm.serve.cluster import parse_nodes, teardown
 
     if nodes:
         if not (cluster or recipe):
@@ -129,7 +129,7 @@ def stop(c, recipe=None, name=None, engine=None, nodes=None, cluster=None, timeo
           auto_shortflags=False)
 def logs(c, recipe=None, name=None, engine=None, tail=None, follow=False):
     """Show the logs of a recipe's container (the head, for a cluster)."""
-    from .. import serve as serving
+    from edgevllm.serve import launch as serving
 
     if not recipe and not name:
         raise RecipeError("say whose logs: --recipe NAME or --name CONTAINER")
@@ -151,7 +151,7 @@ def logs(c, recipe=None, name=None, engine=None, tail=None, follow=False):
           auto_shortflags=False)
 def status(c, engine=None, as_json=False):
     """List edgevllm containers on an engine: recipe, cluster role, state and health."""
-    from .. import serve as serving
+    from edgevllm.serve import launch as serving
 
     rows = serving.status(engine_from(engine))
     if as_json:
@@ -168,7 +168,7 @@ def status(c, engine=None, as_json=False):
           iterable=["set_"], auto_shortflags=False)
 def compose(c, recipe, out, set_=None, target=None):
     """Write a Compose file (service mode: restart policy, health check) for a solo recipe."""
-    from ..serve import write_compose
+    from edgevllm.serve.launch import write_compose
 
     path = write_compose(_rendered(recipe, set_, target), Path(out))
     console.step(f"wrote {path}: docker compose -f {path} up -d")
@@ -179,7 +179,7 @@ def compose(c, recipe, out, set_=None, target=None):
                 "force": "overwrite an existing file"}, auto_shortflags=False)
 def recipe_import(c, file, out=None, force=False):
     """Convert a spark-vllm-docker v1 recipe; report what could not be converted."""
-    from ..recipe_import import import_file
+    from edgevllm.serve.recipe_import import import_file
 
     result = import_file(Path(file), Path(out) if out else None, force=force)
     console.step(f"wrote {result.path}")

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 
-from .. import console
-from ..errors import ConfigError
-from ..lock import LOCK_FILENAME, image_tag, lock_hash, read_lock
-from ..sources import SourceRequest, prepare_into, requests_from_lock, summarize
-from ..targets import load_target
-from ._common import cli_task, split_csv
+from edgevllm.kernel import console
+from edgevllm.kernel.errors import ConfigError
+from edgevllm.model.lock import LOCK_FILENAME, image_tag, lock_hash, read_lock
+from edgevllm.sources.prepare import SourceRequest, prepare_into, requests_from_lock, summarize
+from edgevllm.model.targets import load_target
+from edgevllm.cli._common import cli_task, split_csv
 
 _HELP = {
     "vllm-repo": "vLLM repository: URL, OWNER/REPO or local path (default: upstream vllm-project/vllm)",
@@ -34,7 +34,7 @@ def build_requests(vllm_repo=None, vllm_ref=None, vllm_pr=None, cherry_pick=None
                    flashinfer_cherry_pick=None) -> list[SourceRequest]:
     """Requests from flag values; FlashInfer only when one of its flags is given."""
     if not (vllm_repo or vllm_ref or vllm_pr):  # the same default as `inv build`
-        from ..spec import DEFAULT_VLLM_REF
+        from edgevllm.model.spec import DEFAULT_VLLM_REF
 
         vllm_ref = DEFAULT_VLLM_REF
     requests = [SourceRequest.from_cli("vllm", vllm_repo, vllm_ref, vllm_pr, split_csv(cherry_pick),

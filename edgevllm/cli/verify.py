@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ..errors import ArchGateFailed
-from ._common import cli_task
+from edgevllm.kernel.errors import ArchGateFailed
+from edgevllm.cli._common import cli_task
 
 
 @cli_task(help={
@@ -17,8 +17,8 @@ from ._common import cli_task
 })
 def verify(c, target, image=None, tarball=None, path=None, json=None, cuobjdump=False, policy=None):
     """Gate: vLLM/FlashInfer/flash-attn/torch CUDA libraries must run natively on the target GPU."""
-    from ..archinspect import print_verdict
-    from ..archinspect import verify as run_verify
+    from edgevllm.verify import print_verdict
+    from edgevllm.verify import verify as run_verify
 
     verdict = run_verify(target, image=image, tarball=tarball, path=path, policy=policy,
                          cuobjdump=cuobjdump, json_out=json)

@@ -16,11 +16,11 @@ import uuid
 from importlib import resources
 from typing import Any, Iterable
 
-from ..engine import DockerEngine, RunOptions
-from ..errors import EngineError, ProbeError
-from ..lock import LOCK_IMAGE_PATH
-from .result import ABSENT, FAIL, PASS, WARN, ProbeResult
-from .target import DEFAULT_COMPONENTS, ProbeTarget, probe_target
+from edgevllm.engine.docker import DockerEngine, RunOptions
+from edgevllm.kernel.errors import EngineError, ProbeError
+from edgevllm.model.lock import LOCK_IMAGE_PATH
+from edgevllm.probe.result import ABSENT, FAIL, PASS, WARN, ProbeResult
+from edgevllm.probe.target import DEFAULT_COMPONENTS, ProbeTarget, probe_target
 
 MARKER = "@@EDGEVLLM-PROBE@@ "
 PROBE_LABEL = "io.edgevllm.probe"

@@ -21,11 +21,11 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
-from ..engine import DockerEngine, RunOptions
-from .level1 import PROBE_LABEL
-from .result import FAIL, PASS, WARN, ProbeResult
-from .signatures import Match, load_catalogue, match_log
-from .target import probe_target
+from edgevllm.engine.docker import DockerEngine, RunOptions
+from edgevllm.probe.level1 import PROBE_LABEL
+from edgevllm.probe.result import FAIL, PASS, WARN, ProbeResult
+from edgevllm.probe.signatures import Match, load_catalogue, match_log
+from edgevllm.probe.target import probe_target
 
 CONTAINER_PORT = 8000
 LOG_TAIL = 40
@@ -205,7 +205,7 @@ def probe_level2(engine: DockerEngine, image: str, target: Any, model: str | Non
     settings = settings or ServeSettings()
     model = model or tgt.level2_model
     if not model:
-        from ..errors import ConfigError
+        from edgevllm.kernel.errors import ConfigError
         raise ConfigError(f"target '{tgt.name}' has no probe.level2_model: pass --model")
     args = list(tgt.serve_args if serve_args is None else serve_args)
     host_port = port or free_port(settings.host)

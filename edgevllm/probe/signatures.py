@@ -11,8 +11,8 @@ from typing import Iterable, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-from ..errors import ManifestError
-from ..schema import check_regex
+from edgevllm.kernel.errors import ManifestError
+from edgevllm.kernel.schema import check_regex
 
 CATALOGUE = "signatures.yaml"
 

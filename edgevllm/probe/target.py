@@ -13,8 +13,8 @@ from typing import Any, Mapping
 
 import yaml
 
-from ..errors import UnknownTargetError
-from ..paths import data_dirs
+from edgevllm.kernel.errors import UnknownTargetError
+from edgevllm.kernel.paths import data_dirs
 
 # What level 1 looks at when the target names nothing else: vLLM and the libraries it
 # loads on these devices (CuTe DSL is the `cutlass` package of nvidia-cutlass-dsl).
@@ -59,7 +59,7 @@ def _from_object(obj: Any) -> ProbeTarget:
 def _load_by_name(name: str) -> Any:
     """The target via ``edgevllm.targets.load_target`` when that module exists, else its YAML."""
     try:
-        targets = importlib.import_module("edgevllm.targets")
+        targets = importlib.import_module("edgevllm.model.targets")
     except ModuleNotFoundError:
         targets = None
     if targets is not None and hasattr(targets, "load_target"):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from edgevllm.engine import DockerEngine, RunOptions
+from edgevllm.engine.docker import DockerEngine, RunOptions
 from support.images import python_image
 from support.modenv import cuda_bindings_wheels, outcome, site_with, wheel, working_copy
 
@@ -37,7 +37,7 @@ def run(engine, image, volumes, script: str) -> tuple[int, str]:
 
 
 def test_gb10_mod_applied_in_container_read_only_plan(engine, tmp_path):
-    from edgevllm.mods import stage_mods
+    from edgevllm.mods.catalog import stage_mods
 
     image = python_image(engine, "amd64")
     # The image has no numpy: the site carries cutlass-dsl's run-time imports too.
@@ -69,7 +69,7 @@ def test_gb10_mod_applied_in_container_read_only_plan(engine, tmp_path):
 
 
 def test_failed_mod_exits_non_zero_in_container(engine, tmp_path):
-    from edgevllm.mods import stage_mods
+    from edgevllm.mods.catalog import stage_mods
 
     image = python_image(engine, "amd64")
     site = working_copy(site_with("flashinfer-0.6.11", [
@@ -100,7 +100,7 @@ def test_library_link_registers_an_unknown_folder_with_ldconfig(engine, tmp_path
         (libs / "libcudart.so.13").write_bytes(z.read("nvidia/cu13/lib/libcudart.so.13"))
     stage = tmp_path / "stage"
     stage.mkdir()
-    shutil.copy(Path(__file__).parents[2] / "edgevllm" / "applier.py", stage / "applier.py")
+    shutil.copy(Path(__file__).parents[2] / "edgevllm" / "mods" / "applier.py", stage / "applier.py")
     plan = {"format": 1, "target": "thor", "mods": [{"name": "cudart", "version": "1", "steps": [
         {"kind": "library_link", "name": "libcudart.so", "pattern": "libcudart.so.[0-9]*",
          "dirs": ["/opt/libs"], "packages": []},

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.e2e
 
 
 def run_in(engine, image: str, *command: str) -> str:
-    from edgevllm.engine import RunOptions
+    from edgevllm.engine.docker import RunOptions
 
     proc = engine.run(RunOptions(image=image, remove=True, command=list(command)), timeout=300)
     assert proc.returncode == 0, proc.stderr.decode()
@@ -73,7 +73,7 @@ def test_thor_dockerfile_carries_arch_and_platform(thor_build):
 
 
 def test_thor_image_is_arm64_with_sm110a_sass(thor_build, engine):
-    from edgevllm.archinspect.api import scan_image
+    from edgevllm.verify.api import scan_image
 
     result, _ = thor_build
     assert engine.image_inspect(result["image"])["Architecture"] == "arm64"
@@ -115,7 +115,7 @@ def test_thor_no_wheel_in_any_layer(thor_build, engine, cuda_image_arm64):
 
 
 def test_thor_labels_lock_and_mods_record(thor_build, engine):
-    from edgevllm.lock import read_lock
+    from edgevllm.model.lock import read_lock
 
     result, _ = thor_build
     labels = engine.image_labels(result["image"])
@@ -142,10 +142,10 @@ def spark_spec(cuda_image_amd64, fake_upstream, wheelhouse):
 
 
 def test_spark_sm121a_rebuild_and_lock(spark_spec, engine, tmp_path, cli):
-    from edgevllm.archinspect.api import scan_image
-    from edgevllm.build import build
-    from edgevllm.lock import read_lock
-    from edgevllm.spec import spec_from_dict
+    from edgevllm.verify.api import scan_image
+    from edgevllm.build.runner import build
+    from edgevllm.model.lock import read_lock
+    from edgevllm.model.spec import spec_from_dict
 
     first = build(spec_from_dict(spark_spec), tmp_path, engine)
     assert sass_of(scan_image(engine, first.image), "vllm/_C.abi3.so") == {"sm_121a"}
@@ -166,9 +166,9 @@ def test_spark_sm121a_rebuild_and_lock(spark_spec, engine, tmp_path, cli):
 
 
 def test_compile_failure_names_stage_and_tags_nothing(spark_spec, engine, tmp_path):
-    from edgevllm.build import build
-    from edgevllm.errors import BuildError
-    from edgevllm.spec import spec_from_dict
+    from edgevllm.build.runner import build
+    from edgevllm.kernel.errors import BuildError
+    from edgevllm.model.spec import spec_from_dict
 
     spec = {**spark_spec, "vllm": {**spark_spec["vllm"], "cherry_picks": [str(PR_BROKEN)]},
             "image_repo": "edgevllm-test/e2e-broken"}
@@ -184,10 +184,10 @@ def test_wrong_arch_fails_the_gate_and_is_not_tagged(cuda_image_amd64, fake_upst
                                                      engine, tmp_path, monkeypatch):
     """A target that asks for GB10 (12.1a) but compiles 12.0a, the silent-12.0 failure users hit:
     sm_120a SASS does not run on GB10, so the arch gate fails and only the -unverified tag exists."""
-    from edgevllm.build import build
-    from edgevllm.errors import ArchGateFailed
-    from edgevllm.paths import data_dirs
-    from edgevllm.spec import spec_from_dict
+    from edgevllm.build.runner import build
+    from edgevllm.kernel.errors import ArchGateFailed
+    from edgevllm.kernel.paths import data_dirs
+    from edgevllm.model.spec import spec_from_dict
 
     text = (data_dirs("targets")[0] / "spark.yaml").read_text()
     (tmp_path / "spark120a.yaml").write_text(
@@ -225,9 +225,9 @@ def test_failed_mod_never_yields_an_image(cuda_image_amd64, fake_upstream, wheel
                                           tmp_path, monkeypatch):
     """A mod whose anchor is missing fails the runtime stage; the message names the mod, the
     package version, the file and the anchor; no image is tagged, not even as unverified."""
-    from edgevllm.build import build
-    from edgevllm.errors import BuildError
-    from edgevllm.spec import spec_from_dict
+    from edgevllm.build.runner import build
+    from edgevllm.kernel.errors import BuildError
+    from edgevllm.model.spec import spec_from_dict
 
     (tmp_path / "mods" / "broken-edit").mkdir(parents=True)
     (tmp_path / "mods" / "broken-edit" / "manifest.yaml").write_text(BROKEN_MOD)
@@ -248,10 +248,10 @@ def test_flashinfer_built_from_source_is_locked_and_native(spark_spec, fake_flas
     """The second source path: FlashInfer from a git repo is resolved and locked on the host, built
     in its own stage for FLASHINFER_CUDA_ARCH_LIST, installed from the exported wheels, and gated
     by the arch policy (FlashInfer's libraries must run on the target)."""
-    from edgevllm.archinspect.api import scan_image
-    from edgevllm.build import build
-    from edgevllm.lock import read_lock
-    from edgevllm.spec import spec_from_dict
+    from edgevllm.verify.api import scan_image
+    from edgevllm.build.runner import build
+    from edgevllm.model.lock import read_lock
+    from edgevllm.model.spec import spec_from_dict
 
     spec = {**spark_spec, "flashinfer": {"source": {"repo": fake_flashinfer_upstream.url,
                                                     "ref": "v0.1.0"}},

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import pytest
 
-from edgevllm.cluster import Cluster, ClusterOptions, Node, count_ray_nodes, teardown
-from edgevllm.errors import ClusterError
-from edgevllm.recipes import parse_recipe, render
+from edgevllm.serve.cluster import Cluster, ClusterOptions, Node, count_ray_nodes, teardown
+from edgevllm.kernel.errors import ClusterError
+from edgevllm.serve.recipes import parse_recipe, render
 
 pytestmark = pytest.mark.e2e
 

@@ -70,7 +70,7 @@ def cuda_bindings_wheels() -> list[Path]:
 def stage_and_apply(mods: list[str], target: str, site: Path, work: Path,
                     extra: Sequence[str] = (), record: bool = True) -> tuple[int, dict | None, str, str]:
     """Stage ``mods`` for ``target`` into ``work/stage`` and run the staged applier on ``site``."""
-    from edgevllm.mods import stage_mods
+    from edgevllm.mods.catalog import stage_mods
 
     stage = work / "stage"
     if not stage.exists():

@@ -1,0 +1,235 @@
+"""The steps of one build, in order. ``build.build()`` is the entry point; each step is a function.
+
+1. sources   resolve refs/PRs to SHAs, apply cherry-picks, then source patches (seconds; fails early)
+2. mods      select and stage the mods for the target (fails early on unknown/conflicting mods)
+3. lock      every input pinned; the immutable tag derives from it
+4. render    the Dockerfile and the named build contexts
+5. wheels    compile stage, exported to the host (skipped when its inputs did not change)
+6. runtime   the image, with wheels bind-mounted from the wheel folder (no wheel in a layer)
+7. checks    arch verify + probe level 1 (unless --no-verify, which is recorded)
+8. labels    outcomes as labels; final tags only when the checks passed
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from edgevllm.kernel import console
+from edgevllm.build.runner import BuildResult, BuildRunner, Workspace, compile_key, copy_lock_beside, export_wheels, relabel, timestamp, with_options, write_context
+from edgevllm.engine.docker import BuildOptions, DockerEngine
+from edgevllm.kernel.errors import ArchGateFailed, BuildError, ProbeError
+from edgevllm.model.lock import LOCK_IMAGE_PATH, LOCK_LABEL, BaseImageLock, Lock, ModLock, image_tag, label_value, now_utc, read_lock, write_lock
+from edgevllm.build.render import render_dockerfile
+from edgevllm.sources.prepare import PreparedSource, SourceRequest, prepare_sources, summarize
+from edgevllm.model.spec import EffectiveSpec
+
+LOCK_FILE_IN_IMAGE = Path(LOCK_IMAGE_PATH).name  # the meta context is copied to /opt/edgevllm/
+
+
+def source_request(eff: EffectiveSpec, name: str = "vllm") -> SourceRequest:
+    src = eff.spec.vllm if name == "vllm" else eff.spec.flashinfer.source
+    return SourceRequest.from_cli(name=name, repo=src.repo, ref=src.ref, pr=src.pr,
+                                  cherry_picks=src.cherry_picks,
+                                  allow_doc_conflicts=src.allow_doc_conflicts)
+
+
+def prepare_all_sources(eff: EffectiveSpec, ws: Workspace,
+                        locked: Lock | None) -> dict[str, PreparedSource]:
+    """Step 1: every source tree, resolved and exported under ws.root/src/<name>."""
+    names = ["vllm"] + (["flashinfer"] if eff.spec.flashinfer.source else [])
+    prepared = {}
+    for name in names:
+        entry = locked.sources().get(name) if locked else None
+        request = SourceRequest.from_lock_entry(entry) if entry else source_request(eff, name)
+        console.step(f"sources: {'; '.join(request.plan())}")
+        prepared[name] = prepare_sources(request, ws.root / "src" / name)
+        for line in summarize(prepared[name]):
+            console.info(f"  {line}")
+    return prepared
+
+
+def apply_patches(eff: EffectiveSpec, prepared: PreparedSource) -> list[dict]:
+    from edgevllm.mods.patches import apply_source_patches
+
+    outcomes = apply_source_patches(prepared.tree_dir, eff.target.name, prepared.version)
+    for outcome in outcomes:
+        console.info(f"  patch {outcome['name']}: {outcome['outcome']} {outcome.get('detail', '')}")
+    return outcomes
+
+
+def stage_mods(eff: EffectiveSpec, ws: Workspace):
+    from edgevllm.mods.catalog import stage_mods as stage
+
+    return stage(eff.mods, eff.target.name, ws.context / "edgevllm-mods")
+
+
+def base_image_lock(ref: str, engine: DockerEngine) -> BaseImageLock:
+    """A base image as ref + digest: pinned (``ref@sha256:...``) as given, else asked of its
+    registry (None when unknown: a local-only image, or no network)."""
+    name, at, digest = ref.partition("@")
+    if at:
+        return BaseImageLock(ref=name, digest=digest)
+    return BaseImageLock(ref=ref, digest=engine.manifest_digest(ref, timeout=60))
+
+
+def make_lock(eff: EffectiveSpec, prepared: dict[str, PreparedSource], staged,
+              patches: list[dict], build_args: dict[str, str], engine: DockerEngine) -> Lock:
+    images = {"build": base_image_lock(eff.images.build, engine),
+              "runtime": base_image_lock(eff.images.runtime, engine)}
+    packages = dict(eff.packages)
+    if eff.torch.version:
+        packages["torch"] = eff.torch.version
+    mods = [ModLock(**m) for m in staged.versions]
+    mods += [ModLock(name=f"patch:{p['name']}", version=str(p.get("version", "1"))) for p in patches]
+    return Lock(created_at=now_utc(), target=eff.target.name, base_images=images,
+                vllm=prepared["vllm"].to_lock_entry(),
+                flashinfer=prepared["flashinfer"].to_lock_entry() if "flashinfer" in prepared else None,
+                packages=packages, mods=mods, build_args=build_args, settings=lock_settings(eff),
+                tags=list(eff.spec.tags))
+
+
+def lock_settings(eff: EffectiveSpec) -> dict:
+    """What else shapes the image; ``spec.lock_overrides`` turns it back into spec fields."""
+    return {"platform": eff.platform, "python": eff.python, "apt_packages": eff.apt_packages,
+            "torch": eff.torch.model_dump(), "env": eff.env, "max_jobs": eff.max_jobs,
+            "nvcc_threads": eff.nvcc_threads,
+            "forbidden_packages": eff.target.forbidden_packages}
+
+
+def base_options(eff: EffectiveSpec, ws: Workspace, prepared: dict[str, PreparedSource],
+                 build_args: dict[str, str]) -> BuildOptions:
+    contexts = {"vllm-src": str(prepared["vllm"].tree_dir),
+                "edgevllm-mods": str(ws.context / "edgevllm-mods"),
+                "edgevllm-meta": str(ws.context / "edgevllm-meta")}
+    if "flashinfer" in prepared:
+        contexts["flashinfer-src"] = str(prepared["flashinfer"].tree_dir)
+    if eff.spec.wheelhouse:
+        contexts["wheelhouse"] = str(Path(eff.spec.wheelhouse).resolve())
+    return BuildOptions(context=ws.context, dockerfile=ws.context / "Dockerfile",
+                        platform=eff.platform, build_args=build_args, build_contexts=contexts)
+
+
+def static_labels(eff: EffectiveSpec, lock: Lock, tag: str) -> dict[str, str]:
+    vllm = lock.vllm
+    prs = [str(p.pr) for p in vllm.picks if p.pr and not p.skipped] if vllm else []
+    return {
+        "org.opencontainers.image.created": lock.created_at or now_utc(),
+        "org.opencontainers.image.source": vllm.repo if vllm else "",
+        "org.opencontainers.image.revision": vllm.commit if vllm else "",
+        "org.opencontainers.image.version": vllm.version if vllm else "",
+        "io.edgevllm.vllm.sha": vllm.base_sha if vllm else "",
+        "io.edgevllm.vllm.pr": str(vllm.pr or "") if vllm else "",
+        "io.edgevllm.prs": ",".join(prs),
+        "io.edgevllm.mods-versions": ",".join(f"{m.name}={m.version}" for m in lock.mods),
+        "io.edgevllm.tag": tag,
+        LOCK_LABEL: label_value(lock),
+    }
+
+
+def read_mods_record(engine: DockerEngine, image: str) -> dict | None:
+    from edgevllm.engine.docker import RunOptions
+
+    proc = engine.run(RunOptions(image=image, remove=True, entrypoint="cat",
+                                 command=["/opt/edgevllm/mods.json"]), timeout=120)
+    if proc.returncode != 0:
+        return None
+    return json.loads(proc.stdout.decode())
+
+
+def print_mods(record: dict | None) -> None:
+    if not record:
+        console.info("mods: none applied")
+        return
+    for mod in record.get("mods", []):
+        console.info(f"  mod {mod.get('name')}: {mod.get('outcome')}  {mod.get('detail', '')}".rstrip())
+
+
+def run_checks(eff: EffectiveSpec, engine: DockerEngine, image: str, ws: Workspace) -> tuple[dict, dict]:
+    """Arch verify and probe level 1; raises (leaving only the unverified tag) when either fails."""
+    from edgevllm.verify.api import verify as arch_verify
+    from edgevllm.probe import probe_level1
+
+    console.step("checks: kernel-arch coverage")
+    verdict = arch_verify(eff.target.name, image=image, engine=engine,
+                          json_out=ws.root / "verify.json")
+    verify_summary = verdict.summary_dict()
+    console.step("checks: probe level 1 (imports, torch arch list, mods record, env)")
+    probe = probe_level1(engine, image, eff.target.name, required=eff.spec.probe_required,
+                         runtime_env=eff.env)
+    probe_summary = {"passed": probe.passed, "summary": probe.summary()}
+    if not verdict.passed:
+        raise ArchGateFailed(f"{image}: kernel-arch gate failed for {eff.target.name}; "
+                             f"see {ws.root / 'verify.json'} (inv verify --image {image})")
+    if not probe.passed:
+        raise ProbeError(f"{image}: probe level 1 failed: {probe.summary()}")
+    return verify_summary, probe_summary
+
+
+def prepare(eff: EffectiveSpec, ws: Workspace, engine: DockerEngine, locked: Lock | None):
+    """Steps 1-3, all in seconds: mods (cheapest check first), sources, patches, the lock."""
+    staged = stage_mods(eff, ws)
+    prepared = prepare_all_sources(eff, ws, locked)
+    patches = apply_patches(eff, prepared["vllm"])
+    build_args = {"VLLM_VERSION": prepared["vllm"].pep440_version, **eff.spec.build_args}
+    lock = make_lock(eff, prepared, staged, patches, build_args, engine)
+    key = compile_key(render_dockerfile(eff, staged.env),
+                      {n: p.tree_hash for n, p in prepared.items()}
+                      | {"patches": json.dumps(patches, sort_keys=True)}, build_args)
+    return prepared, staged, lock, build_args, key
+
+
+def run(eff: EffectiveSpec, ws: Workspace, engine: DockerEngine,
+        lock_path: Path | None = None) -> BuildResult:
+    locked = read_lock(lock_path) if lock_path else None
+    if locked and locked.target and locked.target != eff.target.name:
+        raise BuildError(f"{lock_path}: the lock is for target '{locked.target}', not "
+                         f"'{eff.target.name}'; drop --target or use the matching lock")
+    prepared, staged, lock, build_args, key = prepare(eff, ws, engine, locked)
+    tag = image_tag(lock)
+    repo = eff.spec.image_repo
+    final_tags = [f"{repo}:{tag}"] + [t if ":" in t else f"{repo}:{t}" for t in eff.spec.tags]
+    console.step(f"image {final_tags[0]}")
+    write_context(ws, render_dockerfile(eff, staged.env), {LOCK_FILE_IN_IMAGE: label_value(lock) + "\n"})
+    lock_file = write_lock(lock, ws.root / f"{tag}.lock.json")
+
+    runner = BuildRunner(engine, ws.logs / f"build-{timestamp()}.log")
+    options = base_options(eff, ws, prepared, build_args)
+    wheels = ws.wheels(key)
+    compiled = export_wheels(runner, options, wheels)
+    candidate = f"{repo}:{tag}-unverified"
+    runner.run(with_options(options, target="runtime", tags=[candidate],
+                            build_contexts={**options.build_contexts, "wheels": str(wheels)},
+                            labels=static_labels(eff, lock, tag)), "runtime image")
+    record = read_mods_record(engine, candidate)
+    print_mods(record)
+    verify, probe = checks_or_skip(eff, engine, candidate, ws)
+    image_id = relabel(runner, engine, candidate, outcome_labels(record, verify, probe),
+                       final_tags, eff.platform, ws.context)
+    engine.remove_image(candidate)
+    copy_lock_beside(lock_file, ws.root / "latest.lock.json")
+    return BuildResult(image=final_tags[0], tags=final_tags, image_id=image_id, lock_path=lock_file,
+                       log_path=runner.log_path, wheels_dir=wheels, compiled=compiled,
+                       mods_record=record, verify=verify, probe=probe)
+
+
+def checks_or_skip(eff: EffectiveSpec, engine: DockerEngine, image: str,
+                   ws: Workspace) -> tuple[dict, dict]:
+    if eff.spec.verify:
+        return run_checks(eff, engine, image, ws)
+    console.warn("checks skipped (--no-verify); the image's labels say so")
+    return {"skipped": True}, {"skipped": True}
+
+
+def outcome_labels(record: dict | None, verify: dict, probe: dict) -> dict[str, str]:
+    """What is only known once the image is built and checked (added config-only)."""
+    compact = {"separators": (",", ":")}
+    return {"io.edgevllm.mods": json.dumps(_mods_summary(record), **compact),
+            "io.edgevllm.verify": json.dumps(verify, **compact),
+            "io.edgevllm.probe": json.dumps(probe, **compact)}
+
+
+def _mods_summary(record: dict | None) -> list[dict]:
+    return [{"name": m.get("name"), "version": m.get("version"), "outcome": m.get("outcome")}
+            for m in (record or {}).get("mods", [])]
+

@@ -1,0 +1,515 @@
+"""Publish an image as a verified, compressed tarball set, and load one back.
+
+``publish``: ``docker save`` is streamed through a multi-threaded compressor (zstd, or gzip for
+``docker load <`` users) into one or more part files, hashing each part while it is written, so no
+uncompressed copy ever touches the disk. Parts are written under temporary names and renamed only
+when the whole set is complete, then ``<name>.manifest.json`` records what the set contains.
+
+``load``: every part is checked (presence, size, sha256) before a single byte reaches the engine,
+then the parts are decompressed straight into ``docker load``; the loaded image id must be the
+one the manifest names.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Callable
+
+import zstandard
+
+from edgevllm import __version__
+from edgevllm.kernel import console
+from edgevllm.engine.docker import DockerEngine
+from edgevllm.kernel.errors import ConfigError, EngineError, IntegrityError, PublishError
+from edgevllm.kernel.fsutil import atomic_write_json
+from edgevllm.image.tarball import CHUNK, FORMAT_SUFFIX, MANIFEST_SUFFIX, SCHEMA_VERSION, TarballSet, open_tarball
+
+# Records the build leaves in the image: a label holding JSON, or a file under RECORD_DIR.
+RECORDS = {
+    "lock": ("io.edgevllm.lock", ("edgevllm.lock.json", "lock.json")),
+    "mods": ("io.edgevllm.mods", ("mods.json",)),
+    "verify": ("io.edgevllm.verify", ("verify.json",)),
+    "probe": ("io.edgevllm.probe", ("probe.json",)),
+}
+RECORD_DIR = "/opt/edgevllm"
+DEFAULT_LEVEL = {"zst": 3, "gz": 6}
+GZIP_BLOCK = 8 << 20  # one gzip member per block, compressed in parallel
+
+
+# --- small helpers -----------------------------------------------------------------------------
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str | int | None) -> int | None:
+    """``1900M``, ``2G``, ``2GiB``, ``500000000`` → bytes (powers of 1024 for K/M/G/T)."""
+    if text in (None, "", 0, "0"):
+        return None
+    if isinstance(text, int):
+        return text
+    match = _SIZE_RE.match(str(text))
+    if not match:
+        raise ConfigError(f"--part-size '{text}': expected a size such as 1900M, 2G or 2GiB")
+    number, unit = float(match.group(1)), match.group(2).lower()
+    size = int(number * 1024 ** "_kmgt".index(unit)) if unit else int(number)
+    if size < 1 << 20:
+        raise ConfigError(f"--part-size '{text}': parts must be at least 1M")
+    return size
+
+
+def default_name(ref: str) -> str:
+    """``ghcr.io/x/vllm:spark-1`` → ``vllm_spark-1``: file-name safe, readable."""
+    ref = ref.split("@")[0]
+    repo, _, tag = ref.rpartition(":") if ":" in ref.split("/")[-1] else (ref, "", "")
+    base = repo.split("/")[-1] + (f"_{tag}" if tag else "")
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", base).strip("._-") or "image"
+
+
+def _check_name(name: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
+        raise ConfigError(f"--name '{name}': use letters, digits, '.', '_' and '-' only")
+    return name
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def human(size: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{size:.1f} {unit}" if unit != "B" else f"{int(size)} B"
+        size /= 1024
+    return f"{size} B"
+
+
+# --- progress ----------------------------------------------------------------------------------
+class ByteProgress:
+    """Bytes done and rate on stderr (rich), redrawn a few times a second at most.
+
+    Off a terminal it prints one line every ``line_every`` seconds instead, so CI logs stay short.
+    """
+
+    def __init__(self, description: str, total: int | None, line_every: float = 30.0):
+        self.description, self.total, self.done = description, total, 0
+        self._line_every, self._start = line_every, time.monotonic()
+        self._last_line = self._start
+        self._progress = None
+        self._task = None
+
+    def __enter__(self) -> "ByteProgress":
+        if console.is_tty():
+            from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn,
+                                       TimeElapsedColumn, TransferSpeedColumn)
+
+            self._progress = Progress(TextColumn("{task.description}"), BarColumn(),
+                                      DownloadColumn(binary_units=True), TransferSpeedColumn(),
+                                      TimeElapsedColumn(), console=console.err_console(),
+                                      refresh_per_second=4, transient=False)
+            self._progress.start()
+            self._task = self._progress.add_task(self.description, total=self.total)
+        return self
+
+    def __call__(self, count: int) -> None:
+        self.done += count
+        if self._progress is not None:
+            self._progress.update(self._task, completed=self.done)
+        elif time.monotonic() - self._last_line >= self._line_every:
+            self._last_line = time.monotonic()
+            console.info(f"{self.description}: {human(self.done)} at {human(self.rate)}/s")
+
+    @property
+    def elapsed(self) -> float:
+        return max(time.monotonic() - self._start, 1e-9)
+
+    @property
+    def rate(self) -> float:
+        return self.done / self.elapsed
+
+    def __exit__(self, *exc) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+
+
+# --- writing parts -----------------------------------------------------------------------------
+@dataclass
+class WrittenPart:
+    tmp: Path
+    size: int = 0
+    sha256: str = ""
+    final: Path | None = None
+
+
+class PartWriter:
+    """A write-only stream that fills part files of at most ``part_size`` bytes under temporary
+    names, hashing each as it goes. ``commit`` renames them all; ``discard`` removes them."""
+
+    def __init__(self, directory: Path, stem: str, part_size: int | None):
+        self.directory, self.stem, self.part_size = directory, stem, part_size
+        self.parts: list[WrittenPart] = []
+        self._handle: IO[bytes] | None = None
+        self._digest = hashlib.sha256()
+        self.renamed: list[Path] = []
+
+    def _open_next(self) -> None:
+        self._close_current()
+        tmp = self.directory / f"{self._tmp_prefix()}{len(self.parts):03d}"
+        # Registered before the file exists: a Ctrl-C between the two cannot leak the file.
+        self.parts.append(WrittenPart(tmp))
+        self._digest = hashlib.sha256()
+        self._handle = open(tmp, "wb")
+
+    def _tmp_prefix(self) -> str:
+        return f".{self.stem}.tmp-{os.getpid()}-"
+
+    def _close_current(self) -> None:
+        if self._handle is not None:
+            self._handle.flush()
+            os.fsync(self._handle.fileno())
+            self._handle.close()
+            self._handle = None
+            self.parts[-1].sha256 = self._digest.hexdigest()
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        view = memoryview(data).cast("B")
+        written = len(view)
+        while view:
+            if self._handle is None or (self.part_size and self.parts[-1].size >= self.part_size):
+                self._open_next()
+            room = len(view) if not self.part_size else self.part_size - self.parts[-1].size
+            chunk = view[:room]
+            self._handle.write(chunk)
+            self._digest.update(chunk)
+            self.parts[-1].size += len(chunk)
+            view = view[len(chunk):]
+        return written
+
+    def flush(self) -> None:
+        if self._handle is not None:
+            self._handle.flush()
+
+    def finish(self) -> None:
+        if not self.parts:
+            self._open_next()  # an empty stream still makes one (empty) part
+        self._close_current()
+
+    def final_names(self, suffix: str) -> list[str]:
+        if len(self.parts) == 1:
+            return [f"{self.stem}{suffix}"]
+        return [f"{self.stem}{suffix}.part{i:03d}" for i in range(len(self.parts))]
+
+    def commit(self, suffix: str) -> None:
+        for part, name in zip(self.parts, self.final_names(suffix)):
+            part.final = self.directory / name
+            os.replace(part.tmp, part.final)
+            self.renamed.append(part.final)
+
+    def discard(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
+        leftovers = {part.tmp for part in self.parts}
+        leftovers |= set(self.directory.glob(glob_escape(self._tmp_prefix()) + "*"))
+        for path in leftovers:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+        for path in self.renamed:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+
+
+class CountingReader:
+    """Wraps the ``docker save`` pipe: counts bytes read and reports them to ``on_bytes``."""
+
+    def __init__(self, stream: IO[bytes], on_bytes: Callable[[int], None]):
+        self.stream, self.on_bytes, self.count = stream, on_bytes, 0
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.stream.read(size)
+        self.count += len(data)
+        self.on_bytes(len(data))
+        return data
+
+
+def compress_zstd(src: CountingReader, dst: PartWriter, level: int, threads: int) -> None:
+    # write_checksum: without it a flipped byte inside a frame can decompress silently.
+    cctx = zstandard.ZstdCompressor(level=level, threads=threads, write_checksum=True)
+    cctx.copy_stream(src, dst, read_size=CHUNK, write_size=CHUNK)
+
+
+def _gzip_member(block: bytes, level: int) -> bytes:
+    # zlib releases the GIL while it compresses, so members compress in parallel threads.
+    compressor = zlib.compressobj(level, zlib.DEFLATED, 31)
+    return compressor.compress(block) + compressor.flush()
+
+
+def compress_gzip(src: CountingReader, dst: PartWriter, level: int, threads: int) -> None:
+    """Multi-member gzip (as pigz -i / bgzip): gunzip, Python and ``docker load`` read it whole."""
+    workers = max(1, threads if threads > 0 else (os.cpu_count() or 1))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        pending = []
+        try:
+            while block := _read_block(src, GZIP_BLOCK):
+                pending.append(pool.submit(_gzip_member, block, level))
+                while len(pending) > workers * 2 or (pending and pending[0].done()):
+                    dst.write(pending.pop(0).result())
+            for future in pending:
+                dst.write(future.result())
+        except BaseException:
+            for future in pending:
+                future.cancel()
+            raise
+
+
+def _read_block(src: CountingReader, size: int) -> bytes:
+    chunks, got = [], 0
+    while got < size:
+        data = src.read(min(CHUNK, size - got))
+        if not data:
+            break
+        chunks.append(data)
+        got += len(data)
+    return b"".join(chunks)
+
+
+COMPRESSORS = {"zst": compress_zstd, "gz": compress_gzip}
+
+
+# --- image records -----------------------------------------------------------------------------
+def _json_or_none(text: str, where: str) -> object | None:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        console.warn(f"{where} is not JSON; recorded as null in the manifest")
+        return None
+
+
+def read_records(engine: DockerEngine, ref: str, labels: dict[str, str]) -> dict[str, object]:
+    """lock / mods / verify / probe from the image's labels, else from files in RECORD_DIR."""
+    records: dict[str, object] = {}
+    missing = []
+    for key, (label, _) in RECORDS.items():
+        if label in labels:
+            records[key] = _json_or_none(labels[label], f"label {label} of {ref}")
+        else:
+            missing.append(key)
+    if missing:
+        records.update(_records_from_files(engine, ref, missing))
+    return {key: records.get(key) for key in RECORDS}
+
+
+def _records_from_files(engine: DockerEngine, ref: str, keys: list[str]) -> dict[str, object]:
+    found: dict[str, object] = {}
+    container = engine.create(ref)
+    try:
+        with tempfile.TemporaryDirectory(prefix="edgevllm-records-") as tmp:
+            try:
+                engine.copy_from(container, f"{RECORD_DIR}/.", Path(tmp))
+            except EngineError:
+                return found  # the image has no record folder: nothing to add
+            for key in keys:
+                for name in RECORDS[key][1]:
+                    path = Path(tmp) / name
+                    if path.is_file():
+                        found[key] = _json_or_none(path.read_text(errors="replace"),
+                                                   f"{RECORD_DIR}/{name} in {ref}")
+                        break
+    finally:
+        engine.remove_container(container)
+    return found
+
+
+def image_summary(inspect: dict, saved_tags: list[str]) -> dict:
+    platform = "/".join(p for p in (inspect.get("Os"), inspect.get("Architecture"),
+                                    inspect.get("Variant")) if p)
+    return {
+        "id": inspect["Id"],
+        "repo_tags": saved_tags,
+        "repo_digests": list(inspect.get("RepoDigests") or []),
+        "platform": platform,
+        "size": int(inspect.get("Size") or 0),
+        "created": inspect.get("Created"),
+    }
+
+
+def _saved_refs(ref: str, inspect: dict) -> list[str]:
+    """The ref as given when it is a tag; an id or digest saves every tag the image has."""
+    tags = list(inspect.get("RepoTags") or [])
+    if ref in tags:
+        return [ref]
+    if ":" in ref.split("/")[-1] and "@" not in ref and not ref.startswith("sha256:"):
+        return [ref]
+    return tags or [inspect["Id"]]
+
+
+# --- publish -----------------------------------------------------------------------------------
+@dataclass
+class PublishOptions:
+    image: str
+    out_dir: Path
+    name: str | None = None
+    format: str = "zst"
+    level: int | None = None
+    part_size: int | None = None
+    threads: int = -1  # -1: one per CPU
+    force: bool = False
+
+
+@dataclass
+class PublishResult:
+    manifest_path: Path
+    manifest: dict
+    part_paths: list[Path] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def publish(engine: DockerEngine, options: PublishOptions) -> PublishResult:
+    """Save, compress and checksum ``options.image`` into ``options.out_dir``; see module doc."""
+    if options.format not in COMPRESSORS:
+        raise ConfigError(f"--format '{options.format}': use zst or gz")
+    inspect = engine.image_inspect(options.image)
+    name = _check_name(options.name or default_name(options.image))
+    out_dir = Path(options.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    _refuse_existing(out_dir, name, options.force)
+    _warn_low_disk(out_dir, int(inspect.get("Size") or 0))
+    labels = (inspect.get("Config") or {}).get("Labels") or {}
+    records = read_records(engine, options.image, labels)
+    refs = _saved_refs(options.image, inspect)
+    level = options.level if options.level is not None else DEFAULT_LEVEL[options.format]
+    suffix = FORMAT_SUFFIX[options.format]
+
+    writer = PartWriter(out_dir, name, options.part_size)
+    start = time.monotonic()
+    try:
+        uncompressed = _stream_save(engine, refs, writer, options, level, inspect)
+        writer.finish()
+        manifest = {
+            "schema_version": SCHEMA_VERSION,
+            "name": name,
+            "format": options.format,
+            "compression": {"level": level, "threads": options.threads},
+            "parts": [{"file": final, "size": p.size, "sha256": p.sha256}
+                      for p, final in zip(writer.parts, writer.final_names(suffix))],
+            "total_size": sum(p.size for p in writer.parts),
+            "uncompressed_size": uncompressed,
+            "image": image_summary(inspect, [r for r in refs if not r.startswith("sha256:")]),
+            "labels": labels,
+            **records,
+            "tool_version": __version__,
+            "created": _now(),
+        }
+        writer.commit(suffix)
+        manifest_path = atomic_write_json(out_dir / f"{name}{MANIFEST_SUFFIX}", manifest)
+    except BaseException:
+        writer.discard()
+        raise
+    _remove_stale_parts(out_dir, name, suffix, {p.final for p in writer.parts})
+    return PublishResult(manifest_path, manifest, [p.final for p in writer.parts],
+                         time.monotonic() - start)
+
+
+def _stream_save(engine: DockerEngine, refs: list[str], writer: PartWriter,
+                 options: PublishOptions, level: int, inspect: dict) -> int:
+    compress = COMPRESSORS[options.format]
+    total = int(inspect.get("Size") or 0) or None
+    with ByteProgress(f"publish {options.image}", total) as progress:
+        with engine.save_stream(refs) as stream:
+            reader = CountingReader(stream, progress)
+            compress(reader, writer, level, options.threads)
+    return reader.count
+
+
+def _warn_low_disk(out_dir: Path, image_size: int) -> None:
+    # Real images compress to roughly 40-60 %; below that much free space the run will likely fail.
+    free = shutil.disk_usage(out_dir).free
+    if free < image_size * 0.6:
+        console.warn(f"only {human(free)} free under {out_dir} for a {human(image_size)} image; "
+                     "the compressed output may not fit")
+
+
+def _existing_outputs(out_dir: Path, name: str) -> list[Path]:
+    names = [f"{name}{MANIFEST_SUFFIX}"] + [f"{name}{s}" for s in FORMAT_SUFFIX.values()]
+    found = [out_dir / n for n in names if (out_dir / n).exists()]
+    for suffix in FORMAT_SUFFIX.values():
+        found += sorted(out_dir.glob(f"{glob_escape(name)}{suffix}.part[0-9][0-9][0-9]*"))
+    return found
+
+
+def glob_escape(text: str) -> str:
+    return re.sub(r"([*?\[])", r"[\1]", text)
+
+
+def _refuse_existing(out_dir: Path, name: str, force: bool) -> None:
+    existing = _existing_outputs(out_dir, name)
+    if existing and not force:
+        raise PublishError(f"{existing[0]} already exists: pass --force to replace the set, or "
+                           "--name to publish under another name")
+
+
+def _remove_stale_parts(out_dir: Path, name: str, suffix: str, keep: set) -> None:
+    """With --force, parts of an older set under the same name (e.g. more parts) go away."""
+    for path in _existing_outputs(out_dir, name):
+        if path not in keep and not path.name.endswith(MANIFEST_SUFFIX):
+            path.unlink()
+
+
+# --- load --------------------------------------------------------------------------------------
+@dataclass
+class LoadResult:
+    loaded: list[str]
+    image_id: str | None
+    verified: bool
+    source: str
+
+
+def load(engine: DockerEngine, path: Path | str) -> LoadResult:
+    """Check every part, then stream the decompressed tarball into ``docker load``."""
+    tarset = open_tarball(path)
+    if tarset.verifiable:
+        with ByteProgress(f"verify {Path(tarset.describe()).name}", tarset.total_size) as progress:
+            tarset.check(progress)
+    else:
+        console.warn(f"{tarset.describe()}: no manifest and no .sha256 beside it, so its "
+                     "checksum could not be verified; loading it as it is")
+    loaded = _stream_load(engine, tarset)
+    image_id = _check_loaded(engine, tarset, loaded)
+    return LoadResult(loaded, image_id, tarset.verifiable, tarset.describe())
+
+
+def _stream_load(engine: DockerEngine, tarset: TarballSet) -> list[str]:
+    def feed(stdin: IO[bytes]) -> None:
+        with ByteProgress("load", tarset.total_size) as progress:
+            with tarset.tar_stream(progress) as tar:
+                try:
+                    shutil.copyfileobj(tar, stdin, CHUNK)
+                except BrokenPipeError:
+                    return  # docker load stopped reading: its own error explains why
+
+    return engine.load_from(feed)
+
+
+def _check_loaded(engine: DockerEngine, tarset: TarballSet, loaded: list[str]) -> str | None:
+    ids = {name if name.startswith("sha256:") else engine.image_id(name) for name in loaded}
+    if tarset.manifest is None:
+        return next(iter(ids)) if len(ids) == 1 else None
+    expected = tarset.manifest.image.get("id")
+    if not loaded or ids != {expected}:
+        raise IntegrityError(
+            f"{tarset.describe()}: the loaded image ({', '.join(sorted(ids)) or 'none'}) is not "
+            f"the one the manifest names ({expected}); the manifest does not match its parts")
+    return expected

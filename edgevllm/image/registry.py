@@ -1,0 +1,239 @@
+"""Push an image under its immutable, lock-derived tag (plus optional moving tags).
+
+An immutable tag names one image forever: before pushing it, the registry is asked what the tag
+already holds. The same image (same manifest digest, or a manifest whose config is this image's
+id) → nothing to do; a different image → refused. Moving tags (``latest-spark``) are overwritten.
+
+Credentials stay with docker: pushes and registry reads go through the docker CLI
+(``docker push``, ``docker buildx imagetools``), which use the user's Docker configuration and
+credential helpers. Nothing here reads, writes or prints a token.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import json
+import re
+from dataclasses import dataclass, field
+
+import requests
+
+from edgevllm.kernel import console
+from edgevllm.engine.docker import DockerEngine
+from edgevllm.kernel.errors import ConfigError, DockerUnavailableError, LockError, RegistryError
+from edgevllm.image.publish import read_records
+
+TAG_LABEL = "io.edgevllm.tag"
+_TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+_REGISTRY_RE = re.compile(r"^[A-Za-z0-9.-]+(:\d+)?(/[a-z0-9]+(?:[._-][a-z0-9]+)*)*$")
+_REPO_RE = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(/[a-z0-9]+(?:[._-][a-z0-9]+)*)*$")
+INDEX_TYPES = ("application/vnd.oci.image.index.v1+json",
+               "application/vnd.docker.distribution.manifest.list.v2+json")
+MANIFEST_ACCEPT = ", ".join(INDEX_TYPES + (
+    "application/vnd.oci.image.manifest.v1+json",
+    "application/vnd.docker.distribution.manifest.v2+json"))
+
+
+@dataclass
+class PushedTag:
+    ref: str
+    digest: str
+    action: str  # "pushed" | "unchanged"
+
+
+@dataclass
+class PushResult:
+    image_id: str
+    immutable: PushedTag
+    moving: list[PushedTag] = field(default_factory=list)
+
+
+# --- names -------------------------------------------------------------------------------------
+def check_registry(registry: str) -> str:
+    """``HOST[:PORT][/NAMESPACE...]``, no scheme, no tag."""
+    registry = registry.strip().rstrip("/")
+    if "://" in registry:
+        raise ConfigError(f"--registry '{registry}': give HOST[/NAMESPACE] without a scheme "
+                          "(e.g. ghcr.io/me or 127.0.0.1:5000/team)")
+    host = registry.split("/")[0]
+    # Without a dot or a port docker would read the host as a Docker Hub namespace.
+    looks_like_host = "." in host or ":" in host or host == "localhost"
+    if not _REGISTRY_RE.match(registry) or not looks_like_host:
+        raise ConfigError(f"--registry '{registry}': expected HOST[:PORT][/NAMESPACE] with a "
+                          "host that has a dot or a port (e.g. ghcr.io/me, registry:5000/team); "
+                          "namespaces are lower case")
+    return registry
+
+
+def check_tag(tag: str, flag: str) -> str:
+    if not _TAG_RE.match(tag):
+        raise ConfigError(f"{flag} '{tag}': a tag is letters, digits, '_', '.' and '-' "
+                          "(at most 128, not starting with '.' or '-')")
+    return tag
+
+
+def default_repo(image: str, inspect: dict) -> str:
+    """The last path component of the image's repository: ``edgevllm/vllm-spark:x`` → ``vllm-spark``."""
+    candidates = [image] if not image.startswith("sha256:") else []
+    candidates += list(inspect.get("RepoTags") or [])
+    for ref in candidates:
+        last = ref.split("@")[0].split("/")[-1]
+        name = last.split(":")[0]
+        if name and _REPO_RE.match(name) and not re.fullmatch(r"[0-9a-f]{12,64}", name):
+            return name
+    raise ConfigError(f"cannot derive a repository name from '{image}': pass --repo NAME")
+
+
+def immutable_tag(engine: DockerEngine, image: str, labels: dict[str, str]) -> str | None:
+    """The lock's tag (``edgevllm.lock.image_tag``), else the ``io.edgevllm.tag`` label."""
+    lock_json = read_records(engine, image, labels).get("lock")
+    if lock_json is not None:
+        tag = _tag_from_lock(lock_json)
+        if tag:
+            return tag
+    label = labels.get(TAG_LABEL)
+    if label:
+        return label.rsplit(":", 1)[-1] if "/" in label or label.count(":") == 1 else label
+    return None
+
+
+def _tag_from_lock(lock_json: object) -> str | None:
+    try:
+        from edgevllm.model.lock import image_tag, parse_lock
+    except ImportError:  # the lock module is optional here: fall back to the label
+        return None
+    try:
+        return image_tag(parse_lock(json.dumps(lock_json), "label io.edgevllm.lock"))
+    except LockError as exc:
+        console.warn(f"the image's lock is not readable ({exc}); using the io.edgevllm.tag label")
+        return None
+
+
+# --- what the registry holds -------------------------------------------------------------------
+def remote_manifest(engine: DockerEngine, ref: str) -> bytes | None:
+    """Raw manifest bytes for ``ref`` via docker (its credentials); HTTP API if buildx is absent."""
+    try:
+        engine.check_buildx()
+    except DockerUnavailableError:
+        return _http_manifest(ref)
+    return engine.registry_manifest(ref)
+
+
+def _split_ref(ref: str) -> tuple[str, str, str]:
+    """``host/name:tag`` or ``host/name@digest`` → (host, name, tag-or-digest)."""
+    host, _, rest = ref.partition("/")
+    if "@" in rest:
+        name, reference = rest.split("@", 1)
+    else:
+        name, _, reference = rest.rpartition(":")
+    return host, name, reference
+
+
+def _is_loopback(host: str) -> bool:
+    bare = host.rsplit(":", 1)[0].strip("[]")
+    if bare == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(bare).is_loopback
+    except ValueError:
+        return False
+
+
+def _http_manifest(ref: str) -> bytes | None:
+    """Anonymous registry API v2 read (docker, like us, allows plain HTTP only on loopback)."""
+    host, name, tag = _split_ref(ref)
+    scheme = "http" if _is_loopback(host) else "https"
+    url = f"{scheme}://{host}/v2/{name}/manifests/{tag}"
+    try:
+        response = requests.get(url, headers={"Accept": MANIFEST_ACCEPT}, timeout=30)
+    except requests.RequestException as exc:
+        raise RegistryError(f"cannot reach the registry {host} ({type(exc).__name__}); "
+                            "check --registry and the network") from None
+    if response.status_code == 404:
+        return None
+    if response.status_code in (401, 403):
+        raise RegistryError(f"{host} needs a login to read {name}: install docker buildx so "
+                            "that docker's own credentials are used (docker login first)")
+    if response.status_code != 200:
+        raise RegistryError(f"{url}: HTTP {response.status_code} from the registry")
+    return response.content
+
+
+def _digest(raw: bytes) -> str:
+    return "sha256:" + hashlib.sha256(raw).hexdigest()
+
+
+def holds_image(engine: DockerEngine, dest: str, raw: bytes, inspect: dict) -> bool:
+    """Does the manifest ``raw`` (from repository ``dest``) describe the local image?"""
+    if f"{dest}@{_digest(raw)}" in (inspect.get("RepoDigests") or []):
+        return True
+    manifest = json.loads(raw)
+    if manifest.get("mediaType") in INDEX_TYPES or "manifests" in manifest:
+        child = _platform_child(manifest, inspect)
+        if child is None:
+            return False
+        raw = remote_manifest(engine, f"{dest}@{child}")
+        if raw is None:
+            return False
+        manifest = json.loads(raw)
+    return (manifest.get("config") or {}).get("digest") == inspect.get("Id")
+
+
+def _platform_child(index: dict, inspect: dict) -> str | None:
+    for entry in index.get("manifests") or []:
+        platform = entry.get("platform") or {}
+        if (platform.get("os"), platform.get("architecture")) == (inspect.get("Os"),
+                                                                 inspect.get("Architecture")):
+            return entry.get("digest")
+    return None
+
+
+# --- push --------------------------------------------------------------------------------------
+def push(engine: DockerEngine, image: str, registry: str, tag: str | None = None,
+         moving_tags: list[str] | tuple = (), repo: str | None = None) -> PushResult:
+    registry = check_registry(registry)
+    inspect = engine.image_inspect(image)
+    labels = (inspect.get("Config") or {}).get("Labels") or {}
+    tag = tag or immutable_tag(engine, image, labels)
+    if not tag:
+        raise ConfigError(f"image '{image}' carries no lock and no {TAG_LABEL} label: pass "
+                          "--tag TAG for its immutable tag")
+    check_tag(tag, "--tag")
+    for moving in moving_tags:
+        check_tag(moving, "--moving-tag")
+        if moving == tag:
+            raise ConfigError(f"--moving-tag '{moving}' is the immutable tag itself")
+    repo = repo or default_repo(image, inspect)
+    if not _REPO_RE.match(repo):
+        raise ConfigError(f"--repo '{repo}': lower-case letters, digits and . _ - / only")
+    dest = f"{registry}/{repo}"
+    result = PushResult(inspect["Id"], _push_immutable(engine, image, dest, tag, inspect))
+    for moving in moving_tags:
+        ref = f"{dest}:{moving}"
+        engine.tag(image, ref)
+        console.step(f"pushing moving tag {ref}")
+        result.moving.append(PushedTag(ref, engine.push(ref), "pushed"))
+    return result
+
+
+def _push_immutable(engine: DockerEngine, image: str, dest: str, tag: str,
+                    inspect: dict) -> PushedTag:
+    ref = f"{dest}:{tag}"
+    existing = remote_manifest(engine, ref)
+    if existing is not None:
+        if holds_image(engine, dest, existing, inspect):
+            console.info(f"{ref} already holds this image ({_digest(existing)}); nothing to push")
+            return PushedTag(ref, _digest(existing), "unchanged")
+        raise RegistryError(
+            f"{ref} already exists with digest {_digest(existing)}, a different image than "
+            f"{image} ({inspect['Id'][:19]}): an immutable tag is never overwritten; rebuild "
+            "from a new lock or push with another --tag")
+    engine.tag(image, ref)
+    console.step(f"pushing {ref}")
+    digest = engine.push(ref)
+    after = remote_manifest(engine, ref)
+    if after is None or _digest(after) != digest:
+        raise RegistryError(f"{ref}: the registry does not return the pushed digest {digest}; "
+                            "check the registry")
+    return PushedTag(ref, digest, "pushed")

@@ -1,0 +1,375 @@
+"""Reading published image tarballs: the manifest, the ordered part set, checksums, decompression.
+
+``inv publish`` writes ``<name>.tar.zst`` (or ``.tar.zst.part000``, ``.part001``, ... when split,
+``.tar.gz`` for gzip) beside ``<name>.manifest.json``, which lists every part with its size and
+sha256. Readers (``inv load``, ``inv verify --tarball``) go through this module:
+
+    tarset = open_tarball(path)         # a manifest, a part, or a bare .tar/.tar.gz/.tar.zst
+    tarset.check()                      # presence, size and sha256 of every part, in order
+    with tarset.tar_stream() as tar:    # the uncompressed ``docker save`` stream
+        for member in tarfile.open(fileobj=tar, mode="r|"): ...
+
+Nothing here talks to Docker. Every failure is an ``IntegrityError`` (one line, naming the file).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import hashlib
+import io
+import json
+import re
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Callable, Iterator
+
+import zstandard
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from edgevllm.kernel.errors import IntegrityError
+
+SCHEMA_VERSION = 1
+MANIFEST_SUFFIX = ".manifest.json"
+FORMAT_SUFFIX = {"zst": ".tar.zst", "gz": ".tar.gz", "tar": ".tar"}
+CHUNK = 1 << 20
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+GZIP_MAGIC = b"\x1f\x8b"
+
+ByteSink = Callable[[int], None]
+
+
+# --- the manifest ------------------------------------------------------------------------------
+class PartModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    file: str
+    size: int
+    sha256: str
+
+
+class ManifestModel(BaseModel):
+    """``<name>.manifest.json``; the image records (lock, mods, verify, probe) are free-form."""
+
+    model_config = ConfigDict(extra="forbid")
+    schema_version: int
+    name: str
+    format: str
+    parts: list[PartModel]
+    total_size: int
+    uncompressed_size: int
+    compression: dict | None = None
+    image: dict
+    labels: dict
+    lock: Any = None
+    mods: Any = None
+    verify: Any = None
+    probe: Any = None
+    tool_version: str
+    created: str
+
+
+def read_manifest(path: Path) -> ManifestModel:
+    """Parse and validate a manifest; one line naming the file and the field on any problem."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise IntegrityError(f"{path}: cannot read the manifest ({exc.strerror})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise IntegrityError(f"{path}: not a JSON manifest ({exc}); re-copy it") from None
+    if not isinstance(data, dict):
+        raise IntegrityError(f"{path}: not a tarball manifest (expected a JSON object)")
+    try:
+        model = ManifestModel.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise IntegrityError(f"{path}: field '{where}': {first['msg']}") from None
+    if model.schema_version != SCHEMA_VERSION:
+        raise IntegrityError(f"{path}: schema_version {model.schema_version} is not supported "
+                             f"(this edgevllm reads {SCHEMA_VERSION}); upgrade edgevllm")
+    if model.format not in ("zst", "gz"):
+        raise IntegrityError(f"{path}: field 'format': '{model.format}' is not zst or gz")
+    if not model.parts:
+        raise IntegrityError(f"{path}: field 'parts': lists no part")
+    for part in model.parts:
+        if Path(part.file).name != part.file:
+            raise IntegrityError(f"{path}: field 'parts': '{part.file}' is not a plain file name")
+    if sum(p.size for p in model.parts) != model.total_size:
+        raise IntegrityError(f"{path}: field 'total_size' does not match the sizes of the parts")
+    return model
+
+
+# --- the part set ------------------------------------------------------------------------------
+@dataclass
+class Part:
+    path: Path
+    size: int | None = None  # None: unknown (a bare tarball without sidecar)
+    sha256: str | None = None
+
+
+@dataclass
+class TarballSet:
+    """An ordered list of files whose concatenation is one compressed ``docker save`` stream."""
+
+    parts: list[Part]
+    format: str  # "zst" | "gz" | "tar"
+    manifest_path: Path | None = None
+    manifest: ManifestModel | None = None
+    checked: bool = field(default=False, repr=False)
+
+    @property
+    def verifiable(self) -> bool:
+        return all(p.sha256 for p in self.parts)
+
+    @property
+    def total_size(self) -> int:
+        return sum(p.size if p.size is not None else p.path.stat().st_size for p in self.parts)
+
+    def describe(self) -> str:
+        return str(self.manifest_path or self.parts[0].path)
+
+    def check(self, on_bytes: ByteSink | None = None) -> None:
+        """Presence, size and sha256 of every part, in order; raises ``IntegrityError``."""
+        for part in self.parts:
+            _check_present(part)
+        for index, part in enumerate(self.parts):
+            if part.sha256 is None:
+                continue
+            digest = hashlib.sha256()
+            with open(part.path, "rb") as handle:
+                while block := handle.read(CHUNK):
+                    digest.update(block)
+                    if on_bytes:
+                        on_bytes(len(block))
+            if digest.hexdigest() != part.sha256:
+                raise IntegrityError(
+                    f"{part.path}: sha256 mismatch (part {index + 1} of {len(self.parts)}): the "
+                    "file is corrupt; copy it again from the source")
+        self.checked = True
+
+    @contextlib.contextmanager
+    def compressed_stream(self, on_bytes: ByteSink | None = None) -> Iterator[IO[bytes]]:
+        """The parts concatenated, in order, as one readable stream (checked again while read)."""
+        for part in self.parts:
+            _check_present(part)
+        reader = _ConcatReader(self.parts, on_bytes)
+        try:
+            yield reader
+        finally:
+            reader.close()
+
+    @contextlib.contextmanager
+    def tar_stream(self, on_bytes: ByteSink | None = None) -> Iterator[IO[bytes]]:
+        """The uncompressed ``docker save`` tar stream; a corrupt/truncated stream raises."""
+        with self.compressed_stream(on_bytes) as raw:
+            yield io.BufferedReader(_DecompressReader(raw, self.format, self.describe()), CHUNK)
+
+
+def _check_present(part: Part) -> None:
+    if not part.path.is_file():
+        raise IntegrityError(f"{part.path}: part is missing; copy every part listed in the "
+                             "manifest into the same folder")
+    if part.size is not None and part.path.stat().st_size != part.size:
+        raise IntegrityError(
+            f"{part.path}: size {part.path.stat().st_size} bytes, the manifest says {part.size}: "
+            "the file is truncated or corrupt; copy it again")
+
+
+class _ConcatReader(io.RawIOBase):
+    """Reads the parts one after the other; re-hashes each and fails at its end on a mismatch,
+    so a file changed between ``check()`` and the read is still caught."""
+
+    def __init__(self, parts: list[Part], on_bytes: ByteSink | None):
+        self._parts = list(parts)
+        self._index = -1
+        self._handle: IO[bytes] | None = None
+        self._digest = hashlib.sha256()
+        self._seen = 0
+        self._on_bytes = on_bytes
+        self._next_part()
+
+    def readable(self) -> bool:
+        return True
+
+    def _next_part(self) -> None:
+        if self._handle:
+            self._handle.close()
+            self._finish_part(self._parts[self._index])
+        self._index += 1
+        self._handle = None
+        if self._index < len(self._parts):
+            self._handle = open(self._parts[self._index].path, "rb")
+            self._digest = hashlib.sha256()
+            self._seen = 0
+
+    def _finish_part(self, part: Part) -> None:
+        if part.size is not None and self._seen != part.size:
+            raise IntegrityError(f"{part.path}: changed while being read ({self._seen} bytes, "
+                                 f"expected {part.size})")
+        if part.sha256 and self._digest.hexdigest() != part.sha256:
+            raise IntegrityError(f"{part.path}: sha256 mismatch: the file is corrupt; copy it "
+                                 "again from the source")
+
+    def readinto(self, buffer) -> int:
+        while self._handle is not None:
+            count = self._handle.readinto(buffer)
+            if count:
+                view = memoryview(buffer)[:count]
+                self._digest.update(view)
+                self._seen += count
+                if self._on_bytes:
+                    self._on_bytes(count)
+                return count
+            self._next_part()
+        return 0
+
+    def close(self) -> None:
+        if self._handle:
+            self._handle.close()
+            self._handle = None
+        super().close()
+
+
+class _DecompressReader(io.RawIOBase):
+    """Decompresses zstd (all frames, checksummed, truncation detected) or gzip (all members)."""
+
+    def __init__(self, raw: IO[bytes], fmt: str, label: str):
+        self._label = label
+        self._chunks = _decompressed_chunks(raw, fmt, label)
+        self._pending = memoryview(b"")
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        while not self._pending:
+            chunk = next(self._chunks, None)
+            if chunk is None:
+                return 0
+            self._pending = memoryview(chunk)
+        count = min(len(buffer), len(self._pending))
+        buffer[:count] = self._pending[:count]
+        self._pending = self._pending[count:]
+        return count
+
+
+def _decompressed_chunks(raw: IO[bytes], fmt: str, label: str) -> Iterator[bytes]:
+    if fmt == "zst":
+        yield from _zstd_chunks(raw, label)
+    elif fmt == "gz":
+        yield from _gzip_chunks(raw, label)
+    else:
+        while block := raw.read(CHUNK):
+            yield block
+
+
+def _zstd_chunks(raw: IO[bytes], label: str) -> Iterator[bytes]:
+    # decompressobj() rather than stream_reader(): the latter ends silently on a truncated frame.
+    dctx = zstandard.ZstdDecompressor()
+    obj, fed, frames = dctx.decompressobj(), False, 0
+    try:
+        while data := raw.read(CHUNK):
+            while data:
+                fed = True
+                out = obj.decompress(data)
+                if out:
+                    yield out
+                if obj.eof:  # a frame ended; what follows starts the next frame
+                    data, obj, fed, frames = obj.unused_data, dctx.decompressobj(), False, frames + 1
+                else:
+                    data = b""
+    except zstandard.ZstdError as exc:
+        raise IntegrityError(f"{label}: the zstd stream is corrupt ({exc}); copy it again") from None
+    if fed or not frames:
+        raise IntegrityError(f"{label}: the zstd stream is truncated (it ends inside a frame); "
+                             "copy it again or check that every part is there")
+
+
+def _gzip_chunks(raw: IO[bytes], label: str) -> Iterator[bytes]:
+    reader = gzip.GzipFile(fileobj=raw, mode="rb")  # reads every member of a multi-member file
+    try:
+        while block := reader.read(CHUNK):
+            yield block
+    except EOFError:
+        raise IntegrityError(f"{label}: the gzip stream is truncated; copy it again or check "
+                             "that every part is there") from None
+    except (gzip.BadGzipFile, zlib.error, OSError) as exc:
+        raise IntegrityError(f"{label}: the gzip stream is corrupt ({exc}); copy it again") from None
+
+
+# --- finding the parts -------------------------------------------------------------------------
+_PART_RE = re.compile(r"^(?P<base>.+)\.part\d{3,}$")
+
+
+def open_tarball(path: Path | str) -> TarballSet:
+    """A manifest, any part of a split set, or a bare tarball → the part set to read.
+
+    A tarball with its ``<name>.manifest.json`` beside it is read through the manifest (so its
+    checksums are checked); a bare tarball is checked against ``<file>.sha256`` when present.
+    """
+    path = Path(path)
+    if path.name.endswith(MANIFEST_SUFFIX):
+        return from_manifest(path)
+    sibling = _sibling_manifest(path)
+    if sibling is not None:
+        return from_manifest(sibling)
+    if not path.is_file():
+        raise IntegrityError(f"{path}: no such file; pass a manifest (*.manifest.json) or a "
+                             "tarball (.tar, .tar.gz, .tar.zst)")
+    if _PART_RE.match(path.name):
+        raise IntegrityError(f"{path}: a part of a split tarball, but its manifest is not beside "
+                             "it; copy <name>.manifest.json into the same folder")
+    return TarballSet([Part(path, None, _sidecar_sha256(path))], sniff_format(path))
+
+
+def from_manifest(path: Path) -> TarballSet:
+    model = read_manifest(path)
+    parts = [Part(path.parent / p.file, p.size, p.sha256.lower()) for p in model.parts]
+    return TarballSet(parts, model.format, manifest_path=path, manifest=model)
+
+
+def manifest_name_for(tarball_name: str) -> str | None:
+    """``x.tar.zst`` / ``x.tar.zst.part003`` / ``x.tar.gz`` → ``x.manifest.json``."""
+    match = _PART_RE.match(tarball_name)
+    base = match.group("base") if match else tarball_name
+    for suffix in FORMAT_SUFFIX.values():
+        if base.endswith(suffix):
+            return base[: -len(suffix)] + MANIFEST_SUFFIX
+    return None
+
+
+def _sibling_manifest(path: Path) -> Path | None:
+    name = manifest_name_for(path.name)
+    if name is None:
+        return None
+    candidate = path.with_name(name)
+    if not candidate.is_file():
+        return None
+    listed = {p.file for p in read_manifest(candidate).parts}
+    return candidate if path.name in listed else None
+
+
+def _sidecar_sha256(path: Path) -> str | None:
+    """``<file>.sha256`` as ``sha256sum`` writes it (``<hex>  <name>``) or the bare hex."""
+    sidecar = path.with_name(path.name + ".sha256")
+    if not sidecar.is_file():
+        return None
+    words = sidecar.read_text().split()
+    if not words or not re.fullmatch(r"[0-9a-fA-F]{64}", words[0]):
+        raise IntegrityError(f"{sidecar}: not a sha256 checksum line ('<hex>  <file>')")
+    return words[0].lower()
+
+
+def sniff_format(path: Path) -> str:
+    """By content, not by name: a renamed file still loads."""
+    with open(path, "rb") as handle:
+        head = handle.read(512)
+    if head.startswith(ZSTD_MAGIC):
+        return "zst"
+    if head.startswith(GZIP_MAGIC):
+        return "gz"
+    if len(head) >= 262 and head[257:262] == b"ustar":
+        return "tar"
+    raise IntegrityError(f"{path}: neither a tar, gzip nor zstd file; pass a tarball made by "
+                         "'inv publish' or 'docker save'")

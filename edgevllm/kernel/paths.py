@@ -1,0 +1,40 @@
+"""Where edgevllm finds its data (targets, mods, recipes, templates) and keeps its caches.
+
+Data lives beside the code in the repository (an editable install). ``EDGEVLLM_HOME`` points at
+another checkout; ``EDGEVLLM_CACHE`` moves the cache (default ``~/.cache/edgevllm``).
+Extra target/mod/recipe folders: ``EDGEVLLM_TARGETS_PATH`` etc., ``os.pathsep``-separated.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def project_root() -> Path:
+    env = os.environ.get("EDGEVLLM_HOME")
+    return Path(env).resolve() if env else Path(__file__).resolve().parents[2]
+
+
+def data_dirs(kind: str) -> list[Path]:
+    """Folders holding data files of one kind ("targets", "mods", "recipes", "patches").
+
+    The repository's own folder comes first; folders named in ``EDGEVLLM_<KIND>_PATH`` follow,
+    so a user adds a target by dropping a YAML file into a folder of their own.
+    """
+    dirs = [project_root() / kind]
+    extra = os.environ.get(f"EDGEVLLM_{kind.upper()}_PATH", "")
+    dirs += [Path(p) for p in extra.split(os.pathsep) if p]
+    return dirs
+
+
+def templates_dir() -> Path:
+    return project_root() / "dockerfiles"
+
+
+def cache_dir(*parts: str) -> Path:
+    """A cache folder (created on demand): git mirrors, exported wheels, downloads."""
+    base = Path(os.environ.get("EDGEVLLM_CACHE", Path.home() / ".cache" / "edgevllm"))
+    path = base.joinpath(*parts)
+    path.mkdir(parents=True, exist_ok=True)
+    return path

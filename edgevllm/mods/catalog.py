@@ -1,0 +1,472 @@
+"""Mods (host side): manifests, listing, selection for a target, conflict checks, staging.
+
+A mod is a folder ``mods/<name>/`` with ``manifest.yaml`` and its data files. The manifest is
+validated here (pydantic, unknown fields rejected) and resolved into ``plan.json``, which the
+self-contained applier (``edgevllm/mods/applier.py``) executes inside the image at build time, or on
+any Python environment through ``inv mods-apply``. See docs/mods.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Literal, Union
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from pydantic import Field, field_validator, model_validator
+
+from edgevllm.kernel.errors import ManifestError, ModConflictError, ModNotForTargetError, UnknownModError
+from edgevllm.kernel.fsutil import atomic_write_json
+from edgevllm.kernel.paths import data_dirs
+from edgevllm.kernel.schema import Strict, load_model
+
+MANIFEST = "manifest.yaml"
+_NAME = r"^[a-z0-9][a-z0-9-]*$"
+
+
+
+
+def _check_ranges(value: dict[str, str]) -> dict[str, str]:
+    for package, spec in value.items():
+        try:
+            SpecifierSet(spec)
+        except InvalidSpecifier:
+            raise ValueError(f"'{spec}' for {package} is not a version specifier like "
+                             "'>=4.4,<4.5'") from None
+    return value
+
+
+class StepBase(Strict):
+    title: str = ""
+    # The step runs only where these installed versions match (others: not-applicable).
+    applies_to: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("applies_to")
+    @classmethod
+    def _ranges(cls, value: dict[str, str]) -> dict[str, str]:
+        return _check_ranges(value)
+
+
+class Replacement(Strict):
+    anchor: str = Field(min_length=1)
+    replacement: str
+    in_class: str | None = None
+    count: int = Field(default=1, ge=1)
+
+    @model_validator(mode="after")
+    def _differs(self) -> "Replacement":
+        if self.anchor == self.replacement:
+            raise ValueError("replacement is the same as anchor")
+        return self
+
+
+class EditStep(StepBase):
+    """Edit a file of an installed package: anchored replacements or a unified diff."""
+
+    kind: Literal["edit"]
+    packages: list[str] = Field(min_length=1)
+    path: str
+    replacements: list[Replacement] = Field(default_factory=list)
+    diff: str | None = None
+
+    @model_validator(mode="after")
+    def _one_way(self) -> "EditStep":
+        if bool(self.replacements) == bool(self.diff):
+            raise ValueError("give either 'replacements' or 'diff'")
+        return self
+
+
+class PipInstallStep(StepBase):
+    kind: Literal["pip_install"]
+    requirements: list[str] = Field(min_length=1)
+    no_deps: bool = False
+    # Installed versions of these are passed to pip as constraints (torch stays the CUDA build).
+    constrain: list[str] = Field(default_factory=lambda: ["torch", "torchvision", "torchaudio",
+                                                          "triton"])
+
+
+class DistFilesStep(StepBase):
+    kind: Literal["dist_files"]
+    package: str
+    version: str | None = None
+    version_from: str | None = None
+    # The distribution that installs the same paths with other bytes (its copy must not win).
+    over: str | None = None
+
+    @model_validator(mode="after")
+    def _version(self) -> "DistFilesStep":
+        if not (self.version or self.version_from):
+            raise ValueError("give 'version' or 'version_from'")
+        return self
+
+
+class FilesStep(StepBase):
+    kind: Literal["files"]
+    source: str
+    dest: str | None = None
+    package: str | None = None
+    package_path: str | None = None
+
+    @model_validator(mode="after")
+    def _where(self) -> "FilesStep":
+        if bool(self.dest) == bool(self.package and self.package_path):
+            raise ValueError("give either 'dest' (absolute) or 'package' with 'package_path'")
+        if self.dest and not self.dest.startswith("/"):
+            raise ValueError("'dest' must be an absolute path")
+        return self
+
+
+class SymlinkStep(StepBase):
+    kind: Literal["symlink"]
+    link: str
+    target: str
+
+
+class LibraryLinkStep(StepBase):
+    kind: Literal["library_link"]
+    name: str
+    pattern: str
+    dirs: list[str] = Field(default_factory=list)
+    packages: list[str] = Field(default_factory=list)
+    # Run ldconfig (adding the folders under /etc/ld.so.conf.d) when the new link does not
+    # resolve by its bare name yet: the loader's cache predates it.
+    ldconfig: bool = True
+
+
+class EnvStep(StepBase):
+    kind: Literal["env"]
+    vars: dict[str, str] = Field(min_length=1)
+
+    @field_validator("vars")
+    @classmethod
+    def _names(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+                raise ValueError(f"'{key}' is not an environment variable name")
+        return value
+
+
+class VerifyStep(StepBase):
+    kind: Literal["verify"]
+    python: str = Field(min_length=1)
+
+
+Step = Annotated[Union[EditStep, PipInstallStep, DistFilesStep, FilesStep, SymlinkStep,
+                       LibraryLinkStep, EnvStep, VerifyStep], Field(discriminator="kind")]
+
+
+class Manifest(Strict):
+    name: str = Field(pattern=_NAME)
+    version: str = Field(min_length=1)
+    description: str = Field(min_length=1)
+    targets: list[str] = Field(min_length=1)
+    applies_to: dict[str, str] = Field(default_factory=dict)
+    # For data mods (e.g. MoE configs): whether the data was measured on the device.
+    tuned: bool | None = None
+    steps: list[Step] = Field(min_length=1)
+
+    @field_validator("applies_to")
+    @classmethod
+    def _ranges(cls, value: dict[str, str]) -> dict[str, str]:
+        return _check_ranges(value)
+
+
+@dataclass
+class Mod:
+    manifest: Manifest
+    folder: Path
+
+    @property
+    def name(self) -> str:
+        return self.manifest.name
+
+    @property
+    def env(self) -> dict[str, str]:
+        env: dict[str, str] = {}
+        for step in self.manifest.steps:
+            if isinstance(step, EnvStep):
+                env.update(step.vars)
+        return env
+
+    def digest(self) -> str:
+        """sha256 over the manifest and every data file: changes when the mod changes."""
+        digest = hashlib.sha256()
+        for path in sorted(p for p in self.folder.rglob("*") if p.is_file()):
+            if "__pycache__" in path.parts:
+                continue
+            digest.update(path.relative_to(self.folder).as_posix().encode() + b"\0")
+            digest.update(path.read_bytes())
+        return digest.hexdigest()
+
+    def lock_version(self) -> str:
+        return f"{self.manifest.version}+{self.digest()[:12]}"
+
+
+@dataclass
+class StagedMods:
+    names: list[str]
+    versions: list[dict]  # [{name, version}] for the lock
+    env: dict[str, str]
+    pip_packages: list[str] = field(default_factory=list)  # what the wheelhouse should hold
+    plan_path: Path | None = None
+
+
+# --- loading -----------------------------------------------------------------------------------
+def mod_folders() -> dict[str, Path]:
+    """Every mod folder by name, across data_dirs("mods"); a name defined twice is an error."""
+    found: dict[str, Path] = {}
+    for root in data_dirs("mods"):
+        if not root.is_dir():
+            continue
+        for manifest in sorted(root.glob(f"*/{MANIFEST}")):
+            name = manifest.parent.name
+            if name in found:
+                raise ManifestError(f"{manifest}: mod '{name}' is also defined in "
+                                    f"{found[name]}; rename one of the folders")
+            found[name] = manifest.parent
+    return found
+
+
+def load_mod(folder: Path) -> Mod:
+    path = folder / MANIFEST
+    manifest = load_model(Manifest, path, ManifestError)
+    if manifest.name != folder.name:
+        raise ManifestError(f"{path}: field 'name' is '{manifest.name}' but the folder is "
+                            f"'{folder.name}'; make them the same")
+    for index, step in enumerate(manifest.steps):
+        for rel in _data_refs(step):
+            if not (folder / rel).exists():
+                raise ManifestError(f"{path}: field 'steps.{index}': data '{rel}' is missing "
+                                    f"from {folder}")
+    return Mod(manifest, folder)
+
+
+def _data_refs(step) -> list[str]:
+    if isinstance(step, FilesStep):
+        return [step.source]
+    if isinstance(step, EditStep) and step.diff:
+        return [step.diff]
+    return []
+
+
+def all_mods() -> list[Mod]:
+    return [load_mod(folder) for folder in mod_folders().values()]
+
+
+def get_mod(name: str) -> Mod:
+    folders = mod_folders()
+    if name not in folders:
+        known = ", ".join(sorted(folders)) or "none"
+        raise UnknownModError(f"unknown mod '{name}' (known: {known}); 'inv mods' lists them")
+    return load_mod(folders[name])
+
+
+# --- selection ---------------------------------------------------------------------------------
+def resolve_names(defaults: list[str], add: list[str] = (), remove: list[str] = ()) -> list[str]:
+    """The target's default mods, plus ``--mod`` names, minus ``--no-mod`` names (checked)."""
+    for name in list(add) + list(remove):
+        get_mod(name)
+    chosen = list(dict.fromkeys(list(defaults) + list(add)))
+    return [name for name in chosen if name not in set(remove)]
+
+
+def select_mods(names: list[str], target_name: str) -> list[Mod]:
+    """Load the named mods in order, check they support the target and do not conflict."""
+    mods = [get_mod(name) for name in dict.fromkeys(names)]
+    for mod in mods:
+        if target_name not in mod.manifest.targets:
+            raise ModNotForTargetError(
+                f"mod {mod.name} does not support target '{target_name}' (targets: "
+                f"{', '.join(mod.manifest.targets)}); drop it with --no-mod {mod.name}")
+    check_conflicts(mods)
+    return mods
+
+
+def _edit_keys(mod: Mod) -> list[tuple[str, str | None, str]]:
+    keys = []
+    for step in mod.manifest.steps:
+        if isinstance(step, EditStep):
+            if step.diff:
+                text = (mod.folder / step.diff).read_text()
+                old = "\n".join(line[1:] for line in text.splitlines()
+                                if line.startswith(("-", " ")) and not line.startswith("---"))
+                keys.append((step.path, None, old))
+            for rep in step.replacements:
+                keys.append((step.path, rep.in_class, rep.anchor))
+    return keys
+
+
+def _overlap(a: tuple, b: tuple) -> bool:
+    (path_a, cls_a, text_a), (path_b, cls_b, text_b) = a, b
+    if path_a != path_b or (cls_a and cls_b and cls_a != cls_b):
+        return False
+    return text_a.strip() in text_b or text_b.strip() in text_a
+
+
+def check_conflicts(mods: list[Mod]) -> None:
+    """Two mods editing the same anchor (or overlapping text) of one file, or setting one env
+    var to different values, cannot both be applied: the second would fail or undo the first."""
+    for i, first in enumerate(mods):
+        for second in mods[i + 1:]:
+            for key_a in _edit_keys(first):
+                for key_b in _edit_keys(second):
+                    if _overlap(key_a, key_b):
+                        line = key_a[2].strip().splitlines()[0][:60]
+                        raise ModConflictError(
+                            f"mod {second.name} edits the same anchor as mod {first.name} in "
+                            f"{key_a[0]} ('{line}'); select only one of them (--no-mod)")
+            for var, value in second.env.items():
+                if var in first.env and first.env[var] != value:
+                    raise ModConflictError(
+                        f"mod {second.name} sets {var}={value} but mod {first.name} sets "
+                        f"{var}={first.env[var]}; select only one of them (--no-mod)")
+
+
+# --- plan and staging --------------------------------------------------------------------------
+def plan_for(mods: list[Mod], target_name: str) -> dict:
+    """The JSON plan the applier runs: concrete steps, data paths relative to the plan folder."""
+    entries = []
+    for mod in mods:
+        steps = []
+        for step in mod.manifest.steps:
+            data = step.model_dump(exclude_none=True)
+            for key in ("source", "diff"):
+                if key in data:
+                    data[key] = f"{mod.name}/{data[key]}"
+            steps.append(data)
+        entries.append({"name": mod.name, "version": mod.lock_version(),
+                        "description": mod.manifest.description.strip(),
+                        "applies_to": mod.manifest.applies_to, "steps": steps})
+    return {"format": 1, "target": target_name, "mods": entries}
+
+
+def stage_mods(mod_names: list[str], target_name: str, dest: Path) -> StagedMods:
+    """Write applier.py, plan.json and the mods' data files into ``dest`` (a build context)."""
+    mods = select_mods(mod_names, target_name)
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(Path(__file__).with_name("applier.py"), dest / "applier.py")
+    for mod in mods:
+        target_dir = dest / mod.name
+        if target_dir.exists():
+            shutil.rmtree(target_dir)
+        shutil.copytree(mod.folder, target_dir, ignore=shutil.ignore_patterns("__pycache__"))
+    plan_path = dest / "plan.json"
+    atomic_write_json(plan_path, plan_for(mods, target_name))
+    env: dict[str, str] = {}
+    for mod in mods:
+        env.update(mod.env)
+    return StagedMods(names=[m.name for m in mods],
+                      versions=[{"name": m.name, "version": m.lock_version()} for m in mods],
+                      env=env, pip_packages=_pip_packages(mods), plan_path=plan_path)
+
+
+def _pip_packages(mods: list[Mod]) -> list[str]:
+    wanted: list[str] = []
+    for mod in mods:
+        for step in mod.manifest.steps:
+            if isinstance(step, PipInstallStep):
+                wanted += step.requirements
+            elif isinstance(step, DistFilesStep):
+                wanted.append(f"{step.package}=={step.version}" if step.version else step.package)
+    return list(dict.fromkeys(wanted))
+
+
+# --- listing -----------------------------------------------------------------------------------
+def list_rows(target_name: str | None = None) -> list[dict]:
+    rows = []
+    for mod in all_mods():
+        if target_name and target_name not in mod.manifest.targets:
+            continue
+        rows.append({
+            "name": mod.name, "version": mod.lock_version(), "targets": mod.manifest.targets,
+            "applies_to": mod.manifest.applies_to, "env": mod.env,
+            "steps": [s.kind for s in mod.manifest.steps], "tuned": mod.manifest.tuned,
+            "description": _summary(mod.manifest.description),
+        })
+    return rows
+
+
+def _summary(text: str, limit: int = 72) -> str:
+    """The description up to its first ': ' or '. ' (the part a table has room for)."""
+    flat = " ".join(text.split())
+    cut = min([i for i in (flat.find(": "), flat.find(". ")) if i > 0] or [len(flat)])
+    flat = flat[:cut]
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def format_rows(rows: list[dict]) -> str:
+    table = [("NAME", "TARGETS", "APPLIES TO", "DESCRIPTION")]
+    for row in rows:
+        ranges = "; ".join(f"{k} {v}" for k, v in row["applies_to"].items()) or "any"
+        table.append((row["name"], ",".join(row["targets"]), ranges, row["description"]))
+    widths = [max(len(r[i]) for r in table) for i in range(3)]
+    return "\n".join(f"{r[0]:<{widths[0]}}  {r[1]:<{widths[1]}}  {r[2]:<{widths[2]}}  {r[3]}"
+                     for r in table)
+
+
+def record_summary(record: dict) -> str:
+    """``name=outcome,...`` from an applier record (for a label or a log line)."""
+    return ",".join(f"{m['name']}={m['outcome']}" for m in record.get("mods", []))
+
+
+def read_record(path: Path) -> dict:
+    return json.loads(Path(path).read_text())
+
+
+# --- applying to an existing environment (inv mods-apply) --------------------------------------
+def default_mod_names(target_name: str) -> list[str]:
+    from edgevllm.model.targets import load_target
+
+    return list(load_target(target_name).default_mods)
+
+
+def apply_to_environment(target_name: str, mod_names: list[str], site_packages: list[Path],
+                         python: str | None = None, json_out: Path | None = None,
+                         find_links: list[str] = (), no_index: bool = False) -> tuple[dict, str]:
+    """Stage the mods in a temporary folder and run the applier with ``python`` (default: this
+    interpreter) on ``site_packages`` (default: that interpreter's own). Returns (record, table);
+    raises ModFailedError naming the first failed mod after the record is written."""
+    import subprocess
+    import sys
+    import tempfile
+
+    from edgevllm.kernel.errors import ModError, ModFailedError
+
+    names = mod_names or default_mod_names(target_name)
+    with tempfile.TemporaryDirectory(prefix="edgevllm-mods-") as tmp:
+        staged = stage_mods(names, target_name, Path(tmp) / "stage")
+        record_path = Path(tmp) / "record.json"
+        argv = [python or sys.executable, str(Path(tmp) / "stage" / "applier.py"), "apply",
+                "--plan", str(staged.plan_path), "--record", str(record_path)]
+        if json_out:
+            argv += ["--env-file", str(Path(json_out).with_suffix(".env"))]
+        else:
+            argv.append("--no-env-file")
+        for folder in site_packages:
+            argv += ["--site-packages", str(folder)]
+        for link in find_links:
+            argv += ["--pip-find-links", str(link)]
+        if no_index:
+            argv.append("--pip-no-index")
+        try:
+            proc = subprocess.run(argv, capture_output=True, text=True)
+        except OSError as exc:
+            raise ModError(f"cannot run the applier with {argv[0]}: {exc.strerror}") from None
+        if not record_path.is_file():
+            last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            raise ModError(f"the applier wrote no record ({argv[0]}): {last}")
+        record = json.loads(record_path.read_text())
+    if json_out:
+        atomic_write_json(json_out, record)
+    table = proc.stdout
+    failed = [m for m in record["mods"] if m["outcome"] == "failed"]
+    if failed:
+        error = ModFailedError(failed[0]["detail"])
+        error.record, error.table = record, table
+        raise error
+    return record, table

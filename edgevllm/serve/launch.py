@@ -1,0 +1,326 @@
+"""Serve a rendered recipe on one engine (solo); stop it, show logs and status; write Compose.
+
+Containers are started through ``DockerEngine`` with argument lists: no value ever passes through
+a shell, and ``--dry-run`` prints the exact ``docker run`` line. Secrets (``HF_TOKEN``...) are
+passed by name (``-e HF_TOKEN``): their values are in no argv, dry-run output, label, log or file.
+Every container carries ``io.edgevllm.recipe=<name>``; stop/logs/status find containers by it.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import time
+from pathlib import Path
+
+import yaml
+
+from edgevllm.kernel import console
+from edgevllm.engine.docker import DockerEngine, RunOptions
+from edgevllm.kernel.errors import RecipeError
+from edgevllm.kernel.fsutil import atomic_write_text
+from edgevllm.serve.recipes import BuildRef, Rendered
+
+LABEL_RECIPE = "io.edgevllm.recipe"
+LABEL_CLUSTER = "io.edgevllm.cluster"
+LABEL_ROLE = "io.edgevllm.role"
+LABEL_IMAGE = "io.edgevllm.image"
+
+
+def container_name(rendered: Rendered) -> str:
+    return f"edgevllm-{rendered.name}"
+
+
+def health_command(port: int, path: str) -> list[str]:
+    """Probe /health from inside the container with the image's python3 (vLLM images have it)."""
+    url = f"http://localhost:{port}/{path.lstrip('/')}"
+    code = f'import urllib.request; urllib.request.urlopen("{url}", timeout=5)'
+    return ["python3", "-c", code]
+
+
+def _expand_volume(volume: str, engine: DockerEngine) -> str:
+    """``~`` in a bind source means the home folder of the machine running a local engine.
+
+    docker itself does not expand it; for a remote engine the path must be absolute on that node.
+    """
+    if not volume.startswith("~"):
+        return volume
+    if engine.context or engine.host:
+        raise RecipeError(f"volume '{volume}' starts with ~ but engine {engine.describe()} is "
+                          "remote: pass an absolute path on that node (--set hf_cache=/path)")
+    source, sep, rest = volume.partition(":")
+    return os.path.expanduser(source) + sep + rest
+
+
+def run_options(rendered: Rendered, engine: DockerEngine, *, name: str,
+                command: list[str] | None = None, labels: dict[str, str] | None = None,
+                network: str | None = None, hostname: str | None = None,
+                env: dict[str, str] | None = None, image: str | None = None,
+                ports: bool = True, restart: str | None = None,
+                entrypoint: str | None = None, healthcheck: bool = True) -> RunOptions:
+    """The ``docker run`` options of one recipe container (solo, or one node of a cluster)."""
+    c = rendered.container
+    net = network or c.network
+    extra = list(c.extra)
+    if healthcheck:
+        extra += _health_flags(rendered)
+    return RunOptions(
+        image=image or _require_image(rendered),
+        command=list(command if command is not None else rendered.command),
+        name=name, detach=True,
+        env={**rendered.env, **(env or {})},
+        env_names=list(rendered.secrets),
+        volumes=[_expand_volume(v, engine) for v in rendered.volumes],
+        ports=list(rendered.ports) if ports and net != "host" else [],
+        network=net, hostname=hostname, ipc=c.ipc, shm_size=c.shm_size, runtime=c.runtime,
+        gpus=c.gpus, restart=restart if restart is not None else rendered.restart,
+        entrypoint=entrypoint if entrypoint is not None else c.entrypoint,
+        labels={LABEL_RECIPE: rendered.name, **(labels or {})},
+        extra=extra,
+    )
+
+
+def _health_flags(rendered: Rendered) -> list[str]:
+    h = rendered.health
+    # --health-cmd is one string that docker runs with /bin/sh inside the container; it holds only
+    # the port and path (validated above), never a user value or secret.
+    probe = shlex.join(health_command(rendered.health_port, rendered.health_path))
+    return ["--health-cmd", probe, "--health-interval", h.interval, "--health-timeout", h.timeout,
+            "--health-retries", str(h.retries), "--health-start-period", h.start_period]
+
+
+def _require_image(rendered: Rendered) -> str:
+    if not rendered.image:
+        raise RecipeError(f"{rendered.source}: no 'image' to run: build it first (--build) "
+                          "or add image: <tag or repo@sha256:...>")
+    return rendered.image
+
+
+# -- image pinning ------------------------------------------------------------------------------
+def resolve_image(rendered: Rendered, engine: DockerEngine, build: bool = False) -> str:
+    """The image to run: the pinned one if the engine has it, else build on demand (``--build``).
+
+    A digest reference (``repo@sha256:...``) is checked against the image's RepoDigests, so a
+    re-tagged image with the same name never stands in for the tested one.
+    """
+    if rendered.image and engine.image_exists(rendered.image):
+        check_pinned_digest(rendered.image, engine.image_inspect(rendered.image), engine.describe())
+        return rendered.image
+    if rendered.build and (build or not rendered.image):
+        return build_on_demand(rendered.build, rendered.name, engine)
+    hint = (f" or pass --build to build it from {rendered.build.spec or rendered.build.lock}"
+            if rendered.build else "")
+    raise RecipeError(f"image '{rendered.image}' of recipe {rendered.name} is not on engine "
+                      f"{engine.describe()}: pull or load it{hint}")
+
+
+def check_pinned_digest(ref: str, inspect: dict, where: str) -> None:
+    if "@sha256:" not in ref:
+        return
+    digest = ref.split("@", 1)[1]
+    repo_digests = inspect.get("RepoDigests") or []
+    if inspect.get("Id") != digest and not any(d.endswith("@" + digest) for d in repo_digests):
+        raise RecipeError(f"image {ref} on engine {where} does not carry digest {digest}; "
+                          "pull the pinned image again")
+
+
+def build_on_demand(build: BuildRef, recipe: str, engine: DockerEngine | None = None) -> str:
+    """Build the recipe's image with the build module and return the tag it produced.
+
+    The only place that calls into ``edgevllm.build`` (developed separately): if that module or
+    its entry point is missing, the user gets one line saying how to build by hand instead.
+    """
+    what = f"--spec {build.spec}" if build.spec else f"--lock {build.lock}"
+    try:
+        from edgevllm.build.runner import build as run_build
+        from edgevllm.model.lock import read_lock
+        from edgevllm.kernel.paths import cache_dir, project_root
+        from edgevllm.model.spec import load_spec_file, lock_overrides, spec_from_dict
+    except ImportError:
+        raise RecipeError(f"recipe {recipe}: building on demand needs edgevllm.build, which this "
+                          f"checkout lacks; run 'inv build {what}' and set image: to its tag") \
+            from None
+    root = project_root()
+    if build.spec:
+        spec, lock_path = load_spec_file(root / build.spec), None
+    else:
+        lock_path = root / str(build.lock)
+        spec = spec_from_dict(lock_overrides(read_lock(lock_path)), str(lock_path))
+    console.step(f"building the image of recipe {recipe} ({what})")
+    return run_build(spec, cache_dir("recipe-builds"), engine, lock_path=lock_path).image
+
+
+# -- solo serve ---------------------------------------------------------------------------------
+def serve(rendered: Rendered, engine: DockerEngine, *, name: str | None = None,
+          dry_run: bool = False, build: bool = False, wait_s: float = 0) -> str:
+    """Start the recipe's container; return its name (or, with ``dry_run``, the docker command)."""
+    if rendered.topology.mode != "solo":
+        raise RecipeError(f"recipe {rendered.name} is a {rendered.topology.nodes}-node "
+                          f"{rendered.topology.mode} cluster: pass --nodes ENGINE,ENGINE,...")
+    cname = name or container_name(rendered)
+    if dry_run:
+        image = rendered.image or f"<image built from {rendered.build.spec or rendered.build.lock}>"
+        options = run_options(rendered, engine, name=cname, image=image)
+        return engine.command_line(options.argv())
+    engine.check_daemon()
+    image = resolve_image(rendered, engine, build)
+    existing = engine.container_inspect(cname)
+    if existing is not None:
+        state = existing.get("State", {}).get("Status", "?")
+        raise RecipeError(f"container {cname} already exists ({state}): "
+                          f"inv stop --recipe {rendered.name} first, or pass --name")
+    engine.start(run_options(rendered, engine, name=cname, image=image))
+    console.step(f"started {cname} ({image}) on engine {engine.describe()}")
+    if wait_s > 0:
+        wait_healthy(engine, cname, wait_s, rendered.health.fail_on_log)
+    return cname
+
+
+def wait_healthy(engine: DockerEngine, container: str, timeout_s: float,
+                 fail_on_log: list[str] | None = None) -> None:
+    """Wait for Docker's health check to report healthy; fail on exit, unhealthy or a bad log."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        info = engine.container_inspect(container)
+        if info is None:
+            raise RecipeError(f"container {container} disappeared while starting")
+        state = info.get("State", {})
+        health = (state.get("Health") or {}).get("Status")
+        if state.get("Status") in ("exited", "dead"):
+            raise RecipeError(f"container {container} exited with code {state.get('ExitCode')}: "
+                              f"inv logs --name {container}")
+        _check_logs(engine, container, fail_on_log)
+        if health == "healthy":
+            return
+        if health == "unhealthy":
+            raise RecipeError(f"container {container} is unhealthy: inv logs --name {container}")
+        if time.monotonic() > deadline:
+            raise RecipeError(f"container {container} not healthy after {timeout_s:.0f}s; "
+                              f"it keeps starting: inv logs --name {container}")
+        time.sleep(2)
+
+
+def _check_logs(engine: DockerEngine, container: str, patterns: list[str] | None) -> None:
+    if not patterns:
+        return
+    text = engine.logs(container)
+    for pattern in patterns:
+        if pattern in text:
+            raise RecipeError(f"container {container} logged '{pattern}', which this recipe treats "
+                              "as a failed preflight; fix the image or recipe")
+
+
+# -- stop / logs / status -----------------------------------------------------------------------
+def find_containers(engine: DockerEngine, recipe: str | None = None,
+                    name: str | None = None) -> list[dict]:
+    rows = engine.containers(label=f"{LABEL_RECIPE}={recipe}" if recipe else LABEL_RECIPE)
+    if name:
+        rows = [r for r in rows if r.get("Names") == name or r.get("ID", "").startswith(name)]
+    return rows
+
+
+def stop(engine: DockerEngine, recipe: str | None = None, name: str | None = None,
+         timeout: int = 30) -> list[str]:
+    """Stop and remove every container of a recipe (or one by name); return their names."""
+    if not recipe and not name:
+        raise RecipeError("say what to stop: --recipe NAME, --name CONTAINER, or --cluster NAME "
+                          "--nodes ENGINES")
+    rows = find_containers(engine, recipe, name)
+    if not rows:
+        raise RecipeError(f"no edgevllm container for {recipe or name} on engine "
+                          f"{engine.describe()} (inv status lists them)")
+    stopped = []
+    for row in rows:
+        engine.stop(row["Names"], timeout=timeout)
+        engine.remove_container(row["Names"])
+        stopped.append(row["Names"])
+    return stopped
+
+
+def one_container(engine: DockerEngine, recipe: str | None, name: str | None) -> str:
+    if name and not recipe:
+        return name
+    rows = find_containers(engine, recipe, name)
+    if not rows:
+        raise RecipeError(f"no edgevllm container for {recipe or name} on engine "
+                          f"{engine.describe()} (inv status lists them)")
+    heads = [r for r in rows if _labels(r).get(LABEL_ROLE, "head") == "head"]
+    return (heads or rows)[0]["Names"]
+
+
+def _labels(row: dict) -> dict[str, str]:
+    text = row.get("Labels") or ""
+    pairs = (p.partition("=") for p in text.split(",") if p)
+    return {k: v for k, _, v in pairs}
+
+
+def status(engine: DockerEngine) -> list[dict[str, str]]:
+    """One row per edgevllm container on the engine: name, recipe, role, image, state, health."""
+    rows = []
+    for row in engine.containers(label=LABEL_RECIPE):
+        info = engine.container_inspect(row["Names"]) or {}
+        state = info.get("State", {})
+        labels = info.get("Config", {}).get("Labels") or _labels(row)
+        rows.append({
+            "name": row["Names"], "recipe": labels.get(LABEL_RECIPE, ""),
+            "cluster": labels.get(LABEL_CLUSTER, ""), "role": labels.get(LABEL_ROLE, "solo"),
+            "image": row.get("Image", ""), "state": state.get("Status", row.get("State", "")),
+            "health": (state.get("Health") or {}).get("Status", "-"),
+        })
+    return rows
+
+
+# -- Compose ------------------------------------------------------------------------------------
+def _dollar(text: str) -> str:
+    """Compose interpolates ``$VAR``: a literal ``$`` in a recipe value must be written ``$$``."""
+    return text.replace("$", "$$")
+
+
+def compose_document(rendered: Rendered) -> dict:
+    """A Compose file for service mode: restart policy, health check, secrets by reference."""
+    if rendered.topology.mode != "solo":
+        raise RecipeError(f"recipe {rendered.name} is a {rendered.topology.mode} cluster; Compose "
+                          "output covers solo recipes: use inv serve --nodes for clusters")
+    c = rendered.container
+    if c.extra:
+        console.warn(f"container.extra flags {c.extra} have no Compose equivalent; left out")
+    env = {k: _dollar(v) for k, v in rendered.env.items()}
+    env.update({name: f"${{{name}:-}}" for name in rendered.secrets})
+    h = rendered.health
+    service: dict = {
+        "image": _require_image(rendered),
+        "container_name": container_name(rendered),
+        "command": [_dollar(a) for a in rendered.command],
+        "environment": env,
+        "volumes": [_dollar(v) for v in rendered.volumes],
+        "restart": rendered.restart,
+        "healthcheck": {
+            "test": ["CMD"] + health_command(rendered.health_port, rendered.health_path),
+            "interval": h.interval, "timeout": h.timeout, "retries": h.retries,
+            "start_period": h.start_period,
+        },
+        "labels": {LABEL_RECIPE: rendered.name},
+    }
+    if c.entrypoint is not None:
+        service["entrypoint"] = [] if c.entrypoint == "" else [c.entrypoint]
+    if c.network == "host":
+        service["network_mode"] = "host"
+    elif rendered.ports:
+        service["ports"] = list(rendered.ports)
+    for key, value in (("ipc", c.ipc), ("shm_size", c.shm_size), ("runtime", c.runtime)):
+        if value:
+            service[key] = value
+    if c.gpus:
+        count = "all" if c.gpus == "all" else int(c.gpus) if c.gpus.isdigit() else c.gpus
+        service["deploy"] = {"resources": {"reservations": {"devices": [
+            {"driver": "nvidia", "count": count, "capabilities": ["gpu"]}]}}}
+    project = "edgevllm-" + rendered.name.replace(".", "-").replace("_", "-")
+    return {"name": project, "services": {rendered.name.replace(".", "-"): service}}
+
+
+def write_compose(rendered: Rendered, out: Path | str) -> Path:
+    header = (f"# Generated by 'inv compose' from {rendered.source}; edit the recipe instead.\n"
+              "# Secrets come from the environment of 'docker compose up' (e.g. HF_TOKEN).\n")
+    body = yaml.safe_dump(compose_document(rendered), sort_keys=False, default_flow_style=False,
+                          width=1000)
+    return atomic_write_text(out, header + body)

@@ -1,0 +1,83 @@
+"""A minimal ELF64 little-endian reader: just enough to find the fatbin sections.
+
+Works on any buffer (bytes, mmap, memoryview) so a library read from a file, an mmap or a tar
+member is handled alike. Every offset is bounds-checked: a truncated file raises
+``CorruptBinaryError`` with the reason instead of an IndexError or struct.error.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from edgevllm.kernel.errors import CorruptBinaryError, NotElfError
+
+ELF_MAGIC = b"\x7fELF"
+FATBIN_SECTIONS = (".nv_fatbin", "__nv_relfatbin")
+_SHT_NOBITS = 8
+_EHDR = struct.Struct("<16sHHIQQQIHHHHHH")  # e_ident .. e_shstrndx (64 bytes)
+_SHDR = struct.Struct("<IIQQQQIIQQ")  # sh_name .. sh_entsize (64 bytes)
+
+
+def is_elf(head: bytes) -> bool:
+    return bytes(head[:4]) == ELF_MAGIC
+
+
+def _header(buf) -> tuple:
+    if len(buf) < 4 or not is_elf(buf):
+        raise NotElfError("not an ELF file")
+    if len(buf) < _EHDR.size:
+        raise CorruptBinaryError("truncated ELF header")
+    fields = _EHDR.unpack_from(buf, 0)
+    ident = fields[0]
+    if ident[4] != 2 or ident[5] != 1:
+        raise CorruptBinaryError("not a 64-bit little-endian ELF (only ELF64 LE carries CUDA code here)")
+    return fields
+
+
+def _section_headers(buf) -> list[tuple]:
+    fields = _header(buf)
+    shoff, shentsize, shnum, shstrndx = fields[6], fields[11], fields[12], fields[13]
+    if shoff == 0 or shnum == 0:
+        return []
+    if shentsize < _SHDR.size or shoff + shentsize * shnum > len(buf):
+        raise CorruptBinaryError("section header table lies past the end of the file (truncated?)")
+    headers = [_SHDR.unpack_from(buf, shoff + i * shentsize) for i in range(shnum)]
+    if shstrndx >= shnum:
+        raise CorruptBinaryError("section name table index out of range")
+    return headers + [shstrndx]
+
+
+def _name(strtab, offset: int) -> str:
+    end = bytes(strtab[offset:offset + 64]).find(b"\0")
+    return bytes(strtab[offset:offset + (end if end >= 0 else 64)]).decode("latin-1")
+
+
+def _contents(buf, header: tuple) -> memoryview:
+    offset, size = header[4], header[5]
+    if header[1] == _SHT_NOBITS:
+        return memoryview(b"")
+    if offset + size > len(buf):
+        raise CorruptBinaryError("a section lies past the end of the file (truncated?)")
+    return memoryview(buf)[offset:offset + size]
+
+
+def fatbin_sections(buf) -> list[tuple[str, memoryview]]:
+    """``[(section name, contents)]`` for each ``.nv_fatbin`` / ``__nv_relfatbin`` section."""
+    headers = _section_headers(buf)
+    if not headers:
+        return []
+    shstrndx = headers.pop()
+    strtab = _contents(buf, headers[shstrndx])
+    found = []
+    for header in headers:
+        name = _name(strtab, header[0])
+        if name in FATBIN_SECTIONS:
+            found.append((name, _contents(buf, header)))
+    return found
+
+
+def cubin_sm(payload) -> int | None:
+    """The SM number an uncompressed cubin was built for (``(e_flags >> 8) & 0xff``)."""
+    if len(payload) < _EHDR.size or not is_elf(payload):
+        return None
+    return (_EHDR.unpack_from(payload, 0)[7] >> 8) & 0xFF
