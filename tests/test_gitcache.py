@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from edgevllm.kernel.errors import RefNotFoundError, SourceError
-from edgevllm.sources.gitcache import GitMirror, normalize_repo, parse_commit_url, parse_pr_url, repo_key
+from edgevllm.model.refs import normalize_repo, parse_commit_url, parse_pr_url, repo_key
+from edgevllm.sources.gitcache import GitMirror
 from support.gitfixtures import (PR_CLEAN, PR_MISSING, daemon_url, free_port, git_cache,  # noqa: F401
                                  make_upstream_repo, upstream)
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from edgevllm.kernel.errors import SpecError
-from edgevllm.model.spec import DEFAULT_VLLM_REF, cli_overrides, load_spec, resolve
+from edgevllm.kernel.errors import SourceError
+from edgevllm.model.flags import BUILD_FLAGS, spec_overrides
+from edgevllm.model.spec import DEFAULT_VLLM_REF, BuildSpec, load_spec, resolve
 
 
 def test_defaults_come_from_the_target():
@@ -19,13 +21,13 @@ def test_defaults_come_from_the_target():
 
 
 def test_cli_values_override_and_mods_are_selected():
-    overrides = cli_overrides(vllm_pr="https://github.com/vllm-project/vllm/pull/40082",
-                              cherry_picks=["40898"], add_mods=["extra"],
-                              remove_mods=["fastsafetensors"], max_jobs="3", env=["A=1"],
-                              packages=["flashinfer-python=0.6.9"], verify=False)
-    eff = resolve(load_spec("spark", overrides=overrides))
+    overrides = spec_overrides(dict(vllm_pr="https://github.com/vllm-project/vllm/pull/40082",
+                                    cherry_pick=["40898"], add_mod=["fused-moe-configs"],
+                                    no_mod=["fastsafetensors"], max_jobs="3", env=["A=1"],
+                                    package=["flashinfer-python=0.6.9"]))
+    eff = resolve(load_spec("spark", overrides={**overrides, "verify": False}))
     assert eff.spec.vllm.pr == 40082 and eff.spec.vllm.cherry_picks == ["40898"]
-    assert "fastsafetensors" not in eff.mods and eff.mods[-1] == "extra"
+    assert "fastsafetensors" not in eff.mods and "fused-moe-configs" in eff.mods
     assert eff.max_jobs == 3 and eff.env["A"] == "1" and eff.spec.verify is False
     assert eff.packages["flashinfer-python"] == "0.6.9"
 
@@ -33,7 +35,7 @@ def test_cli_values_override_and_mods_are_selected():
 def test_spec_file_with_flags_on_top(tmp_path):
     path = tmp_path / "spec.yaml"
     path.write_text("target: thor\nvllm:\n  ref: v0.20.2\nmax_jobs: 4\npackages:\n  nvidia-cutlass-dsl: null\n")
-    eff = resolve(load_spec(spec_file=str(path), overrides=cli_overrides(max_jobs=6)))
+    eff = resolve(load_spec(spec_file=str(path), overrides=spec_overrides({"max_jobs": 6})))
     assert (eff.spec.vllm.ref, eff.max_jobs) == ("v0.20.2", 6)
     assert "nvidia-cutlass-dsl" not in eff.packages
 
@@ -54,9 +56,9 @@ def test_bad_spec_file_is_one_line(tmp_path, text, message):
 
 def test_bad_flag_values():
     with pytest.raises(SpecError, match="--build-arg 'NOEQUALS': expected KEY=VALUE"):
-        cli_overrides(build_args=["NOEQUALS"])
+        spec_overrides({"build_arg": ["NOEQUALS"]})
     with pytest.raises(SpecError, match="--max-jobs 'many'"):
-        cli_overrides(max_jobs="many")
+        spec_overrides({"max_jobs": "many"})
     with pytest.raises(SpecError, match="no target given"):
         load_spec()
     with pytest.raises(SpecError, match="'offline'.*wheelhouse"):
@@ -72,10 +74,37 @@ def test_secrets_are_refused_before_anything_is_built():
 
 
 def test_flashinfer_from_source_takes_pr_and_picks():
-    overrides = cli_overrides(flashinfer_pr="https://github.com/flashinfer-ai/flashinfer/pull/123",
-                              flashinfer_cherry_picks=["456"])
+    overrides = spec_overrides({"flashinfer_pr": "https://github.com/flashinfer-ai/flashinfer/pull/123",
+                                "flashinfer_cherry_pick": ["456"]})
     eff = resolve(load_spec("spark", overrides=overrides))
     source = eff.spec.flashinfer.source
     assert (source.pr, source.cherry_picks) == (123, ["456"])
     assert source.repo.endswith("flashinfer-ai/flashinfer.git")
     assert "flashinfer-python" not in eff.packages  # built from source, not installed from PyPI
+
+
+def test_a_fork_pr_url_builds_the_fork():
+    overrides = spec_overrides({"vllm_pr": "https://github.com/somefork/vllm/pull/12"})
+    spec = load_spec("spark", overrides=overrides)
+    assert (spec.vllm.repo, spec.vllm.pr) == ("https://github.com/somefork/vllm.git", 12)
+
+
+def test_a_fork_pr_url_and_another_repo_are_refused():
+    with pytest.raises(SpecError, match="--vllm-pr .* another repository"):
+        spec_overrides({"vllm_pr": "https://github.com/somefork/vllm/pull/12",
+                        "vllm_repo": "vllm-project/vllm"})
+    with pytest.raises(SourceError, match="--vllm-pr 'x12'"):
+        spec_overrides({"vllm_pr": "x12"})
+
+
+def test_every_flag_with_a_field_names_a_real_spec_field():
+    """The flag table and the spec schema cannot drift apart: each flag's path exists."""
+    for flag in BUILD_FLAGS:
+        if flag.field is None:
+            continue
+        model = BuildSpec
+        for part in flag.field.split("."):
+            assert part in model.model_fields, f"{flag.option} → {flag.field}: no field '{part}'"
+            annotation = model.model_fields[part].annotation
+            model = next((a for a in getattr(annotation, "__args__", (annotation,))
+                          if hasattr(a, "model_fields")), None)

@@ -36,11 +36,3 @@ def cli_task(*task_args, **task_kwargs) -> Callable:
         fn, task_args = task_args[0], ()
         return decorate(fn)
     return decorate
-
-
-def split_csv(values) -> list[str]:
-    """Accept repeated flags and comma-separated lists alike: --mod a,b --mod c."""
-    out: list[str] = []
-    for value in values or []:
-        out += [v.strip() for v in str(value).split(",") if v.strip()]
-    return out

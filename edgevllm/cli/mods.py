@@ -7,7 +7,8 @@ from pathlib import Path
 
 from edgevllm.kernel import console
 from edgevllm.kernel.errors import ConfigError, ModFailedError
-from edgevllm.cli._common import cli_task, split_csv
+from edgevllm.cli._common import cli_task
+from edgevllm.kernel.kv import split_csv
 
 
 @cli_task(help={

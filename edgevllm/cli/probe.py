@@ -7,7 +7,8 @@ import os
 from edgevllm.kernel import console
 from edgevllm.engine.docker import DockerEngine
 from edgevllm.kernel.errors import ConfigError, ProbeError
-from edgevllm.cli._common import cli_task, split_csv
+from edgevllm.cli._common import cli_task
+from edgevllm.kernel.kv import split_csv
 
 
 @cli_task(

@@ -8,7 +8,8 @@ from pathlib import Path
 from edgevllm.kernel import console
 from edgevllm.engine.docker import DockerEngine
 from edgevllm.kernel.errors import RecipeError
-from edgevllm.cli._common import cli_task, split_csv
+from edgevllm.cli._common import cli_task
+from edgevllm.kernel.kv import split_csv
 
 _ENGINE = "docker engine: 'local' (default), a docker context name or a URL (ssh://user@host)"
 _COMMON = {

@@ -9,19 +9,12 @@ from edgevllm.kernel.errors import ConfigError
 from edgevllm.model.lock import LOCK_FILENAME, image_tag, lock_hash, read_lock
 from edgevllm.sources.prepare import SourceRequest, prepare_into, requests_from_lock, summarize
 from edgevllm.model.targets import load_target
-from edgevllm.cli._common import cli_task, split_csv
+from edgevllm.cli._common import cli_task
+from edgevllm.model.flags import SOURCE_FLAGS, help_for
+from edgevllm.kernel.kv import split_csv
 
 _HELP = {
-    "vllm-repo": "vLLM repository: URL, OWNER/REPO or local path (default: upstream vllm-project/vllm)",
-    "vllm-ref": "tag, branch or full SHA to build (default: the pinned release that inv build uses "
-                "for upstream; a repository's default branch for any other --vllm-repo)",
-    "vllm-pr": "build a PR's head: N or https://github.com/OWNER/REPO/pull/N",
-    "cherry-pick": "apply onto the base, in order (repeatable): N, PR URL, full SHA, REPO#N, REPO@SHA",
-    "allow-doc-conflicts": "resolve conflicts that are only in docs/tests by keeping the base's side",
-    "flashinfer-repo": "FlashInfer repository, when FlashInfer is built from source",
-    "flashinfer-ref": "FlashInfer tag, branch or full SHA",
-    "flashinfer-pr": "build a FlashInfer PR's head",
-    "flashinfer-cherry-pick": "FlashInfer cherry-picks (repeatable)",
+    **help_for(SOURCE_FLAGS),
     "out": f"folder for the prepared trees (<out>/vllm, <out>/flashinfer) and <out>/{LOCK_FILENAME}",
     "dry-run": "print the plan and exit; nothing is fetched or written",
     "lock": "rebuild the sources of this lock file exactly (by SHA)",
@@ -45,7 +38,8 @@ def build_requests(vllm_repo=None, vllm_ref=None, vllm_pr=None, cherry_pick=None
     return requests
 
 
-@cli_task(help=_HELP, iterable=["cherry_pick", "flashinfer_cherry_pick"], auto_shortflags=False)
+@cli_task(help={k.replace("_", "-"): v for k, v in _HELP.items()},
+          iterable=["cherry_pick", "flashinfer_cherry_pick"], auto_shortflags=False)
 def sources(c, vllm_repo=None, vllm_ref=None, vllm_pr=None, cherry_pick=None, allow_doc_conflicts=False,
             flashinfer_repo=None, flashinfer_ref=None, flashinfer_pr=None, flashinfer_cherry_pick=None,
             out=None, dry_run=False, lock=None, target=None):

@@ -185,65 +185,6 @@ def load_spec(target: str | None = None, spec_file: str | None = None,
     return spec_from_dict(overrides)
 
 
-def _pairs(values: list[str] | None, flag: str) -> dict[str, str]:
-    """``["A=1", "B=2"]`` → ``{"A": "1", "B": "2"}``; a value without ``=`` fails with one line."""
-    out: dict[str, str] = {}
-    for item in values or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise SpecError(f"{flag} '{item}': expected KEY=VALUE")
-        out[key] = value
-    return out
-
-
-def cli_overrides(*, vllm_repo=None, vllm_ref=None, vllm_pr=None, cherry_picks=None,
-                  allow_doc_conflicts=False, flashinfer_version=None, flashinfer_repo=None,
-                  flashinfer_ref=None, flashinfer_pr=None, flashinfer_cherry_picks=None, mods=None, add_mods=None, remove_mods=None, max_jobs=None,
-                  nvcc_threads=None, image_repo=None, tags=None, build_args=None, env=None,
-                  packages=None, wheelhouse=None, offline=False, platform=None,
-                  verify=True) -> dict:
-    """CLI flag values → a partial spec dict (only what was given), for ``load_spec``."""
-    vllm = {k: v for k, v in {"repo": vllm_repo, "ref": vllm_ref, "pr": _int(vllm_pr, "--vllm-pr"),
-                              "cherry_picks": cherry_picks or None,
-                              "allow_doc_conflicts": allow_doc_conflicts or None}.items()
-            if v is not None}
-    flashinfer: dict = {}
-    if flashinfer_version:
-        flashinfer["version"] = flashinfer_version
-    if flashinfer_repo or flashinfer_ref or flashinfer_pr or flashinfer_cherry_picks:
-        source = {"repo": flashinfer_repo or UPSTREAM_FLASHINFER, "ref": flashinfer_ref,
-                  "pr": _int(flashinfer_pr, "--flashinfer-pr"),
-                  "cherry_picks": flashinfer_cherry_picks or [],
-                  "allow_doc_conflicts": bool(allow_doc_conflicts)}
-        flashinfer["source"] = {k: v for k, v in source.items() if v is not None}
-    out = {
-        "vllm": vllm or None, "flashinfer": flashinfer or None, "mods": mods,
-        "add_mods": add_mods, "remove_mods": remove_mods, "max_jobs": _int(max_jobs, "--max-jobs"),
-        "nvcc_threads": _int(nvcc_threads, "--nvcc-threads"), "image_repo": image_repo,
-        "tags": tags, "build_args": _pairs(build_args, "--build-arg") or None,
-        "env": _pairs(env, "--env") or None, "packages": _pairs(packages, "--package") or None,
-        "wheelhouse": wheelhouse, "offline": offline or None, "platform": platform,
-        "verify": None if verify else False,
-    }
-    if vllm and "ref" not in vllm and "pr" not in vllm and vllm_repo:
-        vllm["ref"] = None  # a custom repo without a ref means its default branch
-    return {k: v for k, v in out.items() if v is not None}
-
-
-def _int(value, flag: str) -> int | None:
-    if value in (None, ""):
-        return None
-    if isinstance(value, int):
-        return value
-    text = str(value).strip()
-    if flag.endswith("-pr"):  # a PR URL is accepted too; the sources module parses it fully
-        match = re.search(r"(\d+)/?$", text)
-        text = match.group(1) if match else text
-    if not text.isdigit():
-        raise SpecError(f"{flag} '{value}': expected a whole number")
-    return int(text)
-
-
 def lock_overrides(lock, target: str | None = None) -> dict:
     """Spec fields that rebuild ``lock`` (its sources are pinned by the pipeline, by SHA).
 

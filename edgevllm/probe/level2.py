@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
 from edgevllm.engine.docker import DockerEngine, RunOptions
+from edgevllm.kernel.poll import poll
 from edgevllm.probe.level1 import PROBE_LABEL
 from edgevllm.probe.result import FAIL, PASS, WARN, ProbeResult
 from edgevllm.probe.signatures import Match, load_catalogue, match_log
@@ -120,31 +121,32 @@ def wait_healthy(engine: DockerEngine, name: str, base: str, timeout: float,
                  settings: ServeSettings, result: ProbeResult) -> bool:
     """Poll /health until 200, the container exits, a stop signature shows, or the deadline."""
     started = time.monotonic()
-    polls = 0
-    while True:
-        state = container_state(engine, name)
-        if not state.get("Running"):
+    polls = iter(range(1, 1 << 62))
+
+    def check() -> bool | None:
+        if not (state := container_state(engine, name)).get("Running"):
             code, oom = state.get("ExitCode"), state.get("OOMKilled")
             why = "was OOM-killed" if oom else f"exited with code {code}"
             result.add("server-start", FAIL, f"the server container {why} before it was healthy",
                        "read the log tail and the matched signatures", exit_code=code,
                        oom_killed=oom)
             return False
-        status, _ = http("GET", f"{base}/health", timeout=5)
-        if status == 200:
+        if http("GET", f"{base}/health", timeout=5)[0] == 200:
             result.facts["seconds_to_healthy"] = round(time.monotonic() - started, 1)
             result.add("health", PASS, "GET /health returned 200")
             return True
-        polls += 1
-        if polls % 5 == 0 and (match := stop_signature(engine, name, result.target)):
+        if next(polls) % 5 == 0 and (match := stop_signature(engine, name, result.target)):
             result.add("server-start", FAIL, f"stopped early: '{match.signature.id}' appeared",
                        match.signature.remedy)
             return False
-        if time.monotonic() - started > timeout:
-            result.add("health", FAIL, f"no healthy /health within {timeout:.0f}s",
-                       "raise --timeout for a cold start (JIT, weight download), or read the log")
-            return False
-        time.sleep(settings.poll_s)
+        return None
+
+    outcome = poll(check, timeout, settings.poll_s)
+    if outcome is None:
+        result.add("health", FAIL, f"no healthy /health within {timeout:.0f}s",
+                   "raise --timeout for a cold start (JIT, weight download), or read the log")
+        return False
+    return outcome
 
 
 def check_models(result: ProbeResult, base: str, settings: ServeSettings) -> str | None:
@@ -206,6 +208,7 @@ def probe_level2(engine: DockerEngine, image: str, target: Any, model: str | Non
     model = model or tgt.level2_model
     if not model:
         from edgevllm.kernel.errors import ConfigError
+
         raise ConfigError(f"target '{tgt.name}' has no probe.level2_model: pass --model")
     args = list(tgt.serve_args if serve_args is None else serve_args)
     host_port = port or free_port(settings.host)

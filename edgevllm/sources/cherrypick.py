@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgevllm.kernel.errors import CherryPickConflictError, LockError, SourceError
-from edgevllm.sources.gitcache import GitMirror, display_repo, last_line, out
+from edgevllm.model.refs import display_repo
+from edgevllm.sources.gitcache import GitMirror, last_line, out
 from edgevllm.model.lock import PickLock
 
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"

@@ -21,7 +21,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from edgevllm.sources.cherrypick import EMPTY_TREE, ResolvedPick, apply_picks, export_tree, first_parent, gitlinks, submodule_urls, tree_of
 from edgevllm.kernel.errors import LockError, RefNotFoundError, SourceError
 from edgevllm.kernel.fsutil import atomic_dir
-from edgevllm.sources.gitcache import GitMirror, display_repo, is_full_sha, looks_like_sha, normalize_repo, out, parse_commit_url, parse_pr_url
+from edgevllm.model.refs import (display_repo, is_full_sha, looks_like_sha, normalize_repo,
+                                 parse_commit_url, parse_pr_arg, parse_pr_number, parse_pr_url)
+from edgevllm.sources.gitcache import GitMirror, out
 from edgevllm.model.lock import PickLock, SourceLock
 
 DEFAULT_REPOS = {
@@ -29,24 +31,6 @@ DEFAULT_REPOS = {
     "flashinfer": "https://github.com/flashinfer-ai/flashinfer.git",
 }
 _PICK_HELP = "use a PR number, a PR URL, a full commit SHA, REPO#N or REPO@SHA"
-
-
-def parse_pr_number(value: object, what: str = "--vllm-pr") -> int:
-    text = str(value).strip().lstrip("#")
-    if not text.isdigit() or int(text) < 1:
-        raise SourceError(f"{what} '{value}': not a PR number; give N or https://github.com/OWNER/REPO/pull/N")
-    return int(text)
-
-
-def parse_pr_arg(value: object, what: str = "--vllm-pr") -> tuple[Optional[str], int]:
-    """``N``, ``#N`` or a PR URL -> (repo URL or None, N)."""
-    text = str(value).strip()
-    parsed = parse_pr_url(text) if "://" in text else None
-    if parsed:
-        return parsed
-    if "://" in text:
-        raise SourceError(f"{what} '{text}': not a PR URL; use https://github.com/OWNER/REPO/pull/N")
-    return None, parse_pr_number(text, what)
 
 
 class PickRequest(BaseModel):
