@@ -14,7 +14,7 @@ from edgevllm.model.flags import SOURCE_FLAGS, help_for
 from edgevllm.kernel.kv import split_csv
 
 _HELP = {
-    **help_for(SOURCE_FLAGS),
+    **help_for(f for f in SOURCE_FLAGS if f.name != "flashinfer_version"),  # PyPI only
     "out": f"folder for the prepared trees (<out>/vllm, <out>/flashinfer) and <out>/{LOCK_FILENAME}",
     "dry-run": "print the plan and exit; nothing is fetched or written",
     "lock": "rebuild the sources of this lock file exactly (by SHA)",
