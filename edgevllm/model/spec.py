@@ -6,7 +6,6 @@ merges it with its target's defaults into the ``EffectiveSpec`` the renderer and
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from pydantic import Field, field_validator

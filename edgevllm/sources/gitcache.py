@@ -23,7 +23,7 @@ from typing import Iterator
 
 from edgevllm.kernel import paths
 from edgevllm.kernel.errors import MissingToolError, RefNotFoundError, SourceError
-from edgevllm.model.refs import display_repo, normalize_repo, repo_key
+from edgevllm.model.refs import display_repo, is_full_sha, looks_like_sha, normalize_repo, repo_key
 
 # Messages in git's stderr that mean "that ref/commit is not there" rather than "cannot reach".
 _MISSING_MARKERS = (
