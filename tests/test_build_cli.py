@@ -22,7 +22,7 @@ def test_malformed_and_unknown_field_spec(cli, tmp_path):
     bad.write_text("target: thor\nvllm: {ref: [v1\n")
     assert_one_line(*cli("build", "--spec", str(bad))[::2], 2, "bad.yaml: line")
     bad.write_text("target: thor\nmax_jobz: 2\n")
-    assert_one_line(*cli("build", "--spec", str(bad))[::2], 2, "field 'max_jobz': unknown field")
+    assert_one_line(*cli("build", "--spec", str(bad))[::2], 2, "unknown field 'max_jobz' (did you mean 'max_jobs'?)")
 
 
 def test_docker_missing(cli, tmp_path):

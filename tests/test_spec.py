@@ -42,7 +42,7 @@ def test_spec_file_with_flags_on_top(tmp_path):
 
 @pytest.mark.parametrize("text, message", [
     ("target: thor\nmax_jobs: zero\n", "field 'max_jobs'"),
-    ("target: thor\nvllm:\n  reff: main\n", "field 'vllm.reff': unknown field"),
+    ("target: thor\nvllm:\n  reff: main\n", "unknown field 'vllm.reff' (did you mean 'ref'?)"),
     ("target: thor\n  bad: [indent\n", "spec.yaml: line"),
     ("- just a list\n", "expected a mapping"),
 ])

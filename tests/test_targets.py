@@ -36,7 +36,7 @@ def test_a_user_adds_a_target_by_adding_a_file(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("change, message", [
     (("cuda_arch: \"12.1a\"", "cuda_arch: \"twelve\""), "field 'cuda_arch'"),
-    (("max_jobs: 12", "max_jobs: 12\nmax_jbos: 3"), "field 'max_jbos': unknown field"),
+    (("max_jobs: 12", "max_jobs: 12\nmax_jbos: 3"), "unknown field 'max_jbos' (did you mean 'max_jobs'?)"),
     (("platform: linux/arm64", "platform: linux/riscv"), "field 'platform'"),
     (("device_name: NVIDIA GB10", "device_name: [NVIDIA"), "bad.yaml: line"),
 ])

@@ -26,9 +26,10 @@ from pathlib import Path
 from typing import IO, Any, Callable, Iterator
 
 import zstandard
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
 from edgevllm.kernel.errors import IntegrityError
+from edgevllm.kernel.schema import parse_model
 
 SCHEMA_VERSION = 1
 MANIFEST_SUFFIX = ".manifest.json"
@@ -79,12 +80,7 @@ def read_manifest(path: Path) -> ManifestModel:
         raise IntegrityError(f"{path}: not a JSON manifest ({exc}); re-copy it") from None
     if not isinstance(data, dict):
         raise IntegrityError(f"{path}: not a tarball manifest (expected a JSON object)")
-    try:
-        model = ManifestModel.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise IntegrityError(f"{path}: field '{where}': {first['msg']}") from None
+    model = parse_model(ManifestModel, data, str(path), IntegrityError)
     if model.schema_version != SCHEMA_VERSION:
         raise IntegrityError(f"{path}: schema_version {model.schema_version} is not supported "
                              f"(this edgevllm reads {SCHEMA_VERSION}); upgrade edgevllm")

@@ -1,9 +1,14 @@
-"""Loading YAML data files into pydantic models, with one-line errors that name file and field."""
+"""Loading YAML data files into pydantic models, with one-line errors that name file and field.
+
+The one formatter of validation errors: every problem in a file is reported at once, on one line,
+and a misspelt field gets a did-you-mean from the fields the model really has.
+"""
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, Iterable, Literal, TypeVar, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -30,16 +35,67 @@ def check_regex(value: str) -> str:
     return value
 
 
-def describe_validation_error(exc: ValidationError) -> str:
-    """The first problem as ``field 'a.b': message`` (one line)."""
-    first = exc.errors()[0]
-    where = ".".join(str(part) for part in first.get("loc", ())) or "(top level)"
-    message = first.get("msg", "invalid value")
-    if first.get("type") == "extra_forbidden":
-        message = "unknown field; check the spelling against the documented fields"
-    more = len(exc.errors()) - 1
-    suffix = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
-    return f"field '{where}': {message}{suffix}"
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """`` (did you mean 'model'?)`` for a close match among ``known``, else ``""``."""
+    close = difflib.get_close_matches(str(name), list(known), n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def _submodels(annotation: Any) -> list[type[BaseModel]]:
+    """The pydantic models inside ``X``, ``X | Y``, ``list[X]`` or ``dict[str, X]``."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [model for arg in get_args(annotation) for model in _submodels(arg)]
+
+
+def _tags(model: type[BaseModel]) -> set[str]:
+    """Literal values of a model's fields: how a discriminated union names its members."""
+    return {str(value) for field in model.model_fields.values()
+            if get_origin(field.annotation) is Literal for value in get_args(field.annotation)}
+
+
+def _fields_at(model: type[BaseModel] | None, loc: tuple) -> dict[str, Any]:
+    """The fields of the model that ``loc`` (a pydantic error location) points into."""
+    candidates = [model] if model is not None else []
+    for part in loc:
+        if not isinstance(part, str):
+            continue  # a list index or dict position stays on the same model
+        owner = next((m for m in candidates if part in m.model_fields), None)
+        if owner is not None:
+            candidates = _submodels(owner.model_fields[part].annotation)
+        else:  # a union member's tag (``env`` in ``steps.0.env.bogus``) or a dict key
+            candidates = [m for m in candidates if part in _tags(m)] or candidates
+    return dict(candidates[0].model_fields) if len(candidates) == 1 else {}
+
+
+def describe_validation_error(exc: ValidationError, model: type[BaseModel] | None = None) -> str:
+    """Every problem, on one line: ``field 'a.b': message; unknown field 'modle' (did you mean
+    'model'?)``. A required field that a misspelt one explains is not reported twice."""
+    errors = exc.errors()
+    unknown = [e for e in errors if e.get("type") == "extra_forbidden"]
+    explained: set[tuple] = set()
+    parts = []
+    for error in unknown:
+        loc = tuple(error.get("loc", ()))
+        known = _fields_at(model, loc[:-1])
+        hint = did_you_mean(str(loc[-1]), known)
+        if hint:
+            explained.add(loc[:-1] + (hint.split("'")[1],))
+        parts.append(f"unknown field '{_dotted(loc)}'{hint or _known_list(known)}")
+    for error in errors:
+        loc = tuple(error.get("loc", ()))
+        if error in unknown or (error.get("type") == "missing" and loc in explained):
+            continue
+        parts.append(f"field '{_dotted(loc) or '(top level)'}': {error.get('msg', 'invalid')}")
+    return "; ".join(parts)
+
+
+def _dotted(loc: tuple) -> str:
+    return ".".join(str(part) for part in loc)
+
+
+def _known_list(known: dict[str, Any]) -> str:
+    return f" (known: {', '.join(sorted(known))})" if 0 < len(known) <= 12 else ""
 
 
 def read_yaml(path: Path, error: type[ConfigError] = ConfigError) -> object:
@@ -63,7 +119,7 @@ def parse_model(model: type[Model], data: object, source: str,
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise error(f"{source}: {describe_validation_error(exc)}") from None
+        raise error(f"{source}: {describe_validation_error(exc, model)}") from None
 
 
 def load_model(model: type[Model], path: Path, error: type[ConfigError] = ConfigError) -> Model:

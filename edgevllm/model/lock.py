@@ -20,11 +20,12 @@ from pathlib import Path
 from typing import Any, Literal, Optional
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from edgevllm import __version__
 from edgevllm.kernel.errors import LockError
 from edgevllm.kernel.fsutil import atomic_write_text
+from edgevllm.kernel.schema import parse_model
 
 SCHEMA_VERSION = 1
 LOCK_FILENAME = "edgevllm.lock.json"
@@ -165,10 +166,6 @@ def write_lock(lock: Lock, path: Path | str) -> Path:
     return atomic_write_text(path, lock_to_text(lock, path))
 
 
-def _field(loc: tuple) -> str:
-    return ".".join(str(part) for part in loc)
-
-
 def parse_lock(text: str, origin: str = "<lock>", yaml_syntax: bool = False) -> Lock:
     try:
         data = yaml.safe_load(text) if yaml_syntax else json.loads(text)
@@ -180,11 +177,7 @@ def parse_lock(text: str, origin: str = "<lock>", yaml_syntax: bool = False) -> 
     version = data.get("schema_version")
     if isinstance(version, int) and version > SCHEMA_VERSION:
         raise LockError(f"{origin}: schema_version {version} is newer than this edgevllm supports ({SCHEMA_VERSION}); upgrade edgevllm")
-    try:
-        return Lock.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        raise LockError(f"{origin}: field '{_field(first['loc'])}': {first['msg']}") from None
+    return parse_model(Lock, data, str(origin), LockError)
 
 
 def read_lock(path: Path | str) -> Lock:

@@ -9,10 +9,10 @@ from importlib import resources
 from typing import Iterable, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, field_validator
 
 from edgevllm.kernel.errors import ManifestError
-from edgevllm.kernel.schema import check_regex
+from edgevllm.kernel.schema import check_regex, parse_model
 
 CATALOGUE = "signatures.yaml"
 
@@ -55,21 +55,12 @@ class Match:
     count: int
 
 
-def _one_line(source: str, exc: ValidationError) -> str:
-    err = exc.errors()[0]
-    where = ".".join(str(p) for p in err["loc"])
-    return f"{source}: field '{where}': {err['msg']}"
-
-
 def parse_catalogue(text: str, source: str = CATALOGUE) -> list[Signature]:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ManifestError(f"{source}: not valid YAML: {str(exc).splitlines()[0]}") from None
-    try:
-        signatures = Catalogue.model_validate(data).signatures
-    except ValidationError as exc:
-        raise ManifestError(_one_line(source, exc)) from None
+    signatures = parse_model(Catalogue, data, source, ManifestError).signatures
     seen: set[str] = set()
     for sig in signatures:
         if sig.id in seen:

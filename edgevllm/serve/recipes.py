@@ -8,10 +8,18 @@ line), env, secrets passed by name, container options, topology and health check
 ``pipeline_parallel`` and ``nodes``; JSON such as ``{"method":"mtp"}`` needs no escaping because
 only ``{{ }}``, ``{% %}`` and ``{# #}`` are template syntax. An argument that renders to the empty
 string is dropped, so ``"{% if x %}--flag={{ x }}{% endif %}"`` makes a flag optional.
+
+A name listed in ``required`` must get its value from ``defaults`` or ``--set``: it is never filled
+from topology (so a misspelt default cannot silently turn into ``-pp 1``). ``files`` are carried by
+the recipe (paths beside it, each with its sha256) and mounted read-only under ``/edgevllm/files``.
+The device's launch defaults (``targets/<target>.yaml`` ``launch:``) are merged with the recipe's
+``launch:`` overrides into ``Rendered.launch``; a ``null`` in the recipe removes an entry.
 """
 
 from __future__ import annotations
 
+import difflib
+import hashlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +34,7 @@ from pydantic import (Field, ValidationError, field_validator,
 from edgevllm.kernel.errors import RecipeError
 from edgevllm.kernel.paths import data_dirs, project_root
 from edgevllm.kernel.schema import Strict, describe_validation_error, parse_model, read_yaml
+from edgevllm.model.targets import LaunchDefaults
 
 SCHEMA_VERSION = 1
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
@@ -35,6 +44,8 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _DURATION = re.compile(r"^\d+(ms|s|m|h)$")
 # Names every template sees besides ``defaults``; ``--set`` may override them too.
 RESERVED = ("model", "image", "target", "tensor_parallel", "pipeline_parallel", "nodes")
+FILES_DIR = "/edgevllm/files"  # where a recipe's files appear in the container (read-only)
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 Status = Literal["known-good", "untested"]
 
 
@@ -81,6 +92,15 @@ class Container(Strict):
     extra: list[str] = Field(default_factory=list)  # further `docker run` flags, verbatim
 
 
+class ClusterTopology(Strict):
+    """How a solo recipe runs when ``inv serve --nodes`` is given (a dual-capable recipe)."""
+
+    mode: Literal["ray", "torch"] = "torch"
+    nodes: int = Field(default=2, ge=2)
+    tensor_parallel: int = Field(default=1, ge=1)
+    pipeline_parallel: int = Field(default=1, ge=1)
+
+
 class Topology(Strict):
     """solo: one container. ray / torch: ``nodes`` containers, one per node (see docs/serve.md)."""
 
@@ -92,12 +112,58 @@ class Topology(Strict):
     master_port: int = Field(default=29501, ge=1, le=65535)
     ray_args: list[str] = Field(default_factory=list)  # extra `ray start` flags on every node
     ray_head_args: list[str] = Field(default_factory=list)  # and on the head only
+    cluster: ClusterTopology | None = None  # solo recipes only: the clustered form (--nodes)
 
     @model_validator(mode="after")
     def _consistent(self) -> "Topology":
         if self.mode == "solo" and self.nodes != 1:
             raise ValueError("mode 'solo' runs on one node: set nodes to 1 or mode to ray/torch")
+        if self.mode != "solo" and self.cluster is not None:
+            raise ValueError("'cluster' describes the clustered form of a solo recipe; this "
+                             f"recipe is already {self.mode}: remove 'cluster'")
         return self
+
+
+class RecipeFile(Strict):
+    """A file the recipe carries (chat template, parser plugin, small patch), mounted read-only."""
+
+    path: str  # relative to the recipe file
+    sha256: str
+    mount: str | None = None  # default /edgevllm/files/<file name>
+
+    @field_validator("sha256")
+    @classmethod
+    def _digest(cls, value: str) -> str:
+        if not _SHA256.match(value):
+            raise ValueError("must be 64 lower-case hex digits (sha256sum FILE)")
+        return value
+
+    @field_validator("path")
+    @classmethod
+    def _relative(cls, value: str) -> str:
+        if value.startswith("/") or ".." in Path(value).parts:
+            raise ValueError("must be a path relative to the recipe file, inside its folder")
+        return value
+
+    @field_validator("mount")
+    @classmethod
+    def _absolute(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith("/"):
+            raise ValueError("must be an absolute path in the container")
+        return value
+
+
+class LaunchOverrides(Strict):
+    """The recipe's changes to the target's launch defaults: an entry set to null is removed."""
+
+    ulimits: dict[str, str | None] = Field(default_factory=dict)
+    env: dict[str, str | None] = Field(default_factory=dict)
+    cluster_env: dict[str, str | None] = Field(default_factory=dict)
+    jit_caches: dict[str, str | None] = Field(default_factory=dict)
+    jit_cache_root: str | None = None
+    hf_home: str | None = None  # "" removes HF_HOME
+    device_memory_gib: float | None = Field(default=None, gt=0)
+    earlyoom_args: list[str] | None = None
 
 
 class Health(Strict):
@@ -144,6 +210,10 @@ class Recipe(Strict):
     topology: Topology = Field(default_factory=Topology)
     restart: str = "unless-stopped"
     health: Health = Field(default_factory=Health)
+    files: list[RecipeFile] = Field(default_factory=list)
+    launch: LaunchOverrides = Field(default_factory=LaunchOverrides)
+    gpu_memory_gb: float | None = Field(default=None, gt=0)  # GiB budget → vLLM's fraction
+    required: list[str] = Field(default_factory=list)  # placeholders that need defaults/--set
 
     @field_validator("name")
     @classmethod
@@ -223,6 +293,10 @@ class Rendered:
     health_path: str
     health: Health
     values: dict[str, object] = field(default_factory=dict)
+    launch: LaunchDefaults = field(default_factory=LaunchDefaults)
+    files: list[tuple[str, str]] = field(default_factory=list)  # (host path, container path)
+    gpu_memory_gb: float | None = None
+    earlyoom: bool = False  # inv serve --earlyoom
 
 
 # -- loading ------------------------------------------------------------------------------------
@@ -331,8 +405,11 @@ def placeholders(recipe: Recipe) -> set[str]:
 
 
 def template_values(recipe: Recipe, overrides: dict[str, object] | None = None,
-                    source: str = "recipe") -> dict[str, object]:
-    """``defaults`` + topology + model, with ``--set`` overrides applied; unknown keys refused."""
+                    source: str = "recipe", clustered: bool = False) -> dict[str, object]:
+    """``defaults`` + topology + model, with ``--set`` overrides applied; unknown keys refused.
+
+    ``clustered``: the values of the recipe's clustered form (``topology.cluster``).
+    """
     overrides = dict(overrides or {})
     known = set(recipe.defaults) | set(RESERVED) | placeholders(recipe)
     unknown = sorted(k for k in overrides if k not in known)
@@ -343,16 +420,29 @@ def template_values(recipe: Recipe, overrides: dict[str, object] | None = None,
     if target not in recipe.targets:
         raise RecipeError(f"{source}: target '{target}' is not one of this recipe's targets "
                           f"({', '.join(recipe.targets)})")
+    topo = recipe.topology.cluster if clustered and recipe.topology.cluster else recipe.topology
     values: dict[str, object] = {
         "model": recipe.model, "image": recipe.image, "target": target,
-        "tensor_parallel": recipe.topology.tensor_parallel,
-        "pipeline_parallel": recipe.topology.pipeline_parallel,
-        "nodes": recipe.topology.nodes,
+        "tensor_parallel": topo.tensor_parallel,
+        "pipeline_parallel": topo.pipeline_parallel,
+        "nodes": topo.nodes,
         "port": 8000, "hf_cache": "~/.cache/huggingface",
     }
     values.update(recipe.defaults)
     values.update(overrides)
+    _check_required(recipe, overrides, source)
     return values
+
+
+def _check_required(recipe: Recipe, overrides: dict[str, object], source: str) -> None:
+    """A required placeholder takes its value from defaults or --set, never from topology."""
+    for name in recipe.required:
+        if name in overrides or recipe.defaults.get(name) is not None:
+            continue
+        close = difflib.get_close_matches(name, list(recipe.defaults), n=1, cutoff=0.75)
+        hint = f" (defaults has '{close[0]}': a misspelling?)" if close else ""
+        raise RecipeError(f"{source}: field 'required': placeholder '{name}' has no value{hint}; "
+                          f"add it under defaults or pass --set {name}=VALUE")
 
 
 def render_text(text: str, values: dict[str, object], where: str, source: str) -> str:
@@ -367,13 +457,19 @@ def render_text(text: str, values: dict[str, object], where: str, source: str) -
         raise RecipeError(f"{source}: field '{where}': template error: {exc}") from None
 
 
-def render(loaded: LoadedRecipe | Recipe, overrides: dict[str, object] | None = None) -> Rendered:
+def render(loaded: LoadedRecipe | Recipe, overrides: dict[str, object] | None = None, *,
+           clustered: bool = False, extra_args: list[str] | None = None) -> Rendered:
+    """Fill every placeholder. ``clustered``: run a solo recipe in its clustered form
+    (``topology.cluster``); ``extra_args``: appended to the serve command (``inv serve -- ...``)."""
     if isinstance(loaded, LoadedRecipe):
-        recipe, source = loaded.recipe, str(_display(loaded.path))
+        recipe, source, base = loaded.recipe, str(_display(loaded.path)), loaded.path.parent
     else:
-        recipe, source = loaded, f"recipe {loaded.name}"
-    values = template_values(recipe, overrides, source)
-    topology = _topology(recipe, values, source)
+        recipe, source, base = loaded, f"recipe {loaded.name}", Path.cwd()
+    if clustered and recipe.topology.mode == "solo" and recipe.topology.cluster is None:
+        raise RecipeError(f"{source}: runs on one node only (no topology.cluster): serve it "
+                          "without --nodes, or add topology.cluster")
+    values = template_values(recipe, overrides, source, clustered)
+    topology = _topology(recipe, values, source, clustered)
 
     def one(where: str, text: str) -> str:
         return render_text(text, values, where, source)
@@ -394,7 +490,7 @@ def render(loaded: LoadedRecipe | Recipe, overrides: dict[str, object] | None = 
     return Rendered(
         name=recipe.name, source=source,
         image=image, build=build, target=str(values["target"]), model=str(values["model"]),
-        command=command + [a for a in args if a != ""],
+        command=command + [a for a in args if a != ""] + list(extra_args or []),
         env={k: one(f"env.{k}", str(v)) for k, v in recipe.env.items()},
         secrets=list(recipe.secrets),
         ports=[p for i, t in enumerate(recipe.container.ports)
@@ -404,14 +500,64 @@ def render(loaded: LoadedRecipe | Recipe, overrides: dict[str, object] | None = 
         container=recipe.container, topology=topology, restart=recipe.restart,
         health_port=int(health_port), health_path=one("health.path", recipe.health.path),
         health=recipe.health, values=values,
+        launch=merged_launch(str(values["target"]), recipe.launch),
+        files=recipe_files_mounts(recipe, base, source),
+        gpu_memory_gb=recipe.gpu_memory_gb,
     )
 
 
-def _topology(recipe: Recipe, values: dict[str, object], source: str) -> Topology:
+def merged_launch(target: str, overrides: LaunchOverrides) -> LaunchDefaults:
+    """The target's launch defaults with the recipe's overrides (null removes an entry)."""
+    from edgevllm.kernel.errors import UnknownTargetError
+    from edgevllm.model.targets import load_target
+
+    try:
+        base = load_target(target).launch.model_dump()
+    except UnknownTargetError:
+        base = LaunchDefaults().model_dump()  # a target without a file has no launch defaults
+    for key in ("ulimits", "env", "cluster_env", "jit_caches"):
+        for name, value in getattr(overrides, key).items():
+            if value is None:
+                base[key].pop(name, None)
+            else:
+                base[key][name] = value
+    for key in ("jit_cache_root", "device_memory_gib", "earlyoom_args"):
+        if getattr(overrides, key) is not None:
+            base[key] = getattr(overrides, key)
+    if overrides.hf_home is not None:
+        base["hf_home"] = overrides.hf_home or None
+    return LaunchDefaults.model_validate(base)
+
+
+def recipe_files_mounts(recipe: Recipe, base: Path, source: str) -> list[tuple[str, str]]:
+    """Each carried file as (absolute host path, container path), its sha256 checked."""
+    mounts = []
+    for index, item in enumerate(recipe.files):
+        path = (base / item.path).resolve()
+        where = f"{source}: field 'files[{index}]'"
+        try:
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        except OSError as exc:
+            raise RecipeError(f"{where}: cannot read {path} ({exc.strerror}); put the file "
+                              "beside the recipe") from None
+        if digest != item.sha256:
+            raise RecipeError(f"{where}: {item.path} has sha256 {digest[:12]}…, the recipe says "
+                              f"{item.sha256[:12]}…: restore the file or update sha256")
+        mounts.append((str(path), item.mount or f"{FILES_DIR}/{Path(item.path).name}"))
+    return mounts
+
+
+def _topology(recipe: Recipe, values: dict[str, object], source: str,
+              clustered: bool = False) -> Topology:
     data = recipe.topology.model_dump()
+    cluster = data.pop("cluster")
+    if clustered and cluster is not None:
+        data["mode"] = cluster["mode"]
+    elif cluster is not None:
+        data["cluster"] = cluster
     for key in ("tensor_parallel", "pipeline_parallel", "nodes"):
         data[key] = values[key]
     try:
         return Topology.model_validate(data)
     except ValidationError as exc:
-        raise RecipeError(f"{source}: topology: {describe_validation_error(exc)}") from None
+        raise RecipeError(f"{source}: topology: {describe_validation_error(exc, Topology)}") from None

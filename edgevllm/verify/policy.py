@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
 from edgevllm.kernel.errors import PolicyError
+from edgevllm.kernel.schema import parse_model
 
 Requirement = Literal["native", "compatible", "ptx-jit", "report"]
 DEFAULT_POLICY = Path(__file__).with_name("policy.yaml")
@@ -39,12 +40,6 @@ class Policy(BaseModel):
         return "-", self.default
 
 
-def _field_error(path: Path, exc: ValidationError) -> PolicyError:
-    first = exc.errors()[0]
-    where = ".".join(str(part) for part in first["loc"]) or "(top level)"
-    return PolicyError(f"{path}: field '{where}': {first['msg']}")
-
-
 def load_policy(path: Path | str | None = None) -> Policy:
     path = Path(path) if path else DEFAULT_POLICY
     try:
@@ -53,7 +48,4 @@ def load_policy(path: Path | str | None = None) -> Policy:
         raise PolicyError(f"{path}: cannot read the policy file ({exc.strerror})") from None
     except yaml.YAMLError as exc:
         raise PolicyError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
-    try:
-        return Policy.model_validate(data or {})
-    except ValidationError as exc:
-        raise _field_error(path, exc) from None
+    return parse_model(Policy, data or {}, str(path), PolicyError)
