@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from edgevllm.model.modselect import select_mod_names
+from edgevllm.model.spec import load_spec, resolve
 from edgevllm.mods import catalog as M
 from edgevllm.kernel.errors import ManifestError, ModConflictError, ModNotForTargetError, UnknownModError
 from edgevllm.kernel.paths import project_root
@@ -89,11 +91,24 @@ def test_unknown_mod_and_wrong_target():
         M.select_mods(["cutlass-dsl-thor"], "spark")
 
 
-def test_resolve_names():
-    assert M.resolve_names(THOR, ["cutlass-dsl-thor"], ["fastsafetensors"]) == \
+def test_the_one_selection_rule():
+    assert select_mod_names(THOR, None, ["cutlass-dsl-thor"], ["fastsafetensors"]) == \
         ["thor-runtime", "cutlass-dsl-thor", "fused-moe-configs"]
-    with pytest.raises(UnknownModError):
-        M.resolve_names(THOR, [], ["nope"])
+    assert select_mod_names(THOR, ["fastsafetensors"], [], []) == ["fastsafetensors"]
+    for only, add, remove in ((None, [], ["nope"]), (["nope"], [], []), (None, ["nope"], [])):
+        with pytest.raises(UnknownModError, match="unknown mod 'nope'"):
+            select_mod_names(THOR, only, add, remove)
+    with pytest.raises(UnknownModError, match=r"unknown mod 'fastsafetensor' \(did you mean "
+                                              r"'fastsafetensors'\?\)"):
+        select_mod_names(THOR, None, [], ["fastsafetensor"])
+
+
+def test_build_spec_and_mods_stage_share_the_rule(cli):
+    """``inv build --no-mod nope`` used to be accepted silently: the spec now uses the rule."""
+    with pytest.raises(UnknownModError, match="unknown mod 'nope'"):
+        resolve(load_spec("thor", overrides={"remove_mods": ["nope"]}))
+    code, _, err = cli("render", "--target", "thor", "--no-mod", "nope", "--out", "/nonexistent")
+    assert code == 2 and "unknown mod 'nope'" in err and "Traceback" not in err
 
 
 @pytest.mark.parametrize("body,field", [

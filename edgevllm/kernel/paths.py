@@ -28,6 +28,20 @@ def data_dirs(kind: str) -> list[Path]:
     return dirs
 
 
+def data_folders(kind: str, marker: str, error: type[Exception]) -> dict[str, Path]:
+    """Every folder holding ``marker`` (e.g. ``manifest.yaml``) under ``data_dirs(kind)``, by
+    folder name; the same name in two places raises ``error`` naming both."""
+    found: dict[str, Path] = {}
+    for root in data_dirs(kind):
+        for file in sorted(root.glob(f"*/{marker}")) if root.is_dir() else []:
+            name = file.parent.name
+            if name in found:
+                raise error(f"{file}: '{name}' is also defined in {found[name]}; rename one of "
+                            "the folders")
+            found[name] = file.parent
+    return found
+
+
 def templates_dir() -> Path:
     return project_root() / "dockerfiles"
 

@@ -12,6 +12,7 @@ from pydantic import Field, field_validator
 
 from edgevllm.kernel.errors import SpecError
 from edgevllm.kernel.schema import Strict, parse_model
+from edgevllm.model.modselect import select_mod_names
 from edgevllm.model.targets import BaseImages, Target, TorchSource, load_target
 
 UPSTREAM_VLLM = "https://github.com/vllm-project/vllm.git"
@@ -134,12 +135,6 @@ def _deep_merge(base: dict, top: dict) -> dict:
     return out
 
 
-def select_mods(spec: BuildSpec, target: Target) -> list[str]:
-    chosen = list(spec.mods if spec.mods is not None else target.default_mods)
-    chosen += [m for m in spec.add_mods if m not in chosen]
-    return [m for m in chosen if m not in spec.remove_mods]
-
-
 def resolve(spec: BuildSpec) -> EffectiveSpec:
     target = load_target(spec.target)
     packages = dict(target.packages)
@@ -163,7 +158,7 @@ def resolve(spec: BuildSpec) -> EffectiveSpec:
         apt_packages=spec.apt_packages if spec.apt_packages is not None else target.apt_packages,
         python=spec.python or target.python,
         packages=packages,
-        mods=select_mods(spec, target),
+        mods=select_mod_names(target.default_mods, spec.mods, spec.add_mods, spec.remove_mods),
         max_jobs=spec.max_jobs or target.max_jobs,
         nvcc_threads=spec.nvcc_threads or target.nvcc_threads,
         env={**target.runtime_env, **spec.env},

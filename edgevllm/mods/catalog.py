@@ -19,12 +19,11 @@ from typing import Annotated, Literal, Union
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import Field, field_validator, model_validator
 
-from edgevllm.kernel.errors import ManifestError, ModConflictError, ModNotForTargetError, UnknownModError
+from edgevllm.kernel.errors import ManifestError, ModConflictError, ModNotForTargetError
 from edgevllm.kernel.fsutil import atomic_write_json
-from edgevllm.kernel.paths import data_dirs
+from edgevllm.model.modselect import MANIFEST, check_mod_names, mod_folders
 from edgevllm.kernel.schema import Strict, load_model
 
-MANIFEST = "manifest.yaml"
 _NAME = r"^[a-z0-9][a-z0-9-]*$"
 
 
@@ -216,21 +215,6 @@ class StagedMods:
 
 
 # --- loading -----------------------------------------------------------------------------------
-def mod_folders() -> dict[str, Path]:
-    """Every mod folder by name, across data_dirs("mods"); a name defined twice is an error."""
-    found: dict[str, Path] = {}
-    for root in data_dirs("mods"):
-        if not root.is_dir():
-            continue
-        for manifest in sorted(root.glob(f"*/{MANIFEST}")):
-            name = manifest.parent.name
-            if name in found:
-                raise ManifestError(f"{manifest}: mod '{name}' is also defined in "
-                                    f"{found[name]}; rename one of the folders")
-            found[name] = manifest.parent
-    return found
-
-
 def load_mod(folder: Path) -> Mod:
     path = folder / MANIFEST
     manifest = load_model(Manifest, path, ManifestError)
@@ -259,21 +243,11 @@ def all_mods() -> list[Mod]:
 
 def get_mod(name: str) -> Mod:
     folders = mod_folders()
-    if name not in folders:
-        known = ", ".join(sorted(folders)) or "none"
-        raise UnknownModError(f"unknown mod '{name}' (known: {known}); 'inv mods' lists them")
+    check_mod_names([name], folders)
     return load_mod(folders[name])
 
 
 # --- selection ---------------------------------------------------------------------------------
-def resolve_names(defaults: list[str], add: list[str] = (), remove: list[str] = ()) -> list[str]:
-    """The target's default mods, plus ``--mod`` names, minus ``--no-mod`` names (checked)."""
-    for name in list(add) + list(remove):
-        get_mod(name)
-    chosen = list(dict.fromkeys(list(defaults) + list(add)))
-    return [name for name in chosen if name not in set(remove)]
-
-
 def select_mods(names: list[str], target_name: str) -> list[Mod]:
     """Load the named mods in order, check they support the target and do not conflict."""
     mods = [get_mod(name) for name in dict.fromkeys(names)]
