@@ -18,8 +18,10 @@ from pathlib import Path
 from edgevllm.kernel import console
 from edgevllm.build.runner import BuildResult, BuildRunner, Workspace, compile_key, copy_lock_beside, export_wheels, relabel, timestamp, with_options, write_context
 from edgevllm.engine.docker import BuildOptions, DockerEngine
+from edgevllm.kernel import labels
 from edgevllm.kernel.errors import ArchGateFailed, BuildError, ProbeError
 from edgevllm.model.lock import LOCK_IMAGE_PATH, LOCK_LABEL, BaseImageLock, Lock, ModLock, image_tag, label_value, now_utc, read_lock, write_lock
+from edgevllm.build.buildreqs import BuildLayout, read_build_layout
 from edgevllm.build.render import render_dockerfile
 from edgevllm.sources.prepare import PreparedSource, SourceRequest, prepare_sources, summarize
 from edgevllm.model.spec import EffectiveSpec
@@ -118,11 +120,11 @@ def static_labels(eff: EffectiveSpec, lock: Lock, tag: str) -> dict[str, str]:
         "org.opencontainers.image.source": vllm.repo if vllm else "",
         "org.opencontainers.image.revision": vllm.commit if vllm else "",
         "org.opencontainers.image.version": vllm.version if vllm else "",
-        "io.edgevllm.vllm.sha": vllm.base_sha if vllm else "",
-        "io.edgevllm.vllm.pr": str(vllm.pr or "") if vllm else "",
-        "io.edgevllm.prs": ",".join(prs),
-        "io.edgevllm.mods-versions": ",".join(f"{m.name}={m.version}" for m in lock.mods),
-        "io.edgevllm.tag": tag,
+        labels.VLLM_SHA: vllm.base_sha if vllm else "",
+        labels.VLLM_PR: str(vllm.pr or "") if vllm else "",
+        labels.PRS: ",".join(prs),
+        labels.MODS_VERSIONS: ",".join(f"{m.name}={m.version}" for m in lock.mods),
+        labels.TAG: tag,
         LOCK_LABEL: label_value(lock),
     }
 
@@ -131,7 +133,7 @@ def read_mods_record(engine: DockerEngine, image: str) -> dict | None:
     from edgevllm.engine.docker import RunOptions
 
     proc = engine.run(RunOptions(image=image, remove=True, entrypoint="cat",
-                                 command=["/opt/edgevllm/mods.json"]), timeout=120)
+                                 command=[labels.MODS_RECORD]), timeout=120)
     if proc.returncode != 0:
         return None
     return json.loads(proc.stdout.decode())
@@ -171,12 +173,21 @@ def prepare(eff: EffectiveSpec, ws: Workspace, engine: DockerEngine, locked: Loc
     staged = stage_mods(eff, ws)
     prepared = prepare_all_sources(eff, ws, locked)
     patches = apply_patches(eff, prepared["vllm"])
+    layout = build_layout(prepared["vllm"])
     build_args = {"VLLM_VERSION": prepared["vllm"].pep440_version, **eff.spec.build_args}
     lock = make_lock(eff, prepared, staged, patches, build_args, engine)
-    key = compile_key(render_dockerfile(eff, staged.env),
+    key = compile_key(render_dockerfile(eff, staged.env, layout),
                       {n: p.tree_hash for n, p in prepared.items()}
                       | {"patches": json.dumps(patches, sort_keys=True)}, build_args)
-    return prepared, staged, lock, build_args, key
+    return prepared, staged, lock, build_args, key, layout
+
+
+def build_layout(prepared: PreparedSource) -> BuildLayout:
+    """What the compile stage installs and runs, read from the tree (a missing file fails here)."""
+    layout = read_build_layout(prepared.tree_dir)
+    for line in layout.summary():
+        console.info(f"  {line}")
+    return layout
 
 
 def run(eff: EffectiveSpec, ws: Workspace, engine: DockerEngine,
@@ -185,12 +196,12 @@ def run(eff: EffectiveSpec, ws: Workspace, engine: DockerEngine,
     if locked and locked.target and locked.target != eff.target.name:
         raise BuildError(f"{lock_path}: the lock is for target '{locked.target}', not "
                          f"'{eff.target.name}'; drop --target or use the matching lock")
-    prepared, staged, lock, build_args, key = prepare(eff, ws, engine, locked)
+    prepared, staged, lock, build_args, key, layout = prepare(eff, ws, engine, locked)
     tag = image_tag(lock)
     repo = eff.spec.image_repo
     final_tags = [f"{repo}:{tag}"] + [t if ":" in t else f"{repo}:{t}" for t in eff.spec.tags]
     console.step(f"image {final_tags[0]}")
-    write_context(ws, render_dockerfile(eff, staged.env), {LOCK_FILE_IN_IMAGE: label_value(lock) + "\n"})
+    write_context(ws, render_dockerfile(eff, staged.env, layout), {LOCK_FILE_IN_IMAGE: label_value(lock) + "\n"})
     lock_file = write_lock(lock, ws.root / f"{tag}.lock.json")
 
     runner = BuildRunner(engine, ws.logs / f"build-{timestamp()}.log")
@@ -224,9 +235,9 @@ def checks_or_skip(eff: EffectiveSpec, engine: DockerEngine, image: str,
 def outcome_labels(record: dict | None, verify: dict, probe: dict) -> dict[str, str]:
     """What is only known once the image is built and checked (added config-only)."""
     compact = {"separators": (",", ":")}
-    return {"io.edgevllm.mods": json.dumps(_mods_summary(record), **compact),
-            "io.edgevllm.verify": json.dumps(verify, **compact),
-            "io.edgevllm.probe": json.dumps(probe, **compact)}
+    return {labels.MODS: json.dumps(_mods_summary(record), **compact),
+            labels.VERIFY: json.dumps(verify, **compact),
+            labels.PROBE: json.dumps(probe, **compact)}
 
 
 def _mods_summary(record: dict | None) -> list[dict]:

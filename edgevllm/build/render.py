@@ -1,20 +1,25 @@
 """Rendering: an EffectiveSpec → the multi-stage Dockerfile (Jinja2 templates in dockerfiles/).
 
-The same spec always renders byte-identical text: nothing here depends on time, the host or the
-resolved sources (those reach the build as build args and labels).
+The same spec and tree layout always render byte-identical text: nothing here depends on time or
+the host. The build stage follows the prepared tree's ``BuildLayout`` (edgevllm/build/buildreqs.py:
+requirement files, use_existing_torch.py, jobs); other values of the resolved sources (version,
+SHAs) reach the build as build args and labels.
 """
 
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import jinja2
 
 from edgevllm import __version__
+from edgevllm.build.buildreqs import BuildLayout, unread_layout
 from edgevllm.kernel.paths import templates_dir
 from edgevllm.model.spec import EffectiveSpec
+from edgevllm.kernel import labels
 
 TEMPLATE = "vllm.Dockerfile.j2"
 RELABEL_DOCKERFILE = "relabel.Dockerfile"
@@ -61,12 +66,29 @@ def template_values(eff: EffectiveSpec) -> dict:
         "max_jobs": eff.max_jobs,
         "nvcc_threads": eff.nvcc_threads,
         "flashinfer_source": eff.spec.flashinfer.source is not None,
+        **labels.template_values(),
     }
 
 
-def render_dockerfile(eff: EffectiveSpec, extra_env: dict[str, str] | None = None) -> str:
-    """The Dockerfile text; ``extra_env`` adds runtime env (e.g. what the selected mods set)."""
+def layout_values(eff: EffectiveSpec, layout: BuildLayout) -> dict:
+    """The build stage's commands, from the tree's layout (shell-quoted where they are words)."""
+    torch_args = " ".join(shlex.quote(a) for a in layout.use_existing_torch_args)
+    return {
+        "requirements_file": shlex.quote(layout.requirements_file),
+        "pyproject_requires": " ".join(shlex.quote(r) for r in layout.pyproject_requires),
+        "use_existing_torch": f"{shlex.quote(layout.use_existing_torch)} {torch_args}".rstrip(),
+        "setuptools": layout.setuptools or "any",
+        "max_jobs_env": layout.max_jobs_env(eff.max_jobs, eff.nvcc_threads),
+        "divides_jobs": layout.divides_jobs,
+    }
+
+
+def render_dockerfile(eff: EffectiveSpec, extra_env: dict[str, str] | None = None,
+                      layout: BuildLayout | None = None) -> str:
+    """The Dockerfile text; ``extra_env`` adds runtime env (e.g. what the selected mods set);
+    ``layout`` is the prepared tree's (placeholders when None: ``inv render`` reads no tree)."""
     values = template_values(eff)
+    values["build"] = layout_values(eff, layout or unread_layout())
     values["env"] = {**(extra_env or {}), **eff.env}
     return _environment().get_template(TEMPLATE).render(**values)
 

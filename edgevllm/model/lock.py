@@ -3,7 +3,8 @@
 A lock is JSON (or YAML, by file suffix) written atomically. It records the tool version, the
 target, the base images (digests where known), each source (repo, base SHA, every cherry-pick with
 its head SHA, merge-base and the sha256 of the applied diff, the tree hash of the prepared tree),
-pinned package versions, mods and build arguments.
+the repositories vLLM's CMake would clone (commit and tree hash), the kernel plan, pinned package
+versions, mods and build arguments.
 
 ``lock_hash`` is the sha256 of a canonical JSON rendering of everything that determines the image;
 ``created_at`` and user ``tags`` are left out, so the same inputs always give the same hash and the
@@ -26,12 +27,13 @@ from edgevllm import __version__
 from edgevllm.kernel.errors import LockError
 from edgevllm.kernel.fsutil import atomic_write_text
 from edgevllm.kernel.schema import parse_model
+from edgevllm.kernel import labels
 
 SCHEMA_VERSION = 1
 LOCK_FILENAME = "edgevllm.lock.json"
-LOCK_LABEL = "io.edgevllm.lock"              # image label holding the compact lock JSON
-LOCK_HASH_LABEL = "io.edgevllm.lock-sha256"  # image label holding lock_hash()
-LOCK_IMAGE_PATH = "/opt/edgevllm/edgevllm.lock.json"  # where the lock lives inside the image
+LOCK_LABEL = labels.LOCK                      # image label holding the compact lock JSON
+LOCK_HASH_LABEL = labels.LOCK_SHA            # image label holding lock_hash()
+LOCK_IMAGE_PATH = labels.LOCK_FILE            # where the lock lives inside the image
 
 _UNHASHED = {"created_at", "tags"}
 _SECRET_RE = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|CREDENTIAL)", re.I)
@@ -80,6 +82,25 @@ class SourceLock(_Model):
         return value
 
 
+class CMakeDepLock(_Model):
+    """A repository the vLLM tree's CMake would clone at configure time, fetched on the host."""
+
+    repo: str
+    ref: str                                   # the tree's GIT_TAG (a tag, branch or SHA)
+    commit: str                                # what ref resolved to
+    tree: str                                  # git tree hash of that commit
+    env_var: str                               # the tree's *_SRC_DIR override the build sets
+    declared_at: str = ""                      # file:line of the FetchContent call
+    submodules: dict[str, str] = Field(default_factory=dict)  # path -> commit, exported too
+
+    @field_validator("commit", "tree")
+    @classmethod
+    def _full_sha(cls, value: str) -> str:
+        if not re.fullmatch(r"[0-9a-f]{40}([0-9a-f]{24})?", value):
+            raise ValueError("must be a full lowercase hex SHA")
+        return value
+
+
 class BaseImageLock(_Model):
     ref: str                                   # e.g. nvcr.io/nvidia/cuda:13.0.0-devel-ubuntu24.04
     digest: Optional[str] = None               # sha256:... when known
@@ -101,6 +122,10 @@ class Lock(_Model):
     packages: dict[str, str] = Field(default_factory=dict)               # name -> pinned version
     mods: list[ModLock] = Field(default_factory=list)
     build_args: dict[str, str] = Field(default_factory=dict)
+    # What vLLM's CMake would clone, fetched on the host and passed in (the compile is offline).
+    cmake_deps: dict[str, CMakeDepLock] = Field(default_factory=dict)
+    # The kernel plan (edgevllm/sources/plan.py): arches per kernel group and extension.
+    kernel_plan: dict[str, Any] = Field(default_factory=dict)
     # The other inputs that shape the image (platform, python, apt packages, torch source, runtime
     # env, compile jobs), so that `inv build --lock` needs nothing but the lock.
     settings: dict[str, Any] = Field(default_factory=dict)

@@ -235,7 +235,7 @@ def main(argv):
     parser.add_argument("--target-arch", default="")
     parser.add_argument("--env-key", action="append", default=[])
     parser.add_argument("--mods-record", default="/opt/edgevllm/mods.json")
-    parser.add_argument("--lock", default="/opt/edgevllm/lock.json")
+    parser.add_argument("--lock", default="/opt/edgevllm/edgevllm.lock.json")
     parser.add_argument("--import-timeout", type=int, default=300)
     args = parser.parse_args(argv)
     import platform
