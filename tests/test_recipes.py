@@ -218,7 +218,8 @@ def test_import_converts_command_to_argument_list():
         "--speculative-config", "{{ speculative_config }}",
         "--hf-overrides", '{"a": {"b": 1}}', "-tp", "{{ tensor_parallel }}",
         "--max-num-seqs", "{{ seqs }}"]
-    assert recipe["topology"] == {"mode": "ray", "nodes": 2, "tensor_parallel": 2}
+    assert recipe["topology"] == {"mode": "torch", "nodes": 2, "tensor_parallel": 2}
+    assert recipe["required"] == ["seqs"]
     rendered = render(parse_recipe(recipe, "converted"), {"seqs": 8})
     assert rendered.command[10] == '{"a": {"b": 1}}'
     assert rendered.command[8] == '{"method": "mtp", "num_speculative_tokens": 3}'
@@ -231,9 +232,9 @@ def test_import_reports_what_it_cannot_convert():
         assert expected in notes
 
 
-def test_import_rejects_other_versions_and_missing_fields():
-    with pytest.raises(RecipeError, match="recipe_version"):
-        convert({**V1, "recipe_version": "2"}, "v.yaml")
+def test_import_reads_other_versions_as_v1_and_rejects_missing_fields():
+    notes = convert({**V1, "recipe_version": "2"}, "v.yaml").notes
+    assert any(n.startswith("recipe_version 2: read as version 1") for n in notes)
     data = dict(V1)
     del data["command"]
     with pytest.raises(RecipeError, match="field 'command'"):
@@ -246,8 +247,8 @@ def test_import_file_writes_a_loadable_recipe(tmp_path, cli):
     out = tmp_path / "out.yaml"
     code, _, err = cli("recipe-import", str(source), "--out", str(out))
     assert code == 0, err
-    assert "not converted: mod 'mods/fix-super'" in err
-    assert "# not converted:" in out.read_text()
+    assert "note: mod 'mods/fix-super' dropped" in err
+    assert "# note: mod 'mods/fix-super' dropped" in out.read_text()
     loaded = load_recipe(str(out))
     assert loaded.recipe.model == V1["model"]
     with pytest.raises(RecipeError, match="exists"):

@@ -156,6 +156,8 @@ def standin_recipe(image: str, name: str):
         "container": {"ports": [], "volumes": [], "shm_size": None, "ipc": None},
         "restart": "on-failure:2",
         "health": {"interval": "1s", "timeout": "5s", "retries": 30, "start_period": "1s"},
+        # The CI engine runs in a sandbox that cannot raise nofile to the device default.
+        "launch": {"ulimits": {"nofile": None}},
     }, "standin")
 
 

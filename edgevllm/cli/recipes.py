@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shlex
+import sys
 from pathlib import Path
 
 from edgevllm.kernel import console
@@ -30,7 +32,12 @@ _SERVE_HELP = {
     "node-env": "cluster: env for one node (repeatable): --node-env node1:NCCL_IB_HCA=mlx5_1",
     "network": "cluster: 'host' or 'bridge' (default: bridge when every node is one engine)",
     "cluster": "cluster name (default: the recipe name); labels io.edgevllm.cluster=<name>",
+    "ib-hca": "cluster: the RDMA devices for NCCL_IB_HCA (e.g. rocep1s0f1,roceP2p1s0f1)",
+    "gpu-memory-gb": "memory budget in GiB; turned into --gpu-memory-utilization from the "
+                     "device's total memory when the container starts",
+    "earlyoom": "run earlyoom in the container first (the image needs the earlyoom mod)",
 }
+_SERVE_USAGE = "inv serve RECIPE [--options] [-- EXTRA VLLM ARGS...]"
 
 
 def engine_from(spec: str | None) -> DockerEngine:
@@ -39,13 +46,32 @@ def engine_from(spec: str | None) -> DockerEngine:
     return DockerEngine(host=spec) if "://" in spec else DockerEngine(context=spec)
 
 
-def _rendered(recipe: str, sets, target):
+def _rendered(recipe: str, sets, target, clustered: bool = False,
+              extra_args: list[str] | None = None):
     from edgevllm.serve.recipes import load_recipe, parse_sets, render
 
     overrides = parse_sets(split_csv_keep(sets))
     if target:
         overrides["target"] = target
-    return render(load_recipe(recipe), overrides)
+    loaded = load_recipe(recipe)
+    clustered = clustered and loaded.recipe.topology.mode == "solo"
+    return render(loaded, overrides, clustered=clustered, extra_args=extra_args)
+
+
+def extra_args(c) -> list[str]:
+    """The words after ``--``, exactly as the shell passed them (invoke joins them with spaces,
+    which would lose the quoting of JSON arguments)."""
+    if "--" in sys.argv:
+        return sys.argv[sys.argv.index("--") + 1:]
+    return shlex.split(getattr(c, "remainder", "") or "")
+
+
+def print_task_help(task: str) -> None:
+    from invoke import Program
+
+    from edgevllm.cli import namespace
+
+    Program(namespace=namespace(), binary="inv").run(["inv", "--help", task], exit=False)
 
 
 def split_csv_keep(values) -> list[str]:
@@ -75,15 +101,28 @@ def recipes(c, as_json=False):
               f"{r['image']}")
 
 
-@cli_task(help=_SERVE_HELP, iterable=["set_", "node_env"], auto_shortflags=False)
-def serve(c, recipe, set_=None, target=None, dry_run=False, name=None, engine=None, build=False,
-          wait=0, nodes=None, node_ips=None, iface=None, node_env=None, network=None,
-          cluster=None):
-    """Serve a model from a recipe: one container, or a Ray/torch cluster with --nodes."""
+@cli_task(help=_SERVE_HELP, iterable=["set_", "node_env"], positional=["recipe"],
+          auto_shortflags=False)
+def serve(c, recipe=None, set_=None, target=None, dry_run=False, name=None, engine=None,
+          build=False, wait=0, nodes=None, node_ips=None, iface=None, node_env=None, network=None,
+          cluster=None, ib_hca=None, gpu_memory_gb=None, earlyoom=False):
+    """Serve a model from a recipe: one container, or a Ray/torch cluster with --nodes.
+
+    inv serve RECIPE [--options] [-- EXTRA VLLM ARGS...]: words after -- are appended to the
+    server's command (vLLM takes the last of a repeated flag).
+    """
     from edgevllm.serve import launch as serving
     from edgevllm.serve.cluster import Cluster, ClusterOptions, parse_nodes
 
-    rendered = _rendered(recipe, set_, target)
+    if recipe in (None, "-h", "--help"):
+        print_task_help("serve")
+        if recipe is None:
+            raise RecipeError(f"say which recipe: {_SERVE_USAGE} (inv recipes lists them)")
+        return
+    rendered = _rendered(recipe, set_, target, clustered=bool(nodes), extra_args=extra_args(c))
+    if gpu_memory_gb is not None:
+        rendered.gpu_memory_gb = _positive_float(gpu_memory_gb, "--gpu-memory-gb")
+    rendered.earlyoom = bool(earlyoom)
     if rendered.topology.mode != "solo" and not nodes:
         raise RecipeError(f"recipe {rendered.name} is a {rendered.topology.nodes}-node "
                           f"{rendered.topology.mode} cluster: pass --nodes ENGINE,ENGINE,... "
@@ -92,7 +131,8 @@ def serve(c, recipe, set_=None, target=None, dry_run=False, name=None, engine=No
         node_list = parse_nodes(split_csv([nodes] if nodes else []), split_csv([node_ips])
                                 if node_ips else None, iface, list(node_env or []))
         plan = Cluster(rendered, node_list, ClusterOptions(
-            name=cluster or rendered.name, network=network, wait_healthy_s=float(wait)))
+            name=cluster or rendered.name, network=network, wait_healthy_s=float(wait),
+            iface=iface, ib_hca=ib_hca))
         if dry_run:
             print("\n".join(plan.dry_run()))
             return
@@ -103,6 +143,16 @@ def serve(c, recipe, set_=None, target=None, dry_run=False, name=None, engine=No
                            wait_s=float(wait))
     if dry_run:
         print(result)
+
+
+def _positive_float(text, flag: str) -> float:
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        value = 0.0
+    if value <= 0:
+        raise RecipeError(f"{flag} '{text}': expected a positive number of GiB, e.g. {flag} 40")
+    return value
 
 
 @cli_task(help={"recipe": "stop every container of this recipe", "name": "stop one container",
@@ -175,16 +225,48 @@ def compose(c, recipe, out, set_=None, target=None):
     console.step(f"wrote {path}: docker compose -f {path} up -d")
 
 
-@cli_task(help={"file": "a spark-vllm-docker v1 recipe YAML",
-                "out": "where to write the converted recipe (default recipes/<name>.yaml)",
-                "force": "overwrite an existing file"}, auto_shortflags=False)
-def recipe_import(c, file, out=None, force=False):
-    """Convert a spark-vllm-docker v1 recipe; report what could not be converted."""
-    from edgevllm.serve.recipe_import import import_file
+@cli_task(help={"path": "a spark-vllm-docker recipe YAML, or a folder of them (recursive)",
+                "out": "where to write: a file for one recipe, a folder for a folder "
+                       "(default recipes/)",
+                "force": "overwrite existing files",
+                "dry-run": "convert and report, write nothing"}, auto_shortflags=False)
+def recipe_import(c, path, out=None, force=False, dry_run=False):
+    """Convert spark-vllm-docker recipes; report notes (dropped) and warnings (will not work)."""
+    from edgevllm.serve.recipe_import import convert_file, import_dir, import_file
 
-    result = import_file(Path(file), Path(out) if out else None, force=force)
-    console.step(f"wrote {result.path}")
+    source = Path(path)
+    if source.is_dir():
+        rows = import_dir(source, Path(out) if out else None, force=force, dry_run=dry_run)
+        _print_import_table(rows)
+        failed = [r for r in rows if r.status == "failed"]
+        if failed and len(failed) == len(rows):
+            raise RecipeError(f"{source}: no recipe could be imported")
+        return
+    result = (convert_file(source) if dry_run
+              else import_file(source, Path(out) if out else None, force=force))
+    console.step(f"would write {result.recipe['name']}.yaml" if dry_run
+                 else f"wrote {result.path}")
+    for warning in result.warnings:
+        console.warn(f"WARNING: {warning}")
     for note in result.notes:
-        console.warn(f"not converted: {note}")
-    if not result.notes:
+        console.info(f"note: {note}")
+    if not result.notes and not result.warnings:
         console.info("everything converted")
+
+
+def _print_import_table(rows) -> None:
+    """One line per file (status, notes, warnings, where), then the warnings and failures."""
+    width = max([len(r.source) for r in rows] + [6])
+    print(f"{'recipe':<{width}}  {'status':<12} {'notes':>5} {'warnings':>8}  written to / error")
+    for r in rows:
+        notes = len(r.result.notes) if r.result else 0
+        warns = len(r.result.warnings) if r.result else 0
+        where = str(r.result.path) if r.result else r.error
+        print(f"{r.source:<{width}}  {r.status:<12} {notes:>5} {warns:>8}  {where}")
+    done = sum(r.status != "failed" for r in rows)
+    print(f"{done} imported, {len(rows) - done} failed, "
+          f"{sum(len(r.result.notes) for r in rows if r.result)} notes, "
+          f"{sum(len(r.result.warnings) for r in rows if r.result)} warnings")
+    for r in rows:
+        for warning in (r.result.warnings if r.result else []):
+            console.warn(f"{r.source}: {warning}")

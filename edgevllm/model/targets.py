@@ -7,12 +7,17 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
+from typing import Literal
 
 from pydantic import Field, field_validator
 
 from edgevllm.kernel.errors import UnknownTargetError
 from edgevllm.kernel.paths import data_dirs
 from edgevllm.kernel.schema import Strict, load_model
+
+if TYPE_CHECKING:
+    from edgevllm.model.cuda import CudaArch
 
 _ARCH = re.compile(r"^\d+\.\d+[af]?$")
 
@@ -37,6 +42,47 @@ class ProbeDefaults(Strict):
     serve_args: list[str] = Field(default_factory=list)
 
 
+class LaunchDefaults(Strict):
+    """What every ``inv serve`` on this device adds to ``docker run`` (a recipe may override).
+
+    ``ulimits``: ``--ulimit NAME=VALUE``; ``env``: every container; ``cluster_env``: every node of
+    a cluster, where ``{iface}`` / ``{ib_hca}`` are filled from ``--iface`` / ``--ib-hca`` (an
+    entry naming one that was not given is left out); ``jit_caches``: name → container path of a
+    JIT cache, mounted from ``<jit_cache_root>/<image id>/<name>`` on the node (one folder per
+    image, so kernels compiled by another build are never reused); ``hf_home``: the container
+    path of the Hugging Face cache volume, exported as ``HF_HOME``; ``device_memory_gib``: the
+    memory vLLM can use on the device (the budget several models share); ``earlyoom_args``: the
+    flags ``inv serve --earlyoom`` runs earlyoom with.
+    """
+
+    ulimits: dict[str, str] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict)
+    cluster_env: dict[str, str] = Field(default_factory=dict)
+    jit_cache_root: str = "/var/cache/edgevllm/jit"
+    jit_caches: dict[str, str] = Field(default_factory=dict)
+    hf_home: str | None = None
+    device_memory_gib: float | None = Field(default=None, gt=0)
+    earlyoom_args: list[str] = Field(default_factory=list)
+
+
+class KernelPlanPolicy(Strict):
+    """What the kernel plan (``inv plan``, the build's preflight) must find for this target.
+
+    ``code``: ``native`` applies ``native_patches`` (source patches that keep the exact arch, e.g.
+    12.1a, through vLLM's CMake: cubins that run only on this compute capability); ``family``
+    leaves vLLM's CMake alone (12.0 / 12.0f code that runs on every device of the family).
+    ``required``: kernel group -> the least it must get (``native`` | ``family`` | ``ptx``). A group
+    is the CMake variable of a ``cuda_archs_loose_intersection`` or an extension name; ``A|B``
+    names whichever the tree has (variables get renamed across vLLM releases). Under ``code:
+    family`` a ``native`` minimum reads as ``family``. A group below its minimum fails the
+    preflight in seconds. docs/targets.md explains the choice.
+    """
+
+    code: Literal["native", "family"] = "native"
+    native_patches: list[str] = Field(default_factory=list)
+    required: dict[str, Literal["native", "family", "ptx"]] = Field(default_factory=dict)
+
+
 class Target(Strict):
     name: str
     description: str = ""
@@ -58,6 +104,8 @@ class Target(Strict):
     runtime_env: dict[str, str] = Field(default_factory=dict)
     default_mods: list[str] = Field(default_factory=list)
     probe: ProbeDefaults = Field(default_factory=ProbeDefaults)
+    kernel_plan: KernelPlanPolicy = Field(default_factory=KernelPlanPolicy)
+    launch: LaunchDefaults = Field(default_factory=LaunchDefaults)
 
     @field_validator("cuda_arch")
     @classmethod
@@ -102,6 +150,20 @@ def load_target(name: str) -> Target:
         raise UnknownTargetError(
             f"{files[name]}: field 'name' is '{target.name}' but the file is named '{name}.yaml'")
     return target
+
+
+def resolve_cuda_target(text: str) -> tuple[str, "CudaArch"]:
+    """``("thor", CudaArch(11, 0))`` for a target name; ``("sm_121a", CudaArch(12, 1))`` for an
+    arch spelling that ``edgevllm.model.cuda.parse_device`` accepts (``12.1a``, ``121a`` ...)."""
+    from edgevllm.model.cuda import ArchParseError, looks_like_arch, parse_device
+
+    name = str(text).strip()
+    if looks_like_arch(name):
+        return name, parse_device(name)
+    try:
+        return name, parse_device(load_target(name).cuda_arch)
+    except ArchParseError as exc:
+        raise UnknownTargetError(f"target '{name}': cuda_arch {exc}") from None
 
 
 def all_targets() -> list[Target]:

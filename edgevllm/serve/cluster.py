@@ -20,6 +20,7 @@ digest when the recipe gives one). On any failure, Ctrl-C included, every contai
 from __future__ import annotations
 
 import ipaddress
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -28,7 +29,8 @@ from edgevllm.kernel import console
 from edgevllm.engine.docker import DockerEngine, RunOptions
 from edgevllm.kernel.errors import ClusterError, EdgeVllmError, ImageNotFoundError
 from edgevllm.serve.recipes import Rendered
-from edgevllm.serve.launch import LABEL_CLUSTER, LABEL_ROLE, check_pinned_digest, health_command, run_options
+from edgevllm.serve.launch import (LABEL_CLUSTER, LABEL_ROLE, check_pinned_digest, entry_command,
+                                   health_command, run_options)
 
 LABEL_NODE = "io.edgevllm.node"
 LABEL_NETWORK = "io.edgevllm.network"
@@ -56,6 +58,8 @@ class ClusterOptions:
     ray_args: list[str] = field(default_factory=list)  # extra `ray start` flags (head and workers)
     ready_timeout_s: float = 300
     wait_healthy_s: float = 0
+    iface: str | None = None  # fills {iface} in the target's launch.cluster_env
+    ib_hca: str | None = None  # fills {ib_hca} (NCCL_IB_HCA)
 
 
 @dataclass
@@ -123,6 +127,7 @@ class Cluster:
         self.rendered, self.nodes, self.options = rendered, nodes, options
         self.head = nodes[0]
         self.started: set[str] = set()  # nodes whose container was started by launch()
+        self.image_id: str | None = None  # the head's image id once checked (JIT cache folder)
         self.network = options.network or ("bridge" if self._one_engine() else "host")
         if self.network == "bridge" and not self._one_engine():
             raise ClusterError("a bridge network spans one engine only: nodes on several engines "
@@ -188,7 +193,10 @@ class Cluster:
 
     # -- plan ----------------------------------------------------------------------------------
     def node_env(self, node: Node) -> dict[str, str]:
-        env = dict(node.env)
+        """The target's cluster env (``{iface}``/``{ib_hca}`` filled), then the node's own."""
+        env = cluster_env(self.rendered.launch.cluster_env,
+                          {"iface": self.options.iface, "ib_hca": self.options.ib_hca})
+        env.update(node.env)
         if node.address and _is_ip(node.address):
             env["VLLM_HOST_IP"] = node.address
         return env
@@ -203,7 +211,7 @@ class Cluster:
             labels=self.labels(node), network=self.network_name,
             hostname=self.container(node) if self.network == "bridge" else None,
             env={**self.node_env(node), **(env or {})}, image=self.image(node), ports=is_head,
-            restart="no", healthcheck=is_head)
+            restart="no", healthcheck=is_head, image_id=self.image_id)
 
     def plan(self) -> list[Step]:
         steps: list[Step] = []
@@ -230,7 +238,7 @@ class Cluster:
                 cmd.append(f"--node-ip-address={node.address}")
             cmd += ["--block", *topo.ray_args, *self.options.ray_args]
             cmd += topo.ray_head_args if is_head else []
-            options = self.run_options(node, cmd)
+            options = self.run_options(node, entry_command(self.rendered, cmd, server=False))
             role = "Ray head" if is_head else "Ray worker"
             steps.append(Step(node, f"start {role} {options.name}", options.argv()))
             if is_head:
@@ -238,7 +246,7 @@ class Cluster:
                                   action=lambda: self.wait_ray_nodes(1)))
         steps.append(Step(self.head, f"wait until ray status counts {len(self.nodes)} nodes",
                           action=lambda: self.wait_ray_nodes(len(self.nodes))))
-        serve = self.serve_argv()
+        serve = entry_command(self.rendered, self.serve_argv(), earlyoom=False)
         exec_argv = ["exec", self.container(self.head), "sh", "-c", _BACKGROUND, "edgevllm-serve",
                      *serve]
         steps.append(Step(self.head, "start the server on the head (last)", exec_argv))
@@ -266,7 +274,7 @@ class Cluster:
                             "--master-addr", master, "--master-port", str(topo.master_port)]
                 if rank > 0:
                     command.append("--headless")
-            options = self.run_options(node, command, env)
+            options = self.run_options(node, entry_command(self.rendered, command), env)
             steps.append(Step(node, f"start rank {rank} {options.name}", options.argv()))
         return steps
 
@@ -316,12 +324,16 @@ class Cluster:
 
     # -- launch / teardown ---------------------------------------------------------------------
     def dry_run(self) -> list[str]:
-        self.image(self.head)
+        ref = self.image(self.head)
+        try:
+            self.image_id = self.head.engine.image_id(ref)
+        except EdgeVllmError:
+            self.image_id = None  # no daemon or no image here: the folder shows as IMAGE-ID
         return [step.command_line() for step in self.plan()]
 
     def launch(self) -> str:
         """Check images, then run the plan; on any failure remove everything it started."""
-        self.check_images()
+        self.image_id = self.check_images()
         self.check_free()
         try:
             for step in self.plan():
@@ -341,7 +353,7 @@ class Cluster:
     def _docker(self, step: Step) -> None:
         if step.argv and step.argv[0] == "run":
             self.started.add(step.node.name)
-        proc = step.node.engine._run(step.argv or [], check=False)
+        proc = step.node.engine.run_cli(step.argv or [], timeout=None)
         if proc.returncode != 0:
             last = (proc.stderr.decode(errors="replace").strip().splitlines() or ["?"])[-1]
             raise ClusterError(f"node {step.node.name}: {step.describe} failed: {last}")
@@ -368,6 +380,19 @@ def teardown(cluster: str, nodes: list[Node]) -> list[str]:
             if engine.network_exists(network):
                 engine.network_remove(network)
     return removed
+
+
+def cluster_env(template: dict[str, str], values: dict[str, str | None]) -> dict[str, str]:
+    """``{iface}`` / ``{ib_hca}`` filled in; an entry naming a value not given is left out."""
+    env = {}
+    for key, text in template.items():
+        names = re.findall(r"\{(\w+)\}", text)
+        if any(not values.get(name) for name in names):
+            continue
+        for name in names:
+            text = text.replace("{" + name + "}", str(values[name]))
+        env[key] = text
+    return env
 
 
 def count_ray_nodes(status_text: str) -> int:

@@ -4,10 +4,17 @@ Containers are started through ``DockerEngine`` with argument lists: no value ev
 a shell, and ``--dry-run`` prints the exact ``docker run`` line. Secrets (``HF_TOKEN``...) are
 passed by name (``-e HF_TOKEN``): their values are in no argv, dry-run output, label, log or file.
 Every container carries ``io.edgevllm.recipe=<name>``; stop/logs/status find containers by it.
+
+The device's launch defaults (``Rendered.launch``: ulimits, env, ``HF_HOME``, JIT cache mounts in
+one host folder per image id) and the recipe's files (read-only) are part of every ``docker run``.
+``--gpu-memory-gb`` / ``--earlyoom`` wrap the command in ``edgevllm/serve/entry.py``, which runs
+inside the container. Each container is labelled with its memory budget in GiB
+(``io.edgevllm.memory-gib``): a new recipe must fit beside the running ones.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import time
@@ -17,7 +24,7 @@ import yaml
 
 from edgevllm.kernel import console
 from edgevllm.engine.docker import DockerEngine, RunOptions
-from edgevllm.kernel.errors import RecipeError
+from edgevllm.kernel.errors import EdgeVllmError, RecipeError
 from edgevllm.kernel.fsutil import atomic_write_text
 from edgevllm.serve.recipes import BuildRef, Rendered
 
@@ -25,6 +32,9 @@ LABEL_RECIPE = "io.edgevllm.recipe"
 LABEL_CLUSTER = "io.edgevllm.cluster"
 LABEL_ROLE = "io.edgevllm.role"
 LABEL_IMAGE = "io.edgevllm.image"
+LABEL_MEMORY = "io.edgevllm.memory-gib"
+UNKNOWN_IMAGE_ID = "IMAGE-ID"  # dry-run without the image: the folder name it will have
+VLLM_DEFAULT_UTILIZATION = 0.9  # vLLM's --gpu-memory-utilization when a recipe gives none
 
 
 def container_name(rendered: Rendered) -> str:
@@ -57,27 +67,131 @@ def run_options(rendered: Rendered, engine: DockerEngine, *, name: str,
                 network: str | None = None, hostname: str | None = None,
                 env: dict[str, str] | None = None, image: str | None = None,
                 ports: bool = True, restart: str | None = None,
-                entrypoint: str | None = None, healthcheck: bool = True) -> RunOptions:
-    """The ``docker run`` options of one recipe container (solo, or one node of a cluster)."""
+                entrypoint: str | None = None, healthcheck: bool = True,
+                image_id: str | None = None) -> RunOptions:
+    """The ``docker run`` options of one recipe container (solo, or one node of a cluster).
+
+    ``image_id`` names the JIT cache folder (``UNKNOWN_IMAGE_ID`` when not known: dry-run).
+    """
     c = rendered.container
     net = network or c.network
-    extra = list(c.extra)
+    extra = ulimit_flags(rendered) + list(c.extra)
     if healthcheck:
         extra += _health_flags(rendered)
+    budget = memory_budget_gib(rendered)
+    memory = {LABEL_MEMORY: f"{budget:g}"} if budget is not None else {}
     return RunOptions(
         image=image or _require_image(rendered),
-        command=list(command if command is not None else rendered.command),
+        command=list(command if command is not None else entry_command(rendered)),
         name=name, detach=True,
-        env={**rendered.env, **(env or {})},
+        env={**launch_env(rendered), **rendered.env, **(env or {})},
         env_names=list(rendered.secrets),
-        volumes=[_expand_volume(v, engine) for v in rendered.volumes],
+        volumes=[_expand_volume(v, engine) for v in rendered.volumes]
+        + launch_volumes(rendered, image_id),
         ports=list(rendered.ports) if ports and net != "host" else [],
         network=net, hostname=hostname, ipc=c.ipc, shm_size=c.shm_size, runtime=c.runtime,
         gpus=c.gpus, restart=restart if restart is not None else rendered.restart,
         entrypoint=entrypoint if entrypoint is not None else c.entrypoint,
-        labels={LABEL_RECIPE: rendered.name, **(labels or {})},
+        labels={LABEL_RECIPE: rendered.name, **memory, **(labels or {})},
         extra=extra,
     )
+
+
+# -- launch defaults (targets/<target>.yaml launch:, overridden by the recipe's launch:) --------
+def launch_env(rendered: Rendered) -> dict[str, str]:
+    env = dict(rendered.launch.env)
+    if rendered.launch.hf_home:
+        env["HF_HOME"] = rendered.launch.hf_home
+    return env
+
+
+def ulimit_flags(rendered: Rendered) -> list[str]:
+    return [arg for name, value in rendered.launch.ulimits.items()
+            for arg in ("--ulimit", f"{name}={value}")]
+
+
+def jit_folder(image_id: str | None) -> str:
+    """One host folder per image: ``sha256:abcd…`` → ``abcd…`` (first 16 hex digits)."""
+    if not image_id:
+        return UNKNOWN_IMAGE_ID
+    return image_id.split(":", 1)[-1][:16]
+
+
+def launch_volumes(rendered: Rendered, image_id: str | None) -> list[str]:
+    root = rendered.launch.jit_cache_root.rstrip("/")
+    folder = jit_folder(image_id)
+    volumes = [f"{root}/{folder}/{name}:{path}"
+               for name, path in rendered.launch.jit_caches.items()]
+    return volumes + [f"{host}:{mount}:ro" for host, mount in rendered.files]
+
+
+def entry_command(rendered: Rendered, command: list[str] | None = None,
+                  server: bool = True, earlyoom: bool = True) -> list[str]:
+    """The command, wrapped in the in-container entry when a GiB budget or earlyoom is asked for.
+
+    ``server``: the command is the model server (gets the memory fraction); a Ray ``ray start``
+    command gets earlyoom only, and the server exec'd beside it (``earlyoom=False``) the fraction.
+    """
+    command = list(command if command is not None else rendered.command)
+    config: dict[str, object] = {}
+    if server and rendered.gpu_memory_gb is not None:
+        config["gpu_memory_gib"] = rendered.gpu_memory_gb
+    if rendered.earlyoom and earlyoom:
+        config["earlyoom"] = list(rendered.launch.earlyoom_args)
+    if not config:
+        return command
+    source = (Path(__file__).with_name("entry.py")).read_text()
+    return ["python3", "-c", source, json.dumps(config, separators=(",", ":")), *command]
+
+
+# -- memory budget: several models on one box ---------------------------------------------------
+def memory_budget_gib(rendered: Rendered) -> float | None:
+    """GiB this recipe may take: --gpu-memory-gb, else its (or vLLM's default) fraction × device."""
+    if rendered.gpu_memory_gb is not None:
+        return float(rendered.gpu_memory_gb)
+    device = rendered.launch.device_memory_gib
+    if device is None or not _is_vllm_serve(rendered.command):
+        return None
+    return round(_utilization(rendered.command) * device, 1)
+
+
+def _utilization(command: list[str]) -> float:
+    for index, arg in enumerate(command):
+        raw = None
+        if arg == "--gpu-memory-utilization" and index + 1 < len(command):
+            raw = command[index + 1]
+        elif arg.startswith("--gpu-memory-utilization="):
+            raw = arg.split("=", 1)[1]
+        if raw is not None:
+            try:
+                return float(raw)
+            except ValueError:
+                break
+    return VLLM_DEFAULT_UTILIZATION
+
+
+def _is_vllm_serve(command: list[str]) -> bool:
+    return len(command) >= 2 and command[0].endswith("vllm") and command[1] == "serve"
+
+
+def check_memory_fits(rendered: Rendered, engine: DockerEngine) -> None:
+    """Refuse a recipe whose budget does not fit beside the running edgevllm containers."""
+    need, device = memory_budget_gib(rendered), rendered.launch.device_memory_gib
+    if need is None or device is None:
+        return
+    running = []
+    for row in engine.containers(label=LABEL_MEMORY, all=False):
+        held = _labels(row).get(LABEL_MEMORY)
+        try:
+            running.append((row["Names"], float(held or 0)))
+        except ValueError:
+            continue
+    used = sum(gib for _, gib in running)
+    if used + need > device:
+        listing = ", ".join(f"{name} ({gib:g} GiB)" for name, gib in running) or "none"
+        raise RecipeError(f"recipe {rendered.name} needs {need:g} GiB but only "
+                          f"{max(device - used, 0):g} of {device:g} GiB are free; running: "
+                          f"{listing}; stop one (inv stop) or lower --gpu-memory-gb")
 
 
 def _health_flags(rendered: Rendered) -> list[str]:
@@ -132,7 +246,7 @@ def build_on_demand(build: BuildRef, recipe: str, engine: DockerEngine | None = 
     """
     what = f"--spec {build.spec}" if build.spec else f"--lock {build.lock}"
     try:
-        from edgevllm.build.runner import build as run_build
+        from edgevllm.build.pipeline import build as run_build
         from edgevllm.model.lock import read_lock
         from edgevllm.kernel.paths import cache_dir, project_root
         from edgevllm.model.spec import load_spec_file, lock_overrides, spec_from_dict
@@ -160,7 +274,8 @@ def serve(rendered: Rendered, engine: DockerEngine, *, name: str | None = None,
     cname = name or container_name(rendered)
     if dry_run:
         image = rendered.image or f"<image built from {rendered.build.spec or rendered.build.lock}>"
-        options = run_options(rendered, engine, name=cname, image=image)
+        options = run_options(rendered, engine, name=cname, image=image,
+                              image_id=_known_image_id(engine, rendered.image))
         return engine.command_line(options.argv())
     engine.check_daemon()
     image = resolve_image(rendered, engine, build)
@@ -169,11 +284,24 @@ def serve(rendered: Rendered, engine: DockerEngine, *, name: str | None = None,
         state = existing.get("State", {}).get("Status", "?")
         raise RecipeError(f"container {cname} already exists ({state}): "
                           f"inv stop --recipe {rendered.name} first, or pass --name")
-    engine.start(run_options(rendered, engine, name=cname, image=image))
+    check_memory_fits(rendered, engine)
+    engine.start(run_options(rendered, engine, name=cname, image=image,
+                             image_id=engine.image_id(image)))
     console.step(f"started {cname} ({image}) on engine {engine.describe()}")
     if wait_s > 0:
         wait_healthy(engine, cname, wait_s, rendered.health.fail_on_log)
     return cname
+
+
+def _known_image_id(engine: DockerEngine, image: str | None) -> str | None:
+    """The image id for a dry-run when the engine can tell it; None when it cannot (no daemon,
+    no such image): the dry-run then shows the folder as IMAGE-ID."""
+    if not image:
+        return None
+    try:
+        return engine.image_id(image)
+    except EdgeVllmError:
+        return None
 
 
 def wait_healthy(engine: DockerEngine, container: str, timeout_s: float,
@@ -284,15 +412,17 @@ def compose_document(rendered: Rendered) -> dict:
     c = rendered.container
     if c.extra:
         console.warn(f"container.extra flags {c.extra} have no Compose equivalent; left out")
-    env = {k: _dollar(v) for k, v in rendered.env.items()}
+    env = {k: _dollar(v) for k, v in {**launch_env(rendered), **rendered.env}.items()}
     env.update({name: f"${{{name}:-}}" for name in rendered.secrets})
     h = rendered.health
     service: dict = {
         "image": _require_image(rendered),
         "container_name": container_name(rendered),
-        "command": [_dollar(a) for a in rendered.command],
+        "command": [_dollar(a) for a in entry_command(rendered)],
         "environment": env,
-        "volumes": [_dollar(v) for v in rendered.volumes],
+        # JIT cache folders are per image id, which only an engine knows: inv serve mounts them.
+        "volumes": [_dollar(v) for v in rendered.volumes + launch_volumes(rendered, "")
+                    if not v.startswith(rendered.launch.jit_cache_root.rstrip("/") + "/")],
         "restart": rendered.restart,
         "healthcheck": {
             "test": ["CMD"] + health_command(rendered.health_port, rendered.health_path),
@@ -310,12 +440,20 @@ def compose_document(rendered: Rendered) -> dict:
     for key, value in (("ipc", c.ipc), ("shm_size", c.shm_size), ("runtime", c.runtime)):
         if value:
             service[key] = value
+    if rendered.launch.ulimits:
+        service["ulimits"] = {name: _compose_ulimit(value)
+                              for name, value in rendered.launch.ulimits.items()}
     if c.gpus:
         count = "all" if c.gpus == "all" else int(c.gpus) if c.gpus.isdigit() else c.gpus
         service["deploy"] = {"resources": {"reservations": {"devices": [
             {"driver": "nvidia", "count": count, "capabilities": ["gpu"]}]}}}
     project = "edgevllm-" + rendered.name.replace(".", "-").replace("_", "-")
     return {"name": project, "services": {rendered.name.replace(".", "-"): service}}
+
+
+def _compose_ulimit(value: str) -> int | dict[str, int]:
+    soft, _, hard = value.partition(":")
+    return {"soft": int(soft), "hard": int(hard)} if hard else int(soft)
 
 
 def write_compose(rendered: Rendered, out: Path | str) -> Path:

@@ -1,15 +1,29 @@
-"""Convert a spark-vllm-docker v1 recipe into an edgevllm launch recipe, reporting what is lost.
+"""Convert a spark-vllm-docker (eugr) recipe into an edgevllm launch recipe, reporting what is lost.
 
-A v1 recipe has ``recipe_version``, ``name``, ``description``, ``model``, ``container`` (an image
+An eugr recipe has ``recipe_version``, ``name``, ``description``, ``model``, ``container`` (an image
 tag its build script produced), ``command`` (one shell line with ``{placeholder}`` fields filled by
 ``str.format``, so literal braces are doubled), ``defaults``, ``env``, ``mods`` (scripts run in the
 container at every start), ``build_args`` (flags for its build script), ``solo_only`` and
-``cluster_only``. The command becomes an argument list (shell quoting resolved once, here), the
-placeholders become Jinja2 ``{{ name }}``; mods, build flags and unknown fields are reported.
+``cluster_only``. The import runs the recipe the way eugr's own runner does:
+
+* ``cluster_only`` → a torch-distributed (no-Ray) cluster, eugr's default backend, of
+  tensor × pipeline × data parallel nodes; a recipe that is neither solo- nor cluster-only and
+  needs more than one GPU → one recipe, solo by default with tensor parallel 1 (eugr's ``--solo``)
+  and that cluster as ``topology.cluster`` (``inv serve --nodes``); solo recipes render tp 1.
+* ``recipe_version`` other than 1 is read as v1 with a note (eugr only warns); a trailing ``\\``
+  is removed; a ``vllm-thor`` container makes a Thor recipe.
+* Everything dropped is a note; an argument naming a file or flag that a dropped mod provides is a
+  **warning naming the mod** — unless the mod folder sits beside the recipes (eugr's layout) and
+  holds that file: then the file is carried by the recipe (``files:``, sha256, read-only mount).
+* A placeholder with no default is listed under ``required``: ``inv serve`` refuses to start
+  without it (reserved names such as ``pipeline_parallel`` included).
+
+``import_file`` writes one recipe; ``import_dir`` imports a folder (``--dry-run``: nothing written).
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shlex
 import string
@@ -18,23 +32,39 @@ from pathlib import Path
 
 import yaml
 
-from edgevllm.kernel.errors import RecipeError
-from edgevllm.kernel.fsutil import atomic_write_text
+from edgevllm.kernel.errors import EdgeVllmError, RecipeError
+from edgevllm.kernel.fsutil import atomic_write_bytes, atomic_write_text
 from edgevllm.kernel.paths import project_root
-from edgevllm.serve.recipes import parse_recipe, valid_image_ref
 from edgevllm.kernel.schema import read_yaml
+from edgevllm.serve.recipes import FILES_DIR, parse_recipe, valid_image_ref
 
 KNOWN = {"recipe_version", "name", "description", "model", "container", "command", "defaults",
          "env", "mods", "build_args", "solo_only", "cluster_only"}
 _SENTINEL = "\x00{}\x00"
 _JINJA_OPEN = re.compile(r"\{[{%#]")
+# vLLM CLI flags that exist only with an eugr mod's patch → the mod that adds them.
+MOD_FLAGS = {"--gpu-memory-utilization-gb": "gpu-mem-util-gb"}
+# Argument values that name a file a mod drops into the container (chat templates, plugins...).
+_FILE_VALUE = re.compile(r"^[\w./-]+\.(jinja2?|py|json|txt|patch|ya?ml)$")
+_MOD_PATH = re.compile(r"(?:^|/)mods/([\w.-]+)/")
 
 
 @dataclass
 class ImportResult:
     recipe: dict
     notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # arguments that will not work as written
+    files: dict[str, bytes] = field(default_factory=dict)  # carried files by name
     path: Path | None = None
+
+
+@dataclass
+class _Context:
+    source: Path
+    notes: list[str]
+    warnings: list[str]
+    mods: list[str]
+    files: dict[str, bytes]
 
 
 def slug(text: str) -> str:
@@ -43,45 +73,74 @@ def slug(text: str) -> str:
 
 
 def convert(data: object, source: str) -> ImportResult:
-    """The converted recipe (a dict that validates) and the list of what was not converted."""
+    """The converted recipe (a dict that validates), the notes and the warnings."""
     if not isinstance(data, dict):
         raise RecipeError(f"{source}: not a spark-vllm-docker recipe (expected a mapping)")
-    version = str(data.get("recipe_version", "1"))
-    if version != "1":
-        raise RecipeError(f"{source}: field 'recipe_version': {version} is not supported; "
-                          "this importer reads version 1")
     for key in ("name", "container", "command"):
         if not data.get(key):
-            raise RecipeError(f"{source}: field '{key}': required in a v1 recipe")
-    notes: list[str] = []
+            raise RecipeError(f"{source}: field '{key}': required in a spark-vllm-docker recipe")
+    ctx = _Context(Path(source), [], [], [str(m) for m in data.get("mods") or []], {})
+    version = str(data.get("recipe_version", "1"))
+    if version != "1":
+        ctx.notes.append(f"recipe_version {version}: read as version 1 (eugr's runner only warns "
+                         "on it; the fields are v1)")
+    name = slug(str(data["name"]))
     defaults = {str(k): v for k, v in (data.get("defaults") or {}).items()}
-    command, fields = command_tokens(str(data["command"]), source, notes)
-    serve_command, args, model = split_serve(command, data.get("model"), notes)
-    topology = _topology(data, defaults, args, notes)
-    for name in sorted(set(fields) - set(defaults) - {"model", "tensor_parallel", "nodes"}):
-        notes.append(f"placeholder '{name}' has no default: pass --set {name}=VALUE at serve time")
+    command, fields = command_tokens(_strip_backslash(str(data["command"]), ctx), source,
+                                     ctx.notes)
+    serve_command, args, model = split_serve(command, data.get("model"), ctx.notes)
+    args, gpu_memory_gb = _mod_arguments(args, name, ctx)
+    given = set(defaults) | {"model"}
+    topology = _topology(data, defaults, ctx.notes)
+    if topology["mode"] == "solo":
+        given.add("tensor_parallel")  # eugr's solo mode fills it with 1
+    target, container = _target(str(data["container"]), ctx.notes)
+    required = _required(fields, given, ctx.notes)
     recipe = {
         "schema_version": 1,
-        "name": slug(str(data["name"])),
-        "description": str(data.get("description") or data["name"]),
-        "targets": ["spark"],
-        "status": {"spark": "untested"},
+        "name": name,
+        "description": str(data.get("description") or data["name"]).strip(),
+        "targets": [target],
+        "status": {target: "untested"},
         "evidence": [f"imported from spark-vllm-docker recipe {Path(source).name}"],
-        "image": _image(str(data["container"]), notes),
+        "image": _image(str(data["container"]), ctx.notes),
         "model": model,
         "defaults": {**{"port": 8000, "hf_cache": "~/.cache/huggingface"}, **defaults},
         "serve": {"command": serve_command, "args": args},
         "env": {str(k): str(v) for k, v in (data.get("env") or {}).items()},
-        "container": {"gpus": "all", "ipc": "host", "network": "host"},
+        "container": container,
         "topology": topology,
     }
-    _unconvertible(data, notes)
+    recipe.update(_optional(required, gpu_memory_gb, ctx.files, name))
+    _unconvertible(data, ctx)
     parse_recipe(recipe, f"{source} (converted)")
-    return ImportResult(recipe, notes)
+    return ImportResult(recipe, ctx.notes, ctx.warnings, ctx.files)
+
+
+def _optional(required: list[str], gpu_memory_gb: float | None, files: dict[str, bytes],
+              name: str) -> dict:
+    out: dict = {}
+    if required:
+        out["required"] = required
+    if gpu_memory_gb is not None:
+        out["gpu_memory_gb"] = gpu_memory_gb
+    if files:
+        out["files"] = [{"path": f"{name}.files/{fname}",
+                         "sha256": hashlib.sha256(body).hexdigest()}
+                        for fname, body in sorted(files.items())]
+    return out
+
+
+def _strip_backslash(command: str, ctx: _Context) -> str:
+    stripped = command.rstrip()
+    if stripped.endswith("\\"):
+        ctx.notes.append("command ends in '\\': removed (eugr's runner strips it too)")
+        return stripped.rstrip("\\").rstrip()
+    return command
 
 
 def command_tokens(command: str, source: str, notes: list[str]) -> tuple[list[str], list[str]]:
-    """Split the v1 shell line into argv, turning ``{x}`` fields into ``{{ x }}``."""
+    """Split the shell line into argv, turning ``{x}`` fields into ``{{ x }}``."""
     pieces, fields = [], []
     try:
         parsed = list(string.Formatter().parse(command))
@@ -118,14 +177,19 @@ def _jinja_token(token: str, fields: list[str]) -> str:
 
 
 def split_serve(tokens: list[str], model: object, notes: list[str]) -> tuple[list, list, str]:
-    """``vllm serve MODEL args`` → (["vllm", "serve"], ["{{ model }}", args...], model)."""
+    """``vllm serve MODEL args`` → (["vllm", "serve"], ["{{ model }}", args...], MODEL).
+
+    The served model wins over a differing ``model:`` (eugr uses ``model:`` for downloads only).
+    """
     if len(tokens) >= 2 and tokens[0].endswith("vllm") and tokens[1] == "serve":
         rest = tokens[2:]
-        if rest and not rest[0].startswith("-"):
-            model = model or rest[0]
-            if rest[0] == model:
-                rest[0] = "{{ model }}"
-        args = _drop_executor(rest)
+        if rest and not rest[0].startswith("-") and "{{" not in rest[0]:
+            if model and str(model) != rest[0]:
+                notes.append(f"model: '{model}' differs from the model the command serves "
+                             f"'{rest[0]}': imported model is '{rest[0]}' (what eugr serves)")
+            model = rest[0]
+            rest[0] = "{{ model }}"
+        args = _drop_executor(rest, notes)
         return tokens[:2], args, str(model or "")
     notes.append("command does not start with 'vllm serve': kept whole as serve.command; "
                  "cluster flags are not added to it")
@@ -134,37 +198,74 @@ def split_serve(tokens: list[str], model: object, notes: list[str]) -> tuple[lis
     return tokens, [], str(model)
 
 
-def _drop_executor(args: list[str]) -> list[str]:
+def _drop_executor(args: list[str], notes: list[str]) -> list[str]:
     """The cluster launcher adds ``--distributed-executor-backend`` itself (ray mode only)."""
     out, skip = [], False
     for arg in args:
         if skip:
             skip = False
+            notes.append(f"--distributed-executor-backend {arg}: dropped (solo needs none; "
+                         "the cluster launcher sets the backend from topology.mode)")
             continue
         if arg == "--distributed-executor-backend":
             skip = True
             continue
         if arg.startswith("--distributed-executor-backend="):
+            notes.append(f"{arg}: dropped (the cluster launcher sets the backend from "
+                         "topology.mode)")
             continue
         out.append(arg)
     return out
 
 
-def _topology(data: dict, defaults: dict, args: list[str], notes: list[str]) -> dict:
-    tp = defaults.pop("tensor_parallel", 1)
+def _int_default(defaults: dict, key: str, notes: list[str]) -> int:
+    value = defaults.get(key, 1)
     try:
-        tensor_parallel = int(tp)
+        return max(int(value), 1)
     except (TypeError, ValueError):
-        notes.append(f"defaults.tensor_parallel '{tp}' is not a number: set topology yourself")
-        tensor_parallel = 1
+        notes.append(f"defaults.{key} '{value}' is not a number: counted as 1")
+        return 1
+
+
+def _topology(data: dict, defaults: dict, notes: list[str]) -> dict:
+    """eugr's modes: cluster-only → torch cluster of tp×pp×dp nodes; solo renders tp 1."""
+    tp = _int_default(defaults, "tensor_parallel", notes)
+    pp = _int_default(defaults, "pipeline_parallel", notes)
+    dp = _int_default(defaults, "data_parallel", notes)
+    defaults.pop("tensor_parallel", None)
+    nodes = tp * pp * dp
     if data.get("cluster_only"):
-        notes.append("cluster_only: imported as a 2-node Ray cluster; set topology.nodes to your "
-                     "node count and serve with --nodes")
-        return {"mode": "ray", "nodes": 2, "tensor_parallel": tensor_parallel}
-    if not data.get("solo_only") and tensor_parallel > 1:
-        notes.append(f"tensor_parallel {tensor_parallel} on one Spark (one GPU): imported as solo; "
-                     "for a cluster set topology.mode: ray and nodes")
-    return {"mode": "solo", "tensor_parallel": tensor_parallel}
+        if nodes < 2:
+            notes.append("cluster_only with tensor × pipeline × data parallel = 1: imported as a "
+                         "2-node cluster; set topology.nodes")
+        notes.append(f"cluster_only: a {max(nodes, 2)}-node torch-distributed cluster "
+                     "(eugr's default, no Ray); topology.mode: ray for Ray")
+        return {"mode": "torch", "nodes": max(nodes, 2), "tensor_parallel": tp}
+    if tp > 1:
+        notes.append(f"solo renders tensor_parallel 1 (defaults say {tp}), as eugr's --solo does")
+    if data.get("solo_only") or nodes < 2:
+        return {"mode": "solo", "tensor_parallel": 1}
+    notes.append(f"runs solo or clustered: inv serve --nodes A,B,... runs it as a {nodes}-node "
+                 "torch cluster (topology.cluster)")
+    return {"mode": "solo", "tensor_parallel": 1,
+            "cluster": {"mode": "torch", "nodes": nodes, "tensor_parallel": tp,
+                        "pipeline_parallel": pp}}
+
+
+def _required(fields: list[str], given: set[str], notes: list[str]) -> list[str]:
+    """Placeholders eugr would refuse to fill (no default): serve needs them from --set."""
+    required = sorted(set(fields) - given)
+    for name in required:
+        notes.append(f"placeholder '{name}' has no default: serve needs --set {name}=VALUE")
+    return required
+
+
+def _target(container: str, notes: list[str]) -> tuple[str, dict]:
+    """A ``vllm-thor`` container is a Thor recipe (the Jetson runtime); anything else is Spark."""
+    if "thor" in container.lower():
+        notes.append(f"container '{container}' is a Thor image: target thor (runtime nvidia)")
+        return "thor", {"runtime": "nvidia", "ipc": "host", "network": "host"}
+    return "spark", {"gpus": "all", "ipc": "host", "network": "host"}
 
 
 def _image(container: str, notes: list[str]) -> str:
@@ -176,32 +277,196 @@ def _image(container: str, notes: list[str]) -> str:
     return container
 
 
-def _unconvertible(data: dict, notes: list[str]) -> None:
-    for mod in data.get("mods") or []:
-        notes.append(f"mod '{mod}' (a script run in the container at every start): edgevllm "
-                     "applies mods at build time; add it to the image's build spec")
+# -- arguments that depend on a dropped mod -----------------------------------------------------
+def _mod_arguments(args: list[str], name: str, ctx: _Context) -> tuple[list[str], float | None]:
+    """Convert or warn about arguments a dropped mod provides; return (args, gpu_memory_gb)."""
+    out: list[str] = []
+    gpu_memory_gb = None
+    index = 0
+    while index < len(args):
+        flag, value, width = _flag_value(args, index)
+        if flag in MOD_FLAGS:
+            number = _number(value)
+            if number is not None:
+                gpu_memory_gb = number
+                ctx.notes.append(f"{flag} {value} (mod {MOD_FLAGS[flag]}): converted to "
+                                 "gpu_memory_gb (inv serve --gpu-memory-gb)")
+            else:
+                ctx.warnings.append(f"{flag} {value} needs eugr mod '{MOD_FLAGS[flag]}' (a vLLM "
+                                    "patch), which was dropped: use gpu_memory_gb instead")
+                out += args[index:index + width]
+            index += width
+            continue
+        arg = args[index]
+        out.append(_file_argument(arg, ctx, name) if _names_file(arg) else arg)
+        index += 1
+    return out, gpu_memory_gb
+
+
+def _flag_value(args: list[str], index: int) -> tuple[str, str, int]:
+    arg = args[index]
+    if arg.startswith("--") and "=" in arg:
+        flag, _, value = arg.partition("=")
+        return flag, value, 1
+    value = args[index + 1] if index + 1 < len(args) else ""
+    return arg, value, 2
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def _names_file(arg: str) -> bool:
+    value = arg.partition("=")[2] if arg.startswith("--") else arg
+    if "{{" in value or "://" in value:
+        return False
+    return bool(_FILE_VALUE.match(value)) and (not value.startswith("/")
+                                                or bool(_MOD_PATH.search(value)))
+
+
+def _file_argument(arg: str, ctx: _Context, name: str) -> str:
+    """Carry the file if its mod folder is at hand; otherwise keep the argument and warn."""
+    prefix, eq, value = arg.partition("=") if arg.startswith("--") else ("", "", arg)
+    match = _MOD_PATH.search(value)
+    candidates = [m for m in ctx.mods if match and Path(m).name == match.group(1)] or ctx.mods
+    fname = Path(value).name
+    for mod in candidates:
+        found = _mod_file(ctx.source, mod, fname)
+        if found is not None:
+            ctx.files[fname] = found.read_bytes()
+            ctx.notes.append(f"{value} comes from mod '{mod}': carried by the recipe "
+                             f"({name}.files/{fname}, mounted read-only at {FILES_DIR}/{fname})")
+            return f"{prefix}{eq}{FILES_DIR}/{fname}"
+    if match and not candidates:
+        who = f"mod '{match.group(1)}'"
+    elif len(candidates) == 1:
+        who = f"mod '{candidates[0]}'"
+    elif candidates:
+        who = "one of the mods " + ", ".join(f"'{m}'" for m in candidates)
+    else:
+        who = "nothing in the recipe (no mod, no volume)"
+    ctx.warnings.append(f"argument '{arg}' names a file provided by {who}, which was dropped: "
+                        "add the file under files: or the argument will fail")
+    return arg
+
+
+def _mod_file(source: Path, mod: str, fname: str) -> Path | None:
+    """eugr's layout: ``<repo>/recipes[/<sub>]/x.yaml`` and ``<repo>/mods/<mod>/...``."""
+    for folder in list(source.resolve().parents)[:4]:
+        mod_dir = folder / mod
+        if mod_dir.is_dir():
+            hits = sorted(p for p in mod_dir.rglob(fname) if p.is_file())
+            if hits:
+                return hits[0]
+    return None
+
+
+def _unconvertible(data: dict, ctx: _Context) -> None:
+    for mod in ctx.mods:
+        ctx.notes.append(f"mod '{mod}' dropped (a script eugr runs in the container at every "
+                         "start): edgevllm applies mods at build time; add it to the build spec")
     if data.get("build_args"):
-        notes.append(f"build_args {list(data['build_args'])} (flags for build-and-copy.sh): "
-                     "express them in a build spec")
+        ctx.notes.append(f"build_args {list(data['build_args'])} (flags for build-and-copy.sh): "
+                         "express them in a build spec")
     for key in sorted(set(data) - KNOWN):
-        notes.append(f"field '{key}' is not a v1 field edgevllm knows; left out")
+        ctx.notes.append(f"field '{key}' is not a spark-vllm-docker field edgevllm knows; left out")
 
 
+# -- writing ------------------------------------------------------------------------------------
 def render_yaml(result: ImportResult, source: str) -> str:
     lines = [f"# Imported from spark-vllm-docker recipe {Path(source).name} (inv recipe-import).",
              "# Not yet tried with an edgevllm image: review, then mark status known-good."]
-    lines += [f"# not converted: {note}" for note in result.notes]
+    lines += [f"# WARNING: {warning}" for warning in result.warnings]
+    lines += [f"# note: {note}" for note in result.notes]
     body = yaml.safe_dump(result.recipe, sort_keys=False, default_flow_style=False, width=1000,
                           allow_unicode=True)
     return "\n".join(lines) + "\n" + body
 
 
+def _refuse_script(path: Path) -> None:
+    try:
+        head = path.read_bytes()[:2]
+    except OSError:
+        return  # read_yaml reports it
+    if path.suffix == ".sh" or head == b"#!":
+        raise RecipeError(f"{path}: launch scripts are not recipes; take the 'vllm serve' line "
+                          "into a recipe's serve.args (docs/recipes.md), or import the YAML "
+                          "recipe it came from")
+
+
+def convert_file(path: Path) -> ImportResult:
+    _refuse_script(path)
+    return convert(read_yaml(path, RecipeError), str(path))
+
+
+def write_result(result: ImportResult, source: Path, target: Path) -> None:
+    """The recipe and its carried files (``<name>.files/``), each written atomically."""
+    for fname, body in result.files.items():
+        atomic_write_bytes(target.parent / f"{result.recipe['name']}.files" / fname, body)
+    atomic_write_text(target, render_yaml(result, str(source)))
+    result.path = target
+
+
 def import_file(path: Path, out: Path | None = None, force: bool = False) -> ImportResult:
-    data = read_yaml(path, RecipeError)
-    result = convert(data, str(path))
+    result = convert_file(path)
     target = out or project_root() / "recipes" / f"{result.recipe['name']}.yaml"
     if target.exists() and not force:
         raise RecipeError(f"{target} exists: pass --out FILE or --force")
-    atomic_write_text(target, render_yaml(result, str(path)))
-    result.path = target
+    write_result(result, path, target)
     return result
+
+
+@dataclass
+class DirRow:
+    source: str
+    status: str  # imported | would import | failed
+    result: ImportResult | None = None
+    error: str = ""
+
+
+def import_dir(folder: Path, out_dir: Path | None = None, force: bool = False,
+               dry_run: bool = False) -> list[DirRow]:
+    """Every ``*.yaml`` / ``*.yml`` / ``*.sh`` under ``folder``; one row each, failures included.
+
+    Given an eugr checkout, its ``recipes/`` folder is read; ``mods/`` folders are never recipes.
+    """
+    if not folder.is_dir():
+        raise RecipeError(f"{folder}: not a folder")
+    if (folder / "recipes").is_dir():
+        folder = folder / "recipes"
+    out_dir = out_dir or project_root() / "recipes"
+    rows, taken = [], set()
+    paths = [p for p in folder.rglob("*") if p.suffix in (".yaml", ".yml", ".sh")
+             and "mods" not in p.relative_to(folder).parts]
+    for path in sorted(paths):
+        rel = str(path.relative_to(folder))
+        try:
+            result = convert_file(path)
+            target = _unique_target(result, path.relative_to(folder), out_dir, taken)
+            if target.exists() and not force and not dry_run:
+                raise RecipeError(f"{target} exists: pass --force")
+            if not dry_run:
+                write_result(result, path, target)
+            result.path = target
+            rows.append(DirRow(rel, "would import" if dry_run else "imported", result))
+        except EdgeVllmError as exc:
+            rows.append(DirRow(rel, "failed", error=str(exc)))
+    return rows
+
+
+def _unique_target(result: ImportResult, rel: Path, out_dir: Path, taken: set[str]) -> Path:
+    """Two recipes of one name in different subfolders (``4x-spark-cluster/``): suffix it."""
+    name = result.recipe["name"]
+    if name in taken and rel.parent != Path("."):
+        name = slug(f"{name}-{rel.parent.as_posix()}")
+        result.recipe["name"] = name
+        result.recipe.update({k: v for k, v in _optional(
+            result.recipe.get("required", []), result.recipe.get("gpu_memory_gb"),
+            result.files, name).items() if k == "files"})
+    if name in taken:
+        raise RecipeError(f"recipe name '{name}' is imported twice from this folder: rename one")
+    taken.add(name)
+    return out_dir / f"{name}.yaml"

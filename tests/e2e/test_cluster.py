@@ -48,6 +48,8 @@ def cluster_recipe(image: str, name: str, ray_args=None, command=None):
         "container": {"ports": [], "volumes": [], "shm_size": None, "ipc": None},
         "topology": {"mode": "ray", "nodes": 2, "ray_args": ray_args or RAY_ARGS,
                      "ray_head_args": ["--include-dashboard=false"]},
+        # The CI engine runs in a sandbox that cannot raise nofile to the device default.
+        "launch": {"ulimits": {"nofile": None}},
     }, name)
 
 
