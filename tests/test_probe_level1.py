@@ -31,13 +31,13 @@ def spark(**overrides) -> ProbeTarget:
 @pytest.mark.parametrize("target, arches, expected", [
     ("12.1a", ["sm_90", "sm_121a"], ("native", ["sm_121a"])),
     ("12.1a", ["sm_90", "sm_120f"], ("compatible", ["sm_120f"])),
-    ("12.1a", ["sm_120", "sm_121"], ("compatible", ["sm_120", "sm_121"])),
+    ("12.1a", ["sm_120", "sm_121"], ("native", ["sm_121"])),  # any SASS for exactly 12.1 is native
     ("12.1a", ["sm_120a"], ("none", [])),               # sm_120a SASS does not run on GB10
     ("12.1a", ["sm_100", "compute_120"], ("ptx", ["compute_120"])),
     ("12.1a", ["compute_120a"], ("none", [])),          # compute_XYa only JITs for X.Y
     ("11.0a", ["sm_80", "sm_90", "sm_120", "sm_121a"], ("none", [])),
-    ("11.0a", ["sm_100", "sm_110"], ("compatible", ["sm_110"])),
-    ("11.0a", ["sm_110a", "sm_110f"], ("native", ["sm_110a"])),
+    ("11.0a", ["sm_100", "sm_110"], ("native", ["sm_110"])),
+    ("11.0a", ["sm_110a", "sm_110f"], ("native", ["sm_110a", "sm_110f"])),
     ("11.0a", ["compute_90"], ("ptx", ["compute_90"])),
     ("11.0a", [], ("none", [])),
 ])

@@ -31,7 +31,6 @@ GOOD_OUTCOMES = ("applied", "already-applied", "not-applicable")
 
 _NO_DRIVER = re.compile(r"libcuda\.so(\.\d+)*: cannot open shared object file")
 _DRIVER_SYMBOL = re.compile(r"undefined symbol: (cu[A-Z]\w*)")
-_ARCH = re.compile(r"^(sm|compute)_(\d+)(\d)([af]?)$")
 
 
 def check_script() -> bytes:
@@ -66,39 +65,13 @@ def collect_facts(engine: DockerEngine, image: str, target: ProbeTarget, compone
 
 
 # -- judging ---------------------------------------------------------------------------------------
-def parse_arch(text: str) -> tuple[str, int, int, str] | None:
-    """``sm_121a`` → ("sm", 12, 1, "a"); ``compute_90`` → ("compute", 9, 0, "")."""
-    match = _ARCH.match(text.strip().lower())
-    if not match:
-        return None
-    return match.group(1), int(match.group(2)), int(match.group(3)), match.group(4)
-
-
 def arch_coverage(target_arch: str, arch_list: Iterable[str]) -> tuple[str, list[str]]:
-    """How ``arch_list`` covers the target (``12.1a``): native, compatible, ptx or none.
+    """How ``arch_list`` covers the target (``12.1a``): native, compatible, ptx or none, and the
+    arches reaching that level. The rules are ``edgevllm.model.cuda``'s (the one owner)."""
+    from edgevllm.model.cuda import arch_list_coverage, parse_device
 
-    SASS for sm_XYa runs only on X.Y; plain sm_XY / family sm_XYf runs on X.Z for Z >= Y; PTX
-    compute_XY (non-a) is JIT-compiled on any later device; compute_XYa only on X.Y.
-    """
-    major, minor = (int(p) for p in target_arch.rstrip("af").split("."))
-    native, compatible, ptx = [], [], []
-    for arch in arch_list:
-        parsed = parse_arch(arch)
-        if parsed is None:
-            continue
-        kind, amaj, amin, variant = parsed
-        exact = (amaj, amin) == (major, minor)
-        if kind == "sm" and exact and variant == "a":
-            native.append(arch)
-        elif kind == "sm" and variant != "a" and amaj == major and amin <= minor:
-            compatible.append(arch)
-        elif kind == "compute" and (exact if variant == "a" else (amaj, amin) <= (major, minor)):
-            ptx.append(arch)
-    if native:
-        return "native", native
-    if compatible:
-        return "compatible", compatible
-    return ("ptx", ptx) if ptx else ("none", [])
+    found, matched = arch_list_coverage(parse_device(target_arch), arch_list)
+    return ("ptx" if found == "ptx-jit" else found), matched
 
 
 def classify_load_error(error: str, ld_preload: str | None) -> tuple[str, str, str | None]:

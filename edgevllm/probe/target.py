@@ -1,20 +1,16 @@
 """What the probe needs to know about a target, read from the target definition.
 
 The probe reads only a few target fields (name, cuda_arch, device_name, runtime_env and the
-``probe`` section). ``probe_target`` accepts a target name, the object ``edgevllm.targets``
-returns, or a plain mapping, so the probe does not depend on how the target model is spelled.
+``probe`` section). ``probe_target`` accepts a target name (loaded by ``edgevllm.model.targets``),
+the ``Target`` object it returns, or a plain mapping (tests).
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-import yaml
-
 from edgevllm.kernel.errors import UnknownTargetError
-from edgevllm.kernel.paths import data_dirs
 
 # What level 1 looks at when the target names nothing else: vLLM and the libraries it
 # loads on these devices (CuTe DSL is the `cutlass` package of nvidia-cutlass-dsl).
@@ -57,21 +53,10 @@ def _from_object(obj: Any) -> ProbeTarget:
 
 
 def _load_by_name(name: str) -> Any:
-    """The target via ``edgevllm.targets.load_target`` when that module exists, else its YAML."""
-    try:
-        targets = importlib.import_module("edgevllm.model.targets")
-    except ModuleNotFoundError:
-        targets = None
-    if targets is not None and hasattr(targets, "load_target"):
-        return targets.load_target(name)
-    for folder in data_dirs("targets"):
-        path = folder / f"{name}.yaml"
-        if path.is_file():
-            data = yaml.safe_load(path.read_text()) or {}
-            data.setdefault("name", name)
-            return data
-    raise UnknownTargetError(f"unknown target '{name}': no targets/{name}.yaml; "
-                             "use one of the files in targets/")
+    """The target from targets/*.yaml through ``edgevllm.model.targets`` (the one loader)."""
+    from edgevllm.model.targets import load_target
+
+    return load_target(name)
 
 
 def probe_target(target: Any) -> ProbeTarget:

@@ -20,7 +20,6 @@ from edgevllm.verify.policy import load_policy
 from edgevllm.verify.report import write_json
 from edgevllm.verify.sources import inspect_file, scan_directory, scan_image_stream, scan_tar_stream
 from edgevllm.verify.streams import open_tarball_stream
-from edgevllm.verify.target import resolve_target
 
 Inspect = Callable[[str, object], LibraryReport]
 
@@ -105,7 +104,9 @@ def verify(target: str, *, image: str | None = None, tarball: Path | str | None 
 
     Returns the verdict whether or not it passed; writes ``json_out`` atomically when given.
     """
-    name, arch = resolve_target(target)
+    from edgevllm.model.targets import resolve_cuda_target
+
+    name, arch = resolve_cuda_target(target)
     rules = load_policy(policy)
     checker = None
     if cuobjdump:

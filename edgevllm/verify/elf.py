@@ -7,6 +7,7 @@ member is handled alike. Every offset is bounds-checked: a truncated file raises
 
 from __future__ import annotations
 
+import re
 import struct
 
 from edgevllm.kernel.errors import CorruptBinaryError, NotElfError
@@ -47,9 +48,9 @@ def _section_headers(buf) -> list[tuple]:
     return headers + [shstrndx]
 
 
-def _name(strtab, offset: int) -> str:
-    end = bytes(strtab[offset:offset + 64]).find(b"\0")
-    return bytes(strtab[offset:offset + (end if end >= 0 else 64)]).decode("latin-1")
+def _name(strtab, offset: int, limit: int = 64) -> str:
+    end = bytes(strtab[offset:offset + limit]).find(b"\0")
+    return bytes(strtab[offset:offset + (end if end >= 0 else limit)]).decode("latin-1")
 
 
 def _contents(buf, header: tuple) -> memoryview:
@@ -63,6 +64,11 @@ def _contents(buf, header: tuple) -> memoryview:
 
 def fatbin_sections(buf) -> list[tuple[str, memoryview]]:
     """``[(section name, contents)]`` for each ``.nv_fatbin`` / ``__nv_relfatbin`` section."""
+    return [(name, contents) for name, contents, _ in fatbin_sections_at(buf)]
+
+
+def fatbin_sections_at(buf) -> list[tuple[str, memoryview, int]]:
+    """Like ``fatbin_sections``, with each section's file offset."""
     headers = _section_headers(buf)
     if not headers:
         return []
@@ -72,12 +78,51 @@ def fatbin_sections(buf) -> list[tuple[str, memoryview]]:
     for header in headers:
         name = _name(strtab, header[0])
         if name in FATBIN_SECTIONS:
-            found.append((name, _contents(buf, header)))
+            found.append((name, _contents(buf, header), header[4]))
     return found
 
 
+EM_CUDA = 190
+_ABI_V7_MAX = 7  # e_ident[EI_ABIVERSION]: CUDA <= 12.x cubins say 7 (or less), CUDA 13 says 8
+
+
+def is_cuda_elf(buf) -> bool:
+    """A raw cubin (``e_machine`` EM_CUDA), not a host library."""
+    return len(buf) >= 20 and is_elf(buf) and struct.unpack_from("<H", buf, 18)[0] == EM_CUDA
+
+
 def cubin_sm(payload) -> int | None:
-    """The SM number an uncompressed cubin was built for (``(e_flags >> 8) & 0xff``)."""
+    """The SM number an uncompressed cubin was built for, from its ELF header's ``e_flags``.
+
+    Cubin ELF ABI version 8 (CUDA 13) keeps the SM in bits 8-15 (``0x6006e02`` → 110); ABI
+    version 7 and older (CUDA 11.x-12.x) in bits 0-7 (``0x4b054b`` → 75)."""
     if len(payload) < _EHDR.size or not is_elf(payload):
         return None
-    return (_EHDR.unpack_from(payload, 0)[7] >> 8) & 0xFF
+    flags = _EHDR.unpack_from(payload, 0)[7]
+    if payload[8] <= _ABI_V7_MAX:
+        return flags & 0xFF
+    return (flags >> 8) & 0xFF
+
+
+_ARCH_NOTE = re.compile(rb"-arch sm_(\d+)([af]?)\b")
+
+
+def cubin_variant(cubin) -> str:
+    """``a``/``f``/"" of a raw cubin: e_flags does not say, ptxas's own command line does (kept
+    in the ``.note.nv.tkinfo`` note near the start of the file)."""
+    match = _ARCH_NOTE.search(bytes(cubin[:16384]))
+    return match.group(2).decode() if match else ""
+
+
+def text_symbols(cubin) -> list[str]:
+    """Kernel names of a whole (uncompressed) cubin: its ``.text.<name>`` sections, in order."""
+    try:
+        headers = _section_headers(cubin)
+    except (CorruptBinaryError, NotElfError, struct.error):
+        return []
+    if not headers:
+        return []
+    shstrndx = headers.pop()
+    strtab = _contents(cubin, headers[shstrndx])
+    names = (_name(strtab, header[0], 4096) for header in headers)
+    return [name[len(".text."):] for name in names if name.startswith(".text.")]

@@ -10,7 +10,7 @@ import pytest
 from edgevllm.verify import judge, load_policy, parse_arch, scan_file
 from edgevllm.verify.compat import library_level
 from edgevllm.verify.library import LibraryReport
-from edgevllm.verify.target import resolve_target
+from edgevllm.model.targets import resolve_cuda_target as resolve_target
 from edgevllm.kernel.errors import ConfigError, PolicyError, UnknownTargetError
 from support.cuda_libs import aarch64_cuda_lib, nvcc_libs
 
