@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from edgevllm.sources.precompiled import choose_mode, compiled_paths, python_only_change
+from edgevllm.sources.precompiled import mode_for_tree, compiled_paths, python_only_change
 from edgevllm.sources.prepare import SourceRequest, prepare_sources
 from support.gitfixtures import add_pr, commit_to_branch, make_upstream_repo
 
@@ -109,6 +109,19 @@ def test_main_past_the_release_counts_in_the_combined_diff(tmp_path):
     assert result.blocking == ["csrc/a.cu"] and not result.applies
 
 
+def test_prerelease_tags_are_not_releases(tmp_path):
+    """v0.2.0rc1 has no wheel on PyPI: the diff is taken against v0.1.0 below it."""
+    root = tmp_path / "up"
+    (root / "tree").mkdir(parents=True)
+    (root / "tree" / "a.py").write_text("A = 1\n")
+    up = make_upstream_repo(root, root / "tree")
+    rc = commit_to_branch(up, "main", {"b.py": "B = 1\n"}, "main: work")
+    up.git("update-ref", "refs/tags/v0.2.0rc1", rc)
+    add_pr(up, 4, {"a.py": "A = 2\n"}, base="main")
+    result = check(up, tmp_path, pr=4)
+    assert result.release_tag == "v0.1.0" and result.changed == ["a.py", "b.py"]
+
+
 def test_no_release_tag_below(tmp_path):
     from support.gitfixtures import git
 
@@ -131,13 +144,13 @@ def test_compiled_paths_rule():
                                        "CMakeLists.txt", "pyproject.toml", "vllm/_custom_ops.py"]
 
 
-def test_choose_mode_says_why(upstream, tmp_path):
+def test_mode_for_tree_says_why(upstream, tmp_path):
     python_only = check(upstream, tmp_path / "a", pr=PR_PY)
-    auto = choose_mode(python_only, force_compile=False, has_change_request=True)
+    auto = mode_for_tree(python_only, force_compile=False, has_change_request=True)
     assert auto.mode == "precompiled"
     assert auto.message == ("Python-only change: reusing the compiled kernels of vllm 0.1.0; "
                             "--compile to compile")
-    forced = choose_mode(python_only, force_compile=True, has_change_request=True)
+    forced = mode_for_tree(python_only, force_compile=True, has_change_request=True)
     assert forced.mode == "compile" and "--compile" in forced.message
     kernels = check(upstream, tmp_path / "b", pr=PR_CSRC)
-    assert choose_mode(kernels, force_compile=False, has_change_request=True).mode == "compile"
+    assert mode_for_tree(kernels, force_compile=False, has_change_request=True).mode == "compile"

@@ -11,7 +11,7 @@ change makes an older wheel's extensions unusable (``csrc/``, ``cmake/``, ``CMak
 
 ``python_only_change(prepared)`` reads the host's git mirror (no network, no container) and
 returns a ``PythonOnlyCheck``: the release, the changed paths and the ones that block.
-``choose_mode`` turns it and the user's flags into the build mode and the line that says why.
+``mode_for_tree`` turns it and the user's flags into the build mode and the line that says why.
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ COMPILED_DIRS = ("csrc", "cmake", "rust")
 COMPILED_FILES = ("CMakeLists.txt", "pyproject.toml", "vllm/_custom_ops.py")
 COMPILED_PATHS = COMPILED_DIRS + COMPILED_FILES
 RELEASE_TAG_GLOB = "v[0-9]*"
+# Pre-releases have no wheel on PyPI to take kernels from: only final release tags count.
+PRERELEASE_GLOBS = ("*rc*", "*dev*", "*a[0-9]*", "*b[0-9]*")
 
 
 def compiled_paths(changed: list[str]) -> list[str]:
@@ -70,8 +72,9 @@ class PythonOnlyCheck:
 
 def nearest_release(mirror: GitMirror, commit: str) -> tuple[str, str] | None:
     """The nearest release tag reachable from ``commit`` and its commit, or None."""
-    proc = mirror.git("describe", "--tags", "--abbrev=0", "--match", RELEASE_TAG_GLOB, commit,
-                      check=False)
+    excludes = [arg for glob in PRERELEASE_GLOBS for arg in ("--exclude", glob)]
+    proc = mirror.git("describe", "--tags", "--abbrev=0", "--match", RELEASE_TAG_GLOB, *excludes,
+                      commit, check=False)
     if proc.returncode != 0:
         return None
     tag = out(proc)
@@ -113,8 +116,8 @@ class ModeChoice:
     check: PythonOnlyCheck | None = None
 
 
-def choose_mode(check: PythonOnlyCheck, *, force_compile: bool, has_change_request: bool
-                ) -> ModeChoice:
+def mode_for_tree(check: PythonOnlyCheck, *, force_compile: bool, has_change_request: bool
+                  ) -> ModeChoice:
     """``precompiled`` when a requested change (PR, picks, ref past a release) is Python-only
     and ``--compile`` was not given; ``compile`` otherwise, saying why."""
     if force_compile:
