@@ -1,4 +1,4 @@
-"""The steps of one build, in order. ``build.build()`` is the entry point; each step is a function.
+"""The steps of one build, in order. ``build()`` is the entry point; each step is a function.
 
 1. sources   resolve refs/PRs to SHAs, apply cherry-picks, then source patches (seconds; fails early)
 2. mods      select and stage the mods for the target (fails early on unknown/conflicting mods)
@@ -16,7 +16,9 @@ import json
 from pathlib import Path
 
 from edgevllm.kernel import console
-from edgevllm.build.runner import BuildResult, BuildRunner, Workspace, compile_key, copy_lock_beside, export_wheels, relabel, timestamp, with_options, write_context
+from edgevllm.build.runner import (BuildResult, BuildRunner, Workspace, compile_key,
+                                   copy_lock_beside, export_wheels, preflight, relabel, timestamp,
+                                   with_options, write_context)
 from edgevllm.engine.docker import BuildOptions, DockerEngine
 from edgevllm.kernel import labels
 from edgevllm.kernel.errors import ArchGateFailed, BuildError, ProbeError
@@ -24,7 +26,7 @@ from edgevllm.model.lock import LOCK_IMAGE_PATH, LOCK_LABEL, BaseImageLock, Lock
 from edgevllm.build.buildreqs import BuildLayout, read_build_layout
 from edgevllm.build.render import render_dockerfile
 from edgevllm.sources.prepare import PreparedSource, SourceRequest, prepare_sources, summarize
-from edgevllm.model.spec import EffectiveSpec
+from edgevllm.model.spec import BuildSpec, EffectiveSpec, resolve
 
 LOCK_FILE_IN_IMAGE = Path(LOCK_IMAGE_PATH).name  # the meta context is copied to /opt/edgevllm/
 
@@ -52,9 +54,12 @@ def prepare_all_sources(eff: EffectiveSpec, ws: Workspace,
 
 
 def apply_patches(eff: EffectiveSpec, prepared: PreparedSource) -> list[dict]:
-    from edgevllm.mods.patches import apply_source_patches
+    from edgevllm.mods.patches import apply_patch, load_patches
+    from edgevllm.sources.plan import patches_skipped
 
-    outcomes = apply_source_patches(prepared.tree_dir, eff.target.name, prepared.version)
+    skipped = patches_skipped(eff.target)  # kernel_plan.code: family keeps vLLM's own arches
+    outcomes = [apply_patch(patch, prepared.tree_dir, prepared.version) for patch in load_patches()
+                if eff.target.name in patch.manifest.targets and patch.name not in skipped]
     for outcome in outcomes:
         console.info(f"  patch {outcome['name']}: {outcome['outcome']} {outcome.get('detail', '')}")
     return outcomes
@@ -101,7 +106,7 @@ def lock_settings(eff: EffectiveSpec) -> dict:
 
 def base_options(eff: EffectiveSpec, ws: Workspace, prepared: dict[str, PreparedSource],
                  build_args: dict[str, str]) -> BuildOptions:
-    contexts = {"vllm-src": str(prepared["vllm"].tree_dir),
+    contexts = {"vllm-src": str(prepared["vllm"].tree_dir), "cmake-deps": str(ws.root / "deps"),
                 "edgevllm-mods": str(ws.context / "edgevllm-mods"),
                 "edgevllm-meta": str(ws.context / "edgevllm-meta")}
     if "flashinfer" in prepared:
@@ -125,6 +130,9 @@ def static_labels(eff: EffectiveSpec, lock: Lock, tag: str) -> dict[str, str]:
         labels.PRS: ",".join(prs),
         labels.MODS_VERSIONS: ",".join(f"{m.name}={m.version}" for m in lock.mods),
         labels.TAG: tag,
+        labels.KERNEL_PLAN: json.dumps({k: lock.kernel_plan.get(k) for k in ("cuda_archs", "none")},
+                                       separators=(",", ":")),
+        labels.VLLM_RS: lock.kernel_plan.get("vllm_rs") or "not in the tree",
         LOCK_LABEL: label_value(lock),
     }
 
@@ -174,12 +182,34 @@ def prepare(eff: EffectiveSpec, ws: Workspace, engine: DockerEngine, locked: Loc
     prepared = prepare_all_sources(eff, ws, locked)
     patches = apply_patches(eff, prepared["vllm"])
     layout = build_layout(prepared["vllm"])
+    kernel_plan, deps = kernel_preflight(eff, ws, prepared["vllm"], locked)
     build_args = {"VLLM_VERSION": prepared["vllm"].pep440_version, **eff.spec.build_args}
     lock = make_lock(eff, prepared, staged, patches, build_args, engine)
-    key = compile_key(render_dockerfile(eff, staged.env, layout),
-                      {n: p.tree_hash for n, p in prepared.items()}
+    lock.cmake_deps, lock.kernel_plan = deps, kernel_plan.summary()
+    dockerfile = render_dockerfile(eff, staged.env, layout)  # rendered once per build
+    key = compile_key(dockerfile, {n: p.tree_hash for n, p in prepared.items()}
+                      | {f"cmake-dep:{n}": d.tree for n, d in deps.items()}
                       | {"patches": json.dumps(patches, sort_keys=True)}, build_args)
-    return prepared, staged, lock, build_args, key, layout
+    return prepared, staged, lock, build_args, key, dockerfile
+
+
+def kernel_preflight(eff: EffectiveSpec, ws: Workspace, prepared: PreparedSource,
+                     locked: Lock | None):
+    """Step 1b, seconds: the kernel plan from the tree's own CMake (a needed group that gets no
+    code fails here, naming the CMake line), then every repository that CMake would clone,
+    fetched on the host by commit into ws.root/deps (the "cmake-deps" build context)."""
+    from edgevllm.sources.cmakedeps import fetch_cmake_deps, summarize as deps_summary
+    from edgevllm.sources.plan import plan_for_target
+
+    plan = plan_for_target(prepared.tree_dir, eff.target, torch_version=eff.torch.version or "",
+                           nvcc_threads=eff.nvcc_threads)
+    none = [g.key for g in plan.groups if g.kind == "none"]
+    console.info(f"  kernel plan: CUDA_ARCHS {';'.join(plan.cuda_archs)}; {len(plan.groups)} "
+                 f"groups, none for {eff.target.cuda_arch}: {', '.join(none) or '-'}")
+    deps = fetch_cmake_deps(plan.deps, ws.root / "deps", locked.cmake_deps if locked else None)
+    for line in deps_summary(deps):
+        console.info(f"  {line}")
+    return plan, deps
 
 
 def build_layout(prepared: PreparedSource) -> BuildLayout:
@@ -190,18 +220,32 @@ def build_layout(prepared: PreparedSource) -> BuildLayout:
     return layout
 
 
+def build(spec: BuildSpec, out: Path, engine: DockerEngine | None = None,
+          lock_path: Path | None = None) -> BuildResult:
+    """Build (or rebuild from a lock) one image; returns where everything went."""
+    engine = engine or DockerEngine()
+    eff = resolve(spec)
+    ws = Workspace(out / eff.target.name)
+    preflight(eff, engine, out)
+    return run(eff, ws, engine, lock_path=lock_path)
+
+
 def run(eff: EffectiveSpec, ws: Workspace, engine: DockerEngine,
         lock_path: Path | None = None) -> BuildResult:
     locked = read_lock(lock_path) if lock_path else None
     if locked and locked.target and locked.target != eff.target.name:
         raise BuildError(f"{lock_path}: the lock is for target '{locked.target}', not "
                          f"'{eff.target.name}'; drop --target or use the matching lock")
-    prepared, staged, lock, build_args, key, layout = prepare(eff, ws, engine, locked)
+    if eff.mode == "prebuilt":
+        from edgevllm.build.modes import run_prebuilt
+
+        return run_prebuilt(eff, ws, engine, locked)
+    prepared, staged, lock, build_args, key, dockerfile = prepare(eff, ws, engine, locked)
     tag = image_tag(lock)
     repo = eff.spec.image_repo
     final_tags = [f"{repo}:{tag}"] + [t if ":" in t else f"{repo}:{t}" for t in eff.spec.tags]
     console.step(f"image {final_tags[0]}")
-    write_context(ws, render_dockerfile(eff, staged.env, layout), {LOCK_FILE_IN_IMAGE: label_value(lock) + "\n"})
+    write_context(ws, dockerfile, {LOCK_FILE_IN_IMAGE: label_value(lock) + "\n"})
     lock_file = write_lock(lock, ws.root / f"{tag}.lock.json")
 
     runner = BuildRunner(engine, ws.logs / f"build-{timestamp()}.log")
@@ -215,6 +259,8 @@ def run(eff: EffectiveSpec, ws: Workspace, engine: DockerEngine,
     record = read_mods_record(engine, candidate)
     print_mods(record)
     verify, probe = checks_or_skip(eff, engine, candidate, ws)
+    if not verify.get("skipped"):
+        verify["plan"] = plan_against_binaries(lock, ws.root / "verify.json")
     image_id = relabel(runner, engine, candidate, outcome_labels(record, verify, probe),
                        final_tags, eff.platform, ws.context)
     engine.remove_image(candidate)
@@ -222,6 +268,23 @@ def run(eff: EffectiveSpec, ws: Workspace, engine: DockerEngine,
     return BuildResult(image=final_tags[0], tags=final_tags, image_id=image_id, lock_path=lock_file,
                        log_path=runner.log_path, wheels_dir=wheels, compiled=compiled,
                        mods_record=record, verify=verify, probe=probe)
+
+
+def plan_against_binaries(lock: Lock, verify_json: Path) -> list[str]:
+    """"plan: 12.1a; binary: sm_121a ✔" for each planned extension that verify scanned."""
+    from edgevllm.sources.plan import compare_with_binaries
+
+    planned = {n: e["arches"] for n, e in lock.kernel_plan.get("extensions", {}).items()}
+    try:
+        libraries = json.loads(verify_json.read_text()).get("libraries", [])
+    except (OSError, ValueError):
+        return []
+    found = {lib["path"]: lib.get("sass", []) + lib.get("ptx", []) for lib in libraries}
+    lines = []
+    for ext, text, agrees in compare_with_binaries(planned, found):
+        lines.append(f"{ext}: {text} {'✔' if agrees else '✘ differs from the plan'}")
+        console.info(f"  {lines[-1]}")
+    return lines
 
 
 def checks_or_skip(eff: EffectiveSpec, engine: DockerEngine, image: str,

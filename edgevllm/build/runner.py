@@ -27,10 +27,8 @@ from edgevllm.engine.docker import BuildOptions, DockerEngine
 from edgevllm.kernel.errors import BuildError
 from edgevllm.kernel.fsutil import atomic_dir, atomic_write_json, atomic_write_text
 from edgevllm.build.render import relabel_dockerfile
-from edgevllm.model.spec import BuildSpec, EffectiveSpec, resolve
-
-RUNTIME_MARKER = "##### runtime"
-
+from edgevllm.model.spec import EffectiveSpec
+from edgevllm.build.dockerfile import stage_text
 
 @dataclass
 class BuildResult:
@@ -70,9 +68,11 @@ def preflight(eff: EffectiveSpec, engine: DockerEngine, out: Path) -> None:
 
 
 def compile_key(dockerfile: str, sources: dict[str, str], build_args: dict[str, str]) -> str:
-    """Everything the wheels depend on: the stages before runtime, the trees, the build args."""
-    head = dockerfile.split(RUNTIME_MARKER)[0]
-    blob = json.dumps({"dockerfile": head, "sources": sources, "args": build_args}, sort_keys=True)
+    """Everything the wheels depend on: the stages the ``wheels`` target needs, the trees and the
+    build args."""
+    stages = stage_text(dockerfile, "wheels")
+    blob = json.dumps({"dockerfile": stages, "sources": sources, "args": build_args},
+                      sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -113,18 +113,6 @@ def _status(what: str):
                 console.info(f"  {text}  (+{format_elapsed(follower.elapsed())})")
 
         yield update
-
-
-def build(spec: BuildSpec, out: Path, engine: DockerEngine | None = None,
-          lock_path: Path | None = None) -> BuildResult:
-    """Build (or rebuild from a lock) one image; returns where everything went."""
-    from edgevllm.build import pipeline
-
-    engine = engine or DockerEngine()
-    eff = resolve(spec)
-    ws = Workspace(out / eff.target.name)
-    preflight(eff, engine, out)
-    return pipeline.run(eff, ws, engine, lock_path=lock_path)
 
 
 def export_wheels(runner: BuildRunner, base: BuildOptions, dest: Path) -> bool:

@@ -64,7 +64,8 @@ def render(c, **values):
                         "json": "write a JSON summary of the build to this file"})
 def build(c, **values):
     """Build an image: sources → Dockerfile → wheels → runtime image → checks → tags."""
-    from edgevllm.build.runner import build as run_build, write_summary
+    from edgevllm.build.pipeline import build as run_build
+    from edgevllm.build.runner import write_summary
 
     build_spec = spec_from_flags(values, verify=values.get("verify", True))
     lock = values.get("lock")

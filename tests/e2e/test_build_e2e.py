@@ -143,7 +143,7 @@ def spark_spec(cuda_image_amd64, fake_upstream, wheelhouse):
 
 def test_spark_sm121a_rebuild_and_lock(spark_spec, engine, tmp_path, cli):
     from edgevllm.verify.api import scan_image
-    from edgevllm.build.runner import build
+    from edgevllm.build.pipeline import build
     from edgevllm.model.lock import read_lock
     from edgevllm.model.spec import spec_from_dict
 
@@ -166,7 +166,7 @@ def test_spark_sm121a_rebuild_and_lock(spark_spec, engine, tmp_path, cli):
 
 
 def test_compile_failure_names_stage_and_tags_nothing(spark_spec, engine, tmp_path):
-    from edgevllm.build.runner import build
+    from edgevllm.build.pipeline import build
     from edgevllm.kernel.errors import BuildError
     from edgevllm.model.spec import spec_from_dict
 
@@ -184,7 +184,7 @@ def test_wrong_arch_fails_the_gate_and_is_not_tagged(cuda_image_amd64, fake_upst
                                                      engine, tmp_path, monkeypatch):
     """A target that asks for GB10 (12.1a) but compiles 12.0a, the silent-12.0 failure users hit:
     sm_120a SASS does not run on GB10, so the arch gate fails and only the -unverified tag exists."""
-    from edgevllm.build.runner import build
+    from edgevllm.build.pipeline import build
     from edgevllm.kernel.errors import ArchGateFailed
     from edgevllm.kernel.paths import data_dirs
     from edgevllm.model.spec import spec_from_dict
@@ -225,7 +225,7 @@ def test_failed_mod_never_yields_an_image(cuda_image_amd64, fake_upstream, wheel
                                           tmp_path, monkeypatch):
     """A mod whose anchor is missing fails the runtime stage; the message names the mod, the
     package version, the file and the anchor; no image is tagged, not even as unverified."""
-    from edgevllm.build.runner import build
+    from edgevllm.build.pipeline import build
     from edgevllm.kernel.errors import BuildError
     from edgevllm.model.spec import spec_from_dict
 
@@ -249,7 +249,7 @@ def test_flashinfer_built_from_source_is_locked_and_native(spark_spec, fake_flas
     in its own stage for FLASHINFER_CUDA_ARCH_LIST, installed from the exported wheels, and gated
     by the arch policy (FlashInfer's libraries must run on the target)."""
     from edgevllm.verify.api import scan_image
-    from edgevllm.build.runner import build
+    from edgevllm.build.pipeline import build
     from edgevllm.model.lock import read_lock
     from edgevllm.model.spec import spec_from_dict
 

@@ -1,0 +1,105 @@
+"""The package's layers, enforced: a module imports only from its own layer or the layers below,
+and no two modules import each other (directly or through others). See docs/architecture.md."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "edgevllm"
+
+# Bottom to top. A package's modules may import any package in its own layer or below.
+LAYERS: list[tuple[str, ...]] = [
+    ("kernel",),
+    ("engine",),
+    ("model",),
+    ("sources", "mods", "verify", "probe", "image"),
+    ("build",),
+    ("serve",),
+    ("perf",),
+    ("cli",),
+]
+# Stages sit side by side; these are the uses of one stage by another that the design allows.
+STAGE_USES = {("mods", "sources"), ("probe", "verify"), ("image", "verify"), ("verify", "image")}
+
+
+def layer_of(package: str) -> int:
+    for index, members in enumerate(LAYERS):
+        if package in members:
+            return index
+    raise AssertionError(f"edgevllm/{package}/ is in no layer: add it to LAYERS in {__file__}")
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: Path, modules: set[str]) -> set[str]:
+    """Every edgevllm module this file imports (at any depth: lazy imports count too).
+    ``from edgevllm.pkg import mod`` is an edge to ``edgevllm.pkg.mod`` alone."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            raise AssertionError(f"{path}: relative import; write 'from edgevllm.… import …'")
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("edgevllm"):
+            names = {f"{node.module}.{a.name}" for a in node.names}
+            found |= (names & modules) or {node.module}
+            if names - modules:
+                found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("edgevllm"))
+    return found
+
+
+def graph() -> dict[str, set[str]]:
+    files = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    return {name: {m for m in imports_of(path, set(files)) if m in files
+                   and m not in (name, "edgevllm")}
+            for name, path in files.items()}
+
+
+def test_every_package_is_in_a_layer():
+    for folder in sorted(p for p in PACKAGE.iterdir() if (p / "__init__.py").exists()):
+        layer_of(folder.name)
+
+
+def test_lower_layers_never_import_upper_ones():
+    wrong = []
+    for module, targets in graph().items():
+        mine = module.split(".")[1] if module.count(".") >= 1 else None
+        if mine is None or mine == "__init__":
+            continue
+        for target in (t for t in targets if t.count(".") >= 1):
+            theirs = target.split(".")[1]
+            if mine == theirs or theirs == "__init__":
+                continue
+            if layer_of(theirs) > layer_of(mine):
+                wrong.append(f"{module} → {target}")
+            elif layer_of(theirs) == layer_of(mine) and (mine, theirs) not in STAGE_USES:
+                wrong.append(f"{module} → {target} (stage to stage: add to STAGE_USES if meant)")
+    assert not wrong, "imports against the layers:\n" + "\n".join(sorted(wrong))
+
+
+def test_no_import_cycles():
+    edges = graph()
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(edges.get(node, ())):
+            if state.get(nxt) == 1:
+                cycle = stack[stack.index(nxt):] + [nxt]
+                pytest.fail("import cycle: " + " → ".join(cycle))
+            if nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = 2
+
+    for node in sorted(edges):
+        if node not in state:
+            visit(node)
