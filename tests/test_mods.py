@@ -22,8 +22,9 @@ from edgevllm.kernel.errors import ManifestError, ModConflictError, ModNotForTar
 from edgevllm.kernel.paths import project_root
 from support.modenv import outcome, stage_and_apply
 
-ALL = ["cutlass-dsl-gb10", "cutlass-dsl-thor", "fastsafetensors", "flashinfer-sm121",
+ALL = ["cutlass-dsl-gb10", "cutlass-dsl-thor", "earlyoom", "fastsafetensors", "flashinfer-sm121",
        "fused-moe-configs", "spark-runtime", "thor-runtime"]
+OPTIONAL_THOR = ["earlyoom"]  # Thor mods that are not in the target's default_mods
 THOR = ["thor-runtime", "cutlass-dsl-thor", "fastsafetensors", "fused-moe-configs"]
 SPARK = ["spark-runtime", "cutlass-dsl-gb10", "flashinfer-sm121", "fastsafetensors",
          "fused-moe-configs"]
@@ -46,7 +47,7 @@ def test_every_shipped_mod_loads_and_lists():
     rows = {r["name"]: r for r in M.list_rows()}
     assert rows["cutlass-dsl-gb10"]["applies_to"] == {"nvidia-cutlass-dsl": ">=4.4,<4.6"}
     assert rows["fused-moe-configs"]["tuned"] is False
-    assert [r["name"] for r in M.list_rows("thor")] == sorted(THOR)
+    assert [r["name"] for r in M.list_rows("thor")] == sorted(THOR + OPTIONAL_THOR)
 
 
 def test_target_defaults_select_and_stage_cleanly(tmp_path):
@@ -187,7 +188,7 @@ def test_inv_mods_lists_ranges_and_targets():
     line = next(x for x in proc.stdout.splitlines() if x.startswith("flashinfer-sm121"))
     assert "spark" in line and "flashinfer-python >=0.6.9,<0.6.12" in line
     rows = json.loads(inv("mods", "--json", "--target", "thor").stdout)
-    assert sorted(r["name"] for r in rows) == sorted(THOR)
+    assert sorted(r["name"] for r in rows) == sorted(THOR + OPTIONAL_THOR)
 
 
 def test_mods_apply_cli_on_an_environment(tmp_path):
