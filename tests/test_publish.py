@@ -1,7 +1,9 @@
-"""inv publish / inv load on the real Docker engine: round trips, refusals, interrupt safety.
+"""inv publish / inv load on the real Docker engine: round trips, refusals, interrupt safety,
+and the per-layer cache (a republish reads no docker save; shared layers are compressed once).
 
 The test image (tests/support/publish_images.py) is ~40 MB of real Python packages and shared
-libraries carrying edgevllm's records (lock/verify/probe labels, mods file).
+libraries carrying edgevllm's records (lock/verify/probe labels, mods file). Every test publishes
+through a layer cache of its own module (EDGEVLLM_LAYER_CACHE), never the user's.
 """
 
 from __future__ import annotations
@@ -19,13 +21,24 @@ from pathlib import Path
 import pytest
 import zstandard
 
+from edgevllm.engine.docker import DockerEngine
 from edgevllm.kernel.errors import ConfigError, IntegrityError, PublishError
 from edgevllm.image.publish import PublishOptions, default_name, load, parse_size, publish
 from edgevllm.image.tarball import open_tarball
-from support.publish_images import LOCK, MODS, PROBE, VERIFY, remove_everything, small_image
+from support.publish_images import (LOCK, MODS, PROBE, VERIFY, derived_image, remove_everything,
+                                    small_image)
 
 REPO = Path(__file__).resolve().parent.parent
 MiB = 1 << 20
+
+
+@pytest.fixture(scope="module", autouse=True)
+def layer_cache(tmp_path_factory):
+    """This module's layer cache, for the library calls and the CLI subprocesses alike."""
+    root = tmp_path_factory.mktemp("layer-cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("EDGEVLLM_LAYER_CACHE", str(root))
+        yield root
 
 
 @pytest.fixture
@@ -35,7 +48,7 @@ def image(engine, python_image_amd64):
 
 
 @pytest.fixture(scope="module")
-def published(engine, python_image_amd64, tmp_path_factory):
+def published(engine, python_image_amd64, tmp_path_factory, layer_cache):
     """One split zstd set of the small image (parts of 8 MiB), shared read-only by the tests."""
     out = tmp_path_factory.mktemp("published")
     tag = small_image(engine, python_image_amd64)
@@ -279,8 +292,9 @@ def test_not_a_tarball_is_refused(cli, tmp_path):
 
 
 # --- interrupt safety --------------------------------------------------------------------------
-def test_ctrl_c_during_publish_leaves_nothing(python_image_amd64, tmp_path):
-    """Ctrl-C while parts are being written: no final name, no temporary, exit 130.
+def test_ctrl_c_during_publish_leaves_nothing(python_image_amd64, tmp_path, layer_cache):
+    """Ctrl-C while parts are being written: no final name, no temporary (in the output or the
+    layer cache), exit 130.
 
     The ~490 MB Debian + Python base image takes seconds to compress, so the signal lands while
     the stream is flowing (the test waits for the first temporary part to appear).
@@ -303,6 +317,7 @@ def test_ctrl_c_during_publish_leaves_nothing(python_image_amd64, tmp_path):
     assert proc.returncode == 130, err.decode()
     assert "interrupted" in err.decode()
     assert list(out.iterdir()) == []
+    assert list(layer_cache.glob("*/.*.tmp-*")) == [], "a half-compressed layer stays out"
 
 
 def test_gzip_set_loads_through_inv_load_and_truncation_is_caught(engine, image, tmp_path):
@@ -321,3 +336,176 @@ def test_gzip_set_loads_through_inv_load_and_truncation_is_caught(engine, image,
     assert not engine.image_exists(image_id)
     loaded = load(engine, result.manifest_path)
     assert loaded.image_id == image_id and loaded.loaded == [image]
+
+
+# --- the layer cache ---------------------------------------------------------------------------
+class NoSaveEngine(DockerEngine):
+    """The real engine with ``docker save`` taken away: a warm publish must not need it."""
+
+    def save_stream(self, refs):
+        raise AssertionError(f"docker save {refs} was called")
+
+
+def _stream_bytes(result) -> bytes:
+    return b"".join(path.read_bytes() for path in result.part_paths)
+
+
+def _members(manifest: Path) -> dict[str, bytes]:
+    """The decompressed archive of a set, member name → data (the test image is small)."""
+    import tarfile
+
+    with open_tarball(manifest).tar_stream() as stream:
+        with tarfile.open(fileobj=stream, mode="r|") as tar:
+            return {m.name: tar.extractfile(m).read() for m in tar if m.isfile()}
+
+
+def test_republish_reads_no_docker_save_and_writes_the_same_bytes(engine, image, tmp_path,
+                                                                  layer_cache):
+    cache = tmp_path / "cache"
+    cold = publish(engine, PublishOptions(image=image, out_dir=tmp_path / "a", layer_cache=cache))
+    warm = publish(NoSaveEngine(), PublishOptions(image=image, out_dir=tmp_path / "b",
+                                                  layer_cache=cache))
+    layers = len(set(engine.image_inspect(image)["RootFS"]["Layers"]))
+    assert cold.layers.saved and cold.layers.compressed_layers == layers
+    assert not warm.layers.saved and warm.layers.cached_layers == layers
+    assert _stream_bytes(warm) == _stream_bytes(cold)
+    assert warm.manifest["parts"] == cold.manifest["parts"]
+
+
+def test_the_archive_is_what_docker_load_and_oci_readers_expect(engine, image, published):
+    """manifest.json names the config and the layers in order; every blob is its own digest."""
+    members = _members(published.manifest_path)
+    inspect = engine.image_inspect(image)
+    docker_manifest = json.loads(members["manifest.json"])
+    assert docker_manifest[0]["RepoTags"] == [image]
+    config = members[docker_manifest[0]["Config"]]
+    assert "sha256:" + hashlib.sha256(config).hexdigest() == inspect["Id"]
+    assert ["sha256:" + name.rsplit("/", 1)[1] for name in docker_manifest[0]["Layers"]] \
+        == inspect["RootFS"]["Layers"]
+    for name, data in members.items():
+        if name.startswith("blobs/sha256/"):
+            assert hashlib.sha256(data).hexdigest() == name.rsplit("/", 1)[1], name
+    index = json.loads(members["index.json"])
+    oci = json.loads(members["blobs/sha256/" + index["manifests"][0]["digest"].split(":")[1]])
+    assert oci["config"]["digest"] == inspect["Id"]
+    assert index["manifests"][0]["annotations"]["io.containerd.image.name"] \
+        == f"docker.io/library/{image}"
+
+
+def test_an_image_sharing_layers_compresses_only_its_own(engine, image, tmp_path):
+    cache = tmp_path / "cache"
+    publish(engine, PublishOptions(image=image, out_dir=tmp_path / "base", layer_cache=cache))
+    derived = derived_image(engine, image, "derived")
+    try:
+        result = publish(engine, PublishOptions(image=derived, out_dir=tmp_path / "derived",
+                                                layer_cache=cache))
+        shared = len(set(engine.image_inspect(image)["RootFS"]["Layers"]))
+        assert (result.layers.cached_layers, result.layers.compressed_layers) == (shared, 1)
+        image_id = engine.image_id(derived)
+        _removed(engine, image_id)
+        assert load(engine, result.manifest_path).image_id == image_id
+    finally:
+        remove_everything(engine, engine.image_id(derived)) if engine.image_exists(derived) \
+            else None
+
+
+def test_a_corrupt_cache_entry_is_evicted_and_compressed_again(engine, image, tmp_path):
+    cache = tmp_path / "cache"
+    first = publish(engine, PublishOptions(image=image, out_dir=tmp_path / "a", layer_cache=cache))
+    blob = max(cache.glob("zstd-*/*.zst"), key=lambda p: p.stat().st_size)
+    data = bytearray(blob.read_bytes())
+    data[len(data) // 2] ^= 0x10
+    blob.write_bytes(bytes(data))
+    again = publish(engine, PublishOptions(image=image, out_dir=tmp_path / "b", layer_cache=cache))
+    assert again.layers.saved and again.layers.compressed_layers == 1
+    assert _stream_bytes(again) == _stream_bytes(first), "the set must not carry the bad bytes"
+    assert blob.read_bytes() != bytes(data), "the entry is written afresh"
+
+
+def test_prime_cache_makes_the_first_publish_warm(engine, image, cli, tmp_path):
+    cache = tmp_path / "cache"
+    code, out, err = cli("publish", "--image", image, "--prime-cache", "--layer-cache", str(cache))
+    assert code == 0, err
+    assert "compressed into the cache" in err and list(cache.glob("configs/*.json"))
+    result = publish(NoSaveEngine(), PublishOptions(image=image, out_dir=tmp_path / "out",
+                                                    layer_cache=cache))
+    assert not result.layers.saved
+
+
+def test_manifest_states_the_window_and_load_says_the_memory(engine, image, published, cli,
+                                                             tmp_path):
+    compression = json.loads(published.manifest_path.read_text())["compression"]
+    assert compression["codec"] == "zstd" and compression["long_distance_matching"] is True
+    assert compression["window_log"] == 27 and compression["layout"] == "frames-per-layer"
+    assert 128 * MiB < compression["decompression_memory"] < 130 * MiB
+    image_id = engine.image_id(image)
+    manifest = _copy_set(published, tmp_path)
+    _removed(engine, image_id)
+    code, out, err = cli("load", str(manifest))
+    assert code == 0, err
+    from edgevllm.image.publish import human
+
+    memory = human(compression["decompression_memory"])
+    assert f"decompression needs {memory} of memory (zstd window 128.0 MiB)" in err
+
+
+def test_every_frame_fits_the_declared_window(published):
+    """Walk the stream frame by frame: no frame asks a decoder for more than the manifest says."""
+    declared = 1 << json.loads(published.manifest_path.read_text())["compression"]["window_log"]
+    data, frames = _stream_bytes(published), 0
+    while data:
+        assert zstandard.get_frame_parameters(data).window_size <= declared
+        obj = zstandard.ZstdDecompressor(max_window_size=declared).decompressobj()
+        obj.decompress(data)
+        assert obj.eof
+        data, frames = obj.unused_data, frames + 1
+    assert frames > 4, "headers, layers and metadata are frames of their own"
+
+
+def test_a_set_in_the_previous_layout_still_loads(engine, image, tmp_path):
+    """A set as edgevllm wrote it before the layer cache: one zstd frame, level 3, no window
+    record in the manifest. It loads as it is, and the note says the window bound."""
+    result = publish(engine, PublishOptions(image=image, out_dir=tmp_path, long=0,
+                                            use_layer_cache=False))
+    manifest = json.loads(result.manifest_path.read_text())
+    manifest["compression"] = {"level": 3, "threads": -1}
+    result.manifest_path.write_text(json.dumps(manifest))
+    image_id = engine.image_id(image)
+    _removed(engine, image_id)
+    assert load(engine, result.manifest_path).image_id == image_id
+
+
+def _frame_needing(window_log: int, payload: bytes) -> bytes:
+    """A valid zstd frame (one raw block) whose header asks for a 2**window_log window."""
+    descriptor = (window_log - 10) << 3
+    block = (1 | (len(payload) << 3)).to_bytes(3, "little")  # last block, raw
+    return b"\x28\xb5\x2f\xfd" + bytes([0x00, descriptor]) + block + payload
+
+
+def test_the_reader_takes_the_window_its_manifest_declares_and_no_more(tmp_path):
+    from edgevllm.image.tarball import TarballSet, from_manifest
+
+    frame = _frame_needing(28, b"x" * 100)
+    bare = tmp_path / "big-window.tar.zst"
+    bare.write_bytes(frame)
+    with pytest.raises(IntegrityError, match=r"needs a window over 128 MiB.*zstd -d --long=31"):
+        with open_tarball(bare).tar_stream() as stream:
+            stream.read()
+    manifest = {"schema_version": 1, "name": "w", "format": "zst",
+                "compression": {"window_log": 28},
+                "parts": [{"file": bare.name, "size": len(frame),
+                           "sha256": hashlib.sha256(frame).hexdigest()}],
+                "total_size": len(frame), "uncompressed_size": 100, "image": {}, "labels": {},
+                "tool_version": "test", "created": "2026-01-01T00:00:00Z"}
+    path = tmp_path / "w.manifest.json"
+    path.write_text(json.dumps(manifest))
+    tarset = from_manifest(path)
+    assert isinstance(tarset, TarballSet) and tarset.window_log == 28
+    with tarset.tar_stream() as stream:
+        assert stream.read() == b"x" * 100
+
+
+def test_bad_long_window_is_one_line(cli, image, tmp_path):
+    code, out, err = cli("publish", "--image", image, "--out", str(tmp_path), "--long", "40")
+    assert code == 2 and "--long 40: use a window log from 10 to 31" in err
+    assert err.count("\n") == 1 and list(tmp_path.iterdir()) == []

@@ -20,26 +20,52 @@ from edgevllm.kernel.kv import split_csv
     "part_size": "split into parts of at most this size, e.g. 1900M or 2G",
     "threads": "compression threads (default: one per CPU)",
     "force": "replace an existing set of the same name",
+    "long": "zstd long-distance window as a power of two (default 27 = 128 MiB; 0: off)",
+    "no_layer_cache": "compress the plain docker save stream (no per-layer cache)",
+    "layer_cache": "layer cache folder (default: $EDGEVLLM_LAYER_CACHE or <cache>/layers)",
+    "prime_cache": "only compress the image's layers into the cache (no --out; e.g. after a build)",
 })
 def publish(c, image=None, out=None, name=None, format="zst", level=None, part_size=None,
-            threads=-1, force=False):
+            threads=-1, force=False, long=27, no_layer_cache=False, layer_cache=None,
+            prime_cache=False):
     """Save an image as compressed, checksummed tarball part(s) plus a manifest."""
     from edgevllm.kernel import console
 
+    if prime_cache:
+        return _prime(image, level, threads, long, layer_cache)
     require(image=image, out=out)
     from edgevllm.image.publish import PublishOptions, human, parse_size
     from edgevllm.image.publish import publish as run_publish
 
     options = PublishOptions(image=image, out_dir=Path(out), name=name, format=format,
                              level=int(level) if level is not None else None,
-                             part_size=parse_size(part_size), threads=int(threads), force=force)
+                             part_size=parse_size(part_size), threads=int(threads), force=force,
+                             long=int(long), use_layer_cache=not no_layer_cache,
+                             layer_cache=Path(layer_cache) if layer_cache else None)
     result = run_publish(_engine(), options)
     manifest = result.manifest
+    layers = result.layers
+    reuse = (f", layers: {layers.cached_layers} from the cache, {layers.compressed_layers} "
+             f"compressed{'' if layers.saved else ', no docker save'}") if layers else ""
     console.info(f"{human(manifest['uncompressed_size'])} → {human(manifest['total_size'])} in "
-                 f"{len(result.part_paths)} part(s), {result.seconds:.1f}s")
+                 f"{len(result.part_paths)} part(s), {result.seconds:.1f}s{reuse}")
     for path in result.part_paths:
         print(path)
     print(result.manifest_path)
+
+
+def _prime(image, level, threads, long, layer_cache) -> None:
+    from edgevllm.kernel import console
+
+    require(image=image)
+    from edgevllm.image.layercache import ZstdSettings
+    from edgevllm.image.publish import prime_layer_cache
+
+    settings = ZstdSettings(int(level) if level is not None else 3, int(long), int(threads))
+    stats = prime_layer_cache(_engine(), image, settings,
+                              Path(layer_cache) if layer_cache else None)
+    console.info(f"{image}: {stats.compressed_layers} layer(s) compressed into the cache, "
+                 f"{stats.cached_layers} already there")
 
 
 @cli_task(help={"path": "a <name>.manifest.json, a part, or a .tar / .tar.gz / .tar.zst tarball"})

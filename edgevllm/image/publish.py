@@ -1,9 +1,16 @@
 """Publish an image as a verified, compressed tarball set, and load one back.
 
-``publish``: ``docker save`` is streamed through a multi-threaded compressor (zstd, or gzip for
-``docker load <`` users) into one or more part files, hashing each part while it is written, so no
-uncompressed copy ever touches the disk. Parts are written under temporary names and renamed only
-when the whole set is complete, then ``<name>.manifest.json`` records what the set contains.
+``publish`` (zstd, the default): the set is one zstd stream of one ``docker save`` tar, cut into
+frames per layer (``layered``): each layer is compressed once, with long-distance matching (a
+128 MiB window by default), and kept in a content-addressed cache (``layercache``) by its diff id.
+A republish, or an image sharing layers with one published before, reuses those frames: when the
+config and every layer are cached, ``docker save`` is not run at all. ``prime_layer_cache`` fills
+the cache right after a build, so that the first publish is already a warm one.
+``--no-layer-cache`` (and ``--format gz``, for ``docker load <`` users) compress the plain
+``docker save`` stream instead. Either way the output goes into one or more part files, hashed
+while written, so no uncompressed copy ever touches the disk. Parts are written under temporary
+names and renamed only when the whole set is complete, then ``<name>.manifest.json`` records what
+the set contains, including the zstd window and the memory a decoder needs.
 
 ``load``: every part is checked (presence, size, sha256) before a single byte reaches the engine,
 then the parts are decompressed straight into ``docker load``; the loaded image id must be the
@@ -27,14 +34,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Callable
 
-import zstandard
-
 from edgevllm import __version__
 from edgevllm.kernel import console
 from edgevllm.engine.docker import DockerEngine
 from edgevllm.kernel.errors import ConfigError, EngineError, IntegrityError, PublishError
 from edgevllm.kernel.fsutil import atomic_write_json
-from edgevllm.image.tarball import CHUNK, FORMAT_SUFFIX, MANIFEST_SUFFIX, SCHEMA_VERSION, TarballSet, open_tarball
+from edgevllm.image.layercache import (CorruptEntry, LayerCache, ZstdSettings, default_root,
+                                       max_bytes_from_env)
+from edgevllm.image.layered import (FrameSink, LayeredStats, UnexpectedSaveLayout,
+                                    write_from_cache, write_from_save)
+from edgevllm.image.tarball import (CHUNK, FORMAT_SUFFIX, MANIFEST_SUFFIX, SCHEMA_VERSION,
+                                    TarballSet, open_tarball)
 
 # Records the build leaves in the image: a label holding JSON, or a file under RECORD_DIR.
 RECORDS = {
@@ -45,6 +55,7 @@ RECORDS = {
 }
 RECORD_DIR = "/opt/edgevllm"
 DEFAULT_LEVEL = {"zst": 3, "gz": 6}
+DEFAULT_WINDOW_LOG = 27  # zstd --long=27: 128 MiB, the largest window decoders take by default
 GZIP_BLOCK = 8 << 20  # one gzip member per block, compressed in parallel
 
 
@@ -218,6 +229,11 @@ class PartWriter:
             os.replace(part.tmp, part.final)
             self.renamed.append(part.final)
 
+    def reset(self) -> None:
+        """Drop everything written so far and start again from the first part."""
+        self.discard()
+        self.parts, self.renamed = [], []
+
     def discard(self) -> None:
         if self._handle is not None:
             self._handle.close()
@@ -245,10 +261,9 @@ class CountingReader:
         return data
 
 
-def compress_zstd(src: CountingReader, dst: PartWriter, level: int, threads: int) -> None:
-    # write_checksum: without it a flipped byte inside a frame can decompress silently.
-    cctx = zstandard.ZstdCompressor(level=level, threads=threads, write_checksum=True)
-    cctx.copy_stream(src, dst, read_size=CHUNK, write_size=CHUNK)
+def compress_zstd(src: CountingReader, dst: PartWriter, settings: ZstdSettings) -> None:
+    # The frame carries a checksum: without it a flipped byte can decompress silently.
+    settings.compressor().copy_stream(src, dst, read_size=CHUNK, write_size=CHUNK)
 
 
 def _gzip_member(block: bytes, level: int) -> bytes:
@@ -257,8 +272,11 @@ def _gzip_member(block: bytes, level: int) -> bytes:
     return compressor.compress(block) + compressor.flush()
 
 
-def compress_gzip(src: CountingReader, dst: PartWriter, level: int, threads: int) -> None:
-    """Multi-member gzip (as pigz -i / bgzip): gunzip, Python and ``docker load`` read it whole."""
+def compress_gzip(src: CountingReader, dst: PartWriter, settings: ZstdSettings) -> None:
+    """Multi-member gzip (as pigz -i / bgzip): gunzip, Python and ``docker load`` read it whole.
+
+    Of ``settings`` only the level and the thread count apply."""
+    level, threads = settings.level, settings.threads
     workers = max(1, threads if threads > 0 else (os.cpu_count() or 1))
     with ThreadPoolExecutor(max_workers=workers) as pool:
         pending = []
@@ -367,6 +385,13 @@ class PublishOptions:
     part_size: int | None = None
     threads: int = -1  # -1: one per CPU
     force: bool = False
+    long: int = DEFAULT_WINDOW_LOG  # zstd long-distance window, as a power of two; 0: off
+    use_layer_cache: bool = True  # zst only: frames per layer, compressed once (see module doc)
+    layer_cache: Path | None = None  # None: EDGEVLLM_LAYER_CACHE, else <edgevllm cache>/layers
+
+    def settings(self) -> ZstdSettings:
+        level = self.level if self.level is not None else DEFAULT_LEVEL[self.format]
+        return ZstdSettings(level, self.long if self.format == "zst" else 0, self.threads)
 
 
 @dataclass
@@ -375,12 +400,20 @@ class PublishResult:
     manifest: dict
     part_paths: list[Path] = field(default_factory=list)
     seconds: float = 0.0
+    layers: LayeredStats | None = None  # None: the plain docker-save stream was compressed
+
+
+def _check_options(options: PublishOptions) -> None:
+    if options.format not in COMPRESSORS:
+        raise ConfigError(f"--format '{options.format}': use zst or gz")
+    if options.long and not 10 <= options.long <= 31:
+        raise ConfigError(f"--long {options.long}: use a window log from 10 to 31 "
+                          f"(27 = 128 MiB, the default), or 0 to turn it off")
 
 
 def publish(engine: DockerEngine, options: PublishOptions) -> PublishResult:
     """Save, compress and checksum ``options.image`` into ``options.out_dir``; see module doc."""
-    if options.format not in COMPRESSORS:
-        raise ConfigError(f"--format '{options.format}': use zst or gz")
+    _check_options(options)
     inspect = engine.image_inspect(options.image)
     name = _check_name(options.name or default_name(options.image))
     out_dir = Path(options.out_dir)
@@ -390,24 +423,24 @@ def publish(engine: DockerEngine, options: PublishOptions) -> PublishResult:
     labels = (inspect.get("Config") or {}).get("Labels") or {}
     records = read_records(engine, options.image, labels)
     refs = _saved_refs(options.image, inspect)
-    level = options.level if options.level is not None else DEFAULT_LEVEL[options.format]
+    settings = options.settings()
     suffix = FORMAT_SUFFIX[options.format]
 
     writer = PartWriter(out_dir, name, options.part_size)
     start = time.monotonic()
     try:
-        uncompressed = _stream_save(engine, refs, writer, options, level, inspect)
+        uncompressed, stats = _write_set(engine, options, settings, refs, inspect, writer)
         writer.finish()
         manifest = {
             "schema_version": SCHEMA_VERSION,
             "name": name,
             "format": options.format,
-            "compression": {"level": level, "threads": options.threads},
+            "compression": _compression_record(options, settings),
             "parts": [{"file": final, "size": p.size, "sha256": p.sha256}
                       for p, final in zip(writer.parts, writer.final_names(suffix))],
             "total_size": sum(p.size for p in writer.parts),
             "uncompressed_size": uncompressed,
-            "image": image_summary(inspect, [r for r in refs if not r.startswith("sha256:")]),
+            "image": image_summary(inspect, _tags(refs)),
             "labels": labels,
             **records,
             "tool_version": __version__,
@@ -420,17 +453,90 @@ def publish(engine: DockerEngine, options: PublishOptions) -> PublishResult:
         raise
     _remove_stale_parts(out_dir, name, suffix, {p.final for p in writer.parts})
     return PublishResult(manifest_path, manifest, [p.final for p in writer.parts],
-                         time.monotonic() - start)
+                         time.monotonic() - start, stats)
+
+
+def _tags(refs: list[str]) -> list[str]:
+    return [r for r in refs if not r.startswith("sha256:")]
+
+
+def _compression_record(options: PublishOptions, settings: ZstdSettings) -> dict:
+    if options.format == "gz":
+        return {"codec": "gzip", "level": settings.level, "threads": settings.threads}
+    record = settings.manifest()
+    if not options.use_layer_cache:
+        record["layout"] = "single-stream"
+    return record
+
+
+def _write_set(engine: DockerEngine, options: PublishOptions, settings: ZstdSettings,
+               refs: list[str], inspect: dict,
+               writer: PartWriter) -> tuple[int, LayeredStats | None]:
+    """The compressed stream into ``writer``: per-layer frames from the cache where possible."""
+    if options.format != "zst" or not options.use_layer_cache:
+        return _stream_save(engine, refs, writer, options, settings, inspect), None
+    cache = LayerCache(options.layer_cache or default_root(), settings)
+    try:
+        try:
+            stats = write_layered(engine, cache, refs, inspect, writer, options.image)
+        except CorruptEntry as exc:  # already evicted: this time the layer is compressed afresh
+            console.warn(f"{exc}; publishing again")
+            writer.reset()
+            stats = write_layered(engine, cache, refs, inspect, writer, options.image)
+    except UnexpectedSaveLayout as exc:
+        console.warn(f"{exc}; compressing the plain docker save stream instead")
+        writer.reset()
+        return _stream_save(engine, refs, writer, options, settings, inspect), None
+    cache.prune(max_bytes_from_env())
+    return stats.uncompressed, stats
+
+
+def write_layered(engine: DockerEngine, cache: LayerCache, refs: list[str], inspect: dict,
+                  out: IO[bytes], label: str) -> LayeredStats:
+    """The per-layer frame stream of an image: from the cache alone when it holds the config
+    and every layer, else from one ``docker save`` (new layers are cached on the way)."""
+    image_id = inspect["Id"]
+    diff_ids = list((inspect.get("RootFS") or {}).get("Layers") or [])
+    sink = FrameSink(out, cache.settings.level)
+    config = cache.config(image_id)
+    layers = {diff_id: cache.get(diff_id) for diff_id in set(diff_ids)}
+    if config is not None and all(layers.values()):
+        total = sum(layer.compressed_size for layer in layers.values())
+        with ByteProgress(f"publish {label} (cached layers)", total) as progress:
+            return write_from_cache(sink, cache, config, layers, diff_ids, _tags(refs), progress)
+    with ByteProgress(f"publish {label}", int(inspect.get("Size") or 0) or None) as progress:
+        with engine.save_stream(refs) as stream:
+            return write_from_save(sink, cache, CountingReader(stream, progress), image_id,
+                                   diff_ids, _tags(refs))
+
+
+class _Discard:
+    def write(self, data) -> int:
+        return len(data)
+
+
+def prime_layer_cache(engine: DockerEngine, image: str, settings: ZstdSettings | None = None,
+                      root: Path | None = None) -> LayeredStats:
+    """Compress and cache ``image``'s layers now (e.g. right after a build), so that its
+    ``inv publish`` only assembles cached frames. Nothing is written outside the cache."""
+    inspect = engine.image_inspect(image)
+    cache = LayerCache(root or default_root(), settings or ZstdSettings())
+    diff_ids = set((inspect.get("RootFS") or {}).get("Layers") or [])
+    if cache.config(inspect["Id"]) is not None and all(cache.get(d) for d in diff_ids):
+        return LayeredStats(cached_layers=len(diff_ids))
+    stats = write_layered(engine, cache, _saved_refs(image, inspect), inspect, _Discard(), image)
+    cache.prune(max_bytes_from_env())
+    return stats
 
 
 def _stream_save(engine: DockerEngine, refs: list[str], writer: PartWriter,
-                 options: PublishOptions, level: int, inspect: dict) -> int:
+                 options: PublishOptions, settings: ZstdSettings, inspect: dict) -> int:
     compress = COMPRESSORS[options.format]
     total = int(inspect.get("Size") or 0) or None
     with ByteProgress(f"publish {options.image}", total) as progress:
         with engine.save_stream(refs) as stream:
             reader = CountingReader(stream, progress)
-            compress(reader, writer, level, options.threads)
+            compress(reader, writer, settings)
     return reader.count
 
 
@@ -486,9 +592,22 @@ def load(engine: DockerEngine, path: Path | str) -> LoadResult:
     else:
         console.warn(f"{tarset.describe()}: no manifest and no .sha256 beside it, so its "
                      "checksum could not be verified; loading it as it is")
+    if tarset.format == "zst":
+        console.info(decompression_note(tarset))
     loaded = _stream_load(engine, tarset)
     image_id = _check_loaded(engine, tarset, loaded)
     return LoadResult(loaded, image_id, tarset.verifiable, tarset.describe())
+
+
+def decompression_note(tarset: TarballSet) -> str:
+    """One line: the memory the zstd decoder will take (what the manifest states, else a bound)."""
+    record = (tarset.manifest.compression or {}) if tarset.manifest else {}
+    if isinstance(record.get("decompression_memory"), int):
+        window = human(1 << record.get("window_log", tarset.window_log))
+        return (f"decompression needs {human(record['decompression_memory'])} of memory "
+                f"(zstd window {window})")
+    return (f"decompression needs at most {human(1 << tarset.window_log)} of memory for the "
+            "zstd window (not recorded in the manifest)")
 
 
 def _stream_load(engine: DockerEngine, tarset: TarballSet) -> list[str]:

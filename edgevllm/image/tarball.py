@@ -36,6 +36,7 @@ MANIFEST_SUFFIX = ".manifest.json"
 FORMAT_SUFFIX = {"zst": ".tar.zst", "gz": ".tar.gz", "tar": ".tar"}
 CHUNK = 1 << 20
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+DEFAULT_WINDOW_LOG = 27  # libzstd's and the zstd CLI's default decoder limit: 128 MiB
 GZIP_MAGIC = b"\x1f\x8b"
 
 ByteSink = Callable[[int], None]
@@ -119,6 +120,20 @@ class TarballSet:
         return all(p.sha256 for p in self.parts)
 
     @property
+    def window_log(self) -> int:
+        """The largest zstd window the set's manifest declares (27 = 128 MiB, every decoder's
+        default limit, when it declares none)."""
+        declared = (self.manifest.compression or {}).get("window_log") if self.manifest else None
+        return max(DEFAULT_WINDOW_LOG, declared if isinstance(declared, int) else 0)
+
+    @property
+    def decompression_memory(self) -> int | None:
+        """Bytes one decoder needs, as the manifest states it (None: not stated)."""
+        stated = (self.manifest.compression or {}).get("decompression_memory") \
+            if self.manifest else None
+        return stated if isinstance(stated, int) else None
+
+    @property
     def total_size(self) -> int:
         return sum(p.size if p.size is not None else p.path.stat().st_size for p in self.parts)
 
@@ -159,7 +174,8 @@ class TarballSet:
     def tar_stream(self, on_bytes: ByteSink | None = None) -> Iterator[IO[bytes]]:
         """The uncompressed ``docker save`` tar stream; a corrupt/truncated stream raises."""
         with self.compressed_stream(on_bytes) as raw:
-            yield io.BufferedReader(_DecompressReader(raw, self.format, self.describe()), CHUNK)
+            reader = _DecompressReader(raw, self.format, self.describe(), self.window_log)
+            yield io.BufferedReader(reader, CHUNK)
 
 
 def _check_present(part: Part) -> None:
@@ -230,9 +246,10 @@ class _ConcatReader(io.RawIOBase):
 class _DecompressReader(io.RawIOBase):
     """Decompresses zstd (all frames, checksummed, truncation detected) or gzip (all members)."""
 
-    def __init__(self, raw: IO[bytes], fmt: str, label: str):
+    def __init__(self, raw: IO[bytes], fmt: str, label: str,
+                 window_log: int = DEFAULT_WINDOW_LOG):
         self._label = label
-        self._chunks = _decompressed_chunks(raw, fmt, label)
+        self._chunks = _decompressed_chunks(raw, fmt, label, window_log)
         self._pending = memoryview(b"")
 
     def readable(self) -> bool:
@@ -250,9 +267,10 @@ class _DecompressReader(io.RawIOBase):
         return count
 
 
-def _decompressed_chunks(raw: IO[bytes], fmt: str, label: str) -> Iterator[bytes]:
+def _decompressed_chunks(raw: IO[bytes], fmt: str, label: str,
+                         window_log: int = DEFAULT_WINDOW_LOG) -> Iterator[bytes]:
     if fmt == "zst":
-        yield from _zstd_chunks(raw, label)
+        yield from _zstd_chunks(raw, label, window_log)
     elif fmt == "gz":
         yield from _gzip_chunks(raw, label)
     else:
@@ -260,9 +278,11 @@ def _decompressed_chunks(raw: IO[bytes], fmt: str, label: str) -> Iterator[bytes
             yield block
 
 
-def _zstd_chunks(raw: IO[bytes], label: str) -> Iterator[bytes]:
+def _zstd_chunks(raw: IO[bytes], label: str, window_log: int = DEFAULT_WINDOW_LOG
+                 ) -> Iterator[bytes]:
     # decompressobj() rather than stream_reader(): the latter ends silently on a truncated frame.
-    dctx = zstandard.ZstdDecompressor()
+    # The window limit is what the manifest declares: a frame asking for more is refused.
+    dctx = zstandard.ZstdDecompressor(max_window_size=1 << window_log)
     obj, fed, frames = dctx.decompressobj(), False, 0
     try:
         while data := raw.read(CHUNK):
@@ -276,6 +296,11 @@ def _zstd_chunks(raw: IO[bytes], label: str) -> Iterator[bytes]:
                 else:
                     data = b""
     except zstandard.ZstdError as exc:
+        if "too much memory" in str(exc):
+            raise IntegrityError(
+                f"{label}: a zstd frame needs a window over {1 << window_log >> 20} MiB (the most "
+                "its manifest declares, else zstd's default); decompress it with "
+                "'zstd -d --long=31'") from None
         raise IntegrityError(f"{label}: the zstd stream is corrupt ({exc}); copy it again") from None
     if fed or not frames:
         raise IntegrityError(f"{label}: the zstd stream is truncated (it ends inside a frame); "

@@ -5,6 +5,7 @@ base image) with the records a built edgevllm image carries: lock, verify and pr
 mods as a file under /opt/edgevllm. Cached in the engine under a tag keyed by its inputs.
 ``unique_image``: a few-MB image with one random file, different on every call, for tests that
 need an image nobody else has (registry collisions, remove-and-pull round trips).
+``derived_image``: a new image on top of another (shares all its layers, adds one of its own).
 """
 
 from __future__ import annotations
@@ -74,6 +75,13 @@ def unique_image(engine: DockerEngine, name: str, labels: dict[str, str] | None 
     tag = f"{PREFIX}{name}:{token}"
     text = "FROM scratch\nCOPY blob /blob\n"
     return _build(engine, text, {"blob": os.urandom(2 << 20)}, tag, labels or {})
+
+
+def derived_image(engine: DockerEngine, base: str, name: str) -> str:
+    """A new image FROM ``base`` plus one random 1 MB layer: it shares every layer of ``base``."""
+    tag = f"{PREFIX}{name}:{os.urandom(6).hex()}"
+    text = f"FROM {base}\nCOPY extra /opt/extra\n"
+    return _build(engine, text, {"extra": os.urandom(1 << 20)}, tag, {})
 
 
 def remove_everything(engine: DockerEngine, image_id: str) -> None:
