@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from edgevllm.engine import host
 from edgevllm.engine.docker import BuildOptions, DockerEngine, RunOptions
 from edgevllm.kernel.errors import BinfmtMissingError, DockerUnavailableError, ImageNotFoundError
 
@@ -39,14 +40,43 @@ def test_missing_binary_and_unreachable_daemon():
 
 
 def test_binfmt_missing_for_a_cross_build(tmp_path, monkeypatch):
-    monkeypatch.setattr(DockerEngine, "binfmt_dir", tmp_path)
-    monkeypatch.setattr("edgevllm.engine.docker.host_arch", lambda: "amd64")
+    monkeypatch.setattr(host, "BINFMT_DIR", tmp_path)
+    monkeypatch.setattr(host, "host_arch", lambda: "amd64")
     with pytest.raises(BinfmtMissingError, match="update-binfmts --enable qemu-aarch64"):
-        DockerEngine().check_platform("linux/arm64")
+        host.check_emulation("linux/arm64")
     (tmp_path / "qemu-aarch64").write_text("enabled\ninterpreter /usr/bin/qemu-aarch64-static\n")
-    DockerEngine().check_platform("linux/arm64")
+    host.check_emulation("linux/arm64")
 
 
 def test_unknown_image_is_one_line(engine):
     with pytest.raises(ImageNotFoundError, match="image 'edgevllm-test/nope:0' not found"):
         engine.image_inspect("edgevllm-test/nope:0")
+
+
+def test_start_does_not_change_the_callers_options(engine):
+    from edgevllm.engine.docker import RunOptions
+
+    options = RunOptions(image="edgevllm-test/nope:0", command=["true"])
+    with pytest.raises(Exception):
+        engine.start(options)  # no such image: the call fails, the options stay as given
+    assert options.detach is False
+
+
+def test_every_daemon_call_has_a_deadline(monkeypatch):
+    """A hung daemon is one error line naming the call, never a hang."""
+    import subprocess
+
+    from edgevllm.kernel.errors import EngineError
+
+    seen = []
+
+    def hang(argv, **kwargs):
+        seen.append(kwargs.get("timeout"))
+        raise subprocess.TimeoutExpired(argv, kwargs.get("timeout") or 0)
+
+    monkeypatch.setattr(subprocess, "run", hang)
+    with pytest.raises(EngineError, match="docker images timed out"):
+        DockerEngine(binary="sh").images("x")
+    with pytest.raises(EngineError, match="docker version timed out"):
+        DockerEngine(binary="sh").check_daemon()
+    assert all(t is not None and t > 0 for t in seen)

@@ -15,6 +15,7 @@ from typing import Callable
 from edgevllm.engine.docker import DockerEngine
 from edgevllm.kernel.errors import EdgeVllmError, MissingToolError
 from edgevllm.model.targets import Target
+from edgevllm.engine.host import check_disk, check_emulation
 
 
 @dataclass
@@ -63,11 +64,11 @@ def run_checks(target: Target, out: Path, engine: DockerEngine) -> list[Finding]
         return "present"
 
     def platform() -> str:
-        engine.check_platform(target.platform)
+        check_emulation(target.platform, engine.is_remote)
         return target.platform
 
     def disk() -> str:
-        engine.check_disk(out, target.min_disk_gb)
+        check_disk(out, target.min_disk_gb)
         return f">= {target.min_disk_gb:g} GB free under {out}"
 
     findings = [_check("docker daemon", daemon), _check("docker buildx", buildx),

@@ -29,6 +29,7 @@ from edgevllm.kernel.fsutil import atomic_dir, atomic_write_json, atomic_write_t
 from edgevllm.build.render import relabel_dockerfile
 from edgevllm.model.spec import EffectiveSpec
 from edgevllm.build.dockerfile import stage_text
+from edgevllm.engine.host import check_disk, check_emulation
 
 @dataclass
 class BuildResult:
@@ -63,8 +64,8 @@ class Workspace:
 def preflight(eff: EffectiveSpec, engine: DockerEngine, out: Path) -> None:
     engine.check_daemon()
     engine.check_buildx()
-    engine.check_platform(eff.platform)
-    engine.check_disk(out, eff.target.min_disk_gb)
+    check_emulation(eff.platform, engine.is_remote)
+    check_disk(out, eff.target.min_disk_gb)
 
 
 def compile_key(dockerfile: str, sources: dict[str, str], build_args: dict[str, str]) -> str:

@@ -11,34 +11,19 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import platform as host_platform
 import shlex
 import shutil
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Callable, Iterator, Sequence
 
-from edgevllm.kernel.errors import BinfmtMissingError, DockerUnavailableError, EngineError, ImageNotFoundError
+from edgevllm.kernel.errors import DockerUnavailableError, EngineError, ImageNotFoundError
 
 LineSink = Callable[[str], None]
-
-# Machine names as `uname -m` prints them → docker platform architectures.
-_HOST_ARCH = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
-# Docker architecture → the binfmt_misc handler that runs it under emulation.
-_BINFMT_HANDLER = {"arm64": "qemu-aarch64", "amd64": "qemu-x86_64"}
-
-
-def host_arch() -> str:
-    machine = host_platform.machine().lower()
-    return _HOST_ARCH.get(machine, machine)
-
-
-def platform_arch(platform: str) -> str:
-    """``linux/arm64`` → ``arm64``."""
-    parts = platform.split("/")
-    return parts[1] if len(parts) > 1 else parts[0]
-
+# Deadlines for daemon calls: a hung daemon becomes one error line, never a hang.
+QUICK_TIMEOUT_S = 30.0      # version, buildx version, inspect
+DEFAULT_TIMEOUT_S = 600.0   # anything else that does not pass its own
 
 @dataclass
 class RunOptions:
@@ -152,9 +137,6 @@ class DockerEngine:
     ``context``: a docker context name; ``host``: a daemon URL (``unix://``, ``tcp://``, ``ssh://``).
     """
 
-    # Where the kernel lists binfmt_misc handlers (a class attribute so tests can point it elsewhere).
-    binfmt_dir = Path("/proc/sys/fs/binfmt_misc")
-
     def __init__(self, context: str | None = None, host: str | None = None, binary: str = "docker"):
         self.context = context
         self.host = host
@@ -173,11 +155,18 @@ class DockerEngine:
         """The exact shell-quoted command for ``args`` (what --dry-run prints)."""
         return shlex.join(self.base_argv() + list(args))
 
+    @property
+    def is_remote(self) -> bool:
+        """Bound to another daemon (a context or host URL) than this machine's default one."""
+        return bool(self.context or self.host)
+
     def describe(self) -> str:
         return self.context or self.host or "default"
 
     def _run(self, args: Sequence[str], *, check: bool = True, input: bytes | None = None,
-             timeout: float | None = None) -> subprocess.CompletedProcess:
+             timeout: float | None = DEFAULT_TIMEOUT_S) -> subprocess.CompletedProcess:
+        """Every daemon call has a deadline (``timeout=None`` only for open-ended work such as
+        a container run to completion, where the caller passes its own)."""
         self._require_binary()
         try:
             proc = subprocess.run(self.base_argv() + list(args), input=input, capture_output=True,
@@ -207,47 +196,19 @@ class DockerEngine:
     # -- health checks --------------------------------------------------------------------------
     def check_daemon(self) -> None:
         self._require_binary()
-        proc = subprocess.run(self.base_argv() + ["version", "--format", "{{.Server.Version}}"],
-                              capture_output=True)
+        proc = self._run(["version", "--format", "{{.Server.Version}}"], check=False,
+                         timeout=QUICK_TIMEOUT_S)
         if proc.returncode != 0:
             raise DockerUnavailableError(
                 f"cannot reach the Docker daemon on engine {self.describe()}: start it "
                 "(systemctl start docker, or dockerd --iptables=false) and check permissions")
 
     def check_buildx(self) -> None:
-        proc = subprocess.run(self.base_argv() + ["buildx", "version"], capture_output=True)
+        proc = self._run(["buildx", "version"], check=False, timeout=QUICK_TIMEOUT_S)
         if proc.returncode != 0:
             raise DockerUnavailableError(
                 "docker buildx is missing: install the buildx plugin "
                 "(Debian: apt-get install docker-buildx)")
-
-    def check_platform(self, platform: str) -> None:
-        """A foreign platform needs a binfmt_misc handler (qemu-user-static) on a local engine."""
-        arch = platform_arch(platform)
-        if arch == host_arch() or self.context or self.host:
-            return
-        handler = _BINFMT_HANDLER.get(arch)
-        if handler is None:
-            return
-        entry = self.binfmt_dir / handler
-        try:
-            enabled = entry.read_text().splitlines()[0].strip() == "enabled"
-        except OSError:
-            enabled = False
-        if not enabled:
-            raise BinfmtMissingError(
-                f"building {platform} on a {host_arch()} host needs emulation: install "
-                f"qemu-user-static and binfmt-support, then run 'update-binfmts --enable {handler}'")
-
-    def check_disk(self, path: Path, need_gb: float) -> None:
-        from edgevllm.kernel.errors import DiskSpaceError
-
-        path.mkdir(parents=True, exist_ok=True)
-        free_gb = shutil.disk_usage(path).free / 1e9
-        if free_gb < need_gb:
-            raise DiskSpaceError(
-                f"only {free_gb:.1f} GB free under {path}, this needs about {need_gb:.0f} GB: "
-                "free disk space or prune Docker (docker builder prune)")
 
     # -- build ----------------------------------------------------------------------------------
     def build(self, options: BuildOptions, on_line: LineSink,
@@ -281,6 +242,11 @@ class DockerEngine:
                 f"image '{ref}' not found on engine {self.describe()}: build it, pull it or "
                 "load it first (docker images lists what is there)")
         return json.loads(proc.stdout)[0]
+
+    def images(self, repository: str, fmt: str = "{{.ID}}") -> list[str]:
+        """``docker images REPOSITORY``: one formatted line per image (ids by default)."""
+        proc = self._run(["images", "--format", fmt, repository])
+        return proc.stdout.decode().split()
 
     def image_exists(self, ref: str) -> bool:
         return self._run(["image", "inspect", ref], check=False).returncode == 0
@@ -401,8 +367,7 @@ class DockerEngine:
 
     def start(self, options: RunOptions) -> str:
         """Start a detached container and return its id."""
-        options.detach = True
-        proc = self._run(options.argv())
+        proc = self._run(replace(options, detach=True).argv())
         return proc.stdout.decode().strip()
 
     def exec(self, container: str, command: Sequence[str],

@@ -177,7 +177,7 @@ def test_compile_failure_names_stage_and_tags_nothing(spark_spec, engine, tmp_pa
     message = str(failure.value)
     assert "stage 'build' failed" in message
     assert "this is not CUDA" in message or "error" in message.lower()
-    assert not [c for c in engine._run(["images", "-q", "edgevllm-test/e2e-broken"]).stdout.split()]
+    assert not [c for c in engine.images("edgevllm-test/e2e-broken")]
 
 
 def test_wrong_arch_fails_the_gate_and_is_not_tagged(cuda_image_amd64, fake_upstream, wheelhouse,
@@ -198,7 +198,7 @@ def test_wrong_arch_fails_the_gate_and_is_not_tagged(cuda_image_amd64, fake_upst
                          platform="linux/amd64", mods=[], image_repo="edgevllm-test/e2e-gate")
     with pytest.raises(ArchGateFailed, match="kernel-arch gate failed for spark120a"):
         build(spec_from_dict(spec), tmp_path / "out", engine)
-    tags = engine._run(["images", "--format", "{{.Tag}}", "edgevllm-test/e2e-gate"]).stdout.decode().split()
+    tags = engine.images("edgevllm-test/e2e-gate", "{{.Tag}}")
     assert tags and all(t.endswith("-unverified") for t in tags)
     verdict = json.loads((tmp_path / "out" / "spark120a" / "verify.json").read_text())
     assert verdict["passed"] is False
@@ -240,7 +240,7 @@ def test_failed_mod_never_yields_an_image(cuda_image_amd64, fake_upstream, wheel
     assert "stage 'runtime' failed" in message
     assert "broken-edit" in message and "vllm/__init__.py" in message
     assert "this line is not in the file" in message
-    assert engine._run(["images", "-q", "edgevllm-test/e2e-badmod"]).stdout.split() == []
+    assert engine.images("edgevllm-test/e2e-badmod") == []
 
 
 def test_flashinfer_built_from_source_is_locked_and_native(spark_spec, fake_flashinfer_upstream,
@@ -279,29 +279,45 @@ def test_ctrl_c_during_the_compile_leaves_nothing_under_a_final_name(
 
     from e2e.conftest import FIXTURE_TREE, KERNELS
 
+    # The hold file makes the fixture's compile print a marker and wait before nvcc, so the
+    # signal always lands mid-compile (a warm ccache used to let the compile win the race).
     salted = (FIXTURE_TREE / KERNELS).read_text() + f"\n// interrupt test {time.time()}\n"
-    commit(fake_upstream, [head(fake_upstream)], {KERNELS: salted}, "a tree no cache has seen",
-           ref="refs/heads/interrupt")
+    commit(fake_upstream, [head(fake_upstream)], {KERNELS: salted, "edgevllm-test-hold": "600"},
+           "a tree no cache has seen, holding its compile", ref="refs/heads/interrupt")
     spec = hermetic_spec("spark", cuda_image_amd64, fake_upstream, wheelhouse, platform="linux/amd64",
                          mods=[], image_repo="edgevllm-test/e2e-interrupt")
     spec["vllm"]["ref"] = "interrupt"
     spec_file = write_spec(tmp_path / "spec.yaml", **spec)
     out = tmp_path / "out"
-    proc = subprocess.Popen(
-        [sys.executable, "-c", "from edgevllm.cli import main; main()", "build", "--spec",
-         str(spec_file), "--out", str(out)],
-        stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        env={**os.environ, "NO_COLOR": "1", "PYTHONPATH": str(FIXTURE_TREE.parents[3])})
-    lines = []
-    for line in proc.stderr:
-        lines.append(line)
-        if "[build]" in line:
-            time.sleep(2)  # nvcc is running now
-            proc.send_signal(signal.SIGINT)
-            break
-    rest = proc.communicate(timeout=120)[1]
-    assert proc.returncode == 130, "".join(lines) + rest
+    stderr = tmp_path / "stderr.txt"
+    with open(stderr, "w") as err_file:  # a file, not a pipe: nothing can block on a full pipe
+        proc = subprocess.Popen(
+            [sys.executable, "-c", "from edgevllm.cli import main; main()", "build", "--spec",
+             str(spec_file), "--out", str(out)],
+            stderr=err_file, stdout=subprocess.DEVNULL, text=True,
+            env={**os.environ, "NO_COLOR": "1", "PYTHONPATH": str(FIXTURE_TREE.parents[3])})
+        if not wait_for_marker(out / "spark" / "logs", "fake-vllm: holding before nvcc", proc, 900):
+            proc.kill()
+            pytest.fail("the fixture compile never reached its hold point:\n" + stderr.read_text())
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=120)
+    rest = stderr.read_text()
+    assert proc.returncode == 130, rest
     assert "Traceback" not in rest and "error: interrupted" in rest
     wheels = out / "spark" / "wheels"
     assert not wheels.exists() or [p.name for p in wheels.iterdir() if not p.name.startswith(".")] == []
-    assert engine._run(["images", "-q", "edgevllm-test/e2e-interrupt"]).stdout.split() == []
+    assert engine.images("edgevllm-test/e2e-interrupt") == []
+
+
+def wait_for_marker(logs, marker: str, proc, timeout_s: float) -> bool:
+    """True once a build log under ``logs`` holds ``marker`` (the build's raw output goes there);
+    False when the build process ends first or the deadline passes."""
+    from edgevllm.kernel.poll import poll
+
+    def seen() -> bool | None:
+        if proc.poll() is not None:
+            return False
+        found = any(marker in f.read_text(errors="replace") for f in logs.glob("*.log"))
+        return True if found else None
+
+    return bool(poll(seen, timeout_s, interval_s=0.5))
