@@ -22,6 +22,7 @@ def render_to(spec: BuildSpec, out: Path) -> Path:
         dockerfile = render_dockerfile(eff, staged.env)
         (tmp / "Dockerfile").write_text(dockerfile)
         contexts = {"vllm-src": "<prepared vLLM tree: " + "; ".join(source_request(eff).plan()) + ">",
+                    "cmake-deps": "<what the tree's CMake would clone, fetched by commit>",
                     "edgevllm-mods": "edgevllm-mods/", "edgevllm-meta": "<lock.json, at build time>",
                     "wheels": "<exported wheels folder, runtime build only>"}
         if eff.spec.flashinfer.source:

@@ -94,6 +94,14 @@ class LockError(SourceError):
     pass
 
 
+class PlanError(SourceError):
+    """The kernel plan cannot be evaluated: no CMakeLists.txt, or the tree's CMake stops."""
+
+
+class PlanGapError(PlanError):
+    """A kernel group the target needs would compile nothing for it."""
+
+
 # --- image build (6) ---------------------------------------------------------------------------
 class BuildError(EdgeVllmError):
     exit_code = 6

@@ -21,6 +21,8 @@ VLLM_PR = PREFIX + "vllm.pr"
 PRS = PREFIX + "prs"
 MODS_VERSIONS = PREFIX + "mods-versions"
 TAG = PREFIX + "tag"
+KERNEL_PLAN = PREFIX + "kernel-plan"   # CUDA_ARCHS and the groups that get nothing
+VLLM_RS = PREFIX + "vllm-rs"           # whether vLLM's Rust frontend binary is in the image
 LOCK = PREFIX + "lock"
 LOCK_SHA = PREFIX + "lock-sha256"
 # Written after the checks (config only): their outcomes.
@@ -45,6 +47,8 @@ LOCK_FILE = HOME + "/edgevllm.lock.json"
 VENV = "/opt/venv"
 # Where build contexts are mounted during a build step, and run-time mounts.
 WHEELS_MOUNT = "/tmp/edgevllm-wheels"
+CMAKE_DEPS_MOUNT = "/src/deps"   # the "cmake-deps" context: what vLLM's CMake would clone
+CMAKE_DEPS_ENV = "edgevllm-deps.env"  # in that context: the *_SRC_DIR overrides, sourced
 MODS_MOUNT = "/edgevllm-mods"
 TUNE_MOUNT = "/edgevllm-tune"
 SERVE_MOUNT = "/edgevllm-serve"
@@ -56,5 +60,6 @@ def template_values() -> dict[str, dict[str, str]]:
         "labels": {"target": TARGET, "platform": PLATFORM, "arch_list": ARCH_LIST,
                    "mods_selected": MODS_SELECTED},
         "paths": {"home": HOME, "constraints": CONSTRAINTS, "mods_record": MODS_RECORD,
-                  "venv": VENV, "wheels_mount": WHEELS_MOUNT, "mods_mount": MODS_MOUNT},
+                  "venv": VENV, "wheels_mount": WHEELS_MOUNT, "mods_mount": MODS_MOUNT,
+                  "cmake_deps_mount": CMAKE_DEPS_MOUNT, "cmake_deps_env": CMAKE_DEPS_ENV},
     }

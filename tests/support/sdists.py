@@ -76,3 +76,18 @@ def sdist_members(sdist: Path, members: list[str], dest: Path) -> Path:
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_bytes(data)
     return dest
+
+
+def sdist_tree(sdist: Path, prefixes: list[str], dest: Path) -> Path:
+    """Extract every regular file under ``prefixes`` (paths below the sdist's top folder, e.g.
+    ``"cmake/"`` or ``"CMakeLists.txt"``) into ``dest``; return ``dest``."""
+    with tarfile.open(sdist) as tar:
+        top = tar.getmembers()[0].name.split("/")[0]
+        for info in tar.getmembers():
+            rel = info.name[len(top) + 1:]
+            if not info.isfile() or not any(rel == p or rel.startswith(p) for p in prefixes):
+                continue
+            out = dest / rel
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_bytes(tar.extractfile(info).read())
+    return dest

@@ -1,0 +1,602 @@
+"""The kernel plan: what a prepared vLLM tree will compile for a target, from the tree's own CMake.
+
+``evaluate_plan(tree, arch_list, ...)`` runs the tree's ``CMakeLists.txt`` (and everything it
+includes: ``cmake/utils.cmake``, ``cmake/external_projects/*.cmake``) in ``cmake -P`` with
+``plan_prelude.cmake``: commands that need a real configure record what they are given and do
+nothing else, so the tree's own ``cuda_archs_loose_intersection`` and CUDA-version branches decide.
+Nothing is copied from a particular vLLM release: a PR or a fork is evaluated the same way.
+
+The result (``KernelPlan``) lists every arch group (one ``cuda_archs_loose_intersection`` call that
+ran: file, line, requested list, result, kind), every extension with the arches its CUDA sources
+get (from the per-source ``-gencode`` flags the tree sets), the external sources CMake would clone
+(``FetchContent``), and the flags a source file is compiled with. Kinds, for the target's device:
+
+- ``native``  real SASS for exactly the target (``12.1a`` on 12.1; ``11.0a`` on 11.0)
+- ``family``  SASS that runs on the target by family or plain compatibility (``12.0f``, ``12.0``)
+- ``ptx``     only PTX the driver can JIT for the target (``8.0+PTX``): slow first use
+- ``none``    nothing that runs on the target
+
+Errors, one line each: a tree without ``CMakeLists.txt`` or ``cmake`` missing; a plan that cannot be
+evaluated (naming the CMake file and line); a group the target needs that gets ``none``
+(``check_required``, naming the group and the CMake line).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from edgevllm.kernel.errors import MissingToolError, PlanError, PlanGapError
+
+PRELUDE = Path(__file__).with_name("plan_prelude.cmake")
+OVERRIDES = Path(__file__).with_name("plan_overrides.cmake")
+# Calls renamed in the shadow copy so that the recorder knows their line (CMake has no caller line).
+_RENAMED = {"cuda_archs_loose_intersection": "_ev_cali", "define_extension_target": "_ev_det",
+            "fetchcontent_declare": "_ev_fcd", "fetchcontent_populate": "_ev_fcp",
+            "message": "_ev_msg"}
+_CALL = re.compile(r"^([ \t]*)(" + "|".join(_RENAMED) + r")[ \t]*\(", re.M | re.I)
+# torch's long-standing COMMON_NVCC_FLAGS (torch.utils.cpp_extension); vLLM drops the -D ones for
+# CUDA >= 12. Used when the caller does not read them from a torch wheel.
+DEFAULT_TORCH_NVCC_FLAGS = ["-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__",
+                            "-D__CUDA_NO_BFLOAT16_CONVERSIONS__", "-D__CUDA_NO_HALF2_OPERATORS__",
+                            "--expt-relaxed-constexpr"]
+_TIMEOUT_S = 120
+
+
+@dataclass
+class ArchGroup:
+    key: str            # unique: the variable, with #N when the tree evaluates it more than once
+    name: str           # the CMake variable the result lands in (MACHETE_ARCHS, CUDA_ARCHS, ...)
+    file: str           # relative to the tree
+    line: int
+    requested: list[str]
+    result: list[str]
+    kind: str           # native | family | ptx | none
+    label: str = ""     # the tree's own "Building ..."/"Not building ..." line that follows
+
+    @property
+    def where(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+@dataclass
+class Extension:
+    name: str
+    file: str
+    line: int
+    language: str
+    arches: list[str]   # from the -gencode flags of its CUDA sources: "12.1a", "8.0+PTX", ...
+    kind: str
+    cuda_sources: int = 0
+
+
+@dataclass
+class CMakeDep:
+    name: str
+    repo: str
+    tag: str
+    file: str
+    line: int
+    env_var: str | None   # the *_SRC_DIR variable that replaces the clone, when the tree has one
+    url: str = ""         # a tarball URL instead of git (not lockable here)
+
+
+@dataclass
+class KernelPlan:
+    arch_list: str
+    device_arch: str
+    cuda_version: str
+    cuda_archs: list[str]             # CUDA_ARCHS after the tree's supported-arch filter
+    groups: list[ArchGroup] = field(default_factory=list)
+    extensions: list[Extension] = field(default_factory=list)
+    deps: list[CMakeDep] = field(default_factory=list)
+    source_flags: dict[str, list[str]] = field(default_factory=dict)  # csrc/x.cu -> -gencode ...
+    gpu_flags: list[str] = field(default_factory=list)                # _C's COMPILE_FLAGS
+    cmake_minimum: str = ""
+    warnings: list[str] = field(default_factory=list)
+    # FATAL_ERRORs of external projects whose sources are not fetched (expected; the real
+    # configure has them); the tree's own FATAL_ERRORs raise PlanError instead.
+    errors: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data.pop("source_flags")  # large; the compile slice reads it from the object
+        return data
+
+    rust_frontend: str = ""           # what becomes of the tree's vllm-rs (see rust_frontend())
+
+    def summary(self) -> dict:
+        """Compact form for the lock: arches and kind per group and CUDA extension."""
+        return {"arch_list": self.arch_list, "cuda_version": self.cuda_version,
+                "cuda_archs": self.cuda_archs,
+                "groups": {g.key: {"gets": g.result, "kind": g.kind, "at": g.where}
+                           for g in self.groups},
+                "extensions": {e.name: {"arches": e.arches, "kind": e.kind}
+                               for e in self.extensions if e.language == "CUDA"},
+                "none": [g.key for g in self.groups if g.kind == "none"],
+                "vllm_rs": self.rust_frontend}
+
+    def group(self, key: str) -> ArchGroup:
+        for g in self.groups:
+            if g.key == key:
+                return g
+        raise KeyError(key)
+
+    def flags_for(self, source: str) -> list[str]:
+        """``-gencode`` flags the tree gives one source file (relative path), in order."""
+        return list(self.source_flags.get(source, []))
+
+
+# --- classification ------------------------------------------------------------------------------
+def _split(arch: str) -> tuple[int, int, str, bool]:
+    ptx = arch.endswith("+PTX")
+    core = arch[:-4] if ptx else arch
+    match = re.fullmatch(r"(\d+)\.(\d+)([af]?)", core)
+    if not match:
+        raise ValueError(arch)
+    return int(match.group(1)), int(match.group(2)), match.group(3), ptx
+
+
+def arch_kind(arch: str, device: str) -> str:
+    """How code built for ``arch`` (a CMake arch like ``12.0f`` or ``8.0+PTX``) runs on ``device``."""
+    try:
+        major, minor, suffix, ptx = _split(arch)
+        dmajor, dminor, _, _ = _split(device)
+    except ValueError:
+        return "none"
+    if suffix == "a":
+        sass = "native" if (major, minor) == (dmajor, dminor) else "none"
+    elif major == dmajor and minor <= dminor:
+        sass = "native" if (minor == dminor and suffix == "") else "family"
+    else:
+        sass = "none"
+    if sass != "none":
+        return sass
+    if ptx and suffix == "" and (major, minor) <= (dmajor, dminor):
+        return "ptx"
+    return "none"
+
+
+_RANK = {"native": 3, "family": 2, "ptx": 1, "none": 0}
+
+
+def best_kind(arches: list[str], device: str) -> str:
+    kinds = [arch_kind(a, device) for a in arches]
+    return max(kinds, key=_RANK.__getitem__) if kinds else "none"
+
+
+# --- inputs ----------------------------------------------------------------------------------------
+def torch_gencode_flags(arch_list: str) -> str:
+    """The ``-gencode`` flags torch's CMake derives from TORCH_CUDA_ARCH_LIST (``12.1a`` -> sm_121a)."""
+    flags = []
+    for entry in re.split(r"[\s;]+", arch_list.strip()):
+        if not entry:
+            continue
+        ptx = entry.endswith("+PTX")
+        core = entry[:-4] if ptx else entry
+        match = re.fullmatch(r"(\d+)\.(\d+)([af]?)", core)
+        if not match:
+            raise PlanError(f"arch list '{arch_list}': '{entry}' is not like 12.1a or 8.0+PTX")
+        num = "".join(match.groups())
+        flags.append(f"-gencode arch=compute_{num},code=sm_{num}")
+        if ptx:
+            flags.append(f"-gencode arch=compute_{num},code=compute_{num}")
+    if not flags:
+        raise PlanError("arch list is empty; set torch_cuda_arch_list in the target")
+    return " ".join(flags)
+
+
+def _shadow_tree(tree: Path, dest: Path) -> None:
+    """A copy of the CMake files with a few calls renamed (same line numbers); the rest linked."""
+    for entry in tree.iterdir():
+        if entry.name in ("CMakeLists.txt", "cmake"):
+            continue
+        os.symlink(entry, dest / entry.name)
+    files = [tree / "CMakeLists.txt"]
+    if (tree / "cmake").is_dir():
+        shutil.copytree(tree / "cmake", dest / "cmake", symlinks=True)
+        files += sorted((tree / "cmake").rglob("*.cmake"))
+    for src in files:
+        out = dest / src.relative_to(tree)
+        text = src.read_text(errors="replace")
+        out.write_text(_CALL.sub(_renamer(str(src.relative_to(tree))), text))
+
+
+def _renamer(relpath: str):
+    def rename(match: re.Match) -> str:
+        line = match.string.count("\n", 0, match.start()) + 1
+        return f'{match.group(1)}{_RENAMED[match.group(2).lower()]}("{relpath}:{line}" '
+    return rename
+
+
+# --- running -------------------------------------------------------------------------------------
+def evaluate_plan(tree: Path | str, arch_list: str, *, cuda_version: str, device_arch: str,
+                  torch_version: str = "", torch_nvcc_flags: list[str] | None = None,
+                  python_version: str = "3.12", nvcc_threads: int = 1) -> KernelPlan:
+    """Evaluate ``tree``'s CMake for ``arch_list`` (TORCH_CUDA_ARCH_LIST) with CUDA ``cuda_version``.
+
+    ``device_arch`` (``12.1a``) is the device the kinds are judged for. Raises PlanError (one line).
+    """
+    tree = Path(tree)
+    if not (tree / "CMakeLists.txt").is_file():
+        raise PlanError(f"{tree}: no CMakeLists.txt; this is not a vLLM source tree")
+    cmake = shutil.which("cmake")
+    if cmake is None:
+        raise MissingToolError("cmake: not found; install cmake >= 3.25 (apt-get install cmake)")
+    gencode = torch_gencode_flags(arch_list)
+    with tempfile.TemporaryDirectory(prefix="edgevllm-plan-") as tmp:
+        shadow = Path(tmp) / "tree"
+        shadow.mkdir()
+        _shadow_tree(tree, shadow)
+        record = Path(tmp) / "record.txt"
+        record.write_text("")
+        defs = {"_EV_OUT": record, "_EV_TREE": shadow, "_EV_OVERRIDES": OVERRIDES,
+                "_EV_CUDA_VERSION": cuda_version, "_EV_TORCH_VERSION": torch_version,
+                "_EV_GENCODE": gencode, "_EV_PYTHON_VERSION": python_version,
+                "_EV_NVCC_THREADS": nvcc_threads,
+                "_EV_TORCH_NVCC_FLAGS": ";".join(torch_nvcc_flags or DEFAULT_TORCH_NVCC_FLAGS)}
+        argv = [cmake] + [f"-D{k}={v}" for k, v in defs.items()] + ["-P", str(PRELUDE)]
+        try:
+            proc = subprocess.run(argv, cwd=shadow, capture_output=True, text=True,
+                                  timeout=_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            raise PlanError(f"{tree}/CMakeLists.txt: evaluating the kernel plan took over "
+                            f"{_TIMEOUT_S}s; the tree's CMake loops or waits") from None
+        lines = record.read_text().splitlines()
+        if proc.returncode != 0 or "DONE" not in lines:
+            raise PlanError(_failure(tree, shadow, proc.stderr))
+        plan = _parse(lines, str(shadow), arch_list, device_arch, cuda_version)
+    own = [e for e in plan.errors if not _in_external_project(e)]
+    if own:
+        raise PlanError(f"{tree}: the tree's CMake refuses {arch_list}: {own[0][:300]}")
+    plan.rust_frontend = rust_frontend(tree)
+    return plan
+
+
+def _in_external_project(error: str) -> bool:
+    """An error raised in a file that sets up a cloned project (its source is not here yet)."""
+    return error.startswith("cmake/external_projects/") or error.startswith("?")
+
+
+def rust_frontend(tree: Path) -> str:
+    """Whether images of this tree carry vLLM's Rust frontend binary (``vllm/vllm-rs``).
+
+    They do not: vLLM 0.33.0 builds it with setuptools-rust as an optional extension (a toolchain
+    pinned in rust-toolchain.toml, crates from crates.io at build time, so not offline) and uses it
+    only when VLLM_USE_RUST_FRONTEND / VLLM_USE_RUST_BENCH is set (default off); without Rust the
+    build only warns. The image says so (lock, label) instead of differing from the PyPI wheel
+    silently. Returns "" for a tree without Rust.
+    """
+    if not (tree / "rust").is_dir() and not (tree / "rust-toolchain.toml").is_file():
+        return ""
+    return ("absent: the tree's Rust frontend (vllm-rs) is not built; "
+            "VLLM_USE_RUST_FRONTEND=1 and VLLM_USE_RUST_BENCH=1 are unsupported in this image")
+
+
+def _failure(tree: Path, shadow: Path, stderr: str) -> str:
+    text = stderr.replace(str(shadow) + "/", "").replace(str(shadow), str(tree))
+    where = re.search(r"CMake Error at ([^\s:]+):(\d+)", text)
+    detail = ""
+    fatal = re.search(r"^\s*(\S+:\d+): (.+?)$", text, re.M)
+    if fatal and "_ev_" not in fatal.group(2):
+        detail = f"{fatal.group(1)}: {fatal.group(2).strip()}"
+    elif where:
+        body = text[where.end():].strip().splitlines()
+        message = next((ln.strip() for ln in body[1:] if ln.strip()), "")
+        detail = f"{where.group(1)}:{where.group(2)}: {message}"
+    else:
+        detail = (text.strip().splitlines() or ["cmake stopped without a message"])[-1]
+    if "PLEASE" in detail.upper() and "edgevllm" in detail:
+        detail = detail[:200]
+    return f"{tree}: the kernel plan cannot be evaluated: {detail[:300]}"
+
+
+# --- parsing the record ----------------------------------------------------------------------------
+def _rel(path: str, shadow: str) -> str:
+    return path[len(shadow) + 1:] if path.startswith(shadow + "/") else path
+
+
+def _where(text: str) -> tuple[str, int]:
+    """``"cmake/utils.cmake:527"`` -> (file, line); a call that was not renamed -> ("?", 0)."""
+    file, _, line = text.rpartition(":")
+    return (file, int(line)) if file and line.isdigit() else ("?", 0)
+
+
+def _parse(lines: list[str], shadow: str, arch_list: str, device: str,
+           cuda_version: str) -> KernelPlan:
+    plan = KernelPlan(arch_list=arch_list, device_arch=device, cuda_version=cuda_version,
+                      cuda_archs=[])
+    seen: dict[str, int] = {}
+    messages: list[tuple[int, str]] = []   # (index of the group it follows, text)
+    ext_records = []
+    for raw in lines:
+        kind, _, rest = raw.partition("|")
+        fields = rest.split("|")
+        if kind == "ARCHS":
+            _add_group(plan, fields, shadow, device, seen)
+        elif kind == "MSG":
+            _note_message(plan, fields, messages)
+        elif kind == "EXT":
+            ext_records.append(fields)
+        elif kind == "SRCOPT":
+            _add_source_flag(plan, fields, shadow)
+        elif kind == "DEP":
+            _add_dep(plan, fields, shadow)
+        elif kind == "MINVER":
+            plan.cmake_minimum = fields[0]
+    _label_groups(plan, messages)
+    for fields in ext_records:
+        _add_extension(plan, fields, shadow, device)
+    for g in plan.groups:
+        if g.name == "CUDA_ARCHS" and g.file == "CMakeLists.txt":
+            plan.cuda_archs = list(g.result)
+    return plan
+
+
+def _items(text: str) -> list[str]:
+    return [x for x in text.split(";") if x]
+
+
+def _add_group(plan: KernelPlan, fields: list[str], shadow: str, device: str,
+               seen: dict[str, int]) -> None:
+    where, name, src, _tgt, res = (fields + [""] * 5)[:5]
+    file, line = _where(where)
+    if name.startswith("_"):  # a helper's local variable: name the group after the helper
+        name = f"{_enclosing_function(Path(shadow) / file, line) or name}()"
+    seen[name] = seen.get(name, 0) + 1
+    key = name if seen[name] == 1 else f"{name}#{seen[name]}"
+    if seen[name] == 2:  # the first one gets its number too, so that keys do not shift
+        first = next(g for g in plan.groups if g.key == name)
+        first.key = f"{name}#1"
+    result = _items(res)
+    plan.groups.append(ArchGroup(key=key, name=name, file=file, line=line,
+                                 requested=_items(src), result=result,
+                                 kind=best_kind(result, device)))
+
+
+def _note_message(plan: KernelPlan, fields: list[str], messages: list) -> None:
+    where, mode, text = (fields + [""] * 3)[:3]
+    if mode == "WARNING":
+        plan.warnings.append(text.strip())
+    if mode in ("FATAL_ERROR", "SEND_ERROR"):
+        plan.errors.append(f"{where}: {' '.join(text.split())}")
+    if re.match(r"\s*(Not building|Building|Not compiling|Compiling)\b", text):
+        messages.append((len(plan.groups) - 1, text.strip()))
+
+
+def _label_groups(plan: KernelPlan, messages: list) -> None:
+    """Give each group the tree's own "Building X ..." line that follows it.
+
+    Several intersections may run before their messages (KDA and GDN decode): among the groups
+    since the previous message, the one sharing most words with the message gets it.
+    """
+    start = 0
+    for index, text in messages:
+        candidates = [g for g in plan.groups[start:index + 1] if not g.label]
+        if candidates:
+            words = set(re.findall(r"[a-z0-9]+", text.lower()))
+            best = max(reversed(candidates), key=lambda g: len(words & _name_words(g.name)))
+            if len(candidates) == 1 or words & _name_words(best.name):
+                best.label = text[:120]
+        start = max(start, index + 1) if candidates and all(g.label for g in candidates) \
+            else start
+
+
+def _name_words(name: str) -> set[str]:
+    return set(re.findall(r"[a-z0-9]+", name.lower().replace("_archs", ""))) - {"archs"}
+
+
+def _enclosing_function(path: Path, line: int) -> str | None:
+    """The ``function(NAME`` around ``line`` in a CMake file (for results kept in a local var)."""
+    try:
+        lines = path.read_text(errors="replace").splitlines()[:line]
+    except OSError:
+        return None
+    for text in reversed(lines):
+        if re.match(r"\s*endfunction\s*\(", text, re.I):
+            return None
+        match = re.match(r"\s*function\s*\(\s*(\w+)", text, re.I)
+        if match:
+            return match.group(1)
+    return None
+
+
+def _add_source_flag(plan: KernelPlan, fields: list[str], shadow: str) -> None:
+    source, value = (fields + ["", ""])[:2]
+    match = re.search(r"-gencode[; ]+(arch=[^>;\s]+)", value)
+    if match:
+        flags = plan.source_flags.setdefault(_rel(source, shadow), [])
+        flag = f"-gencode {match.group(1)}"
+        if flag not in flags:
+            flags.append(flag)
+
+
+def _gencode_arch(flag: str) -> str:
+    """``-gencode arch=compute_121a,code=sm_121a`` -> ``12.1a``; a PTX code -> ``8.0+PTX``."""
+    match = re.search(r"code=(sm|compute)_(\d+?)(\d)([af]?)$", flag)
+    if not match:
+        return ""
+    arch = f"{match.group(2)}.{match.group(3)}{match.group(4)}"
+    return f"{arch}+PTX" if match.group(1) == "compute" else arch
+
+
+def _add_extension(plan: KernelPlan, fields: list[str], shadow: str, device: str) -> None:
+    where, name, language, sources, archs, flags = (fields + [""] * 6)[:6]
+    file, line = _where(where)
+    cuda = [_rel(s, shadow) for s in _items(sources) if s.endswith(".cu")]
+    arches: list[str] = []
+    for source in cuda:
+        for flag in plan.source_flags.get(source, []):
+            arch = _gencode_arch(flag)
+            if arch and arch not in arches:
+                arches.append(arch)
+    arches += [a for a in _items(archs) if a not in arches and language == "CUDA"
+               and re.fullmatch(r"\d+\.\d+[af]?(\+PTX)?", a)]
+    if name == "_C" or (name.startswith("_C") and not plan.gpu_flags):
+        plan.gpu_flags = _items(flags)
+    kind = best_kind(arches, device) if language == "CUDA" else "cpu"
+    plan.extensions.append(Extension(name=name, file=file, line=line,
+                                     language=language, arches=arches, kind=kind,
+                                     cuda_sources=len(cuda)))
+
+
+def _add_dep(plan: KernelPlan, fields: list[str], shadow: str) -> None:
+    where, _how, name, repo, tag, source_dir, url = (fields + [""] * 7)[:7]
+    file, line = _where(where)
+    if source_dir and not repo and not url:
+        return  # a local SOURCE_DIR (an override already in effect): nothing to clone
+    if any(d.name == name for d in plan.deps):
+        return
+    plan.deps.append(CMakeDep(name=name, repo=repo, tag=tag, file=file, line=line,
+                              env_var=_override_var(Path(shadow) / file, line), url=url))
+
+
+def _override_var(path: Path, line: int) -> str | None:
+    """The nearest ``ENV{..._SRC_DIR}`` the file reads above the clone: the tree's override."""
+    try:
+        lines = path.read_text(errors="replace").splitlines()[:line]
+    except OSError:
+        return None
+    for text in reversed(lines):
+        match = re.search(r"ENV\{(\w*SRC_DIR\w*)\}", text)
+        if match:
+            return match.group(1)
+    return None
+
+
+# --- requirements --------------------------------------------------------------------------------
+def _matching(plan: KernelPlan, alternatives: str) -> tuple[str, list[ArchGroup], list[Extension]]:
+    for name in alternatives.split("|"):
+        name = name.strip()
+        groups = [g for g in plan.groups if g.name == name or g.key == name]
+        exts = [e for e in plan.extensions if e.name == name]
+        if groups or exts:
+            return name, groups, exts
+    return alternatives, [], []
+
+
+def check_required(plan: KernelPlan, required: dict[str, str], target: str,
+                   code: str = "native") -> None:
+    """Every group the target needs gets at least its minimum kind; else PlanGapError (one line).
+
+    ``required``: ``{"FP4_SM120_ARCHS|FP4_ARCHS": "native", ...}``: the first name the tree has
+    counts; a variable evaluated several times passes when any evaluation reaches the minimum.
+    Under ``code="family"`` a ``native`` minimum reads as ``family``.
+    """
+    for alternatives, minimum in required.items():
+        if code == "family" and minimum == "native":
+            minimum = "family"
+        name, groups, exts = _matching(plan, alternatives)
+        if not groups and not exts:
+            raise PlanGapError(f"target {target}: needed group '{alternatives}' is not in the "
+                               f"tree's CMake (no cuda_archs_loose_intersection or extension of "
+                               f"that name); fix kernel_plan.required in targets/{target}.yaml")
+        kinds = [g.kind for g in groups] + [e.kind for e in exts]
+        if max(_RANK.get(k, 0) for k in kinds) >= _RANK[minimum]:
+            continue
+        got = max(kinds, key=lambda k: _RANK.get(k, 0))
+        where = groups[0].where if groups else f"{exts[0].file}:{exts[0].line}"
+        asked = ";".join(groups[0].requested) if groups else "-"
+        result = ";".join(groups[0].result) if groups else ";".join(exts[0].arches)
+        raise PlanGapError(f"target {target}: needed group {name} gets {got} "
+                           f"({result or 'nothing'}), needs {minimum}, for {plan.arch_list} "
+                           f"({where}: requested {asked}; CUDA archs "
+                           f"{';'.join(plan.cuda_archs) or 'none'})")
+
+
+# --- output --------------------------------------------------------------------------------------
+_STYLE = {"native": "green", "family": "cyan", "ptx": "yellow", "none": "red", "cpu": "dim"}
+
+
+def print_plan(plan: KernelPlan, title: str = "") -> None:
+    """The plan as a rich table on stdout: one row per group, then one per CUDA extension."""
+    from rich.table import Table
+
+    from edgevllm.kernel.console import out_console
+
+    table = Table(title=title or f"kernel plan for {plan.arch_list} (CUDA {plan.cuda_version}): "
+                  f"CUDA_ARCHS = {';'.join(plan.cuda_archs) or 'none'}", title_justify="left")
+    for column in ("group", "CMake", "requested", "gets", "kind", "the tree says"):
+        table.add_column(column, overflow="fold")
+    for g in plan.groups:
+        table.add_row(g.key, g.where, ";".join(g.requested), ";".join(g.result) or "-",
+                      f"[{_STYLE[g.kind]}]{g.kind}[/]", g.label)
+    for e in plan.extensions:
+        if e.language == "CUDA":
+            table.add_row(f"extension {e.name}", f"{e.file}:{e.line}", f"{e.cuda_sources} .cu",
+                          ";".join(e.arches) or "-", f"[{_STYLE[e.kind]}]{e.kind}[/]", "")
+    out_console().print(table)
+    none = [g.key for g in plan.groups if g.kind == "none"]
+    ptx = [g.key for g in plan.groups if g.kind == "ptx"]
+    out_console().print(f"compile nothing for {plan.device_arch}: {', '.join(none) or '-'}",
+                        markup=False, soft_wrap=True)
+    out_console().print(f"PTX only (JIT at first use): {', '.join(ptx) or '-'}", markup=False,
+                        soft_wrap=True)
+    for dep in plan.deps:
+        out_console().print(f"clones {dep.name}: {dep.repo or dep.url} @ {dep.tag} "
+                            f"({dep.file}:{dep.line}; override {dep.env_var or 'none'})",
+                            markup=False, soft_wrap=True)
+
+
+def _expected_codes(arches: list[str]) -> set[str]:
+    codes = set()
+    for arch in arches:
+        base = arch[:-4] if arch.endswith("+PTX") else arch
+        num = base.replace(".", "")
+        codes.add(f"sm_{num}")
+        if arch.endswith("+PTX"):
+            codes.add(f"compute_{num}")
+    return codes
+
+
+def compare_with_binaries(plan_extensions: dict[str, list[str]],
+                          found: dict[str, list[str]]) -> list[tuple[str, str, bool]]:
+    """Plan against what verify found: ``{ext: [12.1a, 8.0+PTX]}`` vs ``{library path: [sm_121a,
+    compute_80]}`` -> ``[(ext, "plan: 12.1a; binary: sm_121a", agrees)]`` for each extension
+    whose library was scanned. cuobjdump-style names without ``f`` count as their family form.
+    """
+    rows = []
+    for ext, arches in plan_extensions.items():
+        library = next((p for p in sorted(found) if Path(p).name.split(".")[0] == ext), None)
+        if library is None or not arches:
+            continue
+        have = set(found[library])
+        want = _expected_codes(arches)
+        agrees = all(code in have or code.rstrip("f") in have for code in want)
+        rows.append((ext, f"plan: {';'.join(arches)}; binary: {', '.join(sorted(have))}", agrees))
+    return rows
+
+
+# --- for a target ----------------------------------------------------------------------------------
+def plan_for_target(tree: Path | str, target, *, torch_version: str = "",
+                    torch_nvcc_flags: list[str] | None = None, nvcc_threads: int = 1,
+                    check: bool = True) -> KernelPlan:
+    """``evaluate_plan`` with the target's arch list, CUDA and device; then its requirements.
+
+    ``target`` is a ``model.targets.Target``. With ``check`` a needed group below its minimum
+    raises PlanGapError; without, the caller prints the plan first and checks after.
+    """
+    python = re.sub(r"^python", "", target.python or "") or "3.12"
+    plan = evaluate_plan(tree, target.torch_cuda_arch_list, cuda_version=target.cuda_version,
+                         device_arch=target.cuda_arch, torch_version=torch_version,
+                         torch_nvcc_flags=torch_nvcc_flags,
+                         python_version=python if re.fullmatch(r"\d+\.\d+", python) else "3.12",
+                         nvcc_threads=nvcc_threads)
+    if check:
+        check_target(plan, target)
+    return plan
+
+
+def check_target(plan: KernelPlan, target) -> None:
+    check_required(plan, dict(target.kernel_plan.required), target.name, target.kernel_plan.code)
+
+
+def patches_skipped(target) -> set[str]:
+    """Source patches the target's ``kernel_plan.code`` turns off (``family``: the native ones)."""
+    policy = target.kernel_plan
+    return set(policy.native_patches) if policy.code == "family" else set()
