@@ -446,10 +446,10 @@ def _add_extension(plan: KernelPlan, fields: list[str], shadow: str, device: str
 
 
 def _add_dep(plan: KernelPlan, fields: list[str], shadow: str) -> None:
-    where, _how, name, repo, tag, source_dir, url = (fields + [""] * 7)[:7]
+    where, _how, name, repo, tag, _source_dir, url = (fields + [""] * 7)[:7]
     file, line = _where(where)
-    if source_dir and not repo and not url:
-        return  # a local SOURCE_DIR (an override already in effect): nothing to clone
+    if not repo and not url:
+        return  # a local SOURCE_DIR (an override in effect), or populating an earlier declare
     if any(d.name == name for d in plan.deps):
         return
     plan.deps.append(CMakeDep(name=name, repo=repo, tag=tag, file=file, line=line,
