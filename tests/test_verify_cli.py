@@ -65,7 +65,13 @@ def test_gate_failure_exits_8_with_one_line(image_dir):
 @pytest.mark.parametrize("case,code,needle", [
     ("not-elf", 8, "not an ELF"),
     ("corrupt", 8, "corrupt"),
-    ("not-tarball", 8, "not a tar archive"),
+    ("not-tarball", 10, "neither a tar, gzip nor zstd"),  # the same line and code as inv load
+    ("json-is-a-folder", 2, "is a folder"),
+    ("json-below-a-file", 2, "is a file, not a folder"),
+    ("empty-folder", 8, "no CUDA libraries found under"),
+    ("pure-python", 8, "no CUDA libraries found under"),
+    ("host-only-gated", 8, "_C.abi3.so: gated but carries no GPU code"),
+    ("bad-arch", 2, "sm_12x"),
     ("missing-image", 4, "not found"),
     ("no-source", 2, "exactly one of"),
     ("two-sources", 2, "exactly one of"),
@@ -81,6 +87,9 @@ def test_bad_input_gives_one_line(tmp_path, image_dir, case, code, needle):
     cut.write_bytes(data[: len(data) // 2])
     policy = tmp_path / "policy.yaml"
     policy.write_text("rules: 3\n")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "py" / "pkg").mkdir(parents=True)
+    (tmp_path / "py" / "pkg" / "__init__.py").write_text("x = 1\n")
     args = {
         "not-elf": ["--target", "spark", "--path", text],
         "corrupt": ["--target", "spark", "--path", cut],
@@ -91,8 +100,32 @@ def test_bad_input_gives_one_line(tmp_path, image_dir, case, code, needle):
         "unknown-target": ["--target", "no-such", "--path", image_dir],
         "bad-policy": ["--target", "spark", "--path", image_dir, "--policy", policy],
         "missing-path": ["--target", "spark", "--path", tmp_path / "nothing"],
+        "json-is-a-folder": ["--target", "spark", "--path", image_dir, "--json", tmp_path],
+        "json-below-a-file": ["--target", "spark", "--path", image_dir, "--json", text / "x.json"],
+        "empty-folder": ["--target", "spark", "--path", tmp_path / "empty"],
+        "pure-python": ["--target", "spark", "--path", tmp_path / "py"],
+        "host-only-gated": ["--target", "spark", "--path", _host_only_vllm(tmp_path)],
+        "bad-arch": ["--target", "sm_12x", "--path", image_dir],
     }[case]
     assert needle in _one_error_line(_verify(*args), code)
+
+
+def _host_only_vllm(tmp_path: Path) -> Path:
+    """A real host-only shared object (gcc, no device code) where vLLM's _C belongs."""
+    root = tmp_path / "hostonly"
+    (root / "vllm").mkdir(parents=True)
+    source = tmp_path / "host.c"
+    source.write_text("int answer(void) { return 42; }\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(root / "vllm" / "_C.abi3.so"),
+                    str(source)], check=True)
+    return root
+
+
+@pytest.mark.parametrize("spelling", ["sm_121a", "121a", "12.1a", "sm_121", "spark"])
+def test_target_accepts_arch_spellings(image_dir, spelling):
+    proc = _verify("--target", spelling, "--path", image_dir)
+    assert proc.returncode == 0, proc.stderr
+    assert "(compute 12.1)" in proc.stdout
 
 
 def test_disagreement_is_described():

@@ -3,7 +3,7 @@
 A tiny image is built FROM scratch with nvcc-built libraries and the real aarch64 libnvjpeg in
 two layers; a third layer deletes a file and a folder (whiteouts) with a static helper, and a
 later layer overrides a library. The saved archive is read as .tar, .tar.gz, .tar.zst, split
-.tar.zst.partNNN + manifest (as `inv publish` writes it), repacked with zstd/gzip layer blobs and
+.tar.zst.partNNN + manifest (`inv publish`'s writer; damaged parts fail as in `inv load`), repacked with zstd/gzip layer blobs and
 in the old ``<id>/layer.tar`` layout, through ``docker save`` directly, and as a ``docker export``.
 """
 
@@ -24,7 +24,7 @@ import zstandard
 
 from edgevllm.verify import scan_image, scan_tarball, verify, verify_image
 from edgevllm.engine.docker import BuildOptions, DockerEngine
-from edgevllm.kernel.errors import ArchGateFailed, ImageNotFoundError, NotATarballError
+from edgevllm.kernel.errors import ArchGateFailed, ImageNotFoundError, IntegrityError
 from support.cuda_libs import aarch64_cuda_lib, cuobjdump_binary, nvcc_libs
 
 SITE = "opt/venv/lib/python3.12/site-packages"
@@ -138,27 +138,33 @@ def test_gzip_and_zstd_tarballs(saved, tmp_path):
     assert _arches(scan_tarball(zst)) == EXPECTED
 
 
-def _split(saved: Path, folder: Path, part_size: int) -> Path:
-    data = zstandard.ZstdCompressor(level=1).compress(saved.read_bytes())
-    parts = []
-    for index in range(0, len(data), part_size):
-        name = f"vllm-thor.tar.zst.part{index // part_size:03d}"
-        (folder / name).write_bytes(data[index:index + part_size])
-        parts.append({"file": name, "size": len(data[index:index + part_size])})
-    manifest = folder / "vllm-thor.tar.zst.manifest.json"
-    manifest.write_text(json.dumps({"parts": parts}))
-    return manifest
+def _publish(image: str, folder: Path):
+    from edgevllm.image.publish import PublishOptions, publish
+
+    return publish(DockerEngine(), PublishOptions(image=image, out_dir=folder, name="arch",
+                                                  part_size=1 << 20, threads=1))
 
 
-def test_split_parts_with_manifest(saved, tmp_path):
-    manifest = _split(saved, tmp_path, 1 << 20)
-    assert len(json.loads(manifest.read_text())["parts"]) > 2
-    assert _arches(scan_tarball(manifest)) == EXPECTED
-    assert _arches(scan_tarball(tmp_path / "vllm-thor.tar.zst.part000")) == EXPECTED
-    assert _arches(scan_tarball(tmp_path / "vllm-thor.tar.zst")) == EXPECTED
-    (tmp_path / "vllm-thor.tar.zst.part001").unlink()
-    with pytest.raises(NotATarballError, match="part001 is missing"):
-        scan_tarball(manifest)
+@pytest.mark.parametrize("fault,needle", [("missing", "part is missing"),
+                                          ("flipped", "sha256 mismatch")])
+def test_damaged_parts_fail_as_inv_load_fails(image, tmp_path, fault, needle):
+    """verify --tarball reads parts through the reader inv load uses: same error, same code."""
+    from edgevllm.image.publish import load
+
+    result = _publish(image, tmp_path)
+    part = result.part_paths[1]
+    if fault == "missing":
+        part.unlink()
+    else:
+        data = bytearray(part.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        part.write_bytes(bytes(data))
+    with pytest.raises(IntegrityError, match=needle) as scanned:
+        scan_tarball(result.manifest_path)
+    with pytest.raises(IntegrityError, match=needle) as loaded:
+        load(DockerEngine(), result.manifest_path)
+    assert str(scanned.value) == str(loaded.value)
+    assert scanned.value.exit_code == loaded.value.exit_code == 10
 
 
 def _layer_blobs(saved: Path) -> tuple[list[str], dict[str, bytes]]:
@@ -239,11 +245,15 @@ def test_missing_image_and_bad_tarballs(tmp_path):
         scan_image(DockerEngine(), "edgevllm-test/no-such-image:0")
     not_tar = tmp_path / "notes.tar"
     not_tar.write_text("hello\n" * 200)
-    with pytest.raises(NotATarballError, match="not a tar archive"):
+    with pytest.raises(IntegrityError, match="neither a tar, gzip nor zstd"):
         scan_tarball(not_tar)
+    plain = io.BytesIO()
+    with tarfile.open(fileobj=plain, mode="w") as tar:
+        _add(tar, "usr/lib/data.bin", bytes(range(256)) * 400)
+    squeezed = gzip.compress(plain.getvalue())
     broken = tmp_path / "broken.tar.gz"
-    broken.write_bytes(gzip.compress(b"x" * 5000)[:100])
-    with pytest.raises(NotATarballError):
+    broken.write_bytes(squeezed[:len(squeezed) // 2])
+    with pytest.raises(IntegrityError, match="gzip stream is truncated"):
         scan_tarball(broken)
 
 
@@ -265,10 +275,7 @@ def test_cuobjdump_cross_check_on_a_tarball(saved, monkeypatch):
 
 def test_reads_what_inv_publish_writes(image, tmp_path):
     """The split .tar.zst.partNNN set and manifest from edgevllm.publish, read as it lies."""
-    from edgevllm.image.publish import PublishOptions, publish
-
-    result = publish(DockerEngine(), PublishOptions(image=image, out_dir=tmp_path, name="arch",
-                                                    part_size=1 << 20, threads=1))
+    result = _publish(image, tmp_path)
     assert len(result.part_paths) > 2
     assert _arches(scan_tarball(result.manifest_path)) == EXPECTED
     assert _arches(scan_tarball(result.part_paths[0])) == EXPECTED

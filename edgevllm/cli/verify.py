@@ -2,21 +2,25 @@
 
 from __future__ import annotations
 
-from edgevllm.kernel.errors import ArchGateFailed
+from edgevllm.kernel.errors import ArchGateFailed, ConfigError
 from edgevllm.cli._common import cli_task
 
 
 @cli_task(help={
-    "target": "target name (thor, spark) or a compute capability such as 12.1a",
+    "target": "thor, spark, or an arch: sm_121a, 121a, 12.1a, sm_110",
     "image": "a local Docker image to scan (streamed through docker save)",
-    "tarball": "a docker-save tarball (.tar, .tar.gz, .tar.zst, or split .partNNN / .manifest.json)",
-    "path": "a folder of libraries (or one library) to scan",
-    "json": "also write the full verdict as JSON to this file",
+    "tarball": "a docker-save tarball (.tar, .tar.gz, .tar.zst) or a published .manifest.json",
+    "path": "a folder, a .whl, one library or one .cubin to scan",
+    "json": "also write the full verdict (every unit and kernel) as JSON to this file",
     "cuobjdump": "cross-check every library with NVIDIA cuobjdump; any disagreement fails",
-    "policy": "policy YAML naming which libraries must be native/compatible (default: built in)",
-})
-def verify(c, target, image=None, tarball=None, path=None, json=None, cuobjdump=False, policy=None):
-    """Gate: vLLM/FlashInfer/flash-attn/torch CUDA libraries must run natively on the target GPU."""
+    "policy": "policy YAML naming which libraries gate, and how (default: built in)",
+    "diff": "compare two sources (images, tarballs, wheels, folders): --diff A,B",
+}, iterable=["diff"])
+def verify(c, target, image=None, tarball=None, path=None, json=None, cuobjdump=False,
+           policy=None, diff=None):
+    """Gate: vLLM/FlashInfer/flash-attn/torch CUDA libraries must run on the target GPU."""
+    if diff:
+        return _diff(target, diff, policy)
     from edgevllm.verify import print_verdict
     from edgevllm.verify import verify as run_verify
 
@@ -24,6 +28,26 @@ def verify(c, target, image=None, tarball=None, path=None, json=None, cuobjdump=
                          cuobjdump=cuobjdump, json_out=json)
     print_verdict(verdict)
     if not verdict.passed:
-        raise ArchGateFailed(f"arch gate failed for {verdict.target}: "
-                             f"{len(verdict.failures)} librar{'y' if len(verdict.failures) == 1 else 'ies'} "
-                             "fall short (see the table above)")
+        raise ArchGateFailed(f"arch gate failed for {verdict.target}: {_why(verdict)}")
+
+
+def _why(verdict) -> str:
+    from edgevllm.verify.library import short_path
+
+    failures = verdict.failures
+    if not failures:
+        return "; ".join(verdict.notes)
+    if len(failures) == 1:
+        lib = failures[0]
+        return (f"{short_path(lib.report.path)}: {lib.note or lib.reason or lib.level} "
+                "(see the table above)")
+    return f"{len(failures)} libraries fall short (see the table above)"
+
+
+def _diff(target, sources, policy) -> None:
+    sources = [part for value in sources for part in str(value).split(",") if part]
+    if len(sources) != 2:
+        raise ConfigError("--diff takes two sources: --diff OLD --diff NEW")
+    from edgevllm.verify.diff import diff_sources, print_diff
+
+    print_diff(diff_sources(target, sources[0], sources[1], policy=policy))

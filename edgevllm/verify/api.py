@@ -1,25 +1,26 @@
 """The verify API other modules call (the build driver, ``inv verify``).
 
-    reports = scan_path(dir) / scan_tarball(file) / scan_image(engine, ref)
+    reports = scan_path(dir_or_whl) / scan_tarball(file) / scan_image(engine, ref)
     verdict = judge(reports, parse_arch("12.1a"), load_policy())
     verdict = verify("spark", image="vllm-spark:dev", engine=engine)   # never raises on a failed gate
     verify_image(engine, "vllm-thor:dev", "thor", json_out="arch.json")  # raises ArchGateFailed
+
+``verify`` fails a scan that found no CUDA code while the policy gates some ("is this the right
+path?"). Tarballs are read through ``edgevllm.image.tarball`` (the reader ``inv load`` uses), so
+a corrupt or missing part is the same ``IntegrityError`` for both.
 """
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 from typing import Callable
 
-from edgevllm.kernel.errors import ArchGateFailed, ConfigError, CorruptBinaryError, CuobjdumpMismatch, NotElfError
-from edgevllm.verify import cuobjdump as cuobj
+from edgevllm.kernel.errors import ArchGateFailed, ConfigError, CorruptBinaryError, NotElfError
 from edgevllm.verify.judge import Verdict, judge
 from edgevllm.verify.library import LibraryReport, inspect_buffer
 from edgevllm.verify.policy import load_policy
-from edgevllm.verify.report import write_json
-from edgevllm.verify.sources import inspect_file, scan_directory, scan_image_stream, scan_tar_stream
-from edgevllm.verify.streams import open_tarball_stream
+from edgevllm.verify.sources import (inspect_file, scan_directory, scan_image_stream,
+                                     scan_tar_stream, scan_wheel)
 
 Inspect = Callable[[str, object], LibraryReport]
 
@@ -32,23 +33,41 @@ def scan_file(path: Path | str, inspect: Inspect = inspect_buffer) -> LibraryRep
     except OSError as exc:
         raise NotElfError(f"{path}: cannot read it ({exc.strerror}); check its permissions") from None
     if report is None:
-        raise NotElfError(f"{path}: not an ELF shared object; pass a library or a folder of them")
+        raise NotElfError(f"{path}: not an ELF shared object or cubin; pass a library, a cubin, "
+                          "a .whl or a folder of them")
     if report.corrupt:
         raise CorruptBinaryError(f"{path}: {report.status}")
     return report
 
 
+def is_wheel(path: Path) -> bool:
+    return path.suffix == ".whl" and path.is_file()
+
+
 def scan_path(path: Path | str, inspect: Inspect = inspect_buffer) -> list[LibraryReport]:
+    """A folder (walked), a ``.whl`` (read from the zip, nothing unpacked) or one file."""
     path = Path(path)
     if path.is_dir():
         return scan_directory(path, inspect)
     if not path.exists():
         raise ConfigError(f"--path {path}: no such file or folder")
+    if is_wheel(path):
+        return scan_wheel(path, inspect)
     return [scan_file(path, inspect)]
 
 
 def scan_tarball(path: Path | str, inspect: Inspect = inspect_buffer) -> list[LibraryReport]:
-    with open_tarball_stream(Path(path)) as stream:
+    """A docker-save / export tarball, plain or compressed, or a published part set: every
+    part's size and sha256 are checked first, exactly as ``inv load`` does."""
+    from edgevllm.image.tarball import open_tarball
+
+    path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"--tarball {path}: is a folder; use --path for a folder of libraries")
+    tarset = open_tarball(path)
+    if tarset.verifiable:
+        tarset.check()
+    with tarset.tar_stream() as stream:
         return scan_tar_stream(stream, str(path), inspect)
 
 
@@ -56,33 +75,8 @@ def scan_image(engine, ref: str, inspect: Inspect = inspect_buffer) -> list[Libr
     return scan_image_stream(engine, ref, inspect)
 
 
-class _Checker:
-    """An ``inspect`` that also runs cuobjdump on each library with device code and keeps notes."""
-
-    def __init__(self, binary: Path, root: Path | None):
-        self.binary, self.root, self.notes = binary, root, {}
-
-    def __call__(self, label: str, buf) -> LibraryReport:
-        report = inspect_buffer(label, buf)
-        if report.corrupt or (self.root is None and not report.has_device_code):
-            return report
-        try:
-            self._check(report, buf)
-        except CuobjdumpMismatch as exc:
-            self.notes[label] = str(exc).split("(", 1)[-1].rstrip(")")
-        return report
-
-    def _check(self, report: LibraryReport, buf) -> None:
-        if self.root is not None:  # a file on disk: check it where it is
-            cuobj.check(self.binary, self.root / report.path, report.entries, report.path)
-            return
-        with tempfile.NamedTemporaryFile(suffix=".so") as tmp:  # a tar member: cuobjdump needs a file
-            tmp.write(buf)
-            tmp.flush()
-            cuobj.check(self.binary, Path(tmp.name), report.entries, report.path)
-
-
-def _scan(source: dict, engine, inspect: Inspect) -> tuple[str, list[LibraryReport]]:
+def scan_source(source: dict, engine, inspect: Inspect) -> tuple[str, list[LibraryReport]]:
+    """``source``: exactly one of image / tarball / path set → (label, reports)."""
     given = {key: value for key, value in source.items() if value}
     if len(given) != 1:
         raise ConfigError("verify: give exactly one of --image IMG, --tarball FILE or --path DIR")
@@ -97,25 +91,49 @@ def _scan(source: dict, engine, inspect: Inspect) -> tuple[str, list[LibraryRepo
     return f"path {value}", scan_path(value, inspect)
 
 
+def _inspector(arch, cuobjdump: bool, path):
+    """The per-file callback: parse (naming the kernels the target lacks), and with
+    ``cuobjdump`` also cross-check each file with device code."""
+    if not cuobjdump:
+        return lambda label, buf: inspect_buffer(label, buf, arch)
+    from edgevllm.verify.cuobjdump import Checker, find_cuobjdump
+
+    root = None
+    if path:
+        given = Path(path)
+        root = given if given.is_dir() else None if is_wheel(given) else given.parent
+    return Checker(find_cuobjdump(), root, arch)
+
+
+def nothing_found_note(reports: list[LibraryReport], label: str) -> str | None:
+    if any(report.has_device_code for report in reports):
+        return None
+    return f"no CUDA libraries found under {label}; is this the right path?"
+
+
 def verify(target: str, *, image: str | None = None, tarball: Path | str | None = None,
            path: Path | str | None = None, engine=None, policy: Path | str | None = None,
            cuobjdump: bool = False, json_out: Path | str | None = None) -> Verdict:
-    """Scan one source and judge it for ``target`` (a target name or ``"12.1a"``).
+    """Scan one source and judge it for ``target`` (a target name, ``"12.1a"``, ``"sm_121a"``).
 
     Returns the verdict whether or not it passed; writes ``json_out`` atomically when given.
     """
     from edgevllm.model.targets import resolve_cuda_target
+    from edgevllm.verify.report import check_json_target, write_json
 
+    if json_out:
+        check_json_target(json_out)
     name, arch = resolve_cuda_target(target)
     rules = load_policy(policy)
-    checker = None
-    if cuobjdump:
-        root = Path(path) if path and Path(path).is_dir() else Path(path).parent if path else None
-        checker = _Checker(cuobj.find_cuobjdump(), root)
-    source, reports = _scan({"image": image, "tarball": tarball, "path": path}, engine,
-                            checker or inspect_buffer)
-    verdict = judge(reports, arch, rules, source=source, target=name,
-                    notes=checker.notes if checker else None)
+    inspect = _inspector(arch, cuobjdump, path)
+    label, reports = scan_source({"image": image, "tarball": tarball, "path": path}, engine,
+                                 inspect)
+    notes = getattr(inspect, "notes", None)
+    verdict = judge(reports, arch, rules, source=label, target=name, notes=notes,
+                    cuobjdump_checked=bool(cuobjdump and inspect.ran_on_all(reports)))
+    note = nothing_found_note(reports, label.split(" ", 1)[1]) if rules.expects_libraries else None
+    if note and not verdict.failures:
+        verdict.notes.append(note)
     if json_out:
         write_json(verdict, json_out)
     return verdict

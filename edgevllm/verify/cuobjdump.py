@@ -1,4 +1,8 @@
-"""Cross-check the parser against NVIDIA's cuobjdump (``--cuobjdump``): any disagreement fails.
+"""Cross-check the parser against NVIDIA's cuobjdump (``--cuobjdump``): any disagreement fails,
+and so does cuobjdump exiting non-zero (its stderr's last line is kept as the reason).
+Libraries with relocatable device code (``__nv_relfatbin``) are listed with ``-all``, which is
+what makes cuobjdump include those containers; the verdict says "cuobjdump agrees" only when
+cuobjdump ran on every file with device code.
 
 cuobjdump is found via ``$EDGEVLLM_CUOBJDUMP``, ``PATH``, the PyPI package nvidia-cuda-cuobjdump
 (``site-packages/nvidia/cu13/bin/cuobjdump``, no console script) or a CUDA toolkit.
@@ -15,12 +19,14 @@ import shutil
 import site
 import subprocess
 import sys
+import tempfile
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 from edgevllm.kernel.errors import CuobjdumpMismatch, CuobjdumpNotFoundError
 from edgevllm.verify.fatbin import FatbinEntry
+from edgevllm.verify.library import LibraryReport, inspect_buffer
 
 _LINE = re.compile(r"^(ELF|PTX) file\s+\d+: .*\.(sm_\d+[af]?)\.(?:cubin|ptx)$")
 
@@ -53,10 +59,17 @@ class Listing:
     ptx: tuple[str, ...]
 
 
-def run_cuobjdump(binary: Path, library: Path) -> Listing:
+def run_cuobjdump(binary: Path, library: Path, relocatable: bool = False) -> Listing:
+    """cuobjdump's ``--list-elf`` / ``--list-ptx`` of one file (``-all`` for relocatable code);
+    raises CuobjdumpMismatch when cuobjdump itself fails."""
     found: dict[str, list[str]] = {"ELF": [], "PTX": []}
     for flag in ("--list-elf", "--list-ptx"):
-        proc = subprocess.run([str(binary), flag, str(library)], capture_output=True, text=True)
+        argv = [str(binary), flag] + (["-all"] if relocatable else []) + [str(library)]
+        proc = subprocess.run(argv, capture_output=True, text=True)
+        if proc.returncode != 0:
+            why = (proc.stderr.strip().splitlines() or ["no message"])[-1]
+            raise CuobjdumpMismatch(f"{library.name}: cuobjdump {flag} failed (exit "
+                                    f"{proc.returncode}: {why})")
         for line in proc.stdout.splitlines():
             match = _LINE.match(line.strip())
             if match:
@@ -82,6 +95,47 @@ def disagreement(expected: Listing, actual: Listing) -> str | None:
 
 
 def check(binary: Path, library: Path, entries: list[FatbinEntry], label: str) -> None:
-    problem = disagreement(expected_listing(entries), run_cuobjdump(binary, library))
+    relocatable = any(entry.section == "__nv_relfatbin" for entry in entries)
+    try:
+        actual = run_cuobjdump(binary, library, relocatable)
+    except CuobjdumpMismatch as exc:
+        raise CuobjdumpMismatch(f"{label}: parser and cuobjdump disagree "
+                                f"({str(exc).split(': ', 1)[1]})") from None
+    problem = disagreement(expected_listing(entries), actual)
     if problem:
         raise CuobjdumpMismatch(f"{label}: parser and cuobjdump disagree ({problem})")
+
+
+class Checker:
+    """An ``inspect`` callback that also runs cuobjdump on each file with device code and keeps
+    its disagreements in ``notes`` (path → one line)."""
+
+    def __init__(self, binary: Path, root: Path | None, target=None):
+        self.binary, self.root, self.target = binary, root, target
+        self.notes: dict[str, str] = {}
+        self.checked: set[str] = set()
+
+    def __call__(self, label: str, buf) -> LibraryReport:
+        report = inspect_buffer(label, buf, self.target)
+        if report.corrupt or not report.has_device_code:
+            return report
+        try:
+            self._check(report, buf)
+        except CuobjdumpMismatch as exc:
+            self.notes[label] = str(exc).split("(", 1)[-1].rstrip(")")
+        self.checked.add(label)
+        return report
+
+    def ran_on_all(self, reports: list[LibraryReport]) -> bool:
+        return all(r.path in self.checked for r in reports if r.has_device_code)
+
+    def _check(self, report: LibraryReport, buf) -> None:
+        on_disk = self.root / report.path if self.root is not None else None
+        if on_disk is not None and on_disk.is_file():  # a file on disk: check it where it is
+            check(self.binary, on_disk, report.entries, report.path)
+            return
+        suffix = ".cubin" if report.kind == "cubin" else ".so"
+        with tempfile.NamedTemporaryFile(suffix=suffix) as tmp:  # a member: cuobjdump needs a file
+            tmp.write(buf)
+            tmp.flush()
+            check(self.binary, Path(tmp.name), report.entries, report.path)

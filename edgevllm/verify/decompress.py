@@ -8,18 +8,20 @@ only needed to list the kernels of a unit that has no code for the target.
 
 from __future__ import annotations
 
+import threading
+
 from edgevllm.kernel.errors import CorruptBinaryError
 
-_ZSTD = None
+_LOCAL = threading.local()  # a ZstdDecompressor must not be shared between threads
 
 
 def _zstd():
-    global _ZSTD
-    if _ZSTD is None:  # imported on first use: a scan with no compressed entry never pays for it
+    decompressor = getattr(_LOCAL, "zstd", None)
+    if decompressor is None:  # imported on first use: scans without ZSTD never pay for it
         import zstandard
 
-        _ZSTD = zstandard.ZstdDecompressor()
-    return _ZSTD
+        decompressor = _LOCAL.zstd = zstandard.ZstdDecompressor()
+    return decompressor
 
 
 def _zstd_bytes(data, limit: int) -> bytes:

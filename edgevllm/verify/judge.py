@@ -1,12 +1,73 @@
-"""Judge scanned libraries against a target and a policy: the verify gate's verdict."""
+"""Judge scanned libraries against a target and a policy: the verify gate's verdict.
+
+Per library: its units (fatbin containers, or the cubin file itself) are counted by level
+(``Coverage``), the units with no code for the target are named (kernels, demangled), and the
+policy rule's mode decides pass/fail (see policy.py). ``level`` is what the running units reach
+(``Coverage.headline``); ``reason`` says why a failing library fails.
+"""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
-from edgevllm.verify.compat import CudaArch, library_level, meets
+from edgevllm.model.cuda import LEVELS, CudaArch, meets, worst
+from edgevllm.verify.compat import unit_levels
 from edgevllm.verify.library import LibraryReport, short_path
-from edgevllm.verify.policy import Policy
+from edgevllm.verify.policy import Policy, Rule
+
+NO_GPU_CODE = "gated but carries no GPU code"
+
+
+@dataclass
+class ShortUnit:
+    """A unit with no SASS that runs on the target: PTX-JIT only, or nothing at all."""
+
+    unit: int
+    level: str  # "ptx-jit" or "none"
+    arches: list[str]  # what it does carry, e.g. ["sm_90a"]
+    kernels: list[str] = field(default_factory=list)  # demangled when possible
+
+    def to_json(self) -> dict:
+        return {"unit": self.unit, "level": self.level, "arches": self.arches,
+                "kernels": self.kernels}
+
+
+@dataclass
+class Coverage:
+    """Units of one library by level, and the units without SASS for the target."""
+
+    total: int = 0
+    counts: dict[str, int] = field(default_factory=dict)  # level → units
+    short: list[ShortUnit] = field(default_factory=list)
+
+    @property
+    def headline(self) -> str:
+        """What the library's running units reach: the worst SASS level among units with SASS
+        that runs, else ptx-jit, else none. The units below it are ``below``."""
+        for candidates in (("native", "compatible"), ("ptx-jit",)):
+            present = [level for level in candidates if self.counts.get(level)]
+            if present:
+                return worst(present)
+        return "none"
+
+    @property
+    def at_headline(self) -> int:
+        reached = LEVELS[:LEVELS.index(self.headline) + 1]
+        return sum(self.counts.get(level, 0) for level in reached) if self.headline != "none" else 0
+
+    @property
+    def below(self) -> list[ShortUnit]:
+        if self.headline == "ptx-jit":
+            return [unit for unit in self.short if unit.level == "none"]
+        return self.short
+
+    def reaching(self, required: str) -> int:
+        return sum(n for level, n in self.counts.items() if level != "none" and meets(level, required))
+
+    def to_json(self) -> dict:
+        return {"total": self.total, **{level: self.counts.get(level, 0) for level in LEVELS},
+                "short_units": [unit.to_json() for unit in self.short]}
 
 
 @dataclass
@@ -16,15 +77,19 @@ class LibraryVerdict:
     required: str  # native | compatible | ptx-jit | report
     level: str  # native | compatible | ptx-jit | none | "-" (no device code) | corrupt
     passed: bool
-    note: str = ""  # e.g. a cuobjdump disagreement
+    note: str = ""  # a cuobjdump disagreement
+    mode: str = "report"  # every-unit | coverage | report
+    coverage: Coverage = field(default_factory=Coverage)
+    reason: str = ""  # why it fails when it does, e.g. "20/111 units below native"
 
     @property
     def gated(self) -> bool:
-        return self.required != "report"
+        return self.mode != "report"
 
     def to_json(self) -> dict:
         return dict(self.report.to_json(), rule=self.rule, required=self.required, level=self.level,
-                    passed=self.passed, note=self.note, sass=self.report.arches("sass"),
+                    mode=self.mode, passed=self.passed, note=self.note, reason=self.reason,
+                    units=self.coverage.to_json(), sass=self.report.arches("sass"),
                     ptx=self.report.arches("ptx"))
 
 
@@ -34,13 +99,13 @@ class Verdict:
     cuda_arch: CudaArch
     source: str
     libraries: list[LibraryVerdict]
-    scanned: int  # ELF libraries read, with or without device code
-    cuobjdump_checked: bool = False
-    notes: list[str] = field(default_factory=list)
+    scanned: int  # ELF files read, with or without device code
+    cuobjdump_checked: bool = False  # cuobjdump ran on every library with device code
+    notes: list[str] = field(default_factory=list)  # verdict-wide failures (e.g. nothing found)
 
     @property
     def passed(self) -> bool:
-        return all(lib.passed for lib in self.libraries)
+        return all(lib.passed for lib in self.libraries) and not self.notes
 
     @property
     def failures(self) -> list[LibraryVerdict]:
@@ -51,12 +116,15 @@ class Verdict:
         head = (f"{'PASS' if self.passed else 'FAIL'}: {self.source} for {self.target} "
                 f"(compute {self.cuda_arch}): {len(gated)} gated, "
                 f"{len(self.libraries) - len(gated)} reported, {self.scanned} ELF files scanned")
-        if self.cuobjdump_checked:
-            head += ", cuobjdump agrees" if not any(l.note for l in self.libraries) else ""
+        if self.cuobjdump_checked and not any(lib.note for lib in self.libraries):
+            head += ", cuobjdump agrees"
+        if self.notes:
+            head += "; " + "; ".join(self.notes)
         if self.failures:
-            worst = ", ".join(f"{short_path(l.report.path)} ({l.note or l.level})" for l in self.failures[:3])
+            worst_ = ", ".join(f"{short_path(l.report.path)} ({l.note or l.reason or l.level})"
+                               for l in self.failures[:3])
             more = f" and {len(self.failures) - 3} more" if len(self.failures) > 3 else ""
-            head += f"; failing: {worst}{more}"
+            head += f"; failing: {worst_}{more}"
         return head
 
     def summary_dict(self) -> dict:
@@ -74,28 +142,73 @@ class Verdict:
                 "libraries": [lib.to_json() for lib in self.libraries]}
 
 
+def _arch_order(arch: str) -> tuple[int, str]:
+    return int("".join(c for c in arch if c.isdigit()) or 0), arch
+
+
+def coverage_of(report: LibraryReport, cuda_arch: CudaArch) -> tuple[Coverage, dict[int, str]]:
+    levels = unit_levels(report.entries, cuda_arch)
+    short = []
+    for unit in sorted(u for u, found in levels.items() if found in ("ptx-jit", "none")):
+        arches = sorted({e.arch for e in report.entries if e.container == unit}, key=_arch_order)
+        short.append(ShortUnit(unit, levels[unit], arches, list(report.unit_kernels.get(unit, []))))
+    return Coverage(len(levels), dict(Counter(levels.values())), short), levels
+
+
+def _decide(rule: Rule, cover: Coverage, levels: dict[int, str]) -> tuple[bool, str]:
+    """(passed, why it failed) for a library with device code."""
+    if rule.mode == "every-unit":
+        below = sum(1 for found in levels.values() if not meets(found, rule.require))
+        return below == 0, f"{below}/{cover.total} units below {rule.require}"
+    if rule.mode == "report":
+        return True, ""
+    reaching = cover.reaching(rule.require)
+    wanted = max(1, rule.min_coverage * cover.total)
+    return reaching >= wanted, f"{reaching}/{cover.total} units reach {rule.require}"
+
+
 def judge_library(report: LibraryReport, cuda_arch: CudaArch, policy: Policy,
                   note: str = "") -> LibraryVerdict:
-    rule, required = policy.rule_for(report.path)
+    rule = policy.rule_of(report.path)
+    verdict = LibraryVerdict(report, rule.name, rule.require, "-", True, note, rule.mode)
     if report.corrupt:
-        level, ok = "corrupt", required == "report"
+        verdict.level, verdict.passed = "corrupt", rule.mode == "report"
+        verdict.reason = report.status
     elif not report.has_device_code:
-        level, ok = "-", True
+        if rule.mode != "report":
+            verdict.passed, verdict.reason = False, NO_GPU_CODE
     else:
-        level = library_level(report.entries, cuda_arch)
-        ok = meets(level, required)
-    return LibraryVerdict(report, rule, required, level, ok and not note, note)
+        verdict.coverage, levels = coverage_of(report, cuda_arch)
+        verdict.level = verdict.coverage.headline
+        verdict.passed, verdict.reason = _decide(rule, verdict.coverage, levels)
+    verdict.passed = verdict.passed and not note
+    return verdict
 
 
 def judge(reports: list[LibraryReport], cuda_arch: CudaArch, policy: Policy, source: str = "",
-          target: str = "", notes: dict[str, str] | None = None) -> Verdict:
+          target: str = "", notes: dict[str, str] | None = None,
+          cuobjdump_checked: bool | None = None) -> Verdict:
     """Gated libraries must meet their rule; the rest are listed when they carry device code,
     are corrupt, or disagree with cuobjdump (``notes``: path → disagreement)."""
-    checked, notes = notes is not None, notes or {}
+    checked = notes is not None if cuobjdump_checked is None else cuobjdump_checked
+    notes = notes or {}
     listed = []
     for report in reports:
         verdict = judge_library(report, cuda_arch, policy, notes.get(report.path, ""))
         if verdict.gated or report.has_device_code or report.corrupt or verdict.note:
             listed.append(verdict)
+    _demangle(listed)
     return Verdict(target or str(cuda_arch), cuda_arch, source, listed, len(reports),
                    cuobjdump_checked=checked)
+
+
+def _demangle(libraries: list[LibraryVerdict]) -> None:
+    names = [k for lib in libraries for unit in lib.coverage.short for k in unit.kernels]
+    if not names:
+        return
+    from edgevllm.verify.demangle import demangle
+
+    readable = demangle(names)
+    for lib in libraries:
+        for unit in lib.coverage.short:
+            unit.kernels = [readable.get(k, k) for k in unit.kernels]

@@ -1,29 +1,90 @@
-"""Which libraries must run natively (or compatibly) on the target: a data file, not code.
+"""Which libraries gate ``inv verify``, and how: a data file (``policy.yaml``), not code.
 
-The default policy is ``policy.yaml`` beside this module; ``--policy FILE`` replaces it.
+A rule names libraries by glob patterns anchored on the package folder: ``torch/lib/x.so``
+matches that path at the top of the scanned tree (an unzipped wheel, a site-packages folder, a
+``.whl``) and right below any ``site-packages/`` or ``dist-packages/`` folder (an image, a
+tarball, a venv). ``*`` stays inside one folder; ``**/`` spans any number of folders.
+
+Modes:
+- ``every-unit``: what edgevllm compiles for the target; every unit (fatbin container or cubin)
+  must reach ``require``; one short unit fails.
+- ``coverage``: stock and vendor libraries; units that cannot run are reported; the library fails
+  when fewer than ``min_coverage`` (fraction, default: any one) of its units reach ``require``.
+- ``report``: never fails.
+A gated library (``every-unit`` / ``coverage``) with no device code at all fails. The default
+policy is ``policy.yaml`` beside this module; ``--policy FILE`` replaces it.
 """
 
 from __future__ import annotations
 
-import fnmatch
+import functools
+import re
 from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from edgevllm.kernel.errors import PolicyError
 from edgevllm.kernel.schema import parse_model
 
 Requirement = Literal["native", "compatible", "ptx-jit", "report"]
+Mode = Literal["every-unit", "coverage", "report"]
 DEFAULT_POLICY = Path(__file__).with_name("policy.yaml")
+_PACKAGE_ROOTS = ("site-packages/", "dist-packages/")
+
+
+@functools.lru_cache(maxsize=256)
+def _pattern(glob: str) -> re.Pattern:
+    """A glob as a regex: ``**/`` any folders (or none), ``*`` / ``?`` within one folder."""
+    out, index = [], 0
+    while index < len(glob):
+        if glob.startswith("**/", index):
+            out.append("(?:[^/]+/)*")
+            index += 3
+        elif glob.startswith("**", index):
+            out.append(".*")
+            index += 2
+        else:
+            char = glob[index]
+            out.append("[^/]*" if char == "*" else "[^/]" if char == "?" else re.escape(char))
+            index += 1
+    return re.compile("".join(out) + r"\Z")
+
+
+def anchors(path: str) -> list[str]:
+    """The path from the top, then from below each site-packages / dist-packages folder (in
+    order, outermost first)."""
+    cuts = []
+    for root in _PACKAGE_ROOTS:
+        start = path.find(root)
+        while start >= 0:
+            if start == 0 or path[start - 1] == "/":
+                cuts.append(start + len(root))
+            start = path.find(root, start + 1)
+    return [path] + [path[cut:] for cut in sorted(cuts)]
 
 
 class Rule(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str
     match: list[str]
-    require: Requirement
+    require: Requirement = "report"
+    mode: Mode | None = None  # default: every-unit when require names a level, else report
+    min_coverage: float = Field(default=0.0, ge=0.0, le=1.0)
+
+    @model_validator(mode="after")
+    def _settle_mode(self) -> "Rule":
+        if self.mode is None:
+            self.mode = "report" if self.require == "report" else "every-unit"
+        if self.mode != "report" and self.require == "report":
+            raise ValueError(f"rule {self.name!r}: mode {self.mode} needs require: native, "
+                             "compatible or ptx-jit")
+        return self
+
+    def matches(self, anchored: str) -> bool:
+        """Does the rule match a path already cut at a package root (see ``anchors``)?"""
+        return any(_pattern(glob).match(anchored) for glob in self.match)
 
 
 class Policy(BaseModel):
@@ -31,13 +92,24 @@ class Policy(BaseModel):
     rules: list[Rule] = []
     default: Requirement = "report"
 
+    def rule_of(self, path: str) -> Rule:
+        """The first rule matching ``path``; the default (named ``-``) when none does."""
+        path = path.lstrip("./")
+        for anchored in reversed(anchors(path)):  # innermost site-packages first: its package
+            for rule in self.rules:
+                if rule.matches(anchored):
+                    return rule
+        return Rule(name="-", match=[], require=self.default)
+
     def rule_for(self, path: str) -> tuple[str, str]:
         """``(rule name, requirement)`` for a library path; ``("-", default)`` when none matches."""
-        path = path.lstrip("./")
-        for rule in self.rules:
-            if any(fnmatch.fnmatchcase(path, pattern) for pattern in rule.match):
-                return rule.name, rule.require
-        return "-", self.default
+        rule = self.rule_of(path)
+        return rule.name, rule.require
+
+    @property
+    def expects_libraries(self) -> bool:
+        """Does any rule gate something (so that a scan finding nothing is suspicious)?"""
+        return any(rule.mode != "report" for rule in self.rules) or self.default != "report"
 
 
 def load_policy(path: Path | str | None = None) -> Policy:

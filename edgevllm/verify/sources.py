@@ -1,4 +1,8 @@
-"""Where libraries come from: a folder, a (compressed, possibly split) tarball, or an image.
+"""Where libraries come from: a folder, a wheel, a (compressed, possibly split) tarball, or an image.
+
+Folders are walked and each candidate (``.so``/``.so.N``/``.o``/``.cubin``) is mmapped, several
+files at once (zstd and page faults release the GIL). A ``.whl`` is read as the zip it is: each
+candidate member is inflated in memory, nothing is unpacked to disk.
 
 Tarballs are streamed, never extracted: docker-save archives (old ``<id>/layer.tar`` or OCI
 ``blobs/sha256/...`` layers, themselves plain, gzip or zstd) are read layer by layer, each
@@ -10,6 +14,7 @@ layers override earlier ones. A tarball with neither is taken as a plain root fi
 
 from __future__ import annotations
 
+import functools
 import json
 import mmap
 import os
@@ -29,17 +34,45 @@ _WHITEOUT, _OPAQUE = ".wh.", ".wh..wh..opq"
 
 
 def scan_directory(root: Path, inspect: Inspect = inspect_buffer) -> list[LibraryReport]:
-    """Every ELF library under ``root`` (symlinks are not followed, so none is counted twice)."""
-    reports = []
-    for folder, dirs, files in os.walk(root):
+    """Every ELF library and cubin under ``root`` (symlinks are not followed, so none is
+    counted twice), in path order."""
+    files = []
+    for folder, dirs, names in os.walk(root):
         dirs.sort()
-        for name in sorted(files):
+        for name in sorted(names):
             full = Path(folder, name)
             if is_library_name(name) and not full.is_symlink() and full.is_file():
-                report = _inspect_or_unreadable(full, str(full.relative_to(root)), inspect)
-                if report is not None:
-                    reports.append(report)
-    return reports
+                files.append(full)
+    labels = [str(full.relative_to(root)) for full in files]
+    inspect_all = functools.partial(_inspect_or_unreadable, inspect=inspect)
+    if len(files) < 8:
+        results = list(map(inspect_all, files, labels))
+    else:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=min(8, (os.cpu_count() or 2) * 2)) as pool:
+            results = list(pool.map(inspect_all, files, labels))
+    return [report for report in results if report is not None]
+
+
+def scan_wheel(wheel: Path, inspect: Inspect = inspect_buffer) -> list[LibraryReport]:
+    """Every ELF library and cubin inside a wheel (a zip), read without unpacking to disk."""
+    import zipfile
+
+    reports = []
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            for info in archive.infolist():
+                if info.is_dir() or not is_library_name(info.filename):
+                    continue
+                with archive.open(info) as member:
+                    head = member.read(4)
+                    if is_elf(head):
+                        reports.append(inspect(info.filename, head + member.read()))
+    except (zipfile.BadZipFile, OSError, EOFError) as exc:
+        raise NotATarballError(f"{wheel}: not a readable wheel (zip) file ({exc}); download it "
+                               "again") from None
+    return sorted(reports, key=lambda r: r.path)
 
 
 def _inspect_or_unreadable(path: Path, label: str, inspect: Inspect) -> LibraryReport | None:
