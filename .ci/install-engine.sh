@@ -33,7 +33,7 @@ SRC
 need_pkgs=()
 dpkg -s docker.io >/dev/null 2>&1 || need_pkgs+=(docker.io/trixie docker-cli/trixie docker-buildx/trixie)
 dpkg -s docker-compose >/dev/null 2>&1 || need_pkgs+=(docker-compose/trixie)
-for p in qemu-user-static binfmt-support debootstrap docker-registry zstd; do
+for p in qemu-user-static binfmt-support debootstrap docker-registry zstd rsync openssh-client; do
   dpkg -s "$p" >/dev/null 2>&1 || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then

@@ -13,7 +13,8 @@ from invoke import Collection, Program, Task
 from edgevllm import __version__
 
 # One task module per concern.
-TASK_MODULES = ("build", "plan", "sources", "mods", "verify", "probe", "publish", "recipes")
+TASK_MODULES = ("build", "plan", "sources", "mods", "verify", "probe", "publish", "recipes",
+                "distribute")
 
 
 def namespace() -> Collection:

@@ -229,7 +229,8 @@ def compose(c, recipe, out, set_=None, target=None):
                 "out": "where to write: a file for one recipe, a folder for a folder "
                        "(default recipes/)",
                 "force": "overwrite existing files",
-                "dry-run": "convert and report, write nothing"}, auto_shortflags=False)
+                "dry-run": "convert and report, write nothing"}, auto_shortflags=False,
+          positional=["path"])
 def recipe_import(c, path, out=None, force=False, dry_run=False):
     """Convert spark-vllm-docker recipes; report notes (dropped) and warnings (will not work)."""
     from edgevllm.serve.recipe_import import convert_file, import_dir, import_file

@@ -332,6 +332,29 @@ class DockerEngine:
         if proc.wait() != 0:
             raise EngineError(f"docker save {' '.join(refs)} failed: {stderr.splitlines()[-1:]}")
 
+    @contextlib.contextmanager
+    def load_stream(self) -> Iterator[IO[bytes]]:
+        """``docker load`` reading the yielded pipe; leaving the block closes it and waits.
+
+        For feeding one ``docker save`` to several engines at once (``inv copy``).
+        """
+        self._require_binary()
+        proc = subprocess.Popen(self.base_argv() + ["load", "-q"], stdin=subprocess.PIPE,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        assert proc.stdin is not None
+        try:
+            yield proc.stdin
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+        with contextlib.suppress(BrokenPipeError):
+            proc.stdin.close()
+        err = proc.stderr.read() if proc.stderr else b""
+        if proc.wait() != 0:
+            last = (err.decode(errors="replace").strip().splitlines() or ["?"])[-1]
+            raise EngineError(f"docker load failed on engine {self.describe()}: {last}")
+
     def load_from(self, write: Callable[[IO[bytes]], None]) -> list[str]:
         """Feed ``docker load`` through ``write(stdin)``; return the loaded image names/ids."""
         self._require_binary()

@@ -1,0 +1,65 @@
+"""``inv copy | model-fetch``: put the image and the weights on every node of a cluster."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from edgevllm.cli._common import cli_task
+from edgevllm.kernel.kv import split_csv
+from edgevllm.kernel import console
+from edgevllm.kernel.errors import RecipeError
+
+_NODES = "nodes: ssh://[user@]host[:port], comma-separated or repeated"
+
+
+def _report(results, what: str) -> None:
+    width = max([len(r.node) for r in results] + [4])
+    for r in results:
+        print(f"{r.node:<{width}}  {r.status:<10} {r.detail}")
+    failed = [r.node for r in results if r.status == "failed"]
+    if failed:
+        raise RecipeError(f"{what} failed on {', '.join(failed)}; run again (done nodes are "
+                          "skipped)")
+
+
+@cli_task(name="copy", help={"image": "the image to copy (tag or id on the source engine)",
+                             "to": f"the {_NODES}",
+                             "engine": "source engine: 'local' (default), a context or a URL"},
+          iterable=["to"], auto_shortflags=False)
+def copy_image(c, image, to=None, engine=None):
+    """Stream an image to every node in parallel; skip nodes with the same image id; verify."""
+    from edgevllm.cli.recipes import engine_from
+    from edgevllm.engine.docker import DockerEngine
+    from edgevllm.serve.distribute import copy_image as copy
+
+    nodes = split_csv(to)
+    if not nodes:
+        raise RecipeError("say where to: --to ssh://node2,ssh://node3")
+    targets = [DockerEngine(host=n) if "://" in n else DockerEngine(context=n) for n in nodes]
+    _report(copy(image, engine_from(engine), targets), f"copying {image}")
+
+
+@cli_task(name="model-fetch",
+          help={"model": "Hugging Face repo id (org/name)",
+                "nodes": f"also copy it to these {_NODES} (rsync over ssh)",
+                "hf-cache": "the Hugging Face cache folder here (default $HF_HOME or "
+                            "~/.cache/huggingface)",
+                "remote-cache": "the cache folder on the nodes (default: the same path)",
+                "revision": "branch, tag or commit (default: main)",
+                "token-env": "the environment variable holding the token (default HF_TOKEN); "
+                             "its value is never printed"},
+          iterable=["nodes"], positional=["model"], auto_shortflags=False)
+def model_fetch(c, model, nodes=None, hf_cache=None, remote_cache=None, revision=None,
+                token_env="HF_TOKEN"):
+    """Download a model once into the HF cache (resumable), then rsync it to every node."""
+    from edgevllm.serve.distribute import SshNode, fetch_model, hub_folder, sync_model
+
+    cache = Path(hf_cache or os.environ.get("HF_HOME") or "~/.cache/huggingface").expanduser()
+    snapshot = fetch_model(model, cache, revision=revision, token_env=token_env)
+    console.step(f"{model} is in {snapshot}")
+    targets = [SshNode.parse(n) for n in split_csv(nodes)]
+    if not targets:
+        return
+    remote = (str(hub_folder(Path(remote_cache), model)) if remote_cache else None)
+    _report(sync_model(hub_folder(cache, model), targets, remote), f"copying {model}")

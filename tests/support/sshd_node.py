@@ -1,0 +1,141 @@
+"""Cluster nodes for the distribution tests: containers running sshd and their own Docker engine.
+
+``sshd_node_image(engine)``: a Debian rootfs (debootstrap: openssh-server, rsync) imported as an
+image, cached like the other test images. ``SshNodes`` starts N of them on the local engine, each
+privileged with its own dockerd (the host's dockerd/containerd/runc/docker binaries mounted
+read-only, vfs storage, no iptables), reachable over ssh at its bridge address with a key made for
+the test. ``env()`` gives a PATH whose ``ssh`` adds that key and skips host-key checks (standing in
+for the user's ~/.ssh/config), so ``docker --host ssh://root@ADDR`` and rsync work unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from edgevllm.engine.docker import DockerEngine, RunOptions
+
+from .images import _key, cache_root, image_lock, require_program
+
+SUITE = "bookworm"
+MIRROR = "http://deb.debian.org/debian"
+PACKAGES = ["openssh-server", "rsync", "ca-certificates", "procps"]
+ENGINE_BINARIES = {"dockerd": "/usr/sbin/dockerd", "containerd": "/usr/bin/containerd",
+                   "runc": "/usr/sbin/runc",
+                   "containerd-shim-runc-v2": "/usr/bin/containerd-shim-runc-v2",
+                   "docker": "/usr/bin/docker"}
+START = ("mkdir -p /run/sshd /root/.ssh && cp /keys/authorized_keys /root/.ssh/ && "
+         "chmod 600 /root/.ssh/authorized_keys && /usr/sbin/sshd -e && "
+         "exec dockerd --iptables=false --ip6tables=false --bridge=none --storage-driver=vfs "
+         "--userland-proxy=false >/var/log/dockerd.log 2>&1")
+
+
+def sshd_node_image(engine: DockerEngine) -> str:
+    tag = f"edgevllm-test/sshd-node:{SUITE}-{_key(SUITE, PACKAGES)}"
+    with image_lock("sshd-node-image"):
+        if engine.image_exists(tag):
+            return tag
+        tarball = cache_root() / f"rootfs-sshd-{SUITE}-{_key(SUITE, PACKAGES)}.tar"
+        if not tarball.exists():
+            _debootstrap(tarball)
+        engine.import_rootfs(tarball, tag, platform="linux/amd64", changes=[
+            "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"])
+    return tag
+
+
+def _debootstrap(tarball: Path) -> None:
+    require_program("debootstrap", "apt-get install debootstrap (bash .ci/install-engine.sh)")
+    with tempfile.TemporaryDirectory(dir=cache_root(), prefix="rootfs-") as tmp:
+        rootfs = Path(tmp) / "rootfs"
+        subprocess.run(["debootstrap", "--arch=amd64", "--variant=minbase",
+                        f"--include={','.join(PACKAGES)}", SUITE, str(rootfs), MIRROR],
+                       check=True, stdout=subprocess.DEVNULL)
+        for junk in ("var/cache/apt/archives", "var/lib/apt/lists"):
+            shutil.rmtree(rootfs / junk, ignore_errors=True)
+        partial = tarball.with_name(tarball.name + ".partial")
+        subprocess.run(["tar", "-C", str(rootfs), "--numeric-owner", "-cf", str(partial), "."],
+                       check=True)
+        os.replace(partial, tarball)
+
+
+def _engine_mounts() -> list[str]:
+    mounts = []
+    for name, inside in ENGINE_BINARIES.items():
+        found = shutil.which(name) or shutil.which(name, path="/usr/sbin:/sbin")
+        if found is None:
+            raise RuntimeError(f"'{name}' is needed for the node containers' own Docker engine: "
+                               "bash .ci/install-engine.sh installs it")
+        mounts.append(f"{os.path.realpath(found)}:{inside}:ro")
+    return mounts
+
+
+class SshNodes:
+    """N node containers; use as a context manager (removed on exit)."""
+
+    def __init__(self, engine: DockerEngine, prefix: str, count: int, workdir: Path):
+        require_program("ssh-keygen", "apt-get install openssh-client")
+        self.engine, self.workdir = engine, workdir
+        self.names = [f"{prefix}-{i}" for i in range(count)]
+        self.addresses: list[str] = []
+
+    def __enter__(self) -> "SshNodes":
+        image = sshd_node_image(self.engine)
+        keys = self.workdir / "keys"
+        keys.mkdir(parents=True, exist_ok=True)
+        key = self.workdir / "id_ed25519"
+        if not key.exists():
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)],
+                           check=True)
+        shutil.copy(key.with_suffix(".pub"), keys / "authorized_keys")
+        self._ssh_wrapper(key)
+        for name in self.names:
+            self.engine.remove_container(name)
+            self.engine.start(RunOptions(
+                image=image, name=name, command=["sh", "-c", START],
+                volumes=[f"{keys}:/keys:ro", *_engine_mounts()], extra=["--privileged"]))
+            info = self.engine.container_inspect(name) or {}
+            self.addresses.append(info["NetworkSettings"]["IPAddress"])
+        self._wait_ready()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for name in self.names:
+            self.engine.remove_container(name)
+
+    def _ssh_wrapper(self, key: Path) -> None:
+        config = self.workdir / "ssh_config"
+        config.write_text(f"Host *\n  User root\n  IdentityFile {key}\n  IdentitiesOnly yes\n"
+                          "  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n"
+                          "  LogLevel ERROR\n  BatchMode yes\n")
+        wrapper = self.workdir / "bin" / "ssh"
+        wrapper.parent.mkdir(exist_ok=True)
+        wrapper.write_text(f'#!/bin/sh\nexec {shutil.which("ssh")} -F {config} "$@"\n')
+        wrapper.chmod(wrapper.stat().st_mode | stat.S_IEXEC)
+
+    def env(self) -> dict[str, str]:
+        return {"PATH": f"{self.workdir / 'bin'}:{os.environ.get('PATH', '')}"}
+
+    def urls(self) -> list[str]:
+        return [f"ssh://root@{address}" for address in self.addresses]
+
+    def node_engine(self, index: int) -> DockerEngine:
+        """The node's own engine, reached over ssh (needs ``env()`` in os.environ)."""
+        return DockerEngine(host=self.urls()[index])
+
+    def _wait_ready(self, timeout_s: float = 120) -> None:
+        deadline = time.monotonic() + timeout_s
+        for name in self.names:
+            while True:
+                proc = self.engine.exec(name, ["docker", "info", "--format", "{{.Driver}}"])
+                if proc.returncode == 0:
+                    break
+                if time.monotonic() > deadline:
+                    logs = self.engine.exec(name, ["cat", "/var/log/dockerd.log"])
+                    raise RuntimeError(f"node {name}: its Docker engine did not start: "
+                                       f"{logs.stdout.decode()[-500:]}")
+                time.sleep(1)
