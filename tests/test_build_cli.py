@@ -48,3 +48,22 @@ def test_too_little_disk(cli, tmp_path, engine):
     code, _, stderr = cli("build", "--target", "huge", "--out", str(tmp_path / "out"),
                           env={"EDGEVLLM_TARGETS_PATH": str(tmp_path)})
     assert_one_line(code, stderr, 3, "GB free under")
+
+
+def test_every_task_shows_its_help_after_its_name(cli):
+    """``inv TASK --help`` prints the task's help for every task, positional ones included."""
+    from edgevllm.cli import namespace
+
+    for name in sorted(namespace().task_names):
+        code, out, err = cli(name, "--help")
+        assert code == 0 and "Usage:" in out, f"{name} --help: {code} {err}"
+
+
+def test_build_help_lists_clean_flag_names(cli):
+    code, out, _ = cli("--help", "build")
+    options = [line.split()[0] for line in out.splitlines() if line.strip().startswith("-")]
+    assert code == 0 and "--vllm-pr=STRING" in options
+    import re
+
+    bad = [o for o in options if not re.fullmatch(r"--(\[no-\])?[a-z][a-z0-9-]*(=STRING|=INT)?", o)]
+    assert not bad, options

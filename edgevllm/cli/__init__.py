@@ -27,5 +27,16 @@ def namespace() -> Collection:
     return ns
 
 
+def program() -> Program:
+    return Program(namespace=namespace(), version=__version__, name="edgevllm",
+                   binary="edgevllm")
+
+
+def help_for_task(name: str) -> None:
+    """Print one task's help and exit 0 (what ``--help TASK`` prints)."""
+    program().run(["edgevllm", "--help", name])
+    raise SystemExit(0)
+
+
 def main() -> None:
-    Program(namespace=namespace(), version=__version__, name="edgevllm", binary="edgevllm").run()
+    program().run()

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import functools
+import inspect
 from typing import Callable
 
 from invoke import Exit, task
 
 from edgevllm.kernel import console
-from edgevllm.kernel.errors import EdgeVllmError
+from edgevllm.kernel.errors import ConfigError, EdgeVllmError
 
 
 def cli_task(*task_args, **task_kwargs) -> Callable:
@@ -19,9 +20,15 @@ def cli_task(*task_args, **task_kwargs) -> Callable:
     """
 
     def decorate(fn: Callable) -> Callable:
+        positional = list(task_kwargs.get("positional") or [])
+        signature, required = _flags_not_positionals(fn, positional)
+
         @functools.wraps(fn)
         def wrapper(c, *args, **kwargs):
             try:
+                bound = signature.bind(c, *args, **kwargs)
+                _help_if_asked(fn.__name__, [bound.arguments.get(n) for n in positional])
+                _check_required(fn.__name__, required, bound)
                 return fn(c, *args, **kwargs)
             except EdgeVllmError as exc:
                 console.error(str(exc))
@@ -30,9 +37,45 @@ def cli_task(*task_args, **task_kwargs) -> Callable:
                 console.error("interrupted; nothing was left under a final name")
                 raise Exit(code=130) from None
 
+        wrapper.__signature__ = signature  # type: ignore[attr-defined]
+        task_kwargs["positional"] = positional
         return task(*task_args, **task_kwargs)(wrapper)
 
     if len(task_args) == 1 and callable(task_args[0]) and not task_kwargs:
         fn, task_args = task_args[0], ()
         return decorate(fn)
     return decorate
+
+
+def _flags_not_positionals(fn: Callable, positional: list[str]
+                           ) -> tuple[inspect.Signature, list[str]]:
+    """The task's signature where each required argument not named ``positional`` is a flag
+    with a None default, and those arguments' names.
+
+    Invoke reads ``--help`` after a task only once the task's positional arguments are filled,
+    so ``inv probe --help`` used to fail asking for the image; required flags are checked by the
+    task wrapper instead, with one line naming them.
+    """
+    signature = inspect.signature(fn)
+    params = list(signature.parameters.values())
+    required = [p.name for p in params[1:] if p.default is inspect.Parameter.empty
+                and p.kind is p.POSITIONAL_OR_KEYWORD and p.name not in positional]
+    params = params[:1] + [p.replace(default=None) if p.name in required else p
+                           for p in params[1:]]
+    return signature.replace(parameters=params), required
+
+
+def _check_required(task_name: str, required: list[str], bound: inspect.BoundArguments) -> None:
+    missing = [name for name in required if bound.arguments.get(name) is None]
+    if missing:
+        flags = ", ".join("--" + name.replace("_", "-") for name in missing)
+        raise ConfigError(f"{task_name.replace('_', '-')}: {flags} required; "
+                          f"see 'inv --help {task_name.replace('_', '-')}'")
+
+
+def _help_if_asked(task_name: str, positional_values: list) -> None:
+    """``inv load --help``: Invoke hands ``--help`` to the positional argument; show the help."""
+    if any(value in ("--help", "-h") for value in positional_values):
+        from edgevllm.cli import help_for_task
+
+        help_for_task(task_name.replace("_", "-"))

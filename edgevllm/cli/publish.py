@@ -68,7 +68,8 @@ def _prime(image, level, threads, long, layer_cache) -> None:
                  f"{stats.cached_layers} already there")
 
 
-@cli_task(help={"path": "a <name>.manifest.json, a part, or a .tar / .tar.gz / .tar.zst tarball"})
+@cli_task(help={"path": "a <name>.manifest.json, a part, or a .tar / .tar.gz / .tar.zst tarball"},
+          positional=["path"])
 def load(c, path):
     """Check every part's sha256, then stream the image into the engine; prints the loaded tags."""
     from edgevllm.kernel import console

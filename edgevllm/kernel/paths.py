@@ -12,8 +12,14 @@ from pathlib import Path
 
 
 def project_root() -> Path:
+    """The folder holding targets/, mods/, recipes/, patches/ and dockerfiles/: ``EDGEVLLM_HOME``,
+    else the checkout around the package (editable install), else the copy a wheel carries."""
     env = os.environ.get("EDGEVLLM_HOME")
-    return Path(env).resolve() if env else Path(__file__).resolve().parents[2]
+    if env:
+        return Path(env).resolve()
+    package = Path(__file__).resolve().parents[1]
+    checkout = package.parent
+    return checkout if (checkout / "targets").is_dir() else package / "_data"
 
 
 def data_dirs(kind: str) -> list[Path]:
