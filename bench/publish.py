@@ -6,10 +6,13 @@ cuFFT, cuSOLVER, cuSPARSE, nvJitLink, NVRTC: ~6 GB), built once and cached in th
 tag keyed by its inputs. ``--image IMG`` measures any local image instead (e.g. a real vLLM one).
 
 One run prints, each against the baseline ``docker save IMG | gzip -6`` run in the same process:
-- cold: ``inv publish`` with an empty layer cache (docker save once, layers compressed per layer
-  and cached by diff id while the set is written);
+- cold: ``inv publish`` with an empty layer cache: layers read from the local engine's layer
+  store when readable (root, local overlay2 engine), compressed per layer and cached by diff id
+  while the set is written;
+- cold via docker save: the same with the layer store off (what a non-root user gets);
 - warm: the same publish again (a republish: every layer comes from the cache, no docker save);
-- prime: ``inv publish --prime-cache`` alone (what a build pays to make its first publish warm);
+- optional ``--also-prime``: ``inv publish --prime-cache`` alone (what a build would pay to make
+  its first publish warm) and the publish after it;
 - optional ``--also-plain``: the single-stream ``docker save | zstd`` path (``--no-layer-cache``).
 Also the zstd window and the memory the loader needs, and the machine's load average (the CPU is
 shared: quote medians of a few runs). Run: python bench/publish.py [--image IMG] [--runs N]
@@ -116,14 +119,19 @@ def one_run(engine: DockerEngine, image: str, args, tmp: Path) -> dict[str, tupl
     print(f"  load average before: {load_average()}", flush=True)
     rows["baseline"] = run_gzip_pipe(image, tmp / "gzip", args.gzip_level)
     shutil.rmtree(tmp / "gzip")
+    rows["cold via save"] = run_publish(engine, image, tmp / "save", tmp / "save-cache",
+                                        read_layer_store=False)[:2]
+    shutil.rmtree(tmp / "save")
+    shutil.rmtree(tmp / "save-cache")
     cache = tmp / "cache"
     seconds, size, manifest = run_publish(engine, image, tmp / "cold", cache)
     rows["cold"] = (seconds, size)
+    shutil.rmtree(tmp / "cold")
     rows["warm"] = run_publish(engine, image, tmp / "warm", cache)[:2]
     rows["decompress"] = measure_decompression(tmp / "warm" / f"{manifest['name']}.manifest.json")
     rows["_memory"] = (0.0, manifest["compression"]["decompression_memory"])
     rows["_cache"] = (0.0, sum(p.stat().st_size for p in cache.rglob("*") if p.is_file()))
-    for name in ("cold", "warm", "cache"):
+    for name in ("warm", "cache"):
         shutil.rmtree(tmp / name)
     if args.also_prime:
         start = time.perf_counter()
@@ -133,7 +141,7 @@ def one_run(engine: DockerEngine, image: str, args, tmp: Path) -> dict[str, tupl
         shutil.rmtree(tmp / "primed")
         shutil.rmtree(tmp / "cache")
     if args.also_plain:
-        rows["plain"] = run_publish(engine, image, tmp / "plain", cache,
+        rows["plain"] = run_publish(engine, image, tmp / "plain", tmp / "unused",
                                     use_layer_cache=False)[:2]
         shutil.rmtree(tmp / "plain")
     print(f"  load average after: {load_average()}", flush=True)
@@ -142,6 +150,7 @@ def one_run(engine: DockerEngine, image: str, args, tmp: Path) -> dict[str, tupl
 
 LABELS = {
     "cold": "inv publish, cold (empty layer cache)",
+    "cold via save": "  the same via docker save (non-root)",
     "warm": "inv publish, warm (republish)",
     "prime": "--prime-cache alone (build-time cost)",
     "after prime": "inv publish after --prime-cache",

@@ -362,7 +362,8 @@ def _members(manifest: Path) -> dict[str, bytes]:
 def test_republish_reads_no_docker_save_and_writes_the_same_bytes(engine, image, tmp_path,
                                                                   layer_cache):
     cache = tmp_path / "cache"
-    cold = publish(engine, PublishOptions(image=image, out_dir=tmp_path / "a", layer_cache=cache))
+    cold = publish(engine, PublishOptions(image=image, out_dir=tmp_path / "a", layer_cache=cache,
+                                          read_layer_store=False))
     warm = publish(NoSaveEngine(), PublishOptions(image=image, out_dir=tmp_path / "b",
                                                   layer_cache=cache))
     layers = len(set(engine.image_inspect(image)["RootFS"]["Layers"]))
@@ -417,7 +418,7 @@ def test_a_corrupt_cache_entry_is_evicted_and_compressed_again(engine, image, tm
     data[len(data) // 2] ^= 0x10
     blob.write_bytes(bytes(data))
     again = publish(engine, PublishOptions(image=image, out_dir=tmp_path / "b", layer_cache=cache))
-    assert again.layers.saved and again.layers.compressed_layers == 1
+    assert again.layers.compressed_layers == 1 and again.layers.cached_layers == 2
     assert _stream_bytes(again) == _stream_bytes(first), "the set must not carry the bad bytes"
     assert blob.read_bytes() != bytes(data), "the entry is written afresh"
 
@@ -509,3 +510,49 @@ def test_bad_long_window_is_one_line(cli, image, tmp_path):
     code, out, err = cli("publish", "--image", image, "--out", str(tmp_path), "--long", "40")
     assert code == 2 and "--long 40: use a window log from 10 to 31" in err
     assert err.count("\n") == 1 and list(tmp_path.iterdir()) == []
+
+
+# --- cold publish from the local layer store -------------------------------------------------------
+def _require_layer_store(engine) -> None:
+    from edgevllm.image.layerstore import LocalLayerStore
+
+    if LocalLayerStore.find(engine) is None:
+        pytest.fail("these tests read the engine's overlay2 layer store: run them as root "
+                    "against the local default Docker engine (as .ci/run does)")
+
+
+def test_cold_publish_from_the_layer_store_runs_no_docker_save(engine, image, tmp_path):
+    _require_layer_store(engine)
+    via_save = publish(engine, PublishOptions(image=image, out_dir=tmp_path / "save",
+                                              layer_cache=tmp_path / "c1",
+                                              read_layer_store=False))
+    via_store = publish(NoSaveEngine(), PublishOptions(image=image, out_dir=tmp_path / "store",
+                                                       layer_cache=tmp_path / "c2"))
+    assert via_save.layers.saved and not via_store.layers.saved and via_store.layers.from_store
+    assert via_store.layers.compressed_layers == via_save.layers.compressed_layers > 0
+    assert _stream_bytes(via_store) == _stream_bytes(via_save)
+
+
+def test_a_layer_store_giving_other_bytes_falls_back_to_docker_save(engine, image, tmp_path,
+                                                                     monkeypatch):
+    from edgevllm.image.layerstore import LocalLayerStore
+
+    _require_layer_store(engine)
+    real_blocks = LocalLayerStore.tar_blocks
+
+    def flipped(self, chain_id):
+        for block in real_blocks(self, chain_id):
+            yield bytes([block[0] ^ 1]) + block[1:] if block else block
+
+    monkeypatch.setattr(LocalLayerStore, "tar_blocks", flipped)
+    cache = tmp_path / "cache"
+    result = publish(engine, PublishOptions(image=image, out_dir=tmp_path / "a",
+                                            layer_cache=cache))
+    assert result.layers.saved and not result.layers.from_store
+    image_id = engine.image_id(image)
+    _removed(engine, image_id)
+    assert load(engine, result.manifest_path).image_id == image_id
+    monkeypatch.undo()
+    again = publish(NoSaveEngine(), PublishOptions(image=image, out_dir=tmp_path / "b",
+                                                   layer_cache=cache))
+    assert _stream_bytes(again) == _stream_bytes(result), "only true bytes were cached"

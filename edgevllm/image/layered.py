@@ -7,9 +7,10 @@ they are from the layer cache (``layercache``). So a layer is compressed once, e
 
 - warm: the image config and every layer are cached → no ``docker save`` at all; the set is the
   cached frames copied out (re-checked against their sha256) between freshly written headers;
-- cold: ``docker save`` is read once; a layer already cached is skipped unread-into-zstd, a new one
-  is compressed while it streams, written to the set and to the cache at once, and its sha256 is
-  checked against its diff id before the cache keeps it.
+- cold: a layer already cached is copied out as above; a new one is compressed while it streams,
+  written to the set and to the cache at once, and its sha256 is checked against its diff id
+  before the cache keeps it. The layers come from the local engine's layer store when it can be
+  read (``layerstore``: no ``docker save``), else from one ``docker save``.
 
 The metadata is written by this module from the config and the layer list, identically in both
 cases: ``manifest.json`` (what ``docker load`` reads), ``index.json``, ``oci-layout`` and the OCI
@@ -29,6 +30,7 @@ from typing import IO, Callable
 import zstandard
 
 from edgevllm.image.layercache import CachedLayer, LayerCache
+from edgevllm.image.layerstore import LocalLayerStore, StoreUnusable, chain_ids
 
 CHUNK = 1 << 20
 BLOB_PREFIX = "blobs/sha256/"
@@ -48,6 +50,7 @@ class LayeredStats:
     cached_layers: int = 0
     compressed_layers: int = 0
     saved: bool = False  # whether docker save was read
+    from_store: bool = False  # whether new layers were read from the local layer store
     layer_sizes: dict[str, int] = field(default_factory=dict)
 
 
@@ -206,27 +209,67 @@ def _layer_from_save(sink: FrameSink, cache: LayerCache, tar: tarfile.TarFile,
         cache.copy_out(cached, sink.frames(member.size))  # its bytes in the save go unread
         stats.cached_layers += 1
     else:
-        out = sink.frames(member.size)
-        with cache.entry_writer(diff_id, member.size) as entry:
-            digest = _compress_member(tar.extractfile(member), member.size, _Tee(out, entry),
-                                      cache.settings.compressor(member.size))
-            entry.finish(digest)
-        if not entry.verified:
-            raise UnexpectedSaveLayout(f"layer {diff_id}: docker save gave other bytes "
-                                       f"(sha256:{digest})")
+        source = tar.extractfile(member)
+        if not _compress_layer(sink, cache, diff_id, member.size,
+                               iter(lambda: source.read(CHUNK), b"")):
+            raise UnexpectedSaveLayout(f"layer {diff_id}: docker save gave other bytes")
         stats.compressed_layers += 1
     sink.add(padding(member.size))
 
 
-def _compress_member(source: IO[bytes], size: int, out: "_Tee",
-                     compressor: zstandard.ZstdCompressor) -> str:
-    """Compress exactly ``size`` bytes of ``source`` into ``out``; returns their sha256."""
-    digest = hashlib.sha256()
-    with compressor.stream_writer(out, size=size, closefd=False) as writer:
-        while block := source.read(CHUNK):
-            digest.update(block)
-            writer.write(block)
-    return digest.hexdigest()
+def _compress_layer(sink: FrameSink, cache: LayerCache, diff_id: str, size: int,
+                    blocks) -> bool:
+    """Compress a layer's bytes into the set and the cache; False (nothing cached) when they
+    do not hash to ``diff_id``."""
+    out = sink.frames(size)
+    with cache.entry_writer(diff_id, size) as entry:
+        digest = hashlib.sha256()
+        compressor = cache.settings.compressor(size)
+        with compressor.stream_writer(_Tee(out, entry), size=size, closefd=False) as writer:
+            for block in blocks:
+                digest.update(block)
+                writer.write(block)
+        entry.finish(digest.hexdigest())
+    return entry.verified
+
+
+# --- cold, without docker save: the local engine's layer store ---------------------------------
+def write_from_store(sink: FrameSink, cache: LayerCache, store: LocalLayerStore, image_id: str,
+                     diff_ids: list[str], refs: list[str],
+                     on_bytes: Callable[[int], None]) -> LayeredStats:
+    """As ``write_from_save``, reading new layers from ``store``; ``StoreUnusable`` when it
+    cannot give exactly the image's bytes (nothing wrong is ever cached)."""
+    config = store.config(image_id)
+    chains: dict[str, str] = {}
+    for diff_id, chain_id in zip(diff_ids, chain_ids(diff_ids)):
+        chains.setdefault(diff_id, chain_id)
+    stats = LayeredStats(from_store=True)
+    _directories(sink)
+    for diff_id in sorted(chains):
+        cached = cache.get(diff_id)
+        size = cached.size if cached else store.tar_size(chains[diff_id])
+        stats.layer_sizes[diff_id] = size
+        sink.add(tar_header(BLOB_PREFIX + _hex(diff_id), size))
+        if cached:
+            cache.copy_out(cached, sink.frames(size))
+            on_bytes(size)
+            stats.cached_layers += 1
+        else:
+            blocks = _counted(store.tar_blocks(chains[diff_id]), on_bytes)
+            if not _compress_layer(sink, cache, diff_id, size, blocks):
+                raise StoreUnusable(f"layer {diff_id} read from the layer store has other bytes")
+            stats.compressed_layers += 1
+        sink.add(padding(size))
+    cache.put_config(image_id, config)
+    write_metadata(sink, config, diff_ids, stats.layer_sizes, refs)
+    stats.uncompressed = sink.uncompressed
+    return stats
+
+
+def _counted(blocks, on_bytes: Callable[[int], None]):
+    for block in blocks:
+        on_bytes(len(block))
+        yield block
 
 
 class _Tee:

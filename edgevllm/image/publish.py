@@ -42,7 +42,8 @@ from edgevllm.kernel.fsutil import atomic_write_json
 from edgevllm.image.layercache import (CorruptEntry, LayerCache, ZstdSettings, default_root,
                                        max_bytes_from_env)
 from edgevllm.image.layered import (FrameSink, LayeredStats, UnexpectedSaveLayout,
-                                    write_from_cache, write_from_save)
+                                    write_from_cache, write_from_save, write_from_store)
+from edgevllm.image.layerstore import LocalLayerStore, StoreUnusable
 from edgevllm.image.tarball import (CHUNK, FORMAT_SUFFIX, MANIFEST_SUFFIX, SCHEMA_VERSION,
                                     TarballSet, open_tarball)
 
@@ -387,6 +388,7 @@ class PublishOptions:
     force: bool = False
     long: int = DEFAULT_WINDOW_LOG  # zstd long-distance window, as a power of two; 0: off
     use_layer_cache: bool = True  # zst only: frames per layer, compressed once (see module doc)
+    read_layer_store: bool = True  # new layers from the local engine's store when readable
     layer_cache: Path | None = None  # None: EDGEVLLM_LAYER_CACHE, else <edgevllm cache>/layers
 
     def settings(self) -> ZstdSettings:
@@ -478,11 +480,13 @@ def _write_set(engine: DockerEngine, options: PublishOptions, settings: ZstdSett
     cache = LayerCache(options.layer_cache or default_root(), settings)
     try:
         try:
-            stats = write_layered(engine, cache, refs, inspect, writer, options.image)
+            stats = write_layered(engine, cache, refs, inspect, writer, options.image,
+                                  options.read_layer_store)
         except CorruptEntry as exc:  # already evicted: this time the layer is compressed afresh
             console.warn(f"{exc}; publishing again")
             writer.reset()
-            stats = write_layered(engine, cache, refs, inspect, writer, options.image)
+            stats = write_layered(engine, cache, refs, inspect, writer, options.image,
+                                  options.read_layer_store)
     except UnexpectedSaveLayout as exc:
         console.warn(f"{exc}; compressing the plain docker save stream instead")
         writer.reset()
@@ -492,19 +496,32 @@ def _write_set(engine: DockerEngine, options: PublishOptions, settings: ZstdSett
 
 
 def write_layered(engine: DockerEngine, cache: LayerCache, refs: list[str], inspect: dict,
-                  out: IO[bytes], label: str) -> LayeredStats:
+                  out: "PartWriter | _Discard", label: str,
+                  read_store: bool = True) -> LayeredStats:
     """The per-layer frame stream of an image: from the cache alone when it holds the config
-    and every layer, else from one ``docker save`` (new layers are cached on the way)."""
+    and every layer, else new layers from the local layer store (when readable) or from one
+    ``docker save``; new layers are cached on the way."""
     image_id = inspect["Id"]
     diff_ids = list((inspect.get("RootFS") or {}).get("Layers") or [])
-    sink = FrameSink(out, cache.settings.level)
     config = cache.config(image_id)
     layers = {diff_id: cache.get(diff_id) for diff_id in set(diff_ids)}
     if config is not None and all(layers.values()):
         total = sum(layer.compressed_size for layer in layers.values())
         with ByteProgress(f"publish {label} (cached layers)", total) as progress:
-            return write_from_cache(sink, cache, config, layers, diff_ids, _tags(refs), progress)
-    with ByteProgress(f"publish {label}", int(inspect.get("Size") or 0) or None) as progress:
+            return write_from_cache(FrameSink(out, cache.settings.level), cache, config, layers,
+                                    diff_ids, _tags(refs), progress)
+    total = int(inspect.get("Size") or 0) or None
+    store = LocalLayerStore.find(engine) if read_store else None
+    if store is not None:
+        try:
+            with ByteProgress(f"publish {label}", total) as progress:
+                return write_from_store(FrameSink(out, cache.settings.level), cache, store,
+                                        image_id, diff_ids, _tags(refs), progress)
+        except StoreUnusable as exc:
+            console.warn(f"reading the layer store: {exc}; using docker save instead")
+            out.reset()
+    sink = FrameSink(out, cache.settings.level)
+    with ByteProgress(f"publish {label}", total) as progress:
         with engine.save_stream(refs) as stream:
             return write_from_save(sink, cache, CountingReader(stream, progress), image_id,
                                    diff_ids, _tags(refs))
@@ -513,6 +530,9 @@ def write_layered(engine: DockerEngine, cache: LayerCache, refs: list[str], insp
 class _Discard:
     def write(self, data) -> int:
         return len(data)
+
+    def reset(self) -> None:
+        pass
 
 
 def prime_layer_cache(engine: DockerEngine, image: str, settings: ZstdSettings | None = None,
