@@ -14,20 +14,29 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from edgevllm.model.modselect import select_mod_names
 from edgevllm.model.spec import load_spec, resolve
+from edgevllm.model.targets import load_target
 from edgevllm.mods import catalog as M
 from edgevllm.kernel.errors import ManifestError, ModConflictError, ModNotForTargetError, UnknownModError
 from edgevllm.kernel.paths import project_root
 from support.modenv import outcome, stage_and_apply
 
-ALL = ["cutlass-dsl-gb10", "cutlass-dsl-thor", "earlyoom", "fastsafetensors", "flashinfer-sm121",
-       "fused-moe-configs", "spark-runtime", "thor-runtime"]
-OPTIONAL_THOR = ["earlyoom"]  # Thor mods that are not in the target's default_mods
-THOR = ["thor-runtime", "cutlass-dsl-thor", "fastsafetensors", "fused-moe-configs"]
-SPARK = ["spark-runtime", "cutlass-dsl-gb10", "flashinfer-sm121", "fastsafetensors",
-         "fused-moe-configs"]
+def shipped_mods() -> list[str]:
+    """Every mod folder in the repository: the data, not a list kept by hand."""
+    return sorted(p.parent.name for p in (project_root() / "mods").glob("*/manifest.yaml"))
+
+
+def mods_for(target: str) -> list[str]:
+    return sorted(name for name in shipped_mods() if target in yaml.safe_load(
+        (project_root() / "mods" / name / "manifest.yaml").read_text())["targets"])
+
+
+ALL = shipped_mods()
+THOR = list(load_target("thor").default_mods)
+SPARK = list(load_target("spark").default_mods)
 
 
 def inv(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -47,7 +56,7 @@ def test_every_shipped_mod_loads_and_lists():
     rows = {r["name"]: r for r in M.list_rows()}
     assert rows["cutlass-dsl-gb10"]["applies_to"] == {"nvidia-cutlass-dsl": ">=4.4,<4.6"}
     assert rows["fused-moe-configs"]["tuned"] is False
-    assert [r["name"] for r in M.list_rows("thor")] == sorted(THOR + OPTIONAL_THOR)
+    assert [r["name"] for r in M.list_rows("thor")] == mods_for("thor")
 
 
 def test_target_defaults_select_and_stage_cleanly(tmp_path):
@@ -94,7 +103,7 @@ def test_unknown_mod_and_wrong_target():
 
 def test_the_one_selection_rule():
     assert select_mod_names(THOR, None, ["cutlass-dsl-thor"], ["fastsafetensors"]) == \
-        ["thor-runtime", "cutlass-dsl-thor", "fused-moe-configs"]
+        [m for m in THOR if m != "fastsafetensors"]
     assert select_mod_names(THOR, ["fastsafetensors"], [], []) == ["fastsafetensors"]
     for only, add, remove in ((None, [], ["nope"]), (["nope"], [], []), (None, ["nope"], [])):
         with pytest.raises(UnknownModError, match="unknown mod 'nope'"):
@@ -188,7 +197,7 @@ def test_inv_mods_lists_ranges_and_targets():
     line = next(x for x in proc.stdout.splitlines() if x.startswith("flashinfer-sm121"))
     assert "spark" in line and "flashinfer-python >=0.6.9,<0.6.12" in line
     rows = json.loads(inv("mods", "--json", "--target", "thor").stdout)
-    assert sorted(r["name"] for r in rows) == sorted(THOR + OPTIONAL_THOR)
+    assert sorted(r["name"] for r in rows) == mods_for("thor")
 
 
 def test_mods_apply_cli_on_an_environment(tmp_path):
@@ -312,3 +321,15 @@ def test_mods_apply_failed_mod_is_one_line_exit_7(tmp_path):
     assert len(lines) == 1
     assert lines[0] == (f"error: mod demo-fix: demo-pkg 1.2.0: file {site}/demo_pkg/gate.py: "
                         "missing anchor: 'allowed = [\"q\"]'")
+
+
+def test_the_applier_knows_exactly_the_step_kinds_a_manifest_may_use():
+    """The in-image applier (stdlib only) and the manifest schema list step kinds separately;
+    they must be the same set, or a valid manifest would fail in the image."""
+    from typing import get_args
+
+    from edgevllm.mods import applier
+
+    union = get_args(get_args(M.Step)[0])
+    schema_kinds = {get_args(model.model_fields["kind"].annotation)[0] for model in union}
+    assert set(applier.STEP_KINDS) == schema_kinds

@@ -7,14 +7,17 @@ from edgevllm.model.spec import load_spec, resolve
 
 
 def test_each_target_renders_its_arch_list():
-    for name, arch in (("thor", "11.0a"), ("spark", "12.1a")):
-        text = render_dockerfile(resolve(load_spec(name)))
+    from edgevllm.model.targets import all_targets
+
+    for target in all_targets():  # every target in targets/, from the data
+        arch = target.torch_cuda_arch_list
+        text = render_dockerfile(resolve(load_spec(target.name)))
         assert f'TORCH_CUDA_ARCH_LIST="{arch}"' in text
-        assert "FROM nvcr.io/nvidia/cuda:13.0.2-devel-ubuntu24.04 AS base" in text
+        assert f"FROM {target.images.build} AS base" in text
         assert "FROM scratch AS wheels" in text and "FROM base AS runtime" in text
         assert "--mount=type=bind,from=wheels," in text  # wheels never COPY'd into a layer
         assert "--mount=type=cache,target=/root/.cache/ccache" in text
-        assert f'io.edgevllm.arch-list="{arch}"' in text
+        assert f'io.edgevllm.arch-list="{arch}"' in text, target.name
 
 
 def test_same_spec_same_bytes_and_changes_show():
