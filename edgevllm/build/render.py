@@ -34,14 +34,19 @@ def _environment() -> jinja2.Environment:
     )
 
 
+def installs_closure(eff: EffectiveSpec) -> bool:
+    """The image installs a locked closure from the ``wheelhouse`` context (no index at all)."""
+    return eff.mode in ("prebuilt", "precompiled")
+
+
 def pip_options(eff: EffectiveSpec) -> str:
-    if eff.spec.offline:
+    if eff.spec.offline or installs_closure(eff):
         return "--no-index --find-links /wheelhouse"
     return "--find-links /wheelhouse" if eff.spec.wheelhouse else ""
 
 
 def applier_options(eff: EffectiveSpec) -> str:
-    if eff.spec.offline:
+    if eff.spec.offline or installs_closure(eff):
         return " --pip-find-links /wheelhouse --pip-no-index"
     return " --pip-find-links /wheelhouse" if eff.spec.wheelhouse else ""
 
@@ -56,7 +61,9 @@ def template_values(eff: EffectiveSpec) -> dict:
         "apt_packages": eff.apt_packages,
         "torch": eff.torch,
         "offline": eff.spec.offline,
-        "wheelhouse": bool(eff.spec.wheelhouse),
+        "wheelhouse": bool(eff.spec.wheelhouse) or installs_closure(eff),
+        "mode": eff.mode,
+        "closure": installs_closure(eff),
         "pip_opts": pip_options(eff),
         "applier_opts": applier_options(eff),
         "packages": eff.packages,
@@ -66,6 +73,7 @@ def template_values(eff: EffectiveSpec) -> dict:
         "max_jobs": eff.max_jobs,
         "nvcc_threads": eff.nvcc_threads,
         "flashinfer_source": eff.spec.flashinfer.source is not None,
+        "compile_cache": eff.spec.compile_cache or f"ccache-{eff.target.name}",
         **labels.template_values(),
     }
 
@@ -84,11 +92,15 @@ def layout_values(eff: EffectiveSpec, layout: BuildLayout) -> dict:
 
 
 def render_dockerfile(eff: EffectiveSpec, extra_env: dict[str, str] | None = None,
-                      layout: BuildLayout | None = None) -> str:
+                      layout: BuildLayout | None = None,
+                      precompiled: dict[str, str] | None = None) -> str:
     """The Dockerfile text; ``extra_env`` adds runtime env (e.g. what the selected mods set);
     ``layout`` is the prepared tree's (placeholders when None: ``inv render`` reads no tree)."""
     values = template_values(eff)
     values["build"] = layout_values(eff, layout or unread_layout())
+    # precompiled mode: {"release": "0.33.0", "wheel": "<the release wheel's file name>"}
+    values["precompiled"] = precompiled or {"release": "<the release below the tree>",
+                                            "wheel": "<the release wheel>"}
     values["env"] = {**(extra_env or {}), **eff.env}
     return _environment().get_template(TEMPLATE).render(**values)
 

@@ -28,6 +28,7 @@ class Flag:
     field: str | None = None   # dotted spec path ("vllm.pr"); None: not a spec field
     kind: str = "str"          # str | int | bool | list | csv | pairs
     default: Any = None
+    const: Any = None          # a bool flag that sets its field to this value (--compile)
 
     @property
     def option(self) -> str:
@@ -80,11 +81,24 @@ BUILD_FLAGS: tuple[Flag, ...] = SPEC_FLAGS + SOURCE_FLAGS + (
          "pairs"),
     Flag("env", "KEY=VALUE runtime environment variable (repeatable)", "env", "pairs"),
     Flag("package", "NAME=VERSION pin for the runtime (repeatable)", "packages", "pairs"),
+    Flag("compile_cache", "name of the compiler cache (default ccache-<target>); a new name "
+         "compiles from an empty cache", "compile_cache"),
     Flag("wheelhouse", "a folder of wheels pip may install from (for air-gapped builds)",
          "wheelhouse"),
     Flag("offline", "install only from --wheelhouse (no index)", "offline", "bool", False),
     Flag("platform", "override the target's docker platform (e.g. linux/amd64 for a test build)",
          "platform"),
+    Flag("mode", "compile | prebuilt | precompiled (default: chosen from the other flags; "
+         "preflight says which and why)", "mode"),
+    Flag("vllm_wheel", "prebuilt: install this released vLLM and its locked closure, nothing "
+         "compiled: a version (0.33.0), a local .whl or a URL", "vllm_wheel"),
+    Flag("override", "resolver override for the closure, e.g. 'certifi>=2026.10.18' "
+         "(repeatable)", "overrides", "list"),
+    Flag("base_image", "base image for every stage, replacing the target's (e.g. where nvcr.io "
+         "is unreachable)", "base_image"),
+    Flag("compile", "compile vLLM even when the change is Python-only (by default a Python-only "
+         "PR or pick reuses the compiled kernels of the release below it)", "mode", "bool",
+         False, const="compile"),
 )
 
 OUT_FLAG = Flag("out", "where locks, logs, wheels and contexts go", default="out")
@@ -124,7 +138,8 @@ def _value(flag: Flag, raw: Any) -> Any:
     if flag.kind == "pairs":
         return parse_pairs(raw, flag.option, SpecError) or None
     if flag.kind == "bool":
-        return True if raw else None
+        value = True if flag.const is None else flag.const
+        return value if raw else None
     return raw
 
 
@@ -148,6 +163,8 @@ def spec_overrides(values: dict[str, Any], flags: Iterable[Flag] = BUILD_FLAGS) 
     PR flags go through the one PR parser: a PR URL of a fork sets the source's repository to
     the fork, and a ``--*-repo`` that names another repository is refused.
     """
+    if values.get("compile") and values.get("mode") not in (None, "", "compile"):
+        raise SpecError(f"--compile and --mode {values['mode']}: give one of them")
     data: dict = {}
     for flag in flags:
         raw = values.get(flag.name)

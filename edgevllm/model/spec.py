@@ -7,6 +7,7 @@ merges it with its target's defaults into the ``EffectiveSpec`` the renderer and
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, field_validator
 
@@ -47,8 +48,18 @@ class FlashInferSpec(Strict):
     source: SourceSpec | None = None
 
 
+BuildMode = Literal["compile", "prebuilt", "precompiled"]
+
+
 class BuildSpec(Strict):
     target: str
+    # compile: vLLM from source for the target's arches; prebuilt: a released wheel and its locked
+    # closure, nothing compiled; precompiled: a Python-only tree over a release's kernels.
+    # None: chosen from the other fields (choose_mode says which and why).
+    mode: BuildMode | None = None
+    vllm_wheel: str | None = None          # prebuilt: a version, a local .whl or a URL
+    overrides: list[str] = Field(default_factory=list)   # resolver overrides (uv --override)
+    base_image: str | None = None          # replaces the target's base image(s)
     vllm: SourceSpec = Field(default_factory=lambda: SourceSpec(ref=DEFAULT_VLLM_REF))
     flashinfer: FlashInferSpec = Field(default_factory=FlashInferSpec)
     # Pins over the target's; a null value drops the target's pin of that package.
@@ -70,6 +81,9 @@ class BuildSpec(Strict):
     wheelhouse: str | None = None
     offline: bool = False
     verify: bool = True
+    # BuildKit cache-mount id of the compiler cache (default ccache-<target>); a new name
+    # starts from an empty cache, e.g. to measure a truly cold compile.
+    compile_cache: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]+$")
     probe_required: list[str] | None = None
 
     @field_validator("env", "build_args")
@@ -108,6 +122,37 @@ class EffectiveSpec(Strict):
     max_jobs: int
     nvcc_threads: int
     env: dict[str, str]
+    mode: BuildMode = "compile"
+    mode_reason: str = ""
+
+
+def choose_mode(spec: BuildSpec) -> tuple[str, str]:
+    """The build mode and why (preflight prints both)."""
+    if spec.mode == "compile" and spec.vllm_wheel:
+        raise SpecError("field 'vllm_wheel' installs a released wheel: it needs mode prebuilt "
+                        "(or precompiled), not compile")
+    if spec.mode:
+        return spec.mode, f"mode {spec.mode} asked for"
+    if spec.vllm_wheel:
+        return "prebuilt", (f"--vllm-wheel {spec.vllm_wheel}: the released wheel and its locked "
+                            "closure; nothing is compiled")
+    return "compile", "vLLM compiled from source for the target's arch list"
+
+
+def prebuilt_wheel(spec: BuildSpec) -> str:
+    """The wheel a prebuilt build installs: --vllm-wheel, else the pinned release's version."""
+    return spec.vllm_wheel or DEFAULT_VLLM_REF.lstrip("v")
+
+
+def base_images(spec: BuildSpec, target: Target, mode: str) -> BaseImages:
+    """--base-image / spec.images / the target's images for this mode, in that order."""
+    if spec.base_image:
+        return BaseImages(build=spec.base_image, runtime=spec.base_image)
+    if spec.images:
+        return spec.images
+    if mode in ("prebuilt", "precompiled"):
+        return BaseImages(build=target.prebuilt.image, runtime=target.prebuilt.image)
+    return target.images
 
 
 def load_spec_file(path: Path, overrides: dict | None = None) -> BuildSpec:
@@ -146,17 +191,25 @@ def resolve(spec: BuildSpec) -> EffectiveSpec:
         if version is None:
             packages.pop(name, None)
         else:
-            packages[name] = version
+            packages[name] = version.lstrip("=")  # --package NAME==VER reads as NAME=VER too
     if spec.offline and not spec.wheelhouse:
         raise SpecError("field 'offline': an offline build needs 'wheelhouse' (a folder of wheels)")
+    mode, reason = choose_mode(spec)
+    prebuilt = mode in ("prebuilt", "precompiled")   # both install a released wheel's closure
+    if prebuilt and spec.wheelhouse:
+        raise SpecError(f"field 'wheelhouse': a {mode} build makes its own wheelhouse from the "
+                        "locked closure; drop --wheelhouse/--offline")
+    default_apt = target.prebuilt.apt_packages if prebuilt else target.apt_packages
     return EffectiveSpec(
         spec=spec,
         target=target,
+        mode=mode,
+        mode_reason=reason,
         platform=spec.platform or target.platform,
-        images=spec.images or target.images,
+        images=base_images(spec, target, mode),
         torch=spec.torch if spec.torch is not None else target.torch,
-        apt_packages=spec.apt_packages if spec.apt_packages is not None else target.apt_packages,
-        python=spec.python or target.python,
+        apt_packages=spec.apt_packages if spec.apt_packages is not None else default_apt,
+        python=spec.python or (target.prebuilt.python if prebuilt else target.python),
         packages=packages,
         mods=select_mod_names(target.default_mods, spec.mods, spec.add_mods, spec.remove_mods),
         max_jobs=spec.max_jobs or target.max_jobs,
@@ -196,7 +249,8 @@ def lock_overrides(lock, target: str | None = None) -> dict:
         "mods": [m.name for m in lock.mods if not m.name.startswith("patch:")],
         "build_args": {k: v for k, v in lock.build_args.items() if k != "VLLM_VERSION"},
     }
-    for key in ("platform", "python", "apt_packages", "torch", "env", "max_jobs", "nvcc_threads"):
+    for key in ("platform", "python", "apt_packages", "torch", "env", "max_jobs", "nvcc_threads",
+                "mode", "vllm_wheel", "overrides"):
         if key in settings:
             data[key] = settings[key]
     if "build" in images and "runtime" in images:
