@@ -257,10 +257,6 @@ class DockerEngine:
     def image_labels(self, ref: str) -> dict[str, str]:
         return self.image_inspect(ref).get("Config", {}).get("Labels") or {}
 
-    def image_history(self, ref: str) -> list[dict]:
-        proc = self._run(["image", "history", "--no-trunc", "--format", "{{json .}}", ref])
-        return [json.loads(line) for line in proc.stdout.decode().splitlines() if line.strip()]
-
     def import_rootfs(self, tarball: Path, tag: str, platform: str | None = None,
                       changes: Sequence[str] = ()) -> str:
         """``docker import`` a root filesystem tarball as an image (locally built base images)."""

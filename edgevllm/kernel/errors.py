@@ -162,11 +162,6 @@ class ClusterError(RecipeError):
     pass
 
 
-# --- interrupted (130, as shells report SIGINT) ------------------------------------------------
-class Interrupted(EdgeVllmError):
-    exit_code = 130
-
-
 # --- arch verification: specific causes (added with edgevllm/archinspect) ----------------------
 class NotElfError(VerifyError):
     """A file given to verify is not an ELF shared object."""
