@@ -82,7 +82,7 @@ def test_node_count_is_tensor_times_pipeline_times_data_parallel(tmp_path):
 
 
 def test_dual_recipe_runs_solo_with_tp1_or_clustered_with_nodes(tmp_path):
-    result, loaded = imported("dual-dense.yaml", tmp_path)
+    _, loaded = imported("dual-dense.yaml", tmp_path)
     assert loaded.recipe.topology.mode == "solo"
     assert loaded.recipe.topology.cluster.nodes == 2
     spec = '{{"method": "draft_model", "draft_tensor_parallel_size": {}}}'
@@ -157,9 +157,9 @@ def test_mod_file_is_carried_and_missing_mod_files_warn_naming_the_mod(tmp_path)
 
 def test_single_mod_warning_names_that_mod():
     result = convert_file(RECIPES / "one-mod.yaml")
-    assert result.warnings == [
+    assert result.warnings == [(
         "argument 'unsloth.jinja' names a file provided by mod 'mods/unsloth-template', which "
-        "was dropped: add the file under files: or the argument will fail"]
+        "was dropped: add the file under files: or the argument will fail")]
 
 
 def test_typo_placeholder_is_an_error_at_serve_with_a_hint(tmp_path):

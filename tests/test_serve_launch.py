@@ -14,8 +14,13 @@ from edgevllm.engine.docker import DockerEngine, RunOptions
 from edgevllm.kernel.errors import RecipeError
 from edgevllm.model.targets import load_target
 from edgevllm.serve.entry import fraction, with_fraction
-from edgevllm.serve.launch import (LABEL_MEMORY, check_memory_fits, entry_command,
-                                   memory_budget_gib, serve)
+from edgevllm.serve.launch import (
+    LABEL_MEMORY,
+    check_memory_fits,
+    entry_command,
+    memory_budget_gib,
+    serve,
+)
 from edgevllm.serve.recipes import parse_recipe, render
 
 GIB = 2**30

@@ -6,9 +6,9 @@ import os
 from pathlib import Path
 
 from edgevllm.cli._common import cli_task
-from edgevllm.kernel.kv import split_csv
 from edgevllm.kernel import console
 from edgevllm.kernel.errors import RecipeError
+from edgevllm.kernel.kv import split_csv
 
 _NODES = "nodes: ssh://[user@]host[:port], comma-separated or repeated"
 

@@ -22,15 +22,21 @@ from __future__ import annotations
 import ipaddress
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
-from edgevllm.kernel import console
 from edgevllm.engine.docker import DockerEngine, RunOptions
+from edgevllm.kernel import console
 from edgevllm.kernel.errors import ClusterError, EdgeVllmError, ImageNotFoundError
+from edgevllm.serve.launch import (
+    LABEL_CLUSTER,
+    LABEL_ROLE,
+    check_pinned_digest,
+    entry_command,
+    health_command,
+    run_options,
+)
 from edgevllm.serve.recipes import Rendered
-from edgevllm.serve.launch import (LABEL_CLUSTER, LABEL_ROLE, check_pinned_digest, entry_command,
-                                   health_command, run_options)
 
 LABEL_NODE = "io.edgevllm.node"
 LABEL_NETWORK = "io.edgevllm.network"

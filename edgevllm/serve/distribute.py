@@ -29,7 +29,12 @@ from typing import IO
 
 from edgevllm.engine.docker import DockerEngine
 from edgevllm.kernel import console
-from edgevllm.kernel.errors import EdgeVllmError, EngineError, MissingToolError, RecipeError
+from edgevllm.kernel.errors import (
+    EdgeVllmError,
+    EngineError,
+    MissingToolError,
+    RecipeError,
+)
 
 CHUNK = 1 << 20
 _REPO_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
@@ -142,7 +147,7 @@ def fetch_model(model: str, hf_cache: Path, revision: str | None = None,
         status = getattr(getattr(exc, "response", None), "status_code", "?")
         raise RecipeError(f"downloading {model} failed (HTTP {status}); check the name, and "
                           f"that ${token_env} holds a token with access") from None
-    except Exception as exc:  # the hub client's transport errors (httpx...): one line, no trace
+    except Exception as exc:  # noqa: BLE001 - the hub client's transport errors: one line
         raise RecipeError(f"downloading {model} failed ({exc.__class__.__name__}); run again: "
                           "complete files are kept") from None
     return Path(path)
@@ -156,7 +161,7 @@ class SshNode:
     port: int | None = None
 
     @classmethod
-    def parse(cls, spec: str) -> "SshNode":
+    def parse(cls, spec: str) -> SshNode:
         match = re.match(r"^ssh://([^/:@\s]+@)?([^/:@\s]+)(?::(\d+))?/?$", spec)
         if not match:
             raise RecipeError(f"node '{spec}': expected ssh://[user@]host[:port]")
@@ -187,10 +192,10 @@ def _sync_one(folder: Path, node: SshNode, remote: str) -> NodeResult:
             f"--rsync-path=mkdir -p {shlex.quote(parent)} && rsync",
             f"{folder}/", f"{node.user_host}:{remote}"]
     check = subprocess.run(base[:1] + ["--dry-run", "--itemize-changes"] + base[1:],
-                           capture_output=True, text=True)
+                           capture_output=True, text=True, check=False)
     if check.returncode == 0 and not _changes(check.stdout):
         return NodeResult(node.describe(), "up to date")
-    proc = subprocess.run(base, capture_output=True, text=True)
+    proc = subprocess.run(base, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
         return NodeResult(node.describe(), "failed", last)

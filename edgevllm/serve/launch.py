@@ -22,8 +22,8 @@ from pathlib import Path
 
 import yaml
 
-from edgevllm.kernel import console
 from edgevllm.engine.docker import DockerEngine, RunOptions
+from edgevllm.kernel import console
 from edgevllm.kernel.errors import EdgeVllmError, RecipeError
 from edgevllm.kernel.fsutil import atomic_write_text
 from edgevllm.serve.recipes import BuildRef, Rendered
@@ -146,7 +146,8 @@ def entry_command(rendered: Rendered, command: list[str] | None = None,
 
 # -- memory budget: several models on one box ---------------------------------------------------
 def memory_budget_gib(rendered: Rendered) -> float | None:
-    """GiB this recipe may take: --gpu-memory-gb, else its (or vLLM's default) fraction × device."""
+    """GiB this recipe may take: --gpu-memory-gb, else its (or vLLM's default) fraction × device
+    memory."""
     if rendered.gpu_memory_gb is not None:
         return float(rendered.gpu_memory_gb)
     device = rendered.launch.device_memory_gib
@@ -247,8 +248,8 @@ def build_on_demand(build: BuildRef, recipe: str, engine: DockerEngine | None = 
     what = f"--spec {build.spec}" if build.spec else f"--lock {build.lock}"
     try:
         from edgevllm.build.pipeline import build as run_build
-        from edgevllm.model.lock import read_lock
         from edgevllm.kernel.paths import cache_dir, project_root
+        from edgevllm.model.lock import read_lock
         from edgevllm.model.spec import load_spec_file, lock_overrides, spec_from_dict
     except ImportError:
         raise RecipeError(f"recipe {recipe}: building on demand needs edgevllm.build, which this "

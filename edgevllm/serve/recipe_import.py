@@ -105,7 +105,7 @@ def convert(data: object, source: str) -> ImportResult:
         "evidence": [f"imported from spark-vllm-docker recipe {Path(source).name}"],
         "image": _image(str(data["container"]), ctx.notes),
         "model": model,
-        "defaults": {**{"port": 8000, "hf_cache": "~/.cache/huggingface"}, **defaults},
+        "defaults": {"port": 8000, "hf_cache": "~/.cache/huggingface", **defaults},
         "serve": {"command": serve_command, "args": args},
         "env": {str(k): str(v) for k, v in (data.get("env") or {}).items()},
         "container": container,

@@ -40,7 +40,7 @@ class HubFixture:
         assert self.server is not None
         return f"http://127.0.0.1:{self.server.server_address[1]}"
 
-    def start(self) -> "HubFixture":
+    def start(self) -> HubFixture:
         fixture = self
 
         class Handler(_Handler):

@@ -83,7 +83,7 @@ class SshNodes:
         self.names = [f"{prefix}-{i}" for i in range(count)]
         self.addresses: list[str] = []
 
-    def __enter__(self) -> "SshNodes":
+    def __enter__(self) -> SshNodes:  # noqa: PYI034 - a plain class, not subclassed
         image = sshd_node_image(self.engine)
         keys = self.workdir / "keys"
         keys.mkdir(parents=True, exist_ok=True)
