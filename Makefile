@@ -11,12 +11,12 @@ ARGS   ?=
 PYTEST_ARGS ?=
 BIN := $(VENV)/bin
 
-.PHONY: image test venv engine render clean
+.PHONY: image test test-fast lint venv engine render clean
 
-$(BIN)/.edgevllm-installed: pyproject.toml
+$(BIN)/.edgevllm-installed: pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[test,lint]'
 	touch $@
 
 venv: $(BIN)/.edgevllm-installed
@@ -30,8 +30,17 @@ image: venv engine
 render: venv
 	$(BIN)/inv render --target $(TARGET) --out out/render-$(TARGET) $(ARGS)
 
-test: venv engine
+test: venv engine lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The fast loop: every test that needs no Docker engine (under two minutes).
+test-fast: venv
+	$(BIN)/python -m pytest -m "not e2e" -q $(PYTEST_ARGS)
+
+# ruff (pyflakes, isort, bugbear, 100 columns) on everything; mypy on kernel, engine, model, build.
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/mypy
 
 clean:
 	rm -rf $(VENV) out .pytest_cache

@@ -64,3 +64,12 @@ def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None, timeou
 @pytest.fixture(scope="session")
 def cli():
     return run_cli
+
+
+def pytest_collection_modifyitems(config, items):
+    """Everything that needs the Docker engine is end-to-end: the tests under tests/e2e/ and any
+    test that uses the ``engine`` fixture (directly or through another fixture). So
+    ``pytest -m "not e2e"`` is the fast loop on a machine without Docker."""
+    for item in items:
+        if "engine" in getattr(item, "fixturenames", ()) or "/e2e/" in str(item.fspath):
+            item.add_marker(pytest.mark.e2e)
