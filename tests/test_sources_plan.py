@@ -235,3 +235,30 @@ def test_inv_plan_on_a_folder_without_cmakelists(tmp_path):
     (tmp_path / "notvllm").mkdir()
     proc = run_cli("plan", "--target", "thor", "--tree", str(tmp_path / "notvllm"))
     assert_one_error_line(proc, "no CMakeLists.txt; this is not a vLLM source tree")
+
+
+def test_rust_frontend_env_is_refused_for_an_image_without_it(tree):
+    from edgevllm.sources.plan import check_rust_env
+
+    thor = plan_for_target(tree, load_target("thor"), torch_version="2.14.0")
+    check_rust_env(thor, {"VLLM_USE_RUST_FRONTEND": "0"})
+    with pytest.raises(PlanError, match=r"--env VLLM_USE_RUST_FRONTEND=1: edgevllm images do "
+                                        r"not carry vLLM's Rust frontend \(vllm-rs"):
+        check_rust_env(thor, {"VLLM_USE_RUST_FRONTEND": "1"})
+
+
+def test_rust_decision_evidence_in_the_sdist(tmp_path):
+    """Why images go without vllm-rs: in 0.33.0 it is one optional executable, no Python module
+    imports Rust, and vLLM reaches it only behind VLLM_USE_RUST_FRONTEND / _BENCH."""
+    from support.sdists import sdist_members
+
+    files = sdist_members(pypi_sdist("vllm", "0.33.0"),
+                          ["tools/build_rust.py", "vllm/envs.py", "setup.py"], tmp_path)
+    build_rust = (files / "tools/build_rust.py").read_text()
+    live = [ln for ln in build_rust.splitlines() if not ln.lstrip().startswith("#")]
+    assert sum("RustExtension(" in ln for ln in live) == 1       # only vllm-rs
+    assert any("binding=Binding.Exec" in ln for ln in live)      # an executable, not a module
+    assert not any("Binding.PyO3," in ln for ln in live)
+    assert "optional=optional" in build_rust
+    envs = (files / "vllm/envs.py").read_text()
+    assert '"VLLM_USE_RUST_FRONTEND"' in envs and "vllm-rs binary was" in envs

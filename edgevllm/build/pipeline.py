@@ -199,10 +199,11 @@ def kernel_preflight(eff: EffectiveSpec, ws: Workspace, prepared: PreparedSource
     code fails here, naming the CMake line), then every repository that CMake would clone,
     fetched on the host by commit into ws.root/deps (the "cmake-deps" build context)."""
     from edgevllm.sources.cmakedeps import fetch_cmake_deps, summarize as deps_summary
-    from edgevllm.sources.plan import plan_for_target
+    from edgevllm.sources.plan import check_rust_env, plan_for_target
 
     plan = plan_for_target(prepared.tree_dir, eff.target, torch_version=eff.torch.version or "",
                            nvcc_threads=eff.nvcc_threads)
+    check_rust_env(plan, eff.env)
     none = [g.key for g in plan.groups if g.kind == "none"]
     console.info(f"  kernel plan: CUDA_ARCHS {';'.join(plan.cuda_archs)}; {len(plan.groups)} "
                  f"groups, none for {eff.target.cuda_arch}: {', '.join(none) or '-'}")

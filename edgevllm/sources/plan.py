@@ -73,6 +73,10 @@ class Extension:
     arches: list[str]   # from the -gencode flags of its CUDA sources: "12.1a", "8.0+PTX", ...
     kind: str
     cuda_sources: int = 0
+    sources: list[str] = field(default_factory=list)        # the CUDA ones, relative paths
+    compile_flags: list[str] = field(default_factory=list)  # COMPILE_FLAGS (vLLM's GPU flags)
+    definitions: list[str] = field(default_factory=list)    # target_compile_definitions
+    include_dirs: list[str] = field(default_factory=list)   # besides csrc (vLLM adds it)
 
 
 @dataclass
@@ -98,6 +102,8 @@ class KernelPlan:
     source_flags: dict[str, list[str]] = field(default_factory=dict)  # csrc/x.cu -> -gencode ...
     gpu_flags: list[str] = field(default_factory=list)                # _C's COMPILE_FLAGS
     cmake_minimum: str = ""
+    cuda_standard: str = ""                                           # CMAKE_CUDA_STANDARD
+    target_flags: dict[str, dict[str, list[str]]] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     # FATAL_ERRORs of external projects whose sources are not fetched (expected; the real
     # configure has them); the tree's own FATAL_ERRORs raise PlanError instead.
@@ -130,6 +136,23 @@ class KernelPlan:
     def flags_for(self, source: str) -> list[str]:
         """``-gencode`` flags the tree gives one source file (relative path), in order."""
         return list(self.source_flags.get(source, []))
+
+    def nvcc_args(self, source: str) -> list[str]:
+        """The arguments the tree's CMake gives nvcc for ``source`` (relative path): its
+        ``-gencode`` flags, the extension's COMPILE_FLAGS, definitions and include folders, and
+        the CUDA standard. What CMake and torch add on their own (torch's include folders, -fPIC,
+        the build type's -O2) is the caller's."""
+        ext = next((e for e in self.extensions if source in e.sources), None)
+        if ext is None:
+            raise PlanError(f"{source}: no extension of the tree compiles it for this target")
+        args = [part for flag in self.flags_for(source) for part in flag.split(" ", 1)]
+        args += ext.compile_flags
+        args += [f"-D{d.removeprefix('-D')}" for d in ext.definitions]
+        args += [f"-DTORCH_EXTENSION_NAME={ext.name}", "-Icsrc"]
+        args += [f"-I{d}" for d in ext.include_dirs if d]
+        if self.cuda_standard:
+            args.append(f"-std=c++{self.cuda_standard}")
+        return args
 
 
 # --- classification ------------------------------------------------------------------------------
@@ -258,6 +281,20 @@ def evaluate_plan(tree: Path | str, arch_list: str, *, cuda_version: str, device
     return plan
 
 
+RUST_SWITCHES = ("VLLM_USE_RUST_FRONTEND", "VLLM_USE_RUST_BENCH")
+
+
+def check_rust_env(plan: KernelPlan, env: dict[str, str]) -> None:
+    """An image without vllm-rs refuses runtime env that asks vLLM for it (one line)."""
+    if not plan.rust_frontend.startswith("absent"):
+        return
+    for name in RUST_SWITCHES:
+        if str(env.get(name, "")).strip().lower() in ("1", "true", "auto", "yes"):
+            raise PlanError(f"--env {name}={env[name]}: edgevllm images do not carry vLLM's Rust "
+                            "frontend (vllm-rs; see docs/targets.md 'Rust'); drop it, the Python "
+                            "frontend serves the same API")
+
+
 def _in_external_project(error: str) -> bool:
     """An error raised in a file that sets up a cloned project (its source is not here yet)."""
     return error.startswith("cmake/external_projects/") or error.startswith("?")
@@ -329,6 +366,10 @@ def _parse(lines: list[str], shadow: str, arch_list: str, device: str,
             _add_dep(plan, fields, shadow)
         elif kind == "MINVER":
             plan.cmake_minimum = fields[0]
+        elif kind == "TGT":
+            _add_target_flags(plan, fields)
+        elif kind == "STD":
+            plan.cuda_standard = fields[0]
     _label_groups(plan, messages)
     for fields in ext_records:
         _add_extension(plan, fields, shadow, device)
@@ -426,7 +467,7 @@ def _gencode_arch(flag: str) -> str:
 
 
 def _add_extension(plan: KernelPlan, fields: list[str], shadow: str, device: str) -> None:
-    where, name, language, sources, archs, flags = (fields + [""] * 6)[:6]
+    where, name, language, sources, archs, flags, includes = (fields + [""] * 7)[:7]
     file, line = _where(where)
     cuda = [_rel(s, shadow) for s in _items(sources) if s.endswith(".cu")]
     arches: list[str] = []
@@ -440,9 +481,24 @@ def _add_extension(plan: KernelPlan, fields: list[str], shadow: str, device: str
     if name == "_C" or (name.startswith("_C") and not plan.gpu_flags):
         plan.gpu_flags = _items(flags)
     kind = best_kind(arches, device) if language == "CUDA" else "cpu"
-    plan.extensions.append(Extension(name=name, file=file, line=line,
-                                     language=language, arches=arches, kind=kind,
-                                     cuda_sources=len(cuda)))
+    own = plan.target_flags.get(name, {})
+    plan.extensions.append(Extension(
+        name=name, file=file, line=line, language=language, arches=arches, kind=kind,
+        cuda_sources=len(cuda), sources=cuda, compile_flags=_items(flags),
+        definitions=own.get("compile_definitions", []),
+        include_dirs=[_rel(d, shadow) for d in _items(includes)
+                      + own.get("include_directories", []) if d != "csrc"]))
+
+
+def _add_target_flags(plan: KernelPlan, fields: list[str]) -> None:
+    command, target, values = (fields + ["", "", ""])[:3]
+    kind = command.removeprefix("target_")
+    for value in _items(values):
+        cuda_only = re.fullmatch(r"\$<\$<COMPILE_LANGUAGE:CUDA>:(.*)>", value)
+        if cuda_only:
+            value = cuda_only.group(1)
+        if value and "$<" not in value:
+            plan.target_flags.setdefault(target, {}).setdefault(kind, []).append(value)
 
 
 def _add_dep(plan: KernelPlan, fields: list[str], shadow: str) -> None:

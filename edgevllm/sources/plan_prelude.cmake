@@ -40,7 +40,6 @@ endfunction()
 foreach(_ev_cmd project enable_language add_library add_executable add_custom_target
         add_custom_command add_dependencies add_compile_definitions add_compile_options
         add_link_options include_directories link_directories link_libraries
-        target_compile_definitions target_compile_options target_include_directories
         target_link_libraries target_link_options target_sources target_compile_features
         target_precompile_headers set_target_properties install export configure_file
         source_group enable_testing add_test define_property try_compile try_run
@@ -48,6 +47,19 @@ foreach(_ev_cmd project enable_language add_library add_executable add_custom_ta
         load_cache include_external_msproject qt_wrap_cpp qt_wrap_ui)
   # Each stub is a no-op; cmake_language(EVAL) only defines them in a loop.
   cmake_language(EVAL CODE "function(${_ev_cmd})\nendfunction()")
+endforeach()
+
+# Per-target flags an extension's sources are compiled with (the compile slice uses them).
+foreach(_ev_cmd target_compile_definitions target_compile_options target_include_directories)
+  cmake_language(EVAL CODE "function(${_ev_cmd} _ev_t)
+    set(_v \"\")
+    foreach(_a IN LISTS ARGN)
+      if(NOT _a MATCHES \"^(PRIVATE|PUBLIC|INTERFACE|BEFORE|SYSTEM|AFTER)$\")
+        list(APPEND _v \"\${_a}\")
+      endif()
+    endforeach()
+    _ev_rec(TGT ${_ev_cmd} \"\${_ev_t}\" \"\${_v}\")
+  endfunction()")
 endforeach()
 
 function(add_subdirectory)
@@ -285,4 +297,5 @@ set(VLLM_PYTHON_EXECUTABLE "/opt/venv/bin/python3")
 set(Python_EXECUTABLE "/opt/venv/bin/python3")
 set(NVCC_THREADS "${_EV_NVCC_THREADS}")
 _include("${_EV_TREE}/CMakeLists.txt")
+_ev_rec(STD "${CMAKE_CUDA_STANDARD}")
 _ev_rec(DONE)
