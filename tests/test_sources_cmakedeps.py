@@ -18,8 +18,13 @@ import pytest
 from edgevllm.kernel.errors import LockError, RefNotFoundError, SourceError
 from edgevllm.sources.cmakedeps import ENV_FILE, env_file_text, fetch_cmake_deps
 from edgevllm.sources.plan import CMakeDep, evaluate_plan
-from support.gitfixtures import (add_submodule, git_cache, git_daemon,  # noqa: F401
-                                 make_upstream_repo, vanish_unreachable)
+from support.gitfixtures import (  # noqa: F401
+    add_submodule,
+    git_cache,
+    git_daemon,
+    make_upstream_repo,
+    vanish_unreachable,
+)
 from support.sdists import pypi_sdist, sdist_tree
 
 TAGGED = {"cutlass": "v4.7.1", "triton_kernels": "v3.5.1"}
@@ -87,7 +92,8 @@ def test_every_clone_fetched_exported_and_recorded(offline_world, git_cache, tmp
         assert record.commit == upstreams[name].git("rev-parse", "main")
         assert record.tree == upstreams[name].git("rev-parse", "main^{tree}")
         assert (tmp_path / "deps" / name).is_dir()
-    assert records["cutlass"].ref == "v4.7.1" and records["cutlass"].env_var == "VLLM_CUTLASS_SRC_DIR"
+    assert records["cutlass"].ref == "v4.7.1"
+    assert records["cutlass"].env_var == "VLLM_CUTLASS_SRC_DIR"
     assert records["vllm-flash-attn"].submodules == {"csrc/cutlass": records["cutlass"].commit}
     fa = tmp_path / "deps" / "vllm-flash-attn"
     assert (fa / "csrc" / "cutlass" / "include" / "cutlass" / "cutlass.h").is_file()

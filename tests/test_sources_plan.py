@@ -16,10 +16,17 @@ from pathlib import Path
 import pytest
 
 from edgevllm.kernel.errors import PlanError, PlanGapError
-from edgevllm.mods.patches import apply_source_patches
 from edgevllm.model.targets import load_target
-from edgevllm.sources.plan import (arch_kind, check_required, check_target, compare_with_binaries,
-                                   evaluate_plan, plan_for_target, torch_gencode_flags)
+from edgevllm.mods.patches import apply_source_patches
+from edgevllm.sources.plan import (
+    arch_kind,
+    check_required,
+    check_target,
+    compare_with_binaries,
+    evaluate_plan,
+    plan_for_target,
+    torch_gencode_flags,
+)
 from support.gitfixtures import assert_one_error_line, git_cache, make_upstream_repo, run_cli  # noqa: F401
 from support.sdists import pypi_sdist, sdist_tree
 
@@ -181,7 +188,7 @@ def test_plan_for_target_reads_the_target(tree):
     assert "MACHETE_ARCHS" in summary["none"]
 
 
-# --- inv plan, on a git repository made from the sdist ---------------------------------------------
+# --- inv plan, on a git repository made from the sdist --------------------------------------------
 @pytest.fixture(scope="module")
 def sdist_upstream(vllm_tree, tmp_path_factory):
     upstream = make_upstream_repo(tmp_path_factory.mktemp("remote"), vllm_tree)
@@ -210,8 +217,8 @@ def test_inv_plan_fails_when_a_needed_group_gets_too_little(sdist_upstream, git_
     targets.mkdir()
     spark = (Path(__file__).parents[1] / "targets" / "spark.yaml").read_text()
     # A target (a user's own file) that needs Machete, which vLLM builds for 9.0a only.
-    (targets / "spark.yaml").write_text(spark.replace("MARLIN_ARCHS: native",
-                                                      "MARLIN_ARCHS: native\n    MACHETE_ARCHS: ptx"))
+    needs_machete = "MARLIN_ARCHS: native\n    MACHETE_ARCHS: ptx"
+    (targets / "spark.yaml").write_text(spark.replace("MARLIN_ARCHS: native", needs_machete))
     proc = run_cli("plan", "--target", "spark", "--vllm-repo", sdist_upstream.url,
                    "--vllm-ref", "v0.33.0", env={"EDGEVLLM_TARGETS_PATH": str(targets)})
     assert "compile nothing for 12.1a" in proc.stdout  # the table comes first

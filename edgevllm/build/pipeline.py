@@ -58,7 +58,8 @@ def apply_patches(eff: EffectiveSpec, prepared: PreparedSource) -> list[dict]:
     from edgevllm.sources.plan import patches_skipped
 
     skipped = patches_skipped(eff.target)  # kernel_plan.code: family keeps vLLM's own arches
-    outcomes = [apply_patch(patch, prepared.tree_dir, prepared.version) for patch in load_patches()
+    tree = exported_tree(prepared)
+    outcomes = [apply_patch(patch, tree, prepared.version) for patch in load_patches()
                 if eff.target.name in patch.manifest.targets and patch.name not in skipped]
     for outcome in outcomes:
         console.info(f"  patch {outcome['name']}: {outcome['outcome']} {outcome.get('detail', '')}")
@@ -193,16 +194,24 @@ def prepare(eff: EffectiveSpec, ws: Workspace, engine: DockerEngine, locked: Loc
     return prepared, staged, lock, build_args, key, dockerfile
 
 
+def exported_tree(prepared: PreparedSource) -> Path:
+    """The exported tree of a prepared source (every source the build uses is exported)."""
+    if prepared.tree_dir is None:
+        raise BuildError(f"{prepared.name}: the source was resolved but not exported")
+    return prepared.tree_dir
+
+
 def kernel_preflight(eff: EffectiveSpec, ws: Workspace, prepared: PreparedSource,
                      locked: Lock | None):
     """Step 1b, seconds: the kernel plan from the tree's own CMake (a needed group that gets no
     code fails here, naming the CMake line), then every repository that CMake would clone,
     fetched on the host by commit into ws.root/deps (the "cmake-deps" build context)."""
-    from edgevllm.sources.cmakedeps import fetch_cmake_deps, summarize as deps_summary
+    from edgevllm.sources.cmakedeps import fetch_cmake_deps
+    from edgevllm.sources.cmakedeps import summarize as deps_summary
     from edgevllm.sources.plan import check_rust_env, plan_for_target
 
-    plan = plan_for_target(prepared.tree_dir, eff.target, torch_version=eff.torch.version or "",
-                           nvcc_threads=eff.nvcc_threads)
+    plan = plan_for_target(exported_tree(prepared), eff.target,
+                           torch_version=eff.torch.version or "", nvcc_threads=eff.nvcc_threads)
     check_rust_env(plan, eff.env)
     none = [g.key for g in plan.groups if g.kind == "none"]
     console.info(f"  kernel plan: CUDA_ARCHS {';'.join(plan.cuda_archs)}; {len(plan.groups)} "

@@ -155,7 +155,7 @@ class KernelPlan:
         return args
 
 
-# --- classification ------------------------------------------------------------------------------
+# --- classification -------------------------------------------------------------------------------
 def _split(arch: str) -> tuple[int, int, str, bool]:
     ptx = arch.endswith("+PTX")
     core = arch[:-4] if ptx else arch
@@ -166,7 +166,7 @@ def _split(arch: str) -> tuple[int, int, str, bool]:
 
 
 def arch_kind(arch: str, device: str) -> str:
-    """How code built for ``arch`` (a CMake arch like ``12.0f`` or ``8.0+PTX``) runs on ``device``."""
+    """How code built for ``arch`` (a CMake arch: ``12.0f``, ``8.0+PTX``) runs on ``device``."""
     try:
         major, minor, suffix, ptx = _split(arch)
         dmajor, dminor, _, _ = _split(device)
@@ -193,9 +193,9 @@ def best_kind(arches: list[str], device: str) -> str:
     return max(kinds, key=_RANK.__getitem__) if kinds else "none"
 
 
-# --- inputs ----------------------------------------------------------------------------------------
+# --- inputs ---------------------------------------------------------------------------------------
 def torch_gencode_flags(arch_list: str) -> str:
-    """The ``-gencode`` flags torch's CMake derives from TORCH_CUDA_ARCH_LIST (``12.1a`` -> sm_121a)."""
+    """The ``-gencode`` flags torch's CMake makes of TORCH_CUDA_ARCH_LIST (``12.1a`` -> sm_121a)."""
     flags = []
     for entry in re.split(r"[\s;]+", arch_list.strip()):
         if not entry:
@@ -237,11 +237,11 @@ def _renamer(relpath: str):
     return rename
 
 
-# --- running -------------------------------------------------------------------------------------
+# --- running --------------------------------------------------------------------------------------
 def evaluate_plan(tree: Path | str, arch_list: str, *, cuda_version: str, device_arch: str,
                   torch_version: str = "", torch_nvcc_flags: list[str] | None = None,
                   python_version: str = "3.12", nvcc_threads: int = 1) -> KernelPlan:
-    """Evaluate ``tree``'s CMake for ``arch_list`` (TORCH_CUDA_ARCH_LIST) with CUDA ``cuda_version``.
+    """Evaluate ``tree``'s CMake for ``arch_list`` (TORCH_CUDA_ARCH_LIST), CUDA ``cuda_version``.
 
     ``device_arch`` (``12.1a``) is the device the kinds are judged for. Raises PlanError (one line).
     """
@@ -333,7 +333,7 @@ def _failure(tree: Path, shadow: Path, stderr: str) -> str:
     return f"{tree}: the kernel plan cannot be evaluated: {detail[:300]}"
 
 
-# --- parsing the record ----------------------------------------------------------------------------
+# --- parsing the record ---------------------------------------------------------------------------
 def _rel(path: str, shadow: str) -> str:
     return path[len(shadow) + 1:] if path.startswith(shadow + "/") else path
 
@@ -525,7 +525,7 @@ def _override_var(path: Path, line: int) -> str | None:
     return None
 
 
-# --- requirements --------------------------------------------------------------------------------
+# --- requirements ---------------------------------------------------------------------------------
 def _matching(plan: KernelPlan, alternatives: str) -> tuple[str, list[ArchGroup], list[Extension]]:
     for name in alternatives.split("|"):
         name = name.strip()
@@ -565,7 +565,7 @@ def check_required(plan: KernelPlan, required: dict[str, str], target: str,
                            f"{';'.join(plan.cuda_archs) or 'none'})")
 
 
-# --- output --------------------------------------------------------------------------------------
+# --- output ---------------------------------------------------------------------------------------
 _STYLE = {"native": "green", "family": "cyan", "ptx": "yellow", "none": "red", "cpu": "dim"}
 
 
@@ -628,7 +628,7 @@ def compare_with_binaries(plan_extensions: dict[str, list[str]],
     return rows
 
 
-# --- for a target ----------------------------------------------------------------------------------
+# --- for a target ---------------------------------------------------------------------------------
 def plan_for_target(tree: Path | str, target, *, torch_version: str = "",
                     torch_nvcc_flags: list[str] | None = None, nvcc_threads: int = 1,
                     check: bool = True) -> KernelPlan:

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from edgevllm.mods.patches import apply_source_patches
 from edgevllm.model.targets import load_target
+from edgevllm.mods.patches import apply_source_patches
 from edgevllm.sources.plan import compare_with_binaries, plan_for_target
 from edgevllm.sources.prepare import SourceRequest, prepare_sources
 from edgevllm.verify.api import scan_path
@@ -59,7 +59,8 @@ def torch_nvcc_flags(wheel: Path) -> list[str]:
     with zipfile.ZipFile(wheel) as zf:
         source = zf.read("torch/utils/cpp_extension.py").decode()
     for node in ast.parse(source).body:
-        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "COMMON_NVCC_FLAGS":
+        name = getattr(node.targets[0], "id", "") if isinstance(node, ast.Assign) else ""
+        if name == "COMMON_NVCC_FLAGS":
             return ast.literal_eval(node.value)
     raise AssertionError("COMMON_NVCC_FLAGS not found in torch/utils/cpp_extension.py")
 
