@@ -359,7 +359,8 @@ class Cluster:
     def _docker(self, step: Step) -> None:
         if step.argv and step.argv[0] == "run":
             self.started.add(step.node.name)
-        proc = step.node.engine.run_cli(step.argv or [], timeout=None)
+        # docker run -d / network create / exec into the background: seconds, even over ssh.
+        proc = step.node.engine.run_cli(step.argv or [], timeout=300)
         if proc.returncode != 0:
             last = (proc.stderr.decode(errors="replace").strip().splitlines() or ["?"])[-1]
             raise ClusterError(f"node {step.node.name}: {step.describe} failed: {last}")
