@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from edgevllm.kernel.errors import RecipeError
-from edgevllm.serve.recipes import all_recipes, parse_recipe, render
 from edgevllm.serve.launch import write_compose
+from edgevllm.serve.recipes import all_recipes, parse_recipe, render
 
 SECRET = "hf_compose_secret_value"
 

@@ -12,11 +12,18 @@ import shlex
 
 import pytest
 
-from edgevllm.serve.cluster import Cluster, ClusterOptions, Node
 from edgevllm.engine.docker import DockerEngine
 from edgevllm.kernel.errors import RecipeError
+from edgevllm.serve.cluster import Cluster, ClusterOptions, Node
+from edgevllm.serve.launch import (
+    LABEL_RECIPE,
+    check_pinned_digest,
+    resolve_image,
+    serve,
+    status,
+    stop,
+)
 from edgevllm.serve.recipes import all_recipes, parse_recipe, render
-from edgevllm.serve.launch import LABEL_RECIPE, check_pinned_digest, resolve_image, serve, status, stop
 
 SECRET = "hf_secret_value_must_not_leak"
 STANDIN = (
@@ -69,7 +76,7 @@ def test_dry_run_of_every_shipped_cluster_recipe(loaded, target, monkeypatch):
     lines = Cluster(rendered, nodes, ClusterOptions(name=loaded.name)).dry_run()
     text = "\n".join(lines)
     assert SECRET not in text and "HF_TOKEN=" not in text
-    runs = [shlex.split(l) for l in lines if " run -d " in l]
+    runs = [shlex.split(line) for line in lines if " run -d " in line]
     assert len(runs) == count
     for argv in runs:
         assert rendered.image in argv and "--restart" in argv
@@ -116,9 +123,9 @@ def test_torch_cluster_dry_run_starts_workers_first_and_rank0_last():
                   {"NCCL_SOCKET_IFNAME": "enp1s0f0np0"}) for i in range(3)]
     rendered = render(recipe, {"hf_cache": "/data/hf"})
     lines = Cluster(rendered, nodes, ClusterOptions(name="tc")).dry_run()
-    assert [shlex.split(l)[2] for l in lines] == ["ssh://u@spark1", "ssh://u@spark2",
+    assert [shlex.split(line)[2] for line in lines] == ["ssh://u@spark1", "ssh://u@spark2",
                                                    "ssh://u@spark0"]
-    for line, rank in zip(lines, (1, 2, 0)):
+    for line, rank in zip(lines, (1, 2, 0), strict=True):
         argv = shlex.split(line)
         tail = argv[argv.index("edgevllm/vllm:spark") + 1:]
         assert tail[tail.index("--node-rank") + 1] == str(rank)
@@ -139,7 +146,8 @@ def test_ray_cluster_dry_run_starts_server_on_head_last():
                     ClusterOptions(name="rc")).dry_run()
     assert "network create" in lines[0]
     assert "ray start --head" in lines[1]
-    assert "--address=edgevllm-rc-a:6379" in next(l for l in lines if "edgevllm-rc-b " in l)
+    worker = next(line for line in lines if "edgevllm-rc-b " in line)
+    assert "--address=edgevllm-rc-a:6379" in worker
     last = shlex.split(lines[-1])
     assert last[1] == "exec" and last[-2:] == ["--distributed-executor-backend", "ray"]
     assert last[last.index("edgevllm-serve") + 1:last.index("edgevllm-serve") + 3] == ["vllm",
@@ -223,8 +231,8 @@ def test_resolve_image_by_tag_on_the_real_engine(engine, python_image_amd64):
 
 
 def test_parse_nodes_engines_addresses_and_per_node_env():
-    from edgevllm.serve.cluster import parse_nodes
     from edgevllm.kernel.errors import ClusterError
+    from edgevllm.serve.cluster import parse_nodes
 
     nodes = parse_nodes(["local", "ssh://me@spark2", "ctx3"], ["10.0.0.1", "10.0.0.2", "10.0.0.3"],
                         "enp1s0f0np0", ["node1:NCCL_IB_HCA=mlx5_1", "2:A=b=c"])

@@ -60,7 +60,7 @@ def test_cluster_only_recipe_is_a_torch_cluster_like_eugr(tmp_path):
                   "--port", "8000", "--tensor-parallel-size", "2",
                   "--gpu-memory-utilization", "0.8", "--max-model-len", "65536",
                   "--enable-auto-tool-choice", "--tool-call-parser", "minimax_m2"]
-    for argv, rank in zip(lines, (1, 0)):  # workers first, rank 0 last
+    for argv, rank in zip(lines, (1, 0), strict=True):  # workers first, rank 0 last
         assert argv[argv.index("vllm-node") + 1:] == serve_args + torch_tail(2, rank)
         assert "VLLM_USE_FLASHINFER_MOE_FP16=1" in argv
         # Spark's cluster launch defaults, {iface} filled; NCCL_IB_HCA left out (no --ib-hca).
@@ -203,3 +203,14 @@ def test_import_dir_reports_each_file():
     assert by["4x-spark-cluster/big-moe.yaml"].status == "would import"
     assert by["launch-script.sh"].status == "failed"
     assert len(by) == 11 and not any(s.startswith("mods/") for s in by)
+
+
+def test_single_file_dry_run_shows_warnings_and_writes_nothing(tmp_path, cli):
+    out = tmp_path / "one.yaml"
+    code, _, err = cli("recipe-import", str(RECIPES / "one-mod.yaml"), "--out", str(out),
+                       "--dry-run")
+    assert code == 0, err
+    assert not out.exists()
+    assert "warning: argument 'unsloth.jinja' names a file provided by mod " \
+           "'mods/unsloth-template'" in err
+    assert "note: mod 'mods/unsloth-template' dropped" in err

@@ -153,7 +153,7 @@ def test_serve_refuses_a_recipe_that_does_not_fit_beside_running_ones(engine, py
     for name in names:
         engine.remove_container(name)
     try:
-        for name, gib in zip(names, ("50", "40")):
+        for name, gib in zip(names, ("50", "40"), strict=True):
             engine.start(RunOptions(image=python_image_amd64, name=name, command=["sleep", "300"],
                                     labels={"io.edgevllm.recipe": name, LABEL_MEMORY: gib}))
         check_memory_fits(render(recipe(gpu_memory_gb=29)), engine)  # 50 + 40 + 29 = 119 fits

@@ -7,10 +7,10 @@ import shlex
 import sys
 from pathlib import Path
 
-from edgevllm.kernel import console
-from edgevllm.engine.docker import DockerEngine
-from edgevllm.kernel.errors import RecipeError
 from edgevllm.cli._common import cli_task
+from edgevllm.engine.docker import DockerEngine
+from edgevllm.kernel import console
+from edgevllm.kernel.errors import RecipeError
 from edgevllm.kernel.kv import split_csv
 
 _ENGINE = "docker engine: 'local' (default), a docker context name or a URL (ssh://user@host)"
@@ -248,7 +248,7 @@ def recipe_import(c, path, out=None, force=False, dry_run=False):
     console.step(f"would write {result.recipe['name']}.yaml" if dry_run
                  else f"wrote {result.path}")
     for warning in result.warnings:
-        console.warn(f"WARNING: {warning}")
+        console.warn(warning)
     for note in result.notes:
         console.info(f"note: {note}")
     if not result.notes and not result.warnings:
