@@ -17,7 +17,7 @@ from typing import Callable
 
 from edgevllm.kernel.errors import ArchGateFailed, ConfigError, CorruptBinaryError, NotElfError
 from edgevllm.verify.judge import Verdict, judge
-from edgevllm.verify.library import LibraryReport, inspect_buffer
+from edgevllm.verify.library import LibraryReport, group_cubins, inspect_buffer
 from edgevllm.verify.policy import load_policy
 from edgevllm.verify.sources import (inspect_file, scan_directory, scan_image_stream,
                                      scan_tar_stream, scan_wheel)
@@ -129,8 +129,10 @@ def verify(target: str, *, image: str | None = None, tarball: Path | str | None 
     label, reports = scan_source({"image": image, "tarball": tarball, "path": path}, engine,
                                  inspect)
     notes = getattr(inspect, "notes", None)
-    verdict = judge(reports, arch, rules, source=label, target=name, notes=notes,
-                    cuobjdump_checked=bool(cuobjdump and inspect.ran_on_all(reports)))
+    checked = bool(cuobjdump and inspect.ran_on_all(reports))
+    verdict = judge(group_cubins(reports), arch, rules, source=label, target=name, notes=notes,
+                    cuobjdump_checked=checked)
+    verdict.scanned = len(reports)  # files read, before cubins were folded into groups
     note = nothing_found_note(reports, label.split(" ", 1)[1]) if rules.expects_libraries else None
     if note and not verdict.failures:
         verdict.notes.append(note)

@@ -110,6 +110,8 @@ class Checker:
     """An ``inspect`` callback that also runs cuobjdump on each file with device code and keeps
     its disagreements in ``notes`` (path → one line)."""
 
+    whole_files = True  # cuobjdump reads whole files, so sources must not hand over a prefix
+
     def __init__(self, binary: Path, root: Path | None, target=None):
         self.binary, self.root, self.target = binary, root, target
         self.notes: dict[str, str] = {}

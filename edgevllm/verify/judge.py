@@ -148,9 +148,12 @@ def _arch_order(arch: str) -> tuple[int, str]:
 
 def coverage_of(report: LibraryReport, cuda_arch: CudaArch) -> tuple[Coverage, dict[int, str]]:
     levels = unit_levels(report.entries, cuda_arch)
+    by_unit: dict[int, set[str]] = {}
+    for entry in report.entries:
+        by_unit.setdefault(entry.container, set()).add(entry.arch)
     short = []
     for unit in sorted(u for u, found in levels.items() if found in ("ptx-jit", "none")):
-        arches = sorted({e.arch for e in report.entries if e.container == unit}, key=_arch_order)
+        arches = sorted(by_unit[unit], key=_arch_order)
         short.append(ShortUnit(unit, levels[unit], arches, list(report.unit_kernels.get(unit, []))))
     return Coverage(len(levels), dict(Counter(levels.values())), short), levels
 

@@ -111,8 +111,8 @@ def unit_kernel_names(report: LibraryReport, buf, unit: int) -> list[str]:
     from edgevllm.verify.decompress import payload_bytes
     from edgevllm.verify.elf import text_symbols
 
-    if report.kind == "cubin":
-        return text_symbols(buf)
+    if report.kind == "cubin":  # its file name says more than its symbols, and costs nothing
+        return [report.path.rsplit("/", 1)[-1]]
     entries = [e for e in report.entries if e.container == unit and e.kind in ("sass", "ptx")]
     if not entries:
         return []
@@ -125,3 +125,40 @@ def unit_kernel_names(report: LibraryReport, buf, unit: int) -> list[str]:
     if entry.kind == "sass":
         return text_symbols(data)
     return [name.decode() for name in _PTX_ENTRY.findall(data)]
+
+
+def cubin_group(path: str) -> str:
+    """The group a raw cubin is reported in: its package folder (``flashinfer_cubin``) when
+    it lies below a package root, else its own folder."""
+    from edgevllm.verify.policy import anchors
+
+    cut = anchors(path.lstrip("./"))
+    inner = cut[-1]
+    if len(cut) > 1 or "/" in inner:
+        prefix = path[:len(path) - len(inner)] + inner.split("/", 1)[0]
+    else:
+        prefix = path.rsplit("/", 1)[0] if "/" in path else "."
+    return prefix
+
+
+def group_cubins(reports: list[LibraryReport]) -> list[LibraryReport]:
+    """Raw cubins folded into one report per ``cubin_group`` (``<group>/**/*.cubin``), one unit
+    per file, so that 15,970 FlashInfer cubins make one table row; corrupt ones stay rows."""
+    groups: dict[str, list[LibraryReport]] = {}
+    others = []
+    for report in reports:
+        if report.kind == "cubin" and not report.corrupt:
+            groups.setdefault(cubin_group(report.path), []).append(report)
+        else:
+            others.append(report)
+    for prefix, members in groups.items():
+        merged = LibraryReport(f"{prefix}/**/*.cubin", sum(m.size for m in members), kind="cubins")
+        for unit, member in enumerate(sorted(members, key=lambda m: m.path)):
+            entry = member.entries[0]
+            merged.entries.append(FatbinEntry(entry.kind, entry.sm, entry.variant, "none", unit,
+                                              "cubin"))
+            if member.unit_kernels:
+                merged.unit_kernels[unit] = [member.path.rsplit("/", 1)[-1]]
+        merged.status = f"ok: {len(members)} cubins"
+        others.append(merged)
+    return sorted(others, key=lambda r: r.path)

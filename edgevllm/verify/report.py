@@ -52,9 +52,14 @@ def level_cell(lib: LibraryVerdict) -> str:
     return text
 
 
+def _ordered(units) -> list:
+    """Units with nothing that runs first, then PTX-only ones; named kernels before unnamed."""
+    return sorted(units, key=lambda u: (u.level != "none", not u.kernels, u.unit))
+
+
 def _short_arches(units) -> str:
     seen: list[str] = []
-    for unit in units:
+    for unit in _ordered(units):
         sass = [a for a in unit.arches if a.startswith("sm_")] or unit.arches
         seen += [a for a in sass if a not in seen]
     return "/".join(seen[:3]) + ("/…" if len(seen) > 3 else "")
@@ -62,8 +67,9 @@ def _short_arches(units) -> str:
 
 def _short_kernels(units) -> str:
     names: list[str] = []
-    for unit in sorted(units, key=lambda u: not u.kernels):  # units with named kernels first
+    for unit in _ordered(units):
         name = short_name(unit.kernels[0]) if unit.kernels else f"unit {unit.unit}"
+        name = name if len(name) <= 60 else name[:59] + "…"
         if name not in names:
             names.append(name)
     return ", ".join(names[:SHOWN_UNITS]) + ("…" if len(names) > SHOWN_UNITS else "")

@@ -65,14 +65,33 @@ def scan_wheel(wheel: Path, inspect: Inspect = inspect_buffer) -> list[LibraryRe
             for info in archive.infolist():
                 if info.is_dir() or not is_library_name(info.filename):
                     continue
-                with archive.open(info) as member:
-                    head = member.read(4)
-                    if is_elf(head):
-                        reports.append(inspect(info.filename, head + member.read()))
+                report = _wheel_member(archive, info, inspect)
+                if report is not None:
+                    reports.append(report)
     except (zipfile.BadZipFile, OSError, EOFError) as exc:
         raise NotATarballError(f"{wheel}: not a readable wheel (zip) file ({exc}); download it "
                                "again") from None
     return sorted(reports, key=lambda r: r.path)
+
+
+_CUBIN_HEAD = 16384  # a raw cubin's ELF header and ptxas note (its arch) lie in its first bytes
+
+
+def _wheel_member(archive, info, inspect: Inspect) -> LibraryReport | None:
+    """One zip member; a raw cubin is only inflated as far as its header and arch note, unless
+    the inspector needs whole files (cuobjdump)."""
+    from edgevllm.verify.elf import is_cuda_elf
+
+    with archive.open(info) as member:
+        head = member.read(64)
+        if not is_elf(head):
+            return None
+        whole = getattr(inspect, "whole_files", False)
+        if is_cuda_elf(head) and not whole:
+            report = inspect(info.filename, head + member.read(_CUBIN_HEAD - len(head)))
+            report.size = info.file_size
+            return report
+        return inspect(info.filename, head + member.read())
 
 
 def _inspect_or_unreadable(path: Path, label: str, inspect: Inspect) -> LibraryReport | None:

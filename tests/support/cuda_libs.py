@@ -1,4 +1,4 @@
-"""Real CUDA libraries for the archinspect tests: built with nvcc, and a real aarch64 wheel.
+"""Real CUDA libraries for the verify tests: built with nvcc, and real aarch64 wheels from PyPI.
 
 ``nvcc_libs()`` compiles one small CUDA source (several kernels) into a shared object per
 variant (SASS sm_110/110a/110f/120a/120f/121/121a/121f, PTX only, several gencodes, LZ4 and
@@ -6,6 +6,10 @@ uncompressed fatbins, two translation units with different arches) plus a reloca
 ``-rdc=true -c`` object. Results are cached by source, flags and nvcc version under
 ``$EDGEVLLM_TEST_CACHE/nvcc-libs``. ``aarch64_cuda_lib()``: libnvjpeg.so.13 from NVIDIA's
 aarch64 nvidia-nvjpeg wheel on PyPI (sm_75..sm_121 SASS + compute_121 PTX, ZSTD).
+``compressed_libs()``: the same source with every entry ZSTD- or LZ4-compressed.
+``real_wheel(spec)``: a real aarch64 wheel (vLLM, torch, flashinfer-cubin, bitsandbytes);
+``wheel_verdict(spec, target)``: ``verify`` of a whole wheel, kept on disk keyed by the wheel and
+the verify sources, so that only the first run after a change pays for reading 400 MB zips.
 """
 
 from __future__ import annotations
@@ -138,3 +142,90 @@ def cuobjdump_binary() -> Path:
     """cuobjdump from the x86_64 nvidia-cuda-cuobjdump wheel (unzipped, never pip-installed)."""
     wheel = pypi_download(CUOBJDUMP_SPEC, X86_64_TAGS, "3.11")
     return unpacked_wheel(wheel) / "nvidia" / "cu13" / "bin" / "cuobjdump"
+
+
+# Fatbins compressed for sure: nvcc skips compressing small entries unless told to compress all.
+COMPRESSED_VARIANTS: dict[str, list[str]] = {
+    "zstd": ["-Xfatbin=-compress-all"] + _sass("121a") + _sass("110f")
+    + _gencode("compute_121a", "compute_121a"),
+    "lz4": ["-Xfatbin=-compress-all", "--compress-mode=speed"] + _sass("121a") + _sass("110f")
+    + _gencode("compute_121a", "compute_121a"),
+}
+
+
+@functools.lru_cache(maxsize=None)
+def compressed_libs() -> dict[str, Path]:
+    """``{"zstd": lib, "lz4": lib}``: every fatbin entry compressed that way; built once, cached."""
+    require_nvcc()
+    root = test_cache_dir("nvcc-libs")
+    version = subprocess.run([str(NVCC), "--version"], capture_output=True, text=True).stdout
+    key = hashlib.sha256(repr((SOURCE, sorted(COMPRESSED_VARIANTS.items()), version)).encode())
+    final = root / f"compressed-{key.hexdigest()[:16]}"
+    with file_lock(root / f".{final.name}.lock"):
+        if not final.is_dir():
+            tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=root))
+            try:
+                for name, flags in COMPRESSED_VARIANTS.items():
+                    shutil.move(str(_build(name, flags, Path(tempfile.mkdtemp(dir=tmp)))), tmp)
+                for leftover in [p for p in tmp.iterdir() if p.is_dir()]:
+                    shutil.rmtree(leftover)
+                tmp.chmod(0o755)
+                os.replace(tmp, final)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+    return {name: final / _filename(name) for name in COMPRESSED_VARIANTS}
+
+
+# Real aarch64 wheels from PyPI that the verify tests read (downloaded once, cached).
+WHEEL_TAGS = ["manylinux_2_28_aarch64", "manylinux_2_24_aarch64", "manylinux2014_aarch64",
+              "manylinux_2_17_aarch64"]
+VLLM_033 = "vllm==0.33.0"
+VLLM_023 = "vllm==0.23.0"
+TORCH_214 = "torch==2.14.0"
+FLASHINFER_CUBIN = "flashinfer-cubin==0.6.13"
+BITSANDBYTES = "bitsandbytes==0.50.2"  # CUDA 11.8-12.8 builds (cubin ELF ABI 7), relocatable code
+
+
+def real_wheel(spec: str) -> Path:
+    """The aarch64 wheel for ``spec`` (cp312 where it matters); fails the test, naming what to
+    fetch, when PyPI cannot be reached."""
+    from .downloads import DownloadFailed
+
+    try:
+        return pypi_download(spec, WHEEL_TAGS, "3.12")
+    except DownloadFailed as exc:
+        raise AssertionError(
+            f"{exc}; these tests read the real aarch64 wheel from PyPI: allow access to "
+            f"pypi.org or pre-fill $EDGEVLLM_TEST_CACHE (pip download --no-deps --only-binary=:all: "
+            f"--platform manylinux_2_28_aarch64 --python-version 3.12 {spec})") from None
+
+
+def _verify_sources_key() -> str:
+    """Changes whenever the scanner, the rules or the default policy change."""
+    import edgevllm.model.cuda as cuda
+    import edgevllm.verify as verify_pkg
+
+    digest = hashlib.sha256()
+    files = sorted(Path(verify_pkg.__file__).parent.glob("*.py"))
+    for path in files + [Path(verify_pkg.__file__).with_name("policy.yaml"), Path(cuda.__file__)]:
+        digest.update(path.name.encode() + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def wheel_verdict(spec: str, target: str):
+    """``edgevllm.verify.verify(target, path=<wheel>)``, cached as a pickle (see module doc)."""
+    import pickle
+
+    from edgevllm.verify import verify
+
+    wheel = real_wheel(spec)
+    root = test_cache_dir("verify-verdicts")
+    slot = root / f"{wheel.name}-{wheel.stat().st_size}-{target}-{_verify_sources_key()}.pickle"
+    with file_lock(root / f".{slot.name}.lock"):
+        if slot.is_file():
+            return pickle.loads(slot.read_bytes())
+        verdict = verify(target, path=wheel)
+        tmp = slot.with_name(f".{slot.name}.tmp")
+        tmp.write_bytes(pickle.dumps(verdict))
+        os.replace(tmp, slot)
+        return verdict
