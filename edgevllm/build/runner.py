@@ -65,7 +65,8 @@ def preflight(eff: EffectiveSpec, engine: DockerEngine, out: Path) -> None:
     engine.check_daemon()
     engine.check_buildx()
     check_emulation(eff.platform, engine.is_remote)
-    check_disk(out, eff.target.min_disk_gb)
+    prebuilt = eff.mode == "prebuilt"
+    check_disk(out, eff.target.prebuilt.min_disk_gb if prebuilt else eff.target.min_disk_gb)
 
 
 def compile_key(dockerfile: str, sources: dict[str, str], build_args: dict[str, str]) -> str:

@@ -15,6 +15,7 @@ TARGET = PREFIX + "target"
 PLATFORM = PREFIX + "platform"
 ARCH_LIST = PREFIX + "arch-list"
 MODS_SELECTED = PREFIX + "mods-selected"
+MODE = PREFIX + "mode"                 # compile | prebuilt | precompiled
 # Written by the pipeline before the checks (sources and lock).
 VLLM_SHA = PREFIX + "vllm.sha"
 VLLM_PR = PREFIX + "vllm.pr"
@@ -23,6 +24,7 @@ MODS_VERSIONS = PREFIX + "mods-versions"
 TAG = PREFIX + "tag"
 KERNEL_PLAN = PREFIX + "kernel-plan"   # CUDA_ARCHS and the groups that get nothing
 VLLM_RS = PREFIX + "vllm-rs"           # whether vLLM's Rust frontend binary is in the image
+VLLM_WHEEL_SHA = PREFIX + "vllm.wheel-sha256"   # prebuilt: the installed vLLM wheel
 LOCK = PREFIX + "lock"
 LOCK_SHA = PREFIX + "lock-sha256"
 # Written after the checks (config only): their outcomes.
@@ -58,7 +60,7 @@ def template_values() -> dict[str, dict[str, str]]:
     """What the Dockerfile template reads as ``labels.*`` and ``paths.*``."""
     return {
         "labels": {"target": TARGET, "platform": PLATFORM, "arch_list": ARCH_LIST,
-                   "mods_selected": MODS_SELECTED},
+                   "mods_selected": MODS_SELECTED, "mode": MODE},
         "paths": {"home": HOME, "constraints": CONSTRAINTS, "mods_record": MODS_RECORD,
                   "venv": VENV, "wheels_mount": WHEELS_MOUNT, "mods_mount": MODS_MOUNT,
                   "cmake_deps_mount": CMAKE_DEPS_MOUNT, "cmake_deps_env": CMAKE_DEPS_ENV},

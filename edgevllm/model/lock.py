@@ -111,6 +111,38 @@ class ModLock(_Model):
     version: str
 
 
+class WheelLock(_Model):
+    """One wheel of a prebuilt closure: installed only if its bytes have this sha256."""
+
+    name: str
+    version: str
+    filename: str
+    sha256: str
+    url: str = ""
+    size: Optional[int] = None
+
+    @field_validator("sha256")
+    @classmethod
+    def _hex(cls, value: str) -> str:
+        if not re.fullmatch(r"[0-9a-f]{64}", value):
+            raise ValueError("must be a 64-digit lowercase hex sha256")
+        return value
+
+
+class ClosureLock(_Model):
+    """A prebuilt build's whole dependency closure, resolved for one platform and Python."""
+
+    python_platform: str                       # e.g. aarch64-manylinux_2_34
+    python_version: str
+    requirements: list[str] = Field(default_factory=list)
+    overrides: list[str] = Field(default_factory=list)   # resolver overrides, target's and user's
+    indexes: list[str] = Field(default_factory=list)
+    wheels: list[WheelLock] = Field(default_factory=list)
+
+    def wheel(self, name: str) -> Optional[WheelLock]:
+        return next((w for w in self.wheels if w.name == name), None)
+
+
 class Lock(_Model):
     schema_version: int = SCHEMA_VERSION
     tool_version: str = __version__
@@ -130,6 +162,8 @@ class Lock(_Model):
     # env, compile jobs), so that `inv build --lock` needs nothing but the lock.
     settings: dict[str, Any] = Field(default_factory=dict)
     tags: list[str] = Field(default_factory=list)                        # user tags; not hashed
+    mode: Literal["compile", "prebuilt", "precompiled"] = "compile"
+    closure: Optional[ClosureLock] = None      # prebuilt/precompiled: every wheel, by sha256
 
     @field_validator("build_args")
     @classmethod
@@ -150,6 +184,8 @@ def now_utc() -> str:
 
 def canonical_json(lock: Lock) -> str:
     data = lock.model_dump(mode="json", exclude=_UNHASHED)
+    if data.get("closure") is None and data.get("mode") == "compile":
+        del data["closure"], data["mode"]  # compile locks hash as they did before modes
     for key in ("cmake_deps", "kernel_plan"):  # locks of trees without them hash as before
         if not data.get(key):
             data.pop(key, None)
@@ -167,7 +203,8 @@ def _tag_part(text: str) -> str:
 
 def image_tag(lock: Lock) -> str:
     """``<vllm-version>-<target>-<hash12>``: the same lock always gives the same tag."""
-    version = lock.vllm.version if lock.vllm else "novllm"
+    wheel = lock.closure.wheel("vllm") if lock.closure else None
+    version = lock.vllm.version if lock.vllm else (wheel.version if wheel else "novllm")
     tag = f"{_tag_part(version)}-{_tag_part(lock.target or 'any')}-{lock_hash(lock)[:12]}"
     if len(tag) > 128:  # docker's limit; keep the hash, shorten the version
         tag = tag[len(tag) - 128 :].lstrip("-.")

@@ -36,6 +36,21 @@ class TorchSource(Strict):
     index_url: str | None = None
 
 
+class PrebuiltDefaults(Strict):
+    """The base of a prebuilt image: a runtime with Python (CUDA comes as wheels in the closure).
+
+    ``apt_packages`` should give the venv module and a host C++ compiler: FlashInfer's JIT runs
+    nvcc (from the nvidia-cuda-nvcc wheel), which calls g++.
+    """
+
+    image: str = "docker.io/library/ubuntu:24.04"
+    python: str = "python3.12"
+    apt_packages: list[str] = Field(default_factory=lambda: [
+        "python3.12", "python3.12-venv", "g++", "ca-certificates"])
+    # The image (~10 GB) and its export need about twice its size; the wheels are cached apart.
+    min_disk_gb: float = 25
+
+
 class ProbeDefaults(Strict):
     required_imports: list[str] = Field(default_factory=list)
     level2_model: str | None = None
@@ -104,6 +119,7 @@ class Target(Strict):
     runtime_env: dict[str, str] = Field(default_factory=dict)
     default_mods: list[str] = Field(default_factory=list)
     probe: ProbeDefaults = Field(default_factory=ProbeDefaults)
+    prebuilt: PrebuiltDefaults = Field(default_factory=PrebuiltDefaults)
     kernel_plan: KernelPlanPolicy = Field(default_factory=KernelPlanPolicy)
     launch: LaunchDefaults = Field(default_factory=LaunchDefaults)
 

@@ -229,6 +229,43 @@ def json_file(path, keep_data):
     return facts
 
 
+JIT_KERNEL = "__global__ void edgevllm_probe(float* x) { x[0] = 1.0f; }\n"
+
+
+def jit_facts(target_arch, timeout):
+    """FlashInfer's JIT toolchain as FlashInfer looks for it: nvcc under CUDA_HOME (else
+    /usr/local/cuda, else PATH), a host compiler, ninja; one kernel built for the target."""
+    import shutil
+    import subprocess
+    import tempfile
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
+    nvcc = os.path.join(home, "bin", "nvcc")
+    if not os.access(nvcc, os.X_OK):
+        nvcc = shutil.which("nvcc")
+    facts = {"nvcc": nvcc, "ninja": shutil.which("ninja"),
+             "cxx": shutil.which("c++") or shutil.which("g++"),
+             "triton_ptxas": os.environ.get("TRITON_PTXAS_PATH")}
+    arch = "sm_" + target_arch.replace(".", "")
+    if not nvcc or not target_arch:
+        return facts
+    work = tempfile.mkdtemp(prefix="edgevllm-jit-")
+    src = os.path.join(work, "k.cu")
+    with open(src, "w") as handle:
+        handle.write(JIT_KERNEL)
+    try:
+        proc = subprocess.run([nvcc, "-arch=" + arch, "-cubin", src, "-o",
+                               os.path.join(work, "k.cubin")], capture_output=True, text=True,
+                              timeout=timeout)
+        facts["compiled"] = proc.returncode == 0
+        facts["error"] = (proc.stderr.strip().splitlines() or [""])[-1][-MAX_ERROR:]
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        facts["compiled"], facts["error"] = False, error_text(exc)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    facts["arch"] = arch
+    return facts
+
+
 def main(argv):
     parser = argparse.ArgumentParser(prog="edgevllm-probe")
     parser.add_argument("--component", action="append", default=[])
@@ -253,6 +290,8 @@ def main(argv):
     if facts["imports"].get("fastsafetensors", {}).get("ok"):
         cudart = os.environ.get("FASTSAFETENSORS_CUDART_LIB") or "libcudart.so"
         facts["cudart"] = dlopen_facts(cudart)
+    if facts["imports"].get("flashinfer", {}).get("ok"):
+        facts["jit"] = jit_facts(args.target_arch, args.import_timeout)
     if "vllm" in args.component:
         facts["vllm_extensions"] = extension_facts("vllm", args.import_timeout)
     sys.stdout.write(MARKER + json.dumps(facts, default=str) + "\n")

@@ -247,6 +247,24 @@ def judge_env(result: ProbeResult, facts: dict, expected_env: dict[str, str]) ->
         result.add("runtime-env", PASS, f"{len(expected_env)} variables as the target sets")
 
 
+def judge_jit(result: ProbeResult, facts: dict) -> None:
+    """FlashInfer compiles kernels at run time (no flashinfer-cubin for these devices): nvcc,
+    a host compiler and ninja must be there, and nvcc must build for the target."""
+    jit = facts.get("jit")
+    if jit is None:
+        return
+    missing = [name for name in ("nvcc", "cxx", "ninja") if not jit.get(name)]
+    if missing:
+        result.add("flashinfer-jit", FAIL, f"FlashInfer's JIT lacks {', '.join(missing)}: give "
+                   "the image CUDA_HOME with nvcc (the nvidia-cuda-nvcc wheel), g++ and ninja")
+    elif not jit.get("compiled"):
+        result.add("flashinfer-jit", FAIL, f"{jit['nvcc']} cannot build for {jit.get('arch')}: "
+                   f"{jit.get('error')}")
+    else:
+        result.add("flashinfer-jit", PASS, f"{jit['nvcc']} builds {jit['arch']} (ninja "
+                   f"{jit['ninja']}, TRITON_PTXAS_PATH {jit.get('triton_ptxas') or 'unset'})")
+
+
 def judge_lock(result: ProbeResult, facts: dict) -> None:
     lock = facts.get("lock", {})
     if not lock.get("exists"):
@@ -295,5 +313,6 @@ def probe_level1(engine: DockerEngine, image: str, target: Any,
     judge_mods(result, facts, labels)
     judge_env(result, facts, target.runtime_env)
     judge_lock(result, facts)
+    judge_jit(result, facts)
     result.duration_s = round(time.monotonic() - started, 1)
     return result

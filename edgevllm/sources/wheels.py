@@ -1,0 +1,428 @@
+"""A dependency closure resolved on the host for the target's platform, and its wheelhouse.
+
+``resolve_closure`` runs uv's resolver (``uv pip compile --format pylock.toml``) for the target's
+platform and Python (not the host's), with overrides in the resolver's sense, and returns a
+``Closure``: one ``WheelPin`` (name, version, file name, URL, sha256) per package, the wheel chosen
+by the platform's tag priority. A package that has no wheel for the platform is refused with the
+requirement that pulled it. ``Wheelhouse`` downloads the pins into a content-addressed cache
+(``<cache>/wheelhouse/sha256/<hash>/<file>``, shared by every build; a wheel lands under its final
+name only once its hash matched) and assembles one build's folder of hard links plus the
+``requirements.txt`` that the image installs with ``--no-deps --require-hashes``, offline.
+
+Contracts: nothing is downloaded before the closure resolved; every wheel in an assembled folder
+has the sha256 its pin names (checked on the host, and again by the installer in the image).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from packaging.tags import Tag, compatible_tags, cpython_tags
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+
+from edgevllm.kernel.errors import ConfigError, MissingToolError, SourceError
+from edgevllm.kernel.fsutil import atomic_dir, atomic_write_text, sha256_file
+
+PYPI = "https://pypi.org/simple"
+DEFAULT_GLIBC = "2_34"   # llguidance 1.7 has no x86_64 wheel below manylinux_2_31
+_ARCH = {"linux/arm64": "aarch64", "linux/amd64": "x86_64"}
+_CHUNK = 1 << 20
+REQUIREMENTS_FILE = "requirements.txt"
+
+
+class ClosureError(SourceError):
+    """The closure cannot be resolved for the target (unknown version, no wheel, ...)."""
+
+
+class WheelInputError(ConfigError):
+    """A --vllm-wheel that does not fit the target (platform, Python) or cannot be read."""
+
+
+class IndexUnreachable(SourceError):
+    """The package index does not answer."""
+
+
+class WheelHashMismatch(SourceError):
+    """A wheel's bytes do not have the sha256 the lock pins."""
+
+
+@dataclass(frozen=True)
+class WheelPin:
+    name: str
+    version: str
+    filename: str
+    sha256: str
+    url: str = ""          # where it was found (empty for a local file given as a path)
+    size: int | None = None
+
+    def requirement_line(self) -> str:
+        return f"{self.name}=={self.version} --hash=sha256:{self.sha256}"
+
+
+@dataclass
+class Closure:
+    """Every wheel one image installs, resolved for one platform and Python."""
+
+    python_platform: str                     # uv's --python-platform, e.g. aarch64-manylinux_2_34
+    python_version: str                      # e.g. 3.12
+    requirements: list[str]
+    overrides: list[str] = field(default_factory=list)
+    indexes: list[str] = field(default_factory=list)
+    pins: list[WheelPin] = field(default_factory=list)
+
+    def pin(self, name: str) -> WheelPin | None:
+        wanted = canonicalize_name(name)
+        return next((p for p in self.pins if canonicalize_name(p.name) == wanted), None)
+
+    def total_bytes(self) -> int:
+        return sum(p.size or 0 for p in self.pins)
+
+    def to_dict(self) -> dict:
+        return {"python_platform": self.python_platform, "python_version": self.python_version,
+                "requirements": list(self.requirements), "overrides": list(self.overrides),
+                "indexes": list(self.indexes),
+                "wheels": [p.__dict__.copy() for p in self.pins]}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Closure":
+        return cls(python_platform=data["python_platform"], python_version=data["python_version"],
+                   requirements=list(data.get("requirements", [])),
+                   overrides=list(data.get("overrides", [])),
+                   indexes=list(data.get("indexes", [])),
+                   pins=[WheelPin(**w) for w in data.get("wheels", [])])
+
+
+# --- platform ------------------------------------------------------------------------------------
+
+def python_platform(docker_platform: str, glibc: str = DEFAULT_GLIBC) -> str:
+    """``linux/arm64`` → ``aarch64-manylinux_2_34`` (uv's --python-platform)."""
+    if docker_platform not in _ARCH:
+        raise ConfigError(f"platform '{docker_platform}': prebuilt wheels exist for "
+                          f"{', '.join(_ARCH)} only")
+    return f"{_ARCH[docker_platform]}-manylinux_{glibc}"
+
+
+def python_version_of(interpreter: str) -> str | None:
+    """``python3.12`` → ``3.12``; None for a bare ``python3`` (the base image decides)."""
+    match = re.search(r"(\d+\.\d+)$", interpreter)
+    return match.group(1) if match else None
+
+
+def supported_tags(platform: str, python_version: str) -> list[Tag]:
+    """Wheel tags the target installs, best first (manylinux_2_<glibc> down to 2_5, legacy aliases)."""
+    arch, _, glibc = platform.partition("-manylinux_")
+    top = int(glibc.split("_")[1]) if glibc else 17
+    plats = [f"manylinux_2_{minor}_{arch}" for minor in range(top, 4, -1)]
+    plats += [f"manylinux{legacy}_{arch}" for legacy in ("2014", "2010", "1")] + [f"linux_{arch}"]
+    version = tuple(int(x) for x in python_version.split(".")[:2])
+    return list(cpython_tags(version, platforms=plats)) + list(compatible_tags(version,
+                                                                                platforms=plats))
+
+
+def check_wheel_fits(filename: str, platform: str, python_version: str) -> None:
+    """One line, before anything is downloaded, when a wheel cannot install on the target."""
+    try:
+        _, _, _, tags = parse_wheel_filename(filename)
+    except InvalidWheelFilename:
+        raise WheelInputError(f"--vllm-wheel {filename}: not a wheel file name "
+                              "(NAME-VERSION-PY-ABI-PLATFORM.whl)") from None
+    if not tags & set(supported_tags(platform, python_version)):
+        have = ", ".join(sorted(str(t) for t in tags))
+        raise WheelInputError(f"--vllm-wheel {filename}: built for {have}, which does not install "
+                              f"on the target ({platform}, Python {python_version}); use the "
+                              "wheel for that platform, or give a version")
+
+
+def vllm_requirement(wheel: str, platform: str, python_version: str) -> str:
+    """``--vllm-wheel`` (a version, a local .whl or a URL) → a requirement for the resolver."""
+    if wheel.startswith(("http://", "https://")):
+        check_wheel_fits(unquote(Path(urlparse(wheel).path).name), platform, python_version)
+        return f"vllm @ {wheel}"
+    if wheel.endswith(".whl"):
+        path = Path(wheel).expanduser().resolve()
+        if not path.is_file():
+            raise WheelInputError(f"--vllm-wheel {wheel}: no such file")
+        check_wheel_fits(path.name, platform, python_version)
+        return f"vllm @ {path.as_uri()}"
+    if not re.fullmatch(r"v?\d+(\.\d+)*([a-z]+\d*)?(\.post\d+)?(\+[\w.]+)?", wheel):
+        raise WheelInputError(f"--vllm-wheel '{wheel}': give a version (0.33.0), a .whl file or "
+                              "a URL of one")
+    return f"vllm=={wheel.lstrip('v')}"
+
+
+# --- resolve -------------------------------------------------------------------------------------
+
+def uv_binary() -> str:
+    try:
+        from uv import find_uv_bin
+    except ImportError:
+        raise MissingToolError("uv is not installed: pip install uv (it resolves and installs "
+                               "prebuilt closures)") from None
+    return find_uv_bin()
+
+
+def uv_env() -> dict[str, str]:
+    """uv resolves for a target Python it need not have: never let it fetch an interpreter."""
+    return {**os.environ, "UV_PYTHON_DOWNLOADS": "never", "UV_NO_PROGRESS": "1"}
+
+
+def uv_version() -> str:
+    out = subprocess.run([uv_binary(), "--version"], capture_output=True, text=True, check=True)
+    return out.stdout.split()[1]
+
+
+def check_index(url: str, timeout: float = 15) -> None:
+    """Raises ``IndexUnreachable`` (one line, with the offline path) when ``url`` does not answer."""
+    import requests
+
+    try:
+        requests.head(url.rstrip("/") + "/pip/", timeout=timeout, allow_redirects=True)
+    except requests.RequestException as exc:
+        reason = type(exc).__name__
+        raise IndexUnreachable(
+            f"package index {url} is unreachable ({reason}); offline, rebuild from a lock whose "
+            "wheels are cached (inv build --lock LOCK), or point --index-url at a mirror") from None
+
+
+def resolve_closure(requirements: list[str], *, platform: str, python_version: str,
+                    overrides: list[str] = (), indexes: list[str] = (),
+                    timeout: float = 600) -> Closure:
+    """The full closure of ``requirements`` for one platform/Python, every wheel pinned by hash.
+
+    ``indexes``: extra indexes searched before PyPI (e.g. torch's); ``overrides``: requirements
+    that replace what any package asks for (uv ``--override``), recorded in the closure.
+    """
+    for index in [*indexes, PYPI]:
+        check_index(index)
+    with tempfile.TemporaryDirectory(prefix="edgevllm-closure-") as tmp:
+        lock_file = Path(tmp) / "pylock.toml"
+        args = _compile_args(Path(tmp), requirements, platform, python_version, overrides,
+                             indexes)
+        proc = subprocess.run([*args, "--format", "pylock.toml", "-o", str(lock_file)],
+                              capture_output=True, text=True, timeout=timeout, env=uv_env())
+        if proc.returncode != 0:
+            raise ClosureError(_resolver_failure(proc.stderr, requirements, platform,
+                                                 python_version))
+        packages = _read_pylock(lock_file)
+        tags = supported_tags(platform, python_version)
+        pins, missing = [], []
+        for package in packages:
+            pin = _choose_wheel(package, tags)
+            (pins if pin else missing).append(pin or package["name"])
+        if missing:
+            via = _pulled_by(args, Path(tmp), missing, timeout)
+            raise ClosureError(f"no wheel for {platform} / Python {python_version}: " + "; ".join(
+                f"{name} (required by {via.get(canonicalize_name(name), 'the request')})"
+                for name in missing) + "; pin another version with --package NAME==VER")
+    return Closure(python_platform=platform, python_version=python_version,
+                   requirements=list(requirements), overrides=list(overrides),
+                   indexes=list(indexes), pins=sorted(pins, key=lambda p: p.name))
+
+
+def _compile_args(tmp: Path, requirements, platform, python_version, overrides, indexes):
+    (tmp / "requirements.in").write_text("\n".join(requirements) + "\n")
+    args = [uv_binary(), "pip", "compile", str(tmp / "requirements.in"), "--python-platform",
+            platform, "--python-version", python_version, "--no-header", "--quiet",
+            "--no-config"]
+    if overrides:
+        (tmp / "overrides.txt").write_text("\n".join(overrides) + "\n")
+        args += ["--override", str(tmp / "overrides.txt")]
+    for index in indexes:
+        args += ["--index", index]
+    return args
+
+
+def _read_pylock(path: Path) -> list[dict]:
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
+    return tomllib.loads(path.read_text()).get("packages", [])
+
+
+def _choose_wheel(package: dict, tags: list[Tag]) -> WheelPin | None:
+    """The package's wheel with the best tag for the platform (None: no wheel fits)."""
+    rank = {tag: i for i, tag in enumerate(tags)}
+    candidates = []
+    for wheel in package.get("wheels", []) + ([package["archive"]] if "archive" in package
+                                               else []):
+        where = wheel.get("url") or wheel.get("path", "")
+        filename = unquote(Path(urlparse(where).path).name)
+        try:
+            _, _, _, wtags = parse_wheel_filename(filename)
+        except InvalidWheelFilename:
+            continue
+        best = min((rank[t] for t in wtags if t in rank), default=None)
+        if best is not None:
+            candidates.append((best, filename, wheel))
+    if not candidates:
+        return None
+    _, filename, wheel = min(candidates, key=lambda c: c[0])
+    return WheelPin(name=package["name"], version=str(package["version"]), filename=filename,
+                    sha256=wheel["hashes"]["sha256"], url=wheel.get("url", ""),
+                    size=wheel.get("size"))
+
+
+def _pulled_by(args: list[str], tmp: Path, names: list[str], timeout: float) -> dict[str, str]:
+    """name → the packages that required it (uv's annotations; only on the failure path)."""
+    proc = subprocess.run([*args, "--annotation-style", "line", "-o", str(tmp / "via.txt")],
+                          capture_output=True, text=True, timeout=timeout, env=uv_env())
+    via: dict[str, str] = {}
+    if proc.returncode == 0:
+        for line in (tmp / "via.txt").read_text().splitlines():
+            match = re.match(r"^([A-Za-z0-9_.-]+)==\S+\s+#\s*via\s+(.+)$", line)
+            if match:
+                via[canonicalize_name(match.group(1))] = re.sub(
+                    r"-r \S+", "the requested packages", match.group(2).strip())
+    return via
+
+
+def _resolver_failure(stderr: str, requirements: list[str], platform: str, version: str) -> str:
+    text = " ".join(line.strip(" ×╰─▶│") for line in stderr.splitlines() if line.strip())
+    unknown = re.search(r"no version of (vllm[^\s,]*)", text)
+    if unknown:
+        return (f"unknown vLLM version: {unknown.group(1)} is not on the index; give a released "
+                "version (pip index versions vllm), a .whl file or a URL")
+    because = re.search(r"(Because .*?)(?:\s+hint:|$)", text)
+    detail = because.group(1) if because else (text[-400:] or "no output")
+    return (f"the closure of {', '.join(requirements)} does not resolve for {platform} / Python "
+            f"{version}: {detail} (an --override 'SPEC' or --package NAME==VER may help)")
+
+
+# --- the wheelhouse ------------------------------------------------------------------------------
+
+class Wheelhouse:
+    """Content-addressed wheel cache: ``root/sha256/<hash>/<file name>``, shared by builds."""
+
+    def __init__(self, root: Path | None = None):
+        if root is None:
+            from edgevllm.kernel.paths import cache_dir
+
+            root = cache_dir("wheelhouse")
+        self.root = Path(root)
+
+    def path_for(self, pin: WheelPin) -> Path:
+        return self.root / "sha256" / pin.sha256 / pin.filename
+
+    def missing(self, pins: list[WheelPin]) -> list[WheelPin]:
+        return [p for p in pins if not self.path_for(p).is_file()]
+
+    def add_file(self, source: Path, pin: WheelPin) -> Path:
+        """A local wheel (``--vllm-wheel FILE``) copied in, checked against its pin."""
+        dest = self.path_for(pin)
+        if not dest.is_file():
+            _atomic_copy(source, dest, pin)
+        return dest
+
+    def fetch(self, pins: list[WheelPin], jobs: int = 4, progress=None) -> list[Path]:
+        """Download every missing pin (``jobs`` at a time); Ctrl-C leaves only temporaries gone."""
+        todo = self.missing(pins)
+        cancel = threading.Event()
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            futures = [pool.submit(self._download, pin, cancel) for pin in todo]
+            try:
+                for future in futures:
+                    future.result()
+                    if progress:
+                        progress(future)
+            except BaseException:
+                cancel.set()
+                for future in futures:
+                    future.cancel()
+                raise
+        return [self.path_for(p) for p in pins]
+
+    def _download(self, pin: WheelPin, cancel: threading.Event) -> Path:
+        import requests
+
+        if not pin.url:
+            raise ClosureError(f"{pin.filename}: a local wheel that is not in the wheelhouse "
+                               f"{self.root}; give its file to --vllm-wheel again")
+        dest = self.path_for(pin)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.with_name(f".{dest.name}.part-{os.getpid()}-{threading.get_ident()}")
+        digest = hashlib.sha256()
+        try:
+            with requests.get(pin.url, stream=True, timeout=60) as resp, open(tmp, "wb") as out:
+                resp.raise_for_status()
+                for block in resp.iter_content(_CHUNK):
+                    if cancel.is_set():
+                        raise KeyboardInterrupt
+                    digest.update(block)
+                    out.write(block)
+            if digest.hexdigest() != pin.sha256:
+                raise WheelHashMismatch(f"{pin.url}: downloaded bytes have sha256 "
+                                        f"{digest.hexdigest()}, the lock pins {pin.sha256}; "
+                                        "nothing installed")
+            os.replace(tmp, dest)
+        except requests.RequestException as exc:
+            raise ClosureError(f"downloading {pin.filename} failed ({type(exc).__name__}); "
+                               "check access to the index, or build from a lock whose wheels "
+                               f"are cached in {self.root}") from None
+        finally:
+            tmp.unlink(missing_ok=True)
+        return dest
+
+    def verify(self, pins: list[WheelPin]) -> None:
+        """Every cached wheel still has its pinned hash (a changed file is refused, named)."""
+        for pin in pins:
+            path = self.path_for(pin)
+            actual = sha256_file(path)
+            if actual != pin.sha256:
+                raise WheelHashMismatch(f"{path}: sha256 {actual} is not the pinned "
+                                        f"{pin.sha256}; delete it to download it again; "
+                                        "nothing installed")
+
+    def assemble(self, closure: Closure, dest: Path) -> Path:
+        """``dest``: hard links to the closure's wheels + requirements.txt (by hash), atomically."""
+        self.verify(closure.pins)
+        with atomic_dir(dest) as tmp:
+            for pin in closure.pins:
+                _link_or_copy(self.path_for(pin), tmp / pin.filename)
+            atomic_write_text(tmp / REQUIREMENTS_FILE, requirements_text(closure))
+        return dest
+
+
+def requirements_text(closure: Closure) -> str:
+    """What the image installs: every pin with its hash (``--no-deps``: the closure is whole)."""
+    head = ("# The locked closure, installed offline with --no-deps --require-hashes.\n"
+            f"# {closure.python_platform}, Python {closure.python_version}; overrides: "
+            f"{', '.join(closure.overrides) or 'none'}\n")
+    return head + "".join(p.requirement_line() + "\n" for p in closure.pins)
+
+
+def local_pin(path: Path, name: str = "vllm") -> WheelPin:
+    """A pin for a local wheel file (version from its name, hash from its bytes)."""
+    _, version, _, _ = parse_wheel_filename(path.name)
+    return WheelPin(name=name, version=str(version), filename=path.name,
+                    sha256=sha256_file(path), size=path.stat().st_size)
+
+
+def _link_or_copy(source: Path, dest: Path) -> None:
+    try:
+        os.link(source, dest)
+    except OSError:
+        shutil.copyfile(source, dest)
+
+
+def _atomic_copy(source: Path, dest: Path, pin: WheelPin) -> None:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.part-{os.getpid()}")
+    try:
+        shutil.copyfile(source, tmp)
+        if sha256_file(tmp) != pin.sha256:
+            raise WheelHashMismatch(f"{source}: its sha256 is not the pinned {pin.sha256}; "
+                                    "nothing installed")
+        os.replace(tmp, dest)
+    finally:
+        tmp.unlink(missing_ok=True)

@@ -1,0 +1,257 @@
+"""The prebuilt closure: platform tags, --vllm-wheel input, uv resolution, the wheelhouse.
+
+Real resolutions with uv against PyPI (small packages, a few seconds each); real downloads into
+a temporary wheelhouse; a local HTTP server feeds the interrupted-download test.
+"""
+
+from __future__ import annotations
+
+import http.server
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from edgevllm.kernel.errors import ConfigError, SpecError
+from edgevllm.sources import wheels
+from edgevllm.sources.wheels import (Closure, ClosureError, IndexUnreachable, WheelHashMismatch,
+                                     WheelInputError, WheelPin, Wheelhouse, check_wheel_fits,
+                                     python_platform, python_version_of, requirements_text,
+                                     resolve_closure, vllm_requirement)
+
+ARM = "aarch64-manylinux_2_34"
+X86 = "x86_64-manylinux_2_34"
+
+
+def test_platforms_map_to_uv_python_platforms():
+    assert python_platform("linux/arm64") == ARM
+    assert python_platform("linux/amd64") == X86
+    assert python_version_of("python3.12") == "3.12" and python_version_of("python3") is None
+    with pytest.raises(ConfigError, match="linux/riscv64"):
+        python_platform("linux/riscv64")
+
+
+def test_a_wheel_for_another_platform_or_python_is_one_line_before_any_download():
+    check_wheel_fits("vllm-0.33.0-cp38-abi3-manylinux_2_28_aarch64.whl", ARM, "3.12")
+    check_wheel_fits("vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl", X86, "3.13")
+    with pytest.raises(WheelInputError, match="does not install on the target") as err:
+        check_wheel_fits("vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl", ARM, "3.12")
+    assert "\n" not in str(err.value)
+    with pytest.raises(WheelInputError, match="Python 3.13"):
+        check_wheel_fits("torch-2.14.0-cp312-cp312-manylinux_2_28_aarch64.whl", ARM, "3.13")
+    with pytest.raises(WheelInputError, match="manylinux_2_39"):
+        check_wheel_fits("x-1.0-py3-none-manylinux_2_39_aarch64.whl", ARM, "3.12")
+
+
+def test_vllm_wheel_argument_forms(tmp_path):
+    assert vllm_requirement("0.33.0", ARM, "3.12") == "vllm==0.33.0"
+    assert vllm_requirement("v0.33.0", ARM, "3.12") == "vllm==0.33.0"
+    url = "https://example.org/w/vllm-0.33.0-cp38-abi3-manylinux_2_28_aarch64.whl"
+    assert vllm_requirement(url, ARM, "3.12") == f"vllm @ {url}"
+    with pytest.raises(WheelInputError, match="no such file"):
+        vllm_requirement(str(tmp_path / "vllm-0.33.0-cp38-abi3-linux_aarch64.whl"), ARM, "3.12")
+    with pytest.raises(WheelInputError, match="give a version"):
+        vllm_requirement("latest please", ARM, "3.12")
+    local = tmp_path / "vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl"
+    local.write_bytes(b"not really a wheel")
+    with pytest.raises(WheelInputError, match="does not install"):
+        vllm_requirement(str(local), ARM, "3.12")
+    assert vllm_requirement(str(local), X86, "3.12") == f"vllm @ {local.as_uri()}"
+
+
+def test_resolve_picks_the_target_platform_wheel_with_overrides_and_hashes():
+    closure = resolve_closure(["requests==2.32.3", "pyyaml==6.0.2"], platform=ARM,
+                              python_version="3.12", overrides=["urllib3==2.2.3"])
+    pyyaml, urllib3 = closure.pin("pyyaml"), closure.pin("urllib3")
+    assert "cp312" in pyyaml.filename and "aarch64" in pyyaml.filename
+    assert urllib3.version == "2.2.3" and closure.overrides == ["urllib3==2.2.3"]
+    assert {p.name for p in closure.pins} >= {"requests", "idna", "certifi", "charset-normalizer"}
+    assert all(len(p.sha256) == 64 and p.url.endswith(p.filename) for p in closure.pins)
+    assert Closure.from_dict(closure.to_dict()).pins == closure.pins
+    text = requirements_text(closure)
+    assert f"pyyaml==6.0.2 --hash=sha256:{pyyaml.sha256}" in text
+
+
+def test_an_override_with_a_false_marker_removes_a_package():
+    closure = resolve_closure(["requests==2.32.3"], platform=X86, python_version="3.12",
+                              overrides=["charset-normalizer ; sys_platform == 'edgevllm-never'"])
+    assert closure.pin("charset-normalizer") is None and closure.pin("requests")
+
+
+def test_unknown_vllm_version_is_one_line():
+    with pytest.raises(ClosureError, match=r"unknown vLLM version: vllm==0\.0\.999") as err:
+        resolve_closure(["vllm==0.0.999"], platform=ARM, python_version="3.12")
+    assert "\n" not in str(err.value)
+
+
+def test_a_package_without_a_wheel_names_it_and_what_pulled_it():
+    # docopt 0.6.2 exists only as an sdist; nothing is compiled in a prebuilt build.
+    with pytest.raises(ClosureError, match=r"no wheel for .*docopt \(required by the requested"):
+        resolve_closure(["docopt==0.6.2"], platform=ARM, python_version="3.12")
+
+
+def test_an_unreachable_index_is_named_with_the_offline_path():
+    with pytest.raises(IndexUnreachable, match=r"http://127\.0\.0\.1:9/simple.*--lock"):
+        resolve_closure(["six"], platform=ARM, python_version="3.12",
+                        indexes=["http://127.0.0.1:9/simple"])
+
+
+@pytest.fixture(scope="module")
+def six_pin():
+    return resolve_closure(["six==1.16.0"], platform=X86, python_version="3.12").pin("six")
+
+
+def test_wheelhouse_is_content_addressed_and_assembles_links_with_hashes(six_pin, tmp_path):
+    house = Wheelhouse(tmp_path / "cache")
+    house.fetch([six_pin])
+    cached = house.path_for(six_pin)
+    assert cached == tmp_path / "cache" / "sha256" / six_pin.sha256 / six_pin.filename
+    closure = Closure(python_platform=X86, python_version="3.12", requirements=["six"],
+                      pins=[six_pin])
+    folder = house.assemble(closure, tmp_path / "build" / "wh")
+    assert (folder / six_pin.filename).stat().st_ino == cached.stat().st_ino
+    assert six_pin.sha256 in (folder / "requirements.txt").read_text()
+    assert house.missing([six_pin]) == []
+
+
+def test_a_changed_cached_wheel_is_refused_and_named(six_pin, tmp_path):
+    house = Wheelhouse(tmp_path / "cache")
+    house.fetch([six_pin])
+    house.path_for(six_pin).write_bytes(b"tampered")
+    closure = Closure(python_platform=X86, python_version="3.12", requirements=[],
+                      pins=[six_pin])
+    with pytest.raises(WheelHashMismatch, match=six_pin.filename) as err:
+        house.assemble(closure, tmp_path / "wh")
+    assert "nothing installed" in str(err.value) and not (tmp_path / "wh").exists()
+
+
+def test_a_download_with_the_wrong_hash_leaves_nothing_under_its_name(six_pin, tmp_path):
+    wrong = WheelPin(**{**six_pin.__dict__, "sha256": "0" * 64})
+    house = Wheelhouse(tmp_path / "cache")
+    with pytest.raises(WheelHashMismatch, match="nothing installed"):
+        house.fetch([wrong])
+    assert not any(house.path_for(wrong).parent.iterdir())
+
+
+class _SlowHandler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):  # noqa: N802 - http.server's name
+        self.send_response(200)
+        self.send_header("Content-Length", str(50 << 20))
+        self.end_headers()
+        for _ in range(500):
+            self.wfile.write(b"x" * (100 << 10))
+            time.sleep(0.05)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_ctrl_c_during_a_download_leaves_no_partial_wheel(tmp_path):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _SlowHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/big-1.0-py3-none-any.whl"
+    script = textwrap.dedent(f"""
+        from pathlib import Path
+        from edgevllm.sources.wheels import Wheelhouse, WheelPin
+        pin = WheelPin(name="big", version="1.0", filename="big-1.0-py3-none-any.whl",
+                       sha256="1" * 64, url="{url}")
+        print("start", flush=True)
+        Wheelhouse(Path({str(tmp_path / 'cache')!r})).fetch([pin])
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "start"
+        deadline = time.time() + 30
+        while time.time() < deadline and not list((tmp_path / "cache").rglob(".*part*")):
+            time.sleep(0.1)
+        assert list((tmp_path / "cache").rglob(".*part*")), "the download never started"
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) != 0
+    finally:
+        proc.kill()
+        server.shutdown()
+    left = [p for p in (tmp_path / "cache").rglob("*") if p.is_file()]
+    assert left == []
+
+
+def test_uv_is_never_asked_to_fetch_an_interpreter():
+    assert wheels.uv_env()["UV_PYTHON_DOWNLOADS"] == "never"
+    assert os.path.exists(wheels.uv_binary())
+
+
+# --- modes in the spec ---------------------------------------------------------------------------
+
+def test_mode_is_chosen_with_a_reason_and_bad_combinations_are_refused():
+    from edgevllm.model.spec import load_spec, resolve
+
+    eff = resolve(load_spec("spark", None, {"vllm_wheel": "0.33.0"}))
+    assert eff.mode == "prebuilt" and "--vllm-wheel 0.33.0" in eff.mode_reason
+    assert eff.images.runtime == eff.target.prebuilt.image and eff.python == "python3.12"
+    assert resolve(load_spec("thor", None, {})).mode == "compile"
+    with pytest.raises(SpecError, match="vllm_wheel"):
+        resolve(load_spec("spark", None, {"mode": "compile", "vllm_wheel": "0.33.0"}))
+    with pytest.raises(SpecError, match="wheelhouse"):
+        resolve(load_spec("spark", None, {"vllm_wheel": "0.33.0", "wheelhouse": "/tmp"}))
+    based = resolve(load_spec("spark", None, {"mode": "prebuilt", "base_image": "b:1"}))
+    assert based.images.build == based.images.runtime == "b:1"
+
+
+def test_flags_reach_the_spec():
+    from edgevllm.model.flags import spec_overrides
+
+    data = spec_overrides({"vllm_wheel": "0.33.0", "override": ["certifi>=2026.10.18"],
+                           "base_image": "img:1", "mode": "prebuilt"})
+    assert data == {"vllm_wheel": "0.33.0", "overrides": ["certifi>=2026.10.18"],
+                    "base_image": "img:1", "mode": "prebuilt"}
+
+
+def test_prebuilt_dockerfile_installs_the_closure_offline_by_hash():
+    from edgevllm.build.render import render_dockerfile
+    from edgevllm.model.spec import load_spec, resolve
+
+    text = render_dockerfile(resolve(load_spec("thor", None, {"vllm_wheel": "0.33.0"})))
+    runtime = text[text.index("##### runtime"):]
+    assert "--no-deps --require-hashes" in runtime and "UV_NO_CACHE=1" in runtime
+    assert "--mount=type=bind,from=wheelhouse,target=/wheelhouse" in runtime
+    assert "from=wheels" not in runtime and '"torch==' not in text
+    assert "ENV CUDA_HOME=/usr/local/cuda" in runtime
+    assert "pip uninstall -y flashinfer-cubin" in runtime
+    assert 'io.edgevllm.mode="prebuilt"' in runtime
+
+
+def test_prebuilt_overrides_come_from_target_mods_and_user():
+    from edgevllm.build.modes import NEVER, closure_overrides
+    from edgevllm.model.spec import load_spec, resolve
+
+    eff = resolve(load_spec("thor", None, {"vllm_wheel": "0.33.0",
+                                           "overrides": ["certifi>=2026.10.18"],
+                                           "packages": {"fastsafetensors": "=0.5.0"}}))
+    overrides = closure_overrides(eff, ["fastsafetensors==0.5.0"])
+    assert overrides[0] == "torch==2.14.0"
+    assert "flashinfer-python==0.7.2.post1" in overrides and "fastsafetensors==0.5.0" in overrides
+    assert f"flashinfer-cubin ; {NEVER}" in overrides and overrides[-1] == "certifi>=2026.10.18"
+
+
+def test_probe_judges_flashinfers_jit_toolchain():
+    from edgevllm.probe.level1 import judge_jit
+    from edgevllm.probe.result import FAIL, PASS, ProbeResult
+
+    def verdict(jit):
+        result = ProbeResult(image="i", target="spark", level=1)
+        judge_jit(result, {"jit": jit} if jit is not None else {})
+        return [(c.status, c.message) for c in result.checks]
+
+    assert verdict(None) == []
+    ok = {"nvcc": "/usr/local/cuda/bin/nvcc", "cxx": "/usr/bin/g++", "ninja": "/opt/venv/bin/ninja",
+          "compiled": True, "arch": "sm_121a", "triton_ptxas": "/usr/local/cuda/bin/ptxas"}
+    assert verdict(ok)[0][0] == PASS
+    status, message = verdict({**ok, "nvcc": None})[0]
+    assert status == FAIL and "nvcc" in message and "nvidia-cuda-nvcc" in message
+    status, message = verdict({**ok, "compiled": False, "error": "unsupported gpu"})[0]
+    assert status == FAIL and "sm_121a" in message and "unsupported gpu" in message
