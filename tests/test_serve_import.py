@@ -54,6 +54,8 @@ def test_cluster_only_recipe_is_a_torch_cluster_like_eugr(tmp_path):
     result, loaded = imported("cluster-moe.yaml", tmp_path)
     assert loaded.recipe.topology.mode == "torch" and loaded.recipe.topology.nodes == 2
     assert any("--distributed-executor-backend ray: dropped" in n for n in result.notes)
+    assert "1 comment line(s) (eugr keeps known issues there) are not carried: read them in " \
+           "cluster-moe.yaml" in result.notes
     lines = cluster_lines(loaded, 2)
     assert len(lines) == 2
     serve_args = ["vllm", "serve", "example-org/Cluster-MoE-AWQ", "--host", "0.0.0.0",

@@ -399,7 +399,13 @@ def _refuse_script(path: Path) -> None:
 
 def convert_file(path: Path) -> ImportResult:
     _refuse_script(path)
-    return convert(read_yaml(path, RecipeError), str(path))
+    result = convert(read_yaml(path, RecipeError), str(path))
+    comments = [line for line in path.read_text(errors="replace").splitlines()
+                if line.lstrip().startswith("#")]
+    if comments:
+        result.notes.append(f"{len(comments)} comment line(s) (eugr keeps known issues there) "
+                            f"are not carried: read them in {path.name}")
+    return result
 
 
 def write_result(result: ImportResult, source: Path, target: Path) -> None:
@@ -438,7 +444,8 @@ def import_dir(folder: Path, out_dir: Path | None = None, force: bool = False,
     if (folder / "recipes").is_dir():
         folder = folder / "recipes"
     out_dir = out_dir or project_root() / "recipes"
-    rows, taken = [], set()
+    rows: list[DirRow] = []
+    taken: set[str] = set()
     paths = [p for p in folder.rglob("*") if p.suffix in (".yaml", ".yml", ".sh")
              and "mods" not in p.relative_to(folder).parts]
     for path in sorted(paths):

@@ -28,8 +28,7 @@ from typing import Literal
 import jinja2
 import jinja2.meta
 import yaml
-from pydantic import (Field, ValidationError, field_validator,
-                      model_validator)
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from edgevllm.kernel.errors import RecipeError
 from edgevllm.kernel.paths import data_dirs, project_root
@@ -560,4 +559,5 @@ def _topology(recipe: Recipe, values: dict[str, object], source: str,
     try:
         return Topology.model_validate(data)
     except ValidationError as exc:
-        raise RecipeError(f"{source}: topology: {describe_validation_error(exc, Topology)}") from None
+        problem = describe_validation_error(exc, Topology)
+        raise RecipeError(f"{source}: topology: {problem}") from None
