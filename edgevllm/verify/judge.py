@@ -40,6 +40,7 @@ class Coverage:
     total: int = 0
     counts: dict[str, int] = field(default_factory=dict)  # level → units
     short: list[ShortUnit] = field(default_factory=list)
+    empty: int = 0  # units left out: no SASS for the target and not one kernel (link glue)
 
     @property
     def headline(self) -> str:
@@ -67,6 +68,7 @@ class Coverage:
 
     def to_json(self) -> dict:
         return {"total": self.total, **{level: self.counts.get(level, 0) for level in LEVELS},
+                "without_kernels": self.empty,
                 "short_units": [unit.to_json() for unit in self.short]}
 
 
@@ -147,15 +149,21 @@ def _arch_order(arch: str) -> tuple[int, str]:
 
 
 def coverage_of(report: LibraryReport, cuda_arch: CudaArch) -> tuple[Coverage, dict[int, str]]:
-    levels = unit_levels(report.entries, cuda_arch)
+    # A unit that cannot run here but holds no kernel either (nvlink's device-link glue, a TU
+    # of device globals) can never fail a launch: it is counted apart, not judged.
+    empty = {unit for unit, names in report.unit_kernels.items() if names == []}
+    levels = {unit: found for unit, found in unit_levels(report.entries, cuda_arch).items()
+              if unit not in empty}
     by_unit: dict[int, set[str]] = {}
     for entry in report.entries:
         by_unit.setdefault(entry.container, set()).add(entry.arch)
     short = []
     for unit in sorted(u for u, found in levels.items() if found in ("ptx-jit", "none")):
         arches = sorted(by_unit[unit], key=_arch_order)
-        short.append(ShortUnit(unit, levels[unit], arches, list(report.unit_kernels.get(unit, []))))
-    return Coverage(len(levels), dict(Counter(levels.values())), short), levels
+        kernels = list(report.unit_kernels.get(unit) or [])
+        short.append(ShortUnit(unit, levels[unit], arches, kernels))
+    cover = Coverage(len(levels), dict(Counter(levels.values())), short, len(empty))
+    return cover, levels
 
 
 def _decide(rule: Rule, cover: Coverage, levels: dict[int, str]) -> tuple[bool, str]:

@@ -41,8 +41,9 @@ class LibraryReport:
     entries: list[FatbinEntry] = field(default_factory=list)
     status: str = "ok"  # "ok", "no device code" or "corrupt: <why>"
     kind: str = "library"  # "library" (host ELF) or "cubin" (raw cubin file)
-    # unit → kernel names (mangled), for units with no SASS that runs on the scan's target
-    unit_kernels: dict[int, list[str]] = field(default_factory=dict)
+    # unit → kernel names (mangled), for units with no SASS that runs on the scan's target;
+    # [] = the unit holds no kernel at all (e.g. nvlink glue), None = it could not be read
+    unit_kernels: dict[int, list[str] | None] = field(default_factory=dict)
 
     @property
     def corrupt(self) -> bool:
@@ -106,8 +107,9 @@ def _missing_kernels(report: LibraryReport, buf, target) -> dict[int, list[str]]
     return {unit: unit_kernel_names(report, buf, unit) for unit in short}
 
 
-def unit_kernel_names(report: LibraryReport, buf, unit: int) -> list[str]:
-    """The kernels of one unit, from its smallest SASS entry (else its smallest PTX entry)."""
+def unit_kernel_names(report: LibraryReport, buf, unit: int) -> list[str] | None:
+    """The kernels of one unit, from its smallest SASS entry (else its smallest PTX entry);
+    None when that entry cannot be read."""
     from edgevllm.verify.decompress import payload_bytes
     from edgevllm.verify.elf import text_symbols
 
@@ -115,13 +117,13 @@ def unit_kernel_names(report: LibraryReport, buf, unit: int) -> list[str]:
         return [report.path.rsplit("/", 1)[-1]]
     entries = [e for e in report.entries if e.container == unit and e.kind in ("sass", "ptx")]
     if not entries:
-        return []
+        return None
     entry = min(entries, key=lambda e: (e.kind != "sass", e.full_size))
     stored = memoryview(buf)[entry.offset:entry.offset + entry.stored_size]
     try:
         data = payload_bytes(stored, entry.compression, entry.full_size)
     except VerifyError:
-        return []
+        return None
     if entry.kind == "sass":
         return text_symbols(data)
     return [name.decode() for name in _PTX_ENTRY.findall(data)]

@@ -66,9 +66,15 @@ def _short_arches(units) -> str:
 
 
 def _short_kernels(units) -> str:
+    """Kernel names of the first units that have some (a unit may hold only device-link glue);
+    ``unit N`` when none of them has a kernel."""
+    named = [unit for unit in _ordered(units) if unit.kernels]
+    if not named:
+        return ", ".join(f"unit {unit.unit}" for unit in units[:SHOWN_UNITS]) + \
+            ("…" if len(units) > SHOWN_UNITS else "")
     names: list[str] = []
-    for unit in _ordered(units):
-        name = short_name(unit.kernels[0]) if unit.kernels else f"unit {unit.unit}"
+    for unit in named:
+        name = short_name(unit.kernels[0])
         name = name if len(name) <= 60 else name[:59] + "…"
         if name not in names:
             names.append(name)
