@@ -38,3 +38,21 @@ def test_the_rendered_dockerfile_carries_the_table_values():
     text = render_dockerfile(resolve(load_spec("spark")))
     for value in (labels.TARGET, labels.ARCH_LIST, labels.CONSTRAINTS, labels.MODS_RECORD):
         assert value in text
+
+
+def test_no_module_spells_a_label_or_in_image_path_itself():
+    """Label names and in-image paths are written once, in kernel/labels.py (the in-image
+    scripts excepted: they run without edgevllm and are held to the table above)."""
+    import ast
+
+    exempt = {"kernel/labels.py", "mods/applier.py", "probe/inimage_check.py"}
+    spelled = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = str(path.relative_to(PACKAGE))
+        if rel in exempt or "_data" in path.parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and \
+                    node.value.startswith((labels.PREFIX, labels.HOME)):
+                spelled.append(f"{rel}:{node.lineno}: {node.value!r}")
+    assert not spelled, "use edgevllm.kernel.labels instead:\n" + "\n".join(spelled)

@@ -28,7 +28,7 @@ from edgevllm.build.render import render_dockerfile
 from edgevllm.sources.prepare import PreparedSource, SourceRequest, prepare_sources, summarize
 from edgevllm.model.spec import BuildSpec, EffectiveSpec, resolve
 
-LOCK_FILE_IN_IMAGE = Path(LOCK_IMAGE_PATH).name  # the meta context is copied to /opt/edgevllm/
+LOCK_FILE_IN_IMAGE = Path(LOCK_IMAGE_PATH).name  # the meta context is copied to labels.HOME
 
 
 def source_request(eff: EffectiveSpec, name: str = "vllm") -> SourceRequest:
@@ -156,6 +156,13 @@ def print_mods(record: dict | None) -> None:
         console.info(f"  mod {mod.get('name')}: {mod.get('outcome')}  {mod.get('detail', '')}".rstrip())
 
 
+def verify_policy(eff: EffectiveSpec):
+    """The gate: the default one, or the stock-kernel one where vLLM's kernels are a release's."""
+    from edgevllm.verify.policy import STOCK_POLICY
+
+    return None if eff.mode == "compile" else STOCK_POLICY
+
+
 def run_checks(eff: EffectiveSpec, engine: DockerEngine, image: str, ws: Workspace) -> tuple[dict, dict]:
     """Arch verify and probe level 1; raises (leaving only the unverified tag) when either fails."""
     from edgevllm.verify.api import verify as arch_verify
@@ -163,7 +170,7 @@ def run_checks(eff: EffectiveSpec, engine: DockerEngine, image: str, ws: Workspa
 
     console.step("checks: kernel-arch coverage")
     verdict = arch_verify(eff.target.name, image=image, engine=engine,
-                          json_out=ws.root / "verify.json")
+                          json_out=ws.root / "verify.json", policy=verify_policy(eff))
     verify_summary = verdict.summary_dict()
     console.step("checks: probe level 1 (imports, torch arch list, mods record, env)")
     probe = probe_level1(engine, image, eff.target.name, required=eff.spec.probe_required,
@@ -177,10 +184,12 @@ def run_checks(eff: EffectiveSpec, engine: DockerEngine, image: str, ws: Workspa
     return verify_summary, probe_summary
 
 
-def prepare(eff: EffectiveSpec, ws: Workspace, engine: DockerEngine, locked: Lock | None):
-    """Steps 1-3, all in seconds: mods (cheapest check first), sources, patches, the lock."""
+def prepare(eff: EffectiveSpec, ws: Workspace, engine: DockerEngine, locked: Lock | None,
+            prepared: dict[str, PreparedSource] | None = None):
+    """Steps 1-3, all in seconds: mods (cheapest check first), sources (unless already
+    ``prepared``: the mode check needed them), patches, the lock."""
     staged = stage_mods(eff, ws)
-    prepared = prepare_all_sources(eff, ws, locked)
+    prepared = prepared or prepare_all_sources(eff, ws, locked)
     patches = apply_patches(eff, prepared["vllm"])
     layout = build_layout(prepared["vllm"])
     kernel_plan, deps = kernel_preflight(eff, ws, prepared["vllm"], locked)
@@ -240,6 +249,22 @@ def build(spec: BuildSpec, out: Path, engine: DockerEngine | None = None,
     return run(eff, ws, engine, lock_path=lock_path)
 
 
+def precompiled_or_sources(eff: EffectiveSpec, ws: Workspace, engine: DockerEngine,
+                           locked: Lock | None):
+    """A Python-only change (or --mode precompiled) builds over a release's kernels
+    (build/precompiled.py) → (eff, None, result); otherwise (eff, prepared sources or None, None)
+    and the compile goes on."""
+    from edgevllm.build import precompiled
+
+    if not precompiled.wants_tree_check(eff):
+        return eff, None, None
+    prepared = prepare_all_sources(eff, ws, locked)
+    eff, check = precompiled.decide(eff, prepared)
+    if eff.mode != "precompiled":
+        return eff, prepared, None
+    return eff, prepared, precompiled.run_precompiled(eff, ws, engine, locked, prepared, check)
+
+
 def run(eff: EffectiveSpec, ws: Workspace, engine: DockerEngine,
         lock_path: Path | None = None) -> BuildResult:
     locked = read_lock(lock_path) if lock_path else None
@@ -250,7 +275,11 @@ def run(eff: EffectiveSpec, ws: Workspace, engine: DockerEngine,
         from edgevllm.build.modes import run_prebuilt
 
         return run_prebuilt(eff, ws, engine, locked)
-    prepared, staged, lock, build_args, key, dockerfile = prepare(eff, ws, engine, locked)
+    eff, prepared, result = precompiled_or_sources(eff, ws, engine, locked)
+    if result is not None:
+        return result
+    prepared, staged, lock, build_args, key, dockerfile = prepare(eff, ws, engine, locked,
+                                                                  prepared)
     tag = image_tag(lock)
     repo = eff.spec.image_repo
     final_tags = [f"{repo}:{tag}"] + [t if ":" in t else f"{repo}:{t}" for t in eff.spec.tags]

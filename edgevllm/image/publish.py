@@ -46,15 +46,16 @@ from edgevllm.image.layered import (FrameSink, LayeredStats, UnexpectedSaveLayou
 from edgevllm.image.layerstore import LocalLayerStore, StoreUnusable
 from edgevllm.image.tarball import (CHUNK, FORMAT_SUFFIX, MANIFEST_SUFFIX, SCHEMA_VERSION,
                                     TarballSet, open_tarball)
+from edgevllm.kernel import labels
 
 # Records the build leaves in the image: a label holding JSON, or a file under RECORD_DIR.
 RECORDS = {
-    "lock": ("io.edgevllm.lock", ("edgevllm.lock.json", "lock.json")),
-    "mods": ("io.edgevllm.mods", ("mods.json",)),
-    "verify": ("io.edgevllm.verify", ("verify.json",)),
-    "probe": ("io.edgevllm.probe", ("probe.json",)),
+    "lock": (labels.LOCK, ("edgevllm.lock.json", "lock.json")),
+    "mods": (labels.MODS, ("mods.json",)),
+    "verify": (labels.VERIFY, ("verify.json",)),
+    "probe": (labels.PROBE, ("probe.json",)),
 }
-RECORD_DIR = "/opt/edgevllm"
+RECORD_DIR = labels.HOME
 DEFAULT_LEVEL = {"zst": 3, "gz": 6}
 DEFAULT_WINDOW_LOG = 27  # zstd --long=27: 128 MiB, the largest window decoders take by default
 GZIP_BLOCK = 8 << 20  # one gzip member per block, compressed in parallel

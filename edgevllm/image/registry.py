@@ -23,8 +23,9 @@ from edgevllm.kernel import console
 from edgevllm.engine.docker import DockerEngine
 from edgevllm.kernel.errors import ConfigError, DockerUnavailableError, LockError, RegistryError
 from edgevllm.image.publish import read_records
+from edgevllm.kernel import labels
 
-TAG_LABEL = "io.edgevllm.tag"
+TAG_LABEL = labels.TAG
 _TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _REGISTRY_RE = re.compile(r"^[A-Za-z0-9.-]+(:\d+)?(/[a-z0-9]+(?:[._-][a-z0-9]+)*)*$")
 _REPO_RE = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(/[a-z0-9]+(?:[._-][a-z0-9]+)*)*$")

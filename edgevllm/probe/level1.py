@@ -21,12 +21,13 @@ from edgevllm.kernel.errors import EngineError, ProbeError
 from edgevllm.model.lock import LOCK_IMAGE_PATH
 from edgevllm.probe.result import ABSENT, FAIL, PASS, WARN, ProbeResult
 from edgevllm.probe.target import DEFAULT_COMPONENTS, ProbeTarget, probe_target
+from edgevllm.kernel import labels
 
 MARKER = "@@EDGEVLLM-PROBE@@ "
-PROBE_LABEL = "io.edgevllm.probe"
-MODS_RECORD = "/opt/edgevllm/mods.json"
+PROBE_LABEL = labels.PROBE
+MODS_RECORD = labels.MODS_RECORD
 LOCK_FILE = LOCK_IMAGE_PATH  # written by the build (edgevllm/lock.py)
-MODS_LABEL = "io.edgevllm.mods-selected"  # the build's label: mods chosen for the image
+MODS_LABEL = labels.MODS_SELECTED  # the build's label: mods chosen for the image
 GOOD_OUTCOMES = ("applied", "already-applied", "not-applicable")
 
 _NO_DRIVER = re.compile(r"libcuda\.so(\.\d+)*: cannot open shared object file")

@@ -37,9 +37,10 @@ from edgevllm.serve.launch import (
     run_options,
 )
 from edgevllm.serve.recipes import Rendered
+from edgevllm.kernel import labels
 
-LABEL_NODE = "io.edgevllm.node"
-LABEL_NETWORK = "io.edgevllm.network"
+LABEL_NODE = labels.NODE
+LABEL_NETWORK = labels.NETWORK
 SERVE_EXIT_FILE = "/tmp/edgevllm-serve.exit"
 # Runs the server detached from `docker exec`, its output into the container log (PID 1's stdout),
 # its exit code into a file the launcher polls. The script is constant: the serve argv reaches it

@@ -27,12 +27,13 @@ from edgevllm.kernel import console
 from edgevllm.kernel.errors import EdgeVllmError, RecipeError
 from edgevllm.kernel.fsutil import atomic_write_text
 from edgevllm.serve.recipes import BuildRef, Rendered
+from edgevllm.kernel import labels
 
-LABEL_RECIPE = "io.edgevllm.recipe"
-LABEL_CLUSTER = "io.edgevllm.cluster"
-LABEL_ROLE = "io.edgevllm.role"
-LABEL_IMAGE = "io.edgevllm.image"
-LABEL_MEMORY = "io.edgevllm.memory-gib"
+LABEL_RECIPE = labels.RECIPE
+LABEL_CLUSTER = labels.CLUSTER
+LABEL_ROLE = labels.ROLE
+LABEL_IMAGE = labels.IMAGE
+LABEL_MEMORY = labels.MEMORY_GIB
 UNKNOWN_IMAGE_ID = "IMAGE-ID"  # dry-run without the image: the folder name it will have
 VLLM_DEFAULT_UTILIZATION = 0.9  # vLLM's --gpu-memory-utilization when a recipe gives none
 
