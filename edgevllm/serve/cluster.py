@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import ipaddress
 import re
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -38,6 +37,7 @@ from edgevllm.serve.launch import (
 )
 from edgevllm.serve.recipes import Rendered
 from edgevllm.kernel import labels
+from edgevllm.kernel.poll import poll
 
 LABEL_NODE = labels.NODE
 LABEL_NETWORK = labels.NETWORK
@@ -288,36 +288,34 @@ class Cluster:
     # -- waits ---------------------------------------------------------------------------------
     def wait_ray_nodes(self, count: int) -> None:
         head = self.container(self.head)
-        deadline = time.monotonic() + self.options.ready_timeout_s
-        last = ""
-        while True:
+        last = [""]
+
+        def counted() -> bool | None:
             self._check_running()
             proc = self.head.engine.exec(head, ["ray", "status"], timeout=120)
-            last = proc.stdout.decode(errors="replace") + proc.stderr.decode(errors="replace")
-            if proc.returncode == 0 and count_ray_nodes(last) >= count:
-                return
-            if time.monotonic() > deadline:
-                tail = " | ".join(last.strip().splitlines()[-3:])
-                raise ClusterError(f"Ray on {head} counted {count_ray_nodes(last)} of {count} "
-                                   f"nodes after {self.options.ready_timeout_s:.0f}s ({tail})")
-            time.sleep(2)
+            last[0] = proc.stdout.decode(errors="replace") + proc.stderr.decode(errors="replace")
+            return True if proc.returncode == 0 and count_ray_nodes(last[0]) >= count else None
+
+        if poll(counted, self.options.ready_timeout_s, interval_s=2) is None:
+            tail = " | ".join(last[0].strip().splitlines()[-3:])
+            raise ClusterError(f"Ray on {head} counted {count_ray_nodes(last[0])} of {count} "
+                               f"nodes after {self.options.ready_timeout_s:.0f}s ({tail})")
 
     def wait_healthy(self) -> None:
         head = self.container(self.head)
         probe = health_command(self.rendered.health_port, self.rendered.health_path)
-        deadline = time.monotonic() + self.options.wait_healthy_s
-        while True:
+
+        def healthy() -> bool | None:
             self._check_running()
             exited = self.head.engine.exec(head, ["cat", SERVE_EXIT_FILE])
             if exited.returncode == 0:
                 raise ClusterError(f"the server on {head} exited with code "
                                    f"{exited.stdout.decode().strip()}: inv logs --name {head}")
-            if self.head.engine.exec(head, probe, timeout=60).returncode == 0:
-                return
-            if time.monotonic() > deadline:
-                raise ClusterError(f"the server on {head} was not healthy after "
-                                   f"{self.options.wait_healthy_s:.0f}s: inv logs --name {head}")
-            time.sleep(2)
+            return True if self.head.engine.exec(head, probe, timeout=60).returncode == 0 else None
+
+        if poll(healthy, self.options.wait_healthy_s, interval_s=2) is None:
+            raise ClusterError(f"the server on {head} was not healthy after "
+                               f"{self.options.wait_healthy_s:.0f}s: inv logs --name {head}")
 
     def _check_running(self) -> None:
         for node in (n for n in self.nodes if n.name in self.started):

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import time
 from pathlib import Path
 
 import yaml
@@ -28,6 +27,7 @@ from edgevllm.kernel.errors import EdgeVllmError, RecipeError
 from edgevllm.kernel.fsutil import atomic_write_text
 from edgevllm.serve.recipes import BuildRef, Rendered
 from edgevllm.kernel import labels
+from edgevllm.kernel.poll import poll
 
 LABEL_RECIPE = labels.RECIPE
 LABEL_CLUSTER = labels.CLUSTER
@@ -309,8 +309,8 @@ def _known_image_id(engine: DockerEngine, image: str | None) -> str | None:
 def wait_healthy(engine: DockerEngine, container: str, timeout_s: float,
                  fail_on_log: list[str] | None = None) -> None:
     """Wait for Docker's health check to report healthy; fail on exit, unhealthy or a bad log."""
-    deadline = time.monotonic() + timeout_s
-    while True:
+
+    def healthy() -> bool | None:
         info = engine.container_inspect(container)
         if info is None:
             raise RecipeError(f"container {container} disappeared while starting")
@@ -320,14 +320,13 @@ def wait_healthy(engine: DockerEngine, container: str, timeout_s: float,
             raise RecipeError(f"container {container} exited with code {state.get('ExitCode')}: "
                               f"inv logs --name {container}")
         _check_logs(engine, container, fail_on_log)
-        if health == "healthy":
-            return
         if health == "unhealthy":
             raise RecipeError(f"container {container} is unhealthy: inv logs --name {container}")
-        if time.monotonic() > deadline:
-            raise RecipeError(f"container {container} not healthy after {timeout_s:.0f}s; "
-                              f"it keeps starting: inv logs --name {container}")
-        time.sleep(2)
+        return True if health == "healthy" else None
+
+    if poll(healthy, timeout_s, interval_s=2) is None:
+        raise RecipeError(f"container {container} not healthy after {timeout_s:.0f}s; "
+                          f"it keeps starting: inv logs --name {container}")
 
 
 def _check_logs(engine: DockerEngine, container: str, patterns: list[str] | None) -> None:
