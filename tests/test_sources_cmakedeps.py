@@ -25,7 +25,7 @@ from support.gitfixtures import (  # noqa: F401
     make_upstream_repo,
     vanish_unreachable,
 )
-from support.sdists import pypi_sdist, sdist_tree
+from support.sdists import sdist_tree_cached
 
 TAGGED = {"cutlass": "v4.7.1", "triton_kernels": "v3.5.1"}
 
@@ -35,11 +35,10 @@ def plan(tree: Path):
 
 
 @pytest.fixture(scope="module")
-def real_tree(tmp_path_factory) -> Path:
+def real_tree() -> Path:
     if shutil.which("cmake") is None:
         pytest.fail("cmake is missing: install cmake >= 3.25 (apt-get install cmake)")
-    return sdist_tree(pypi_sdist("vllm", "0.33.0"), ["CMakeLists.txt", "cmake/"],
-                      tmp_path_factory.mktemp("sdist") / "vllm")
+    return sdist_tree_cached("vllm", "0.33.0", ["CMakeLists.txt", "cmake/"])
 
 
 def _stand_in(root: Path, name: str, files: dict[str, str]):
@@ -82,7 +81,8 @@ def _point_tree_at(tree: Path, deps: list[CMakeDep], upstreams: dict, base: str)
         path.write_text(text)
 
 
-def test_every_clone_fetched_exported_and_recorded(offline_world, git_cache, tmp_path):  # noqa: F811
+def test_every_clone_fetched_exported_recorded_then_cloned_no_more(  # noqa: F811
+        offline_world, git_cache, tmp_path, monkeypatch):
     tree, upstreams, base = offline_world
     deps = plan(tree).deps
     assert len(deps) == 10 and all(d.repo.startswith(base) for d in deps)
@@ -101,12 +101,7 @@ def test_every_clone_fetched_exported_and_recorded(offline_world, git_cache, tmp
     assert "export VLLM_CUTLASS_SRC_DIR=/src/deps/cutlass\n" in env
     assert "export FLASH_MLA_SRC_DIR=/src/deps/flashmla\n" in env
     assert env == env_file_text(records)
-
-
-def test_with_the_overrides_set_the_tree_clones_nothing(offline_world, git_cache, tmp_path,  # noqa: F811
-                                                        monkeypatch):
-    tree, _, _ = offline_world
-    records = fetch_cmake_deps(plan(tree).deps, tmp_path / "deps")
+    # What the build does with them: the tree's own CMake takes every *_SRC_DIR branch.
     for name, record in records.items():
         monkeypatch.setenv(record.env_var, str(tmp_path / "deps" / name))
     assert plan(tree).deps == []  # the tree's own CMake takes every *_SRC_DIR branch
@@ -124,6 +119,10 @@ def test_lock_rebuilds_by_commit_even_when_the_tag_moved(offline_world, git_cach
     assert again == first
     fresh = fetch_cmake_deps(deps, tmp_path / "fresh", cache_root=tmp_path / "other-cache")
     assert fresh["cutlass"].commit == moved  # without the lock the tag's new commit is taken
+    edited = dict(first)  # an edited lock: its tree hash is not what the commit has
+    edited["qutlass"] = edited["qutlass"].model_copy(update={"tree": "0" * 40})
+    with pytest.raises(LockError, match=r"CMake dependency qutlass: tree .* differs from the lock"):
+        fetch_cmake_deps(deps, tmp_path / "edited", locked=edited)
 
 
 def test_a_lock_commit_that_vanished_is_one_line(offline_world, git_cache, tmp_path):  # noqa: F811
@@ -143,15 +142,6 @@ def test_a_lock_commit_that_vanished_is_one_line(offline_world, git_cache, tmp_p
     assert message.startswith("CMake dependency flashmla (cmake/external_projects/flashmla.cmake:")
     assert "no longer exists in" in message and "flashmla.git" in message and "\n" not in message
     assert not (tmp_path / "second").exists()  # nothing under the final name
-
-
-def test_a_tampered_lock_tree_is_refused(offline_world, git_cache, tmp_path):  # noqa: F811
-    tree, _, _ = offline_world
-    deps = plan(tree).deps
-    locked = fetch_cmake_deps(deps, tmp_path / "first")
-    locked["qutlass"] = locked["qutlass"].model_copy(update={"tree": "0" * 40})
-    with pytest.raises(LockError, match=r"CMake dependency qutlass: tree .* differs from the lock"):
-        fetch_cmake_deps(deps, tmp_path / "second", locked=locked)
 
 
 def test_a_pinned_ref_that_cannot_be_fetched_names_the_repository(offline_world, git_cache,  # noqa: F811

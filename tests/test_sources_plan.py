@@ -28,18 +28,17 @@ from edgevllm.sources.plan import (
     torch_gencode_flags,
 )
 from support.gitfixtures import assert_one_error_line, git_cache, make_upstream_repo, run_cli  # noqa: F401
-from support.sdists import pypi_sdist, sdist_tree
+from support.sdists import sdist_tree_cached
 
 PLAN_FILES = ["CMakeLists.txt", "cmake/", "setup.py", "pyproject.toml", "rust-toolchain.toml",
               "rust/Cargo.toml"]
 
 
 @pytest.fixture(scope="module")
-def vllm_tree(tmp_path_factory) -> Path:
+def vllm_tree() -> Path:
     if shutil.which("cmake") is None:
         pytest.fail("cmake is missing: install cmake >= 3.25 (apt-get install cmake)")
-    return sdist_tree(pypi_sdist("vllm", "0.33.0"), PLAN_FILES,
-                      tmp_path_factory.mktemp("sdist") / "vllm")
+    return sdist_tree_cached("vllm", "0.33.0", PLAN_FILES)
 
 
 @pytest.fixture()
@@ -254,13 +253,10 @@ def test_rust_frontend_env_is_refused_for_an_image_without_it(tree):
         check_rust_env(thor, {"VLLM_USE_RUST_FRONTEND": "1"})
 
 
-def test_rust_decision_evidence_in_the_sdist(tmp_path):
+def test_rust_decision_evidence_in_the_sdist():
     """Why images go without vllm-rs: in 0.33.0 it is one optional executable, no Python module
     imports Rust, and vLLM reaches it only behind VLLM_USE_RUST_FRONTEND / _BENCH."""
-    from support.sdists import sdist_members
-
-    files = sdist_members(pypi_sdist("vllm", "0.33.0"),
-                          ["tools/build_rust.py", "vllm/envs.py", "setup.py"], tmp_path)
+    files = sdist_tree_cached("vllm", "0.33.0", ["tools/build_rust.py", "vllm/envs.py"])
     build_rust = (files / "tools/build_rust.py").read_text()
     live = [ln for ln in build_rust.splitlines() if not ln.lstrip().startswith("#")]
     assert sum("RustExtension(" in ln for ln in live) == 1       # only vllm-rs

@@ -101,12 +101,21 @@ def prepared_tree(upstream, dest: Path, target: str, patched: bool) -> Path:
     return prepared.tree_dir
 
 
-def compile_unit(nvcc: Path, tree: Path, unit: str, args: list[str], extra: list[str],
-                 out: Path) -> Path:
-    argv = [str(nvcc), "-c", unit, *args, *extra, "-Xcompiler=-fPIC", "-O2", "-o", str(out)]
-    proc = subprocess.run(argv, cwd=tree, capture_output=True, text=True)
-    assert proc.returncode == 0, f"{' '.join(argv)}\n{proc.stderr[-3000:]}"
-    return out
+def compile_units(nvcc: Path, tree: Path, jobs: dict[str, list[str]], extra: list[str],
+                  out_dir: Path) -> dict[str, Path]:
+    """nvcc -c for each unit (all at once: one per core), with its arguments -> objects."""
+    running = {}
+    for unit, args in jobs.items():
+        out = out_dir / f"{Path(unit).stem}.o"
+        argv = [str(nvcc), "-c", unit, *args, *extra, "-Xcompiler=-fPIC", "-O2", "-o", str(out)]
+        running[unit] = (argv, out, subprocess.Popen(argv, cwd=tree, stdout=subprocess.PIPE,
+                                                     stderr=subprocess.STDOUT, text=True))
+    objects = {}
+    for unit, (argv, out, proc) in running.items():
+        output, _ = proc.communicate()
+        assert proc.returncode == 0, f"{' '.join(argv)}\n{output[-3000:]}"
+        objects[Path(unit).stem] = out
+    return objects
 
 
 @pytest.mark.parametrize("target_name,sass", [("spark", "sm_121a"), ("thor", "sm_110a")])
@@ -118,15 +127,12 @@ def test_plan_then_real_kernels_then_verify(upstream, toolchain, git_cache, tmp_
     tree = prepared_tree(upstream, tmp_path / "vllm", target_name, patched=True)
     plan = plan_for_target(tree, target, torch_version="2.14.0", torch_nvcc_flags=torch_flags)
     assert plan.cuda_archs == [target.cuda_arch]
-    objects = {}
-    for unit in UNITS:
-        args = plan.nvcc_args(unit)
-        arch = target.cuda_arch.replace(".", "")
+    jobs = {unit: plan.nvcc_args(unit) for unit in UNITS}
+    arch = target.cuda_arch.replace(".", "")
+    for args in jobs.values():
         assert args[:2] == ["-gencode", f"arch=compute_{arch},code=sm_{arch}"]
         assert "--expt-relaxed-constexpr" in args and "-std=c++20" in args
-        name = Path(unit).stem
-        objects[name] = compile_unit(nvcc, tree, unit, args, torch_includes,
-                                     tmp_path / f"{name}.o")
+    objects = compile_units(nvcc, tree, jobs, torch_includes, tmp_path)
     for name, obj in objects.items():
         [report] = scan_path(obj)
         assert report.arches("sass") == [sass], (name, report.arches("sass"))

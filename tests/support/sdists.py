@@ -2,7 +2,8 @@
 
 ``pip download --no-binary`` would try to build metadata (vLLM's needs torch and CUDA), so the
 sdist file itself is fetched and checked against its published sha256. Cached under
-``${EDGEVLLM_TEST_CACHE}/sdists``; a failed fetch raises ``DownloadFailed`` (tests fail, never skip).
+``${EDGEVLLM_TEST_CACHE}/sdists``; a failed fetch raises ``DownloadFailed`` (tests fail, never
+skip).
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import os
 import tarfile
 import tempfile
 from pathlib import Path
-
 from urllib.parse import urljoin
 
 import requests
@@ -49,7 +49,8 @@ def pypi_sdist(name: str, version: str) -> Path:
         fd, tmp = tempfile.mkstemp(prefix=".dl-", dir=slot)
         digest = hashlib.sha256()
         try:
-            with os.fdopen(fd, "wb") as out, requests.get(info["url"], stream=True, timeout=300) as r:
+            with os.fdopen(fd, "wb") as out, \
+                    requests.get(info["url"], stream=True, timeout=300) as r:
                 r.raise_for_status()
                 for chunk in r.iter_content(1 << 20):
                     digest.update(chunk)
@@ -91,3 +92,18 @@ def sdist_tree(sdist: Path, prefixes: list[str], dest: Path) -> Path:
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_bytes(tar.extractfile(info).read())
     return dest
+
+
+def sdist_tree_cached(name: str, version: str, prefixes: list[str]) -> Path:
+    """``sdist_tree`` of ``name==version``, extracted once into the test cache (reading the 47 MB
+    vLLM tarball takes seconds); callers copy it before changing anything."""
+    key = hashlib.sha256("|".join([name, version, *sorted(prefixes)]).encode()).hexdigest()[:12]
+    root = test_cache_dir("sdist-trees")
+    final = root / f"{name}-{version}-{key}"
+    with file_lock(root / f".{final.name}.lock"):
+        if not final.is_dir():
+            tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=root))
+            sdist_tree(pypi_sdist(name, version), prefixes, tmp / "tree")
+            os.replace(tmp / "tree", final)
+            os.rmdir(tmp)
+    return final
