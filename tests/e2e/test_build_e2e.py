@@ -150,6 +150,11 @@ def test_spark_sm121a_rebuild_and_lock(spark_spec, engine, tmp_path, cli):
 
     first = build(spec_from_dict(spark_spec), tmp_path, engine)
     assert sass_of(scan_image(engine, first.image), "vllm/_C.abi3.so") == {"sm_121a"}
+    # The kernel plan (the preflight, from the tree's own CMake) is in the lock and agrees with
+    # what verify found in the built library.
+    planned = read_lock(first.lock_path)
+    assert planned.kernel_plan["cuda_archs"] == ["12.1a"] and planned.cmake_deps == {}
+    assert first.verify["plan"] == ["_C: plan: 12.1a; binary: sm_121a ✔"]
 
     changed = build(spec_from_dict({**spark_spec, "env": {"EDGEVLLM_TEST": "2"}}), tmp_path, engine)
     assert changed.compiled is False, "a runtime-only change must not recompile"

@@ -28,8 +28,9 @@ from edgevllm.mods.patches import apply_source_patches
 from edgevllm.sources.plan import compare_with_binaries, plan_for_target
 from edgevllm.sources.prepare import SourceRequest, prepare_sources
 from edgevllm.verify.api import scan_path
+from support import downloads
 from support.cuda_libs import require_nvcc
-from support.downloads import file_lock, pypi_download, test_cache_dir
+from support.downloads import file_lock, pypi_download
 from support.gitfixtures import git_cache, make_upstream_repo  # noqa: F401
 from support.sdists import pypi_sdist, sdist_tree
 
@@ -42,7 +43,7 @@ UNITS = ["csrc/activation_kernels.cu", "csrc/layernorm_kernels.cu"]
 
 def _unzip_once(wheel: Path, prefix: str, name: str) -> Path:
     """Members of ``wheel`` under ``prefix``, extracted once into the test cache."""
-    root = test_cache_dir("compile-slice")
+    root = downloads.test_cache_dir("compile-slice")
     final = root / name
     with file_lock(root / f".{name}.lock"):
         if not final.is_dir():
