@@ -118,6 +118,11 @@ def test_wheelhouse_is_content_addressed_and_assembles_links_with_hashes(six_pin
     assert (folder / six_pin.filename).stat().st_ino == cached.stat().st_ino
     assert six_pin.sha256 in (folder / "requirements.txt").read_text()
     assert house.missing([six_pin]) == []
+    kept = house.assemble(closure)
+    assert kept == house.set_folder(closure) and kept.parent.name == "sets"
+    stamp = (kept / "requirements.txt").stat().st_mtime_ns
+    assert house.assemble(closure) == kept  # reused untouched: BuildKit sees the same files
+    assert (kept / "requirements.txt").stat().st_mtime_ns == stamp
 
 
 def test_a_changed_cached_wheel_is_refused_and_named(six_pin, tmp_path):

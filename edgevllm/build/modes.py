@@ -15,7 +15,6 @@ prebuilt, in order (everything that can fail in seconds before anything is downl
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 from edgevllm.build.runner import BuildResult, BuildRunner, Workspace, relabel, timestamp, with_options, write_context
@@ -77,7 +76,8 @@ def locked_or_resolved(eff: EffectiveSpec, locked: Lock | None, mod_packages: li
 
 def prepare_wheelhouse(eff: EffectiveSpec, closure: Closure, ws: Workspace,
                        wheelhouse: Wheelhouse | None = None) -> Path:
-    """Download what is missing into the shared cache; the build's folder of links + pins."""
+    """Download what is missing into the shared cache; the build context: the closure's folder
+    of links + pins, kept in the cache (``Wheelhouse.set_folder``; ``ws`` is not written)."""
     wheelhouse = wheelhouse or Wheelhouse()
     wheel = eff.spec.vllm_wheel or ""
     if wheel.endswith(".whl") and not wheel.startswith(("http://", "https://")):
@@ -87,8 +87,7 @@ def prepare_wheelhouse(eff: EffectiveSpec, closure: Closure, ws: Workspace,
     console.step(f"wheels: {len(closure.pins)} in the closure, {len(missing)} to download "
                  f"({size:.2f} GB) into {wheelhouse.root}")
     wheelhouse.fetch(closure.pins)
-    key = hashlib.sha256("".join(p.sha256 for p in closure.pins).encode()).hexdigest()[:16]
-    return wheelhouse.assemble(closure, ws.root / "wheelhouse" / key)
+    return wheelhouse.assemble(closure)
 
 
 def prebuilt_lock(eff: EffectiveSpec, closure: Closure, staged, engine: DockerEngine) -> Lock:

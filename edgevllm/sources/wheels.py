@@ -383,13 +383,26 @@ class Wheelhouse:
                                         f"{pin.sha256}; delete it to download it again; "
                                         "nothing installed")
 
-    def assemble(self, closure: Closure, dest: Path) -> Path:
-        """``dest``: hard links to the closure's wheels + requirements.txt (by hash), atomically."""
+    def set_folder(self, closure: Closure) -> Path:
+        """Where this closure's build context lives: one folder per set of hashes, kept, so that
+        a rebuild passes BuildKit the very same files (metadata included) and hits its cache."""
+        key = hashlib.sha256("".join(p.sha256 for p in closure.pins).encode()).hexdigest()[:16]
+        return self.root / "sets" / key
+
+    def assemble(self, closure: Closure, dest: Path | None = None) -> Path:
+        """``dest`` (default: ``set_folder``): hard links to the closure's wheels plus
+        requirements.txt (by hash), written atomically; an identical folder is reused as is."""
         self.verify(closure.pins)
+        dest = dest or self.set_folder(closure)
+        text = requirements_text(closure)
+        done = dest / REQUIREMENTS_FILE
+        if done.is_file() and done.read_text() == text and all(
+                (dest / p.filename).is_file() for p in closure.pins):
+            return dest
         with atomic_dir(dest) as tmp:
             for pin in closure.pins:
                 _link_or_copy(self.path_for(pin), tmp / pin.filename)
-            atomic_write_text(tmp / REQUIREMENTS_FILE, requirements_text(closure))
+            atomic_write_text(tmp / REQUIREMENTS_FILE, text)
         return dest
 
 

@@ -31,6 +31,8 @@ from edgevllm.kernel.schema import parse_model
 Requirement = Literal["native", "compatible", "ptx-jit", "report"]
 Mode = Literal["every-unit", "coverage", "report"]
 DEFAULT_POLICY = Path(__file__).with_name("policy.yaml")
+# A release's own kernels (prebuilt / precompiled builds): core extensions must run, not be native.
+STOCK_POLICY = Path(__file__).with_name("policy-stock.yaml")
 _PACKAGE_ROOTS = ("site-packages/", "dist-packages/")
 
 
