@@ -143,6 +143,17 @@ class ClosureLock(_Model):
         return next((w for w in self.wheels if w.name == name), None)
 
 
+class KernelsFromLock(_Model):
+    """A precompiled build: the release whose compiled libraries the tree was installed over."""
+
+    release: str                               # "0.33.0"
+    release_tag: str                           # "v0.33.0"
+    release_commit: str                        # the tag's commit; the tree's diff against it is Python-only
+    wheel: str                                 # the release wheel's file name
+    sha256: str                                # its bytes (also pinned in ``closure``)
+    changed: int = 0                           # files the tree changes against the release
+
+
 class Lock(_Model):
     schema_version: int = SCHEMA_VERSION
     tool_version: str = __version__
@@ -164,6 +175,10 @@ class Lock(_Model):
     tags: list[str] = Field(default_factory=list)                        # user tags; not hashed
     mode: Literal["compile", "prebuilt", "precompiled"] = "compile"
     closure: Optional[ClosureLock] = None      # prebuilt/precompiled: every wheel, by sha256
+    # precompiled: the tree's [build-system] requires (pinned like the closure, build stage only)
+    # and the release whose kernels were reused.
+    build_closure: Optional[ClosureLock] = None
+    kernels_from: Optional[KernelsFromLock] = None
 
     @field_validator("build_args")
     @classmethod
@@ -186,6 +201,9 @@ def canonical_json(lock: Lock) -> str:
     data = lock.model_dump(mode="json", exclude=_UNHASHED)
     if data.get("closure") is None and data.get("mode") == "compile":
         del data["closure"], data["mode"]  # compile locks hash as they did before modes
+    for key in ("build_closure", "kernels_from"):  # only precompiled locks have them
+        if data.get(key) is None:
+            data.pop(key, None)
     for key in ("cmake_deps", "kernel_plan"):  # locks of trees without them hash as before
         if not data.get(key):
             data.pop(key, None)
