@@ -1,17 +1,32 @@
 """Binary kernel-arch inspection: which GPU architectures the CUDA libraries in an image carry,
 and whether they run on a target (``inv verify``). See docs/verify.md.
 
-Public API (re-exported from ``api``, ``judge``, ``compat``, ``policy``)."""
+Public API (from ``api``, ``judge``, ``compat``, ``library``, ``policy``, ``report``, ``diff``),
+imported on first use so that ``import edgevllm.verify`` costs nothing.
+"""
 
 from __future__ import annotations
 
-from edgevllm.verify.api import scan_file, scan_image, scan_path, scan_tarball, verify, verify_image
-from edgevllm.verify.compat import CudaArch, parse_arch
-from edgevllm.verify.judge import LibraryVerdict, Verdict, judge
-from edgevllm.verify.library import LibraryReport
-from edgevllm.verify.policy import Policy, load_policy
-from edgevllm.verify.report import print_verdict, write_json
+import importlib
 
-__all__ = ["scan_file", "scan_image", "scan_path", "scan_tarball", "verify", "verify_image",
-           "CudaArch", "parse_arch", "LibraryVerdict", "Verdict", "judge", "LibraryReport",
-           "Policy", "load_policy", "print_verdict", "write_json"]
+# ``judge`` is also a submodule's name: bind the function now, or importing the submodule
+# anywhere would leave the module object under this name.
+from edgevllm.verify.judge import judge  # noqa: E402  (cheap: no pydantic, yaml or rich)
+
+_WHERE = {
+    "scan_file": "api", "scan_image": "api", "scan_path": "api", "scan_tarball": "api",
+    "verify": "api", "verify_image": "api",
+    "CudaArch": "compat", "parse_arch": "compat",
+    "LibraryVerdict": "judge", "Verdict": "judge", "judge": "judge",
+    "LibraryReport": "library",
+    "Policy": "policy", "load_policy": "policy",
+    "print_verdict": "report", "write_json": "report",
+    "diff_sources": "diff", "print_diff": "diff",
+}
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str):
+    if name not in _WHERE:
+        raise AttributeError(f"module 'edgevllm.verify' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"edgevllm.verify.{_WHERE[name]}"), name)

@@ -18,7 +18,6 @@ from typing import Callable
 from edgevllm.kernel.errors import ArchGateFailed, ConfigError, CorruptBinaryError, NotElfError
 from edgevllm.verify.judge import Verdict, judge
 from edgevllm.verify.library import LibraryReport, group_cubins, inspect_buffer
-from edgevllm.verify.policy import load_policy
 from edgevllm.verify.sources import (inspect_file, scan_directory, scan_image_stream,
                                      scan_tar_stream, scan_wheel)
 
@@ -119,6 +118,7 @@ def verify(target: str, *, image: str | None = None, tarball: Path | str | None 
     Returns the verdict whether or not it passed; writes ``json_out`` atomically when given.
     """
     from edgevllm.model.targets import resolve_cuda_target
+    from edgevllm.verify.policy import load_policy
     from edgevllm.verify.report import check_json_target, write_json
 
     if json_out:
@@ -131,7 +131,7 @@ def verify(target: str, *, image: str | None = None, tarball: Path | str | None 
     notes = getattr(inspect, "notes", None)
     checked = bool(cuobjdump and inspect.ran_on_all(reports))
     verdict = judge(group_cubins(reports), arch, rules, source=label, target=name, notes=notes,
-                    cuobjdump_checked=checked)
+                    cuobjdump_checked=checked, every_name=bool(json_out))
     verdict.scanned = len(reports)  # files read, before cubins were folded into groups
     note = nothing_found_note(reports, label.split(" ", 1)[1]) if rules.expects_libraries else None
     if note and not verdict.failures:

@@ -8,13 +8,17 @@ policy rule's mode decides pass/fail (see policy.py). ``level`` is what the runn
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from edgevllm.model.cuda import LEVELS, CudaArch, meets, worst
 from edgevllm.verify.compat import unit_levels
 from edgevllm.verify.library import LibraryReport, short_path
-from edgevllm.verify.policy import Policy, Rule
+
+if TYPE_CHECKING:  # policy.py pulls in pydantic and yaml: not needed to judge
+    from edgevllm.verify.policy import Policy, Rule
 
 NO_GPU_CODE = "gated but carries no GPU code"
 
@@ -144,6 +148,7 @@ class Verdict:
                 "libraries": [lib.to_json() for lib in self.libraries]}
 
 
+@functools.lru_cache(maxsize=512)
 def _arch_order(arch: str) -> tuple[int, str]:
     return int("".join(c for c in arch if c.isdigit()) or 0), arch
 
@@ -198,7 +203,7 @@ def judge_library(report: LibraryReport, cuda_arch: CudaArch, policy: Policy,
 
 def judge(reports: list[LibraryReport], cuda_arch: CudaArch, policy: Policy, source: str = "",
           target: str = "", notes: dict[str, str] | None = None,
-          cuobjdump_checked: bool | None = None) -> Verdict:
+          cuobjdump_checked: bool | None = None, every_name: bool = True) -> Verdict:
     """Gated libraries must meet their rule; the rest are listed when they carry device code,
     are corrupt, or disagree with cuobjdump (``notes``: path → disagreement)."""
     checked = notes is not None if cuobjdump_checked is None else cuobjdump_checked
@@ -208,13 +213,16 @@ def judge(reports: list[LibraryReport], cuda_arch: CudaArch, policy: Policy, sou
         verdict = judge_library(report, cuda_arch, policy, notes.get(report.path, ""))
         if verdict.gated or report.has_device_code or report.corrupt or verdict.note:
             listed.append(verdict)
-    _demangle(listed)
+    _demangle(listed, every_name)
     return Verdict(target or str(cuda_arch), cuda_arch, source, listed, len(reports),
                    cuobjdump_checked=checked)
 
 
-def _demangle(libraries: list[LibraryVerdict]) -> None:
-    names = [k for lib in libraries for unit in lib.coverage.short for k in unit.kernels]
+def _demangle(libraries: list[LibraryVerdict], every_name: bool) -> None:
+    """Readable kernel names: all of them for JSON, else only each unit's first (what a table
+    cell can show) since c++filt takes a while on long CUTLASS templates."""
+    names = [k for lib in libraries for unit in lib.coverage.short
+             for k in (unit.kernels if every_name else unit.kernels[:1])]
     if not names:
         return
     from edgevllm.verify.demangle import demangle

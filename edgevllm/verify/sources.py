@@ -40,8 +40,10 @@ def scan_directory(root: Path, inspect: Inspect = inspect_buffer) -> list[Librar
     for folder, dirs, names in os.walk(root):
         dirs.sort()
         for name in sorted(names):
+            if not is_library_name(name):  # most files of a tree: no Path object, no stat
+                continue
             full = Path(folder, name)
-            if is_library_name(name) and not full.is_symlink() and full.is_file():
+            if not full.is_symlink() and full.is_file():
                 files.append(full)
     labels = [str(full.relative_to(root)) for full in files]
     inspect_all = functools.partial(_inspect_or_unreadable, inspect=inspect)
