@@ -20,10 +20,21 @@ import pytest
 
 from edgevllm.kernel.errors import ConfigError, SpecError
 from edgevllm.sources import wheels
-from edgevllm.sources.wheels import (Closure, ClosureError, IndexUnreachable, WheelHashMismatch,
-                                     WheelInputError, WheelPin, Wheelhouse, check_wheel_fits,
-                                     python_platform, python_version_of, requirements_text,
-                                     resolve_closure, vllm_requirement)
+from edgevllm.sources.wheels import (
+    Closure,
+    ClosureError,
+    IndexUnreachable,
+    WheelHashMismatch,
+    Wheelhouse,
+    WheelInputError,
+    WheelPin,
+    check_wheel_fits,
+    python_platform,
+    python_version_of,
+    requirements_text,
+    resolve_closure,
+    vllm_requirement,
+)
 
 ARM = "aarch64-manylinux_2_34"
 X86 = "x86_64-manylinux_2_34"

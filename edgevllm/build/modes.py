@@ -17,15 +17,38 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from edgevllm.build.runner import BuildResult, BuildRunner, Workspace, relabel, timestamp, with_options, write_context
+from edgevllm.build.runner import (
+    BuildResult,
+    BuildRunner,
+    Workspace,
+    relabel,
+    timestamp,
+    with_options,
+    write_context,
+)
 from edgevllm.engine.docker import BuildOptions, DockerEngine
 from edgevllm.kernel import console, labels
 from edgevllm.kernel.errors import SpecError
-from edgevllm.model.lock import ClosureLock, Lock, ModLock, image_tag, label_value, now_utc, write_lock
+from edgevllm.model.lock import (
+    ClosureLock,
+    Lock,
+    ModLock,
+    image_tag,
+    label_value,
+    now_utc,
+    write_lock,
+)
 from edgevllm.model.spec import EffectiveSpec, prebuilt_wheel
-from edgevllm.sources.wheels import (Closure, Wheelhouse, local_pin, python_platform,
-                                     python_version_of, resolve_closure, uv_version,
-                                     vllm_requirement)
+from edgevllm.sources.wheels import (
+    Closure,
+    Wheelhouse,
+    local_pin,
+    python_platform,
+    python_version_of,
+    resolve_closure,
+    uv_version,
+    vllm_requirement,
+)
 
 NEVER = "sys_platform == 'edgevllm-never'"   # an override with a false marker removes a package
 
@@ -165,7 +188,7 @@ def finish(eff, ws, engine, runner, options, lock, lock_file, final_tags, folder
 
 def mode_labels(lock: Lock) -> dict[str, str]:
     wheel = lock.closure.wheel("vllm") if lock.closure else None
-    found = {labels.MODE: lock.mode}
+    found: dict[str, str] = {labels.MODE: lock.mode}
     if wheel:
         found[labels.VLLM_WHEEL_SHA] = wheel.sha256
         found["org.opencontainers.image.version"] = wheel.version

@@ -126,7 +126,7 @@ class EffectiveSpec(Strict):
     mode_reason: str = ""
 
 
-def choose_mode(spec: BuildSpec) -> tuple[str, str]:
+def choose_mode(spec: BuildSpec) -> tuple[BuildMode, str]:
     """The build mode and why (preflight prints both)."""
     if spec.mode == "compile" and spec.vllm_wheel:
         raise SpecError("field 'vllm_wheel' installs a released wheel: it needs mode prebuilt "

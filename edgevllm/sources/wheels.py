@@ -119,7 +119,8 @@ def python_version_of(interpreter: str) -> str | None:
 
 
 def supported_tags(platform: str, python_version: str) -> list[Tag]:
-    """Wheel tags the target installs, best first (manylinux_2_<glibc> down to 2_5, legacy aliases)."""
+    """Wheel tags the target installs, best first (manylinux_2_<glibc> down to 2_5, then the
+    legacy aliases)."""
     arch, _, glibc = platform.partition("-manylinux_")
     top = int(glibc.split("_")[1]) if glibc else 17
     plats = [f"manylinux_2_{minor}_{arch}" for minor in range(top, 4, -1)]
@@ -182,7 +183,7 @@ def uv_version() -> str:
 
 
 def check_index(url: str, timeout: float = 15) -> None:
-    """Raises ``IndexUnreachable`` (one line, with the offline path) when ``url`` does not answer."""
+    """``IndexUnreachable`` (one line, with the offline path) when ``url`` does not answer."""
     import requests
 
     try:

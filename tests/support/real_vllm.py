@@ -32,8 +32,8 @@ def _debootstrap(arch: str, tarball: Path) -> None:
     with tempfile.TemporaryDirectory(dir=cache_root(), prefix="rootfs-") as tmp:
         rootfs = Path(tmp) / "rootfs"
         subprocess.run(
-            ["debootstrap", f"--arch={arch}", "--variant=minbase", f"--include={','.join(PACKAGES)}",
-             SUITE, str(rootfs), MIRROR],
+            ["debootstrap", f"--arch={arch}", "--variant=minbase",
+             f"--include={','.join(PACKAGES)}", SUITE, str(rootfs), MIRROR],
             check=True, stdout=subprocess.DEVNULL)
         for junk in ("var/cache/apt/archives", "var/lib/apt/lists"):
             shutil.rmtree(rootfs / junk, ignore_errors=True)
