@@ -71,6 +71,7 @@ def test_kernel_pr_stays_compile_and_precompiled_asked_for_fails(upstream, tmp_p
     eff = eff_for(upstream, vllm={"repo": upstream.url, "pr": 2})
     new, check = decide(eff, prepared_for(eff, tmp_path / "a"))
     assert new.mode == "compile" and check.blocking == ["csrc/kernels.cu"]
+    assert new.mode_reason == "compiled sources changed since v0.1.0: csrc/kernels.cu"
     forced = eff_for(upstream, vllm={"repo": upstream.url, "pr": 2}, mode="precompiled")
     with pytest.raises(SpecError, match="compiled sources changed since v0.1.0: csrc/kernels.cu"):
         decide(forced, prepared_for(forced, tmp_path / "b"))

@@ -278,6 +278,7 @@ def run(eff: EffectiveSpec, ws: Workspace, engine: DockerEngine,
     eff, prepared, result = precompiled_or_sources(eff, ws, engine, locked)
     if result is not None:
         return result
+    console.step(f"mode: {eff.mode} ({eff.mode_reason})")
     prepared, staged, lock, build_args, key, dockerfile = prepare(eff, ws, engine, locked,
                                                                   prepared)
     tag = image_tag(lock)

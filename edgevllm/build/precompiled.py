@@ -63,8 +63,7 @@ def decide(eff: EffectiveSpec, prepared: dict[str, PreparedSource]
     if choice.mode != "precompiled":
         if eff.spec.mode == "precompiled":
             raise SpecError(f"mode precompiled: {check.reason()}; build it with --mode compile")
-        console.info(f"  mode: {choice.message}")
-        return eff, check
+        return eff.model_copy(update={"mode_reason": choice.message}), check
     console.step(choice.message)
     spec = eff.spec.model_copy(update={"mode": "precompiled",
                                        "vllm_wheel": eff.spec.vllm_wheel or check.release})

@@ -109,7 +109,7 @@ def python_only_change(repo: str, base_sha: str, commit: str,
 
 @dataclass(frozen=True)
 class ModeChoice:
-    """The build mode for a source tree and the line that tells the user why."""
+    """The build mode for a source tree and why (precompiled: the line preflight prints)."""
 
     mode: str                        # "compile" | "precompiled"
     message: str
@@ -121,9 +121,9 @@ def mode_for_tree(check: PythonOnlyCheck, *, force_compile: bool, has_change_req
     """``precompiled`` when a requested change (PR, picks, ref past a release) is Python-only
     and ``--compile`` was not given; ``compile`` otherwise, saying why."""
     if force_compile:
-        return ModeChoice("compile", "compile: --compile given", check)
+        return ModeChoice("compile", "--compile given", check)
     if has_change_request and check.applies:
         return ModeChoice("precompiled",
                           f"Python-only change: reusing the compiled kernels of vllm "
                           f"{check.release}; --compile to compile", check)
-    return ModeChoice("compile", f"compile: {check.reason()}", check)
+    return ModeChoice("compile", check.reason(), check)
