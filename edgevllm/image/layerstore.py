@@ -101,10 +101,14 @@ class LocalLayerStore:
 
 
 def _file_blocks(diff: Path, entry: dict) -> Iterator[bytes]:
-    name = base64.b64decode(entry["name_raw"]) if entry.get("name_raw") else entry["name"]
+    name = os.fsdecode(base64.b64decode(entry["name_raw"]) if entry.get("name_raw")
+                       else entry["name"])
+    if name.startswith("/") or ".." in name.split("/"):
+        raise StoreUnusable(f"layer entry '{name}' points outside its layer")
     left = int(entry["size"])
     try:
-        with open(diff / os.fsdecode(name), "rb") as handle:
+        # O_NOFOLLOW: a layer's regular file is never a symlink in its diff folder.
+        with os.fdopen(os.open(diff / name, os.O_RDONLY | os.O_NOFOLLOW), "rb") as handle:
             while left:
                 block = handle.read(min(left, READ_CHUNK))
                 if not block:
@@ -112,6 +116,6 @@ def _file_blocks(diff: Path, entry: dict) -> Iterator[bytes]:
                 left -= len(block)
                 yield block
     except OSError as exc:
-        raise StoreUnusable(f"{diff / os.fsdecode(name)}: {exc.strerror}") from None
+        raise StoreUnusable(f"{diff / name}: {exc.strerror}") from None
     if left:
-        raise StoreUnusable(f"{diff / os.fsdecode(name)} is shorter than its tar header says")
+        raise StoreUnusable(f"{diff / name} is shorter than its tar header says")
