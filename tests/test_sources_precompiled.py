@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from edgevllm.sources.precompiled import mode_for_tree, compiled_paths, python_only_change
+from edgevllm.sources.precompiled import compiled_paths, mode_for_tree, python_only_change
 from edgevllm.sources.prepare import SourceRequest, prepare_sources
 from support.gitfixtures import add_pr, commit_to_branch, make_upstream_repo
 

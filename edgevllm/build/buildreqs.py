@@ -70,7 +70,8 @@ class BuildLayout:
 def unread_layout() -> BuildLayout:
     """Placeholders for a render without a prepared tree (the build reads the real one)."""
     return BuildLayout(requirements_file="<build requirements of the prepared tree>",
-                       pyproject_requires=(), use_existing_torch="<use_existing_torch.py of the tree>",
+                       pyproject_requires=(),
+                       use_existing_torch="<use_existing_torch.py of the tree>",
                        use_existing_torch_args=(), setuptools="", divides_jobs=True)
 
 

@@ -191,5 +191,6 @@ def mode_labels(lock: Lock) -> dict[str, str]:
     found: dict[str, str] = {labels.MODE: lock.mode}
     if wheel:
         found[labels.VLLM_WHEEL_SHA] = wheel.sha256
+    if wheel and lock.vllm is None:  # precompiled: the tree's version (static labels) stays
         found["org.opencontainers.image.version"] = wheel.version
     return found

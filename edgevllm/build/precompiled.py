@@ -31,12 +31,27 @@ import json
 from packaging.version import InvalidVersion, Version
 
 from edgevllm.build.buildreqs import BuildLayout
-from edgevllm.build.runner import (BuildResult, BuildRunner, Workspace, compile_key,
-                                   export_wheels, timestamp, with_options, write_context)
+from edgevllm.build.runner import (
+    BuildResult,
+    BuildRunner,
+    Workspace,
+    compile_key,
+    export_wheels,
+    timestamp,
+    with_options,
+    write_context,
+)
 from edgevllm.engine.docker import BuildOptions, DockerEngine
 from edgevllm.kernel import console
 from edgevllm.kernel.errors import SpecError
-from edgevllm.model.lock import ClosureLock, KernelsFromLock, Lock, image_tag, label_value, write_lock
+from edgevllm.model.lock import (
+    ClosureLock,
+    KernelsFromLock,
+    Lock,
+    image_tag,
+    label_value,
+    write_lock,
+)
 from edgevllm.model.spec import EffectiveSpec, resolve
 from edgevllm.sources.precompiled import PythonOnlyCheck, mode_for_tree, python_only_change
 from edgevllm.sources.prepare import PreparedSource

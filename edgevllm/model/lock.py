@@ -148,7 +148,7 @@ class KernelsFromLock(_Model):
 
     release: str                               # "0.33.0"
     release_tag: str                           # "v0.33.0"
-    release_commit: str                        # the tag's commit; the tree's diff against it is Python-only
+    release_commit: str                        # the tag's commit (the diff is against it)
     wheel: str                                 # the release wheel's file name
     sha256: str                                # its bytes (also pinned in ``closure``)
     changed: int = 0                           # files the tree changes against the release

@@ -170,4 +170,16 @@ def test_kernel_libraries_are_byte_identical_to_the_release_wheel(precompiled_bu
         "files = [*(site / 'vllm').rglob('*.so'), site / 'vllm' / 'vllm-rs']\n"
         "print(json.dumps({str(p.relative_to(site)): hashlib.sha256(p.read_bytes()).hexdigest()"
         " for p in files if p.exists()}))")))
-    assert found == expected   # every compiled library (and vllm-rs) is the release's, byte for byte
+    assert found == expected   # every compiled library and vllm-rs: the release's, byte for byte
+
+
+def test_labels_say_precompiled_and_name_the_release_wheel(precompiled_build, engine):
+    from edgevllm.kernel import labels
+    from edgevllm.model.lock import read_lock
+
+    result, _, _ = precompiled_build
+    lock = read_lock(result["lock"])
+    found = engine.image_labels(result["image"])
+    assert found[labels.MODE] == "precompiled"
+    assert found[labels.VLLM_WHEEL_SHA] == lock.kernels_from.sha256
+    assert found["org.opencontainers.image.version"] == lock.vllm.version  # the tree's
