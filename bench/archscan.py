@@ -60,7 +60,8 @@ def cuobjdump_loop(binary: Path, folder: Path, reports) -> tuple[float, int, dic
     for report in reports:
         relocatable = any(e.section == "__nv_relfatbin" for e in report.entries)
         for flag in ("--list-elf", "--list-ptx"):
-            argv = [str(binary), flag] + (["-all"] if relocatable else []) + [str(folder / report.path)]
+            extra = ["-all"] if relocatable else []
+            argv = [str(binary), flag, *extra, str(folder / report.path)]
             seconds, _, rss = run_measured(argv)
             total, peak = total + seconds, max(peak, rss)
         listings[report.path] = run_cuobjdump(binary, folder / report.path, relocatable)
@@ -84,8 +85,10 @@ def main() -> int:
     size = sum(r.size for r in reports)
     print(f"{folder}: {len(reports)} libraries with device code, {size / 1e6:.0f} MB")
 
-    t_cmd, rc, rss_cmd = best_of(args.repeat, lambda: run_measured(inv_command(args.target, folder)))
-    t_tool, rss_tool, listings = best_of(args.repeat, lambda: cuobjdump_loop(binary, folder, reports))
+    command = inv_command(args.target, folder)
+    t_cmd, rc, rss_cmd = best_of(args.repeat, lambda: run_measured(command))
+    t_tool, rss_tool, listings = best_of(args.repeat,
+                                         lambda: cuobjdump_loop(binary, folder, reports))
     t_proc = min(_timed(lambda: verify(args.target, path=folder)) for _ in range(args.repeat))
     mismatches = [r.path for r in reports
                   if disagreement(expected_listing(r.entries), listings[r.path]) is not None]

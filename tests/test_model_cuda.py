@@ -24,7 +24,8 @@ PINNED = {
         "compute_121a": "ptx-jit", "compute_120f": "ptx-jit", "compute_121f": "ptx-jit",
     },
 }
-ALL_CODES = [f"{prefix}_{sm}{v}" for prefix in ("sm", "compute") for sm in SMS for v in ("", "a", "f")]
+ALL_CODES = [f"{prefix}_{sm}{v}" for prefix in ("sm", "compute") for sm in SMS
+             for v in ("", "a", "f")]
 
 
 def test_every_target_is_pinned():

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 
+from edgevllm.kernel.errors import ConfigError, PolicyError, UnknownTargetError
+from edgevllm.model.targets import resolve_cuda_target as resolve_target
 from edgevllm.verify import judge, load_policy, parse_arch, scan_file
 from edgevllm.verify.compat import library_level
 from edgevllm.verify.library import LibraryReport
-from edgevllm.model.targets import resolve_cuda_target as resolve_target
-from edgevllm.kernel.errors import ConfigError, PolicyError, UnknownTargetError
 from support.cuda_libs import aarch64_cuda_lib, nvcc_libs
 
 THOR, SPARK = parse_arch("11.0a"), parse_arch("12.1a")

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
+from edgevllm.kernel.errors import CorruptBinaryError, NotElfError
 from edgevllm.verify import scan_file, scan_path
 from edgevllm.verify.cuobjdump import disagreement, expected_listing, run_cuobjdump
 from edgevllm.verify.elf import fatbin_sections
-from edgevllm.kernel.errors import CorruptBinaryError, NotElfError
 from support.cuda_libs import VARIANTS, aarch64_cuda_lib, cuobjdump_binary, nvcc_libs
 
 ALL_LIBS = [*VARIANTS, "mixed_tu", "aarch64-nvjpeg"]

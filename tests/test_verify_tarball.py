@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from edgevllm.verify import scan_image, scan_tarball, verify, verify_image
 from edgevllm.engine.docker import BuildOptions, DockerEngine
 from edgevllm.kernel.errors import ArchGateFailed, ImageNotFoundError, IntegrityError
+from edgevllm.verify import scan_image, scan_tarball, verify, verify_image
 from support.cuda_libs import aarch64_cuda_lib, cuobjdump_binary, nvcc_libs
 
 SITE = "opt/venv/lib/python3.12/site-packages"

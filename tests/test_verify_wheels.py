@@ -23,8 +23,16 @@ from edgevllm.verify.diff import compare
 from edgevllm.verify.elf import cubin_sm
 from edgevllm.verify.library import inspect_buffer
 from edgevllm.verify.report import level_cell
-from support.cuda_libs import (BITSANDBYTES, FLASHINFER_CUBIN, TORCH_214, VLLM_023, VLLM_033,
-                               cuobjdump_binary, real_wheel, wheel_verdict)
+from support.cuda_libs import (
+    BITSANDBYTES,
+    FLASHINFER_CUBIN,
+    TORCH_214,
+    VLLM_023,
+    VLLM_033,
+    cuobjdump_binary,
+    real_wheel,
+    wheel_verdict,
+)
 from support.downloads import file_lock
 from support.downloads import test_cache_dir as cache_dir
 
@@ -59,7 +67,8 @@ def test_vllm_033_on_spark_says_why_each_library_falls_short():
     libs = _by_path(verdict)
     core = libs["vllm/_C_stable_libtorch.abi3.so"]
     cell = level_cell(core)
-    assert cell.startswith("compatible (85/109; 24 sm_90a/") and "cutlass_3x_gemm_sm90" in cell, cell
+    assert cell.startswith("compatible (85/109; 24 sm_90a/"), cell
+    assert "cutlass_3x_gemm_sm90" in cell, cell
     assert core.coverage.empty == 2  # 111 containers; 2 hold no kernel at all
     assert not core.passed and core.reason == "109/109 units below native"
     sm90 = [unit for unit in core.coverage.short if unit.arches == ["sm_90a"]]

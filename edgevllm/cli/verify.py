@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from edgevllm.kernel.errors import ArchGateFailed, ConfigError
 from edgevllm.cli._common import cli_task
+from edgevllm.kernel.errors import ArchGateFailed, ConfigError
 
 
 @cli_task(help={

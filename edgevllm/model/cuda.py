@@ -54,7 +54,7 @@ class ArchParseError(ValueError):
 
 @dataclass(frozen=True, order=True)
 class CudaArch:
-    """A device's compute capability, e.g. ``CudaArch(12, 1)`` for GB10, ``CudaArch(11, 0)`` Thor."""
+    """A device's compute capability: ``CudaArch(12, 1)`` for GB10, ``CudaArch(11, 0)`` Thor."""
 
     major: int
     minor: int

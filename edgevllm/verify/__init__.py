@@ -11,7 +11,7 @@ import importlib
 
 # ``judge`` is also a submodule's name: bind the function now, or importing the submodule
 # anywhere would leave the module object under this name.
-from edgevllm.verify.judge import judge  # noqa: E402  (cheap: no pydantic, yaml or rich)
+from edgevllm.verify.judge import judge  # noqa: E402, F401  (cheap: no pydantic, yaml or rich)
 
 _WHERE = {
     "scan_file": "api", "scan_image": "api", "scan_path": "api", "scan_tarball": "api",

@@ -2,7 +2,7 @@
 
     reports = scan_path(dir_or_whl) / scan_tarball(file) / scan_image(engine, ref)
     verdict = judge(reports, parse_arch("12.1a"), load_policy())
-    verdict = verify("spark", image="vllm-spark:dev", engine=engine)   # never raises on a failed gate
+    verdict = verify("spark", image="vllm-spark:dev", engine=engine)  # never raises on FAIL
     verify_image(engine, "vllm-thor:dev", "thor", json_out="arch.json")  # raises ArchGateFailed
 
 ``verify`` fails a scan that found no CUDA code while the policy gates some ("is this the right
@@ -18,8 +18,13 @@ from typing import Callable
 from edgevllm.kernel.errors import ArchGateFailed, ConfigError, CorruptBinaryError, NotElfError
 from edgevllm.verify.judge import Verdict, judge
 from edgevllm.verify.library import LibraryReport, group_cubins, inspect_buffer
-from edgevllm.verify.sources import (inspect_file, scan_directory, scan_image_stream,
-                                     scan_tar_stream, scan_wheel)
+from edgevllm.verify.sources import (
+    inspect_file,
+    scan_directory,
+    scan_image_stream,
+    scan_tar_stream,
+    scan_wheel,
+)
 
 Inspect = Callable[[str, object], LibraryReport]
 

@@ -23,7 +23,7 @@ def demangle(names: list[str]) -> dict[str, str]:
                                   text=True, timeout=60)
             lines = proc.stdout.splitlines()
             if proc.returncode == 0 and len(lines) == len(unique):
-                return dict(zip(unique, lines))
+                return dict(zip(unique, lines, strict=True))
         except (OSError, subprocess.SubprocessError):
             pass
     return {name: _cxxfilt(name) for name in unique}

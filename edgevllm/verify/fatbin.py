@@ -61,7 +61,8 @@ def _compression(flags: int) -> str:
     return "zstd" if flags & FLAG_ZSTD else "lz4" if flags & FLAG_LZ4 else "none"
 
 
-def _entry(data, offset: int, end: int, container: int, where: tuple[str, int]) -> tuple[FatbinEntry, int]:
+def _entry(data, offset: int, end: int, container: int,
+           where: tuple[str, int]) -> tuple[FatbinEntry, int]:
     if offset + _ENTRY_MIN > end:
         raise CorruptBinaryError(f"truncated fatbin entry header at +{offset:#x}")
     kind, _, header_size, payload_size, compressed_size = _ENTRY.unpack_from(data, offset)
@@ -89,7 +90,8 @@ def _check_cubin(entry: FatbinEntry, payload, offset: int) -> None:
                                  "decompress to a cubin")
     sm = cubin_sm(head)
     if sm is not None and sm != entry.sm & 0xFF:
-        raise CorruptBinaryError(f"fatbin entry at +{offset:#x} says sm_{entry.sm}, its cubin sm_{sm}")
+        raise CorruptBinaryError(f"fatbin entry at +{offset:#x} says sm_{entry.sm}, "
+                                 f"its cubin sm_{sm}")
 
 
 def parse_section(data, first_container: int = 0, where: tuple[str, int] = (".nv_fatbin", 0)

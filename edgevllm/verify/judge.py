@@ -68,7 +68,8 @@ class Coverage:
         return self.short
 
     def reaching(self, required: str) -> int:
-        return sum(n for level, n in self.counts.items() if level != "none" and meets(level, required))
+        return sum(n for level, n in self.counts.items()
+                   if level != "none" and meets(level, required))
 
     def to_json(self) -> dict:
         return {"total": self.total, **{level: self.counts.get(level, 0) for level in LEVELS},
@@ -127,8 +128,8 @@ class Verdict:
         if self.notes:
             head += "; " + "; ".join(self.notes)
         if self.failures:
-            worst_ = ", ".join(f"{short_path(l.report.path)} ({l.note or l.reason or l.level})"
-                               for l in self.failures[:3])
+            worst_ = ", ".join(f"{short_path(f.report.path)} ({f.note or f.reason or f.level})"
+                               for f in self.failures[:3])
             more = f" and {len(self.failures) - 3} more" if len(self.failures) > 3 else ""
             head += f"; failing: {worst_}{more}"
         return head

@@ -5,8 +5,9 @@ Two kinds are scanned: host ELF files (shared objects, relocatable objects) whos
 with ``e_machine`` EM_CUDA: flashinfer-cubin, JIT caches), which are one unit of SASS each.
 
 With a target (``inspect_buffer(path, buf, target)``), the kernel names of every unit with no
-SASS that runs on that target (PTX-JIT only, or nothing) are read while the file is at hand (the unit's smallest entry is
-decompressed), so a report can name what is missing without reading the file again.
+SASS that runs on that target (PTX-JIT only, or nothing) are read while the file is at hand
+(the unit's smallest entry is decompressed), so a report can name what is missing without
+reading the file again.
 """
 
 from __future__ import annotations

@@ -106,7 +106,7 @@ def build_table(verdict: Verdict) -> Table:
                   title_justify="left", show_lines=False)
     for column in ("library", "rule", "SASS", "PTX", "level", "needs", "result"):
         table.add_column(column, overflow="fold")
-    for lib in sorted(verdict.libraries, key=lambda l: (l.passed, not l.gated, l.report.path)):
+    for lib in sorted(verdict.libraries, key=lambda v: (v.passed, not v.gated, v.report.path)):
         table.add_row(short_path(lib.report.path), lib.rule, _arches(lib.report.arches("sass")),
                       _arches(lib.report.arches("ptx")), _level(lib),
                       needs_cell(lib), _result(lib))
@@ -133,12 +133,14 @@ def check_json_target(path: Path | str) -> Path:
     not below a file, not in a read-only place."""
     path = Path(path)
     if path.is_dir():
-        raise ConfigError(f"--json {path}: is a folder; give a file name such as {path}/verify.json")
+        raise ConfigError(f"--json {path}: is a folder; give a file name such as "
+                          f"{path}/verify.json")
     ancestor = path.absolute().parent
     while not ancestor.exists() and ancestor != ancestor.parent:
         ancestor = ancestor.parent
     if not ancestor.is_dir():
-        raise ConfigError(f"--json {path}: {ancestor} is a file, not a folder; choose another place")
+        raise ConfigError(f"--json {path}: {ancestor} is a file, not a folder; choose another "
+                          "place")
     if not os.access(ancestor, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
         raise ConfigError(f"--json {path}: not writable; choose another place")
     return path

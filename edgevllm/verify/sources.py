@@ -1,4 +1,4 @@
-"""Where libraries come from: a folder, a wheel, a (compressed, possibly split) tarball, or an image.
+"""Where libraries come from: a folder, a wheel, a (compressed, split) tarball, or an image.
 
 Folders are walked and each candidate (``.so``/``.so.N``/``.o``/``.cubin``) is mmapped, several
 files at once (zstd and page faults release the GIL). A ``.whl`` is read as the zip it is: each

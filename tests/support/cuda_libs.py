@@ -196,7 +196,8 @@ def real_wheel(spec: str) -> Path:
     except DownloadFailed as exc:
         raise AssertionError(
             f"{exc}; these tests read the real aarch64 wheel from PyPI: allow access to "
-            f"pypi.org or pre-fill $EDGEVLLM_TEST_CACHE (pip download --no-deps --only-binary=:all: "
+            "pypi.org or pre-fill $EDGEVLLM_TEST_CACHE (pip download --no-deps "
+            "--only-binary=:all: "
             f"--platform manylinux_2_28_aarch64 --python-version 3.12 {spec})") from None
 
 
