@@ -27,8 +27,8 @@ def _zstd():
 def _zstd_bytes(data, limit: int) -> bytes:
     import zstandard
 
-    try:
-        with _zstd().stream_reader(bytes(data), read_across_frames=False) as reader:
+    try:  # the reader takes the (mmap-backed) buffer as it is: no copy of the payload
+        with _zstd().stream_reader(data, read_across_frames=False) as reader:
             return reader.read(limit)
     except zstandard.ZstdError as exc:
         raise CorruptBinaryError(f"ZSTD payload does not decompress ({exc})") from None
@@ -78,10 +78,11 @@ def _copy_match(out: bytearray, distance: int, length: int) -> None:
         length -= len(chunk)
 
 
-def payload_bytes(data, compression: str, limit: int) -> bytes:
-    """The first ``limit`` bytes of an entry's payload, decompressed as needed."""
+def payload_bytes(data, compression: str, limit: int):
+    """The first ``limit`` bytes of an entry's payload, decompressed as needed (an uncompressed
+    payload comes back as a view of ``data``, not a copy)."""
     if compression == "zstd":
         return _zstd_bytes(data, limit)
     if compression == "lz4":
         return lz4_block(data, limit)
-    return bytes(data[:limit])
+    return memoryview(data)[:limit]

@@ -123,6 +123,11 @@ def text_symbols(cubin) -> list[str]:
     if not headers:
         return []
     shstrndx = headers.pop()
-    strtab = _contents(cubin, headers[shstrndx])
-    names = (_name(strtab, header[0], 4096) for header in headers)
-    return [name[len(".text."):] for name in names if name.startswith(".text.")]
+    table = bytes(_contents(cubin, headers[shstrndx]))  # one copy; names are sliced out of it
+    kernels = []
+    for header in headers:
+        start = header[0]
+        if table.startswith(b".text.", start):
+            end = table.find(b"\0", start)
+            kernels.append(table[start + 6:end if end >= 0 else len(table)].decode("latin-1"))
+    return kernels
