@@ -87,7 +87,8 @@ class BuildRunner:
 
     def run(self, options: BuildOptions, what: str) -> BuildFollower:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "a") as log, _status(what) as update:
+        # Line-buffered: the log can be followed (tail -f) while the build runs.
+        with open(self.log_path, "a", buffering=1) as log, _status(what) as update:
             log.write(f"\n### {what}: docker {' '.join(options.argv())}\n")
             follower = BuildFollower(log_file=log)
             follower.on_stage = lambda v: update(f"{what}: [{v.stage}] {v.what[:90]}", follower)
