@@ -7,6 +7,7 @@ everything that is missing at once.
 
 from __future__ import annotations
 
+import functools
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,9 +34,10 @@ def _check(name: str, probe: Callable[[], str], warn_only: bool = False) -> Find
 
 
 def _git() -> str:
-    if shutil.which("git") is None:
+    found = shutil.which("git")
+    if found is None:
         raise MissingToolError("git not found: install git (sources are resolved on the host)")
-    return shutil.which("git")
+    return found
 
 
 def _compose(engine: DockerEngine) -> str:
@@ -76,6 +78,6 @@ def run_checks(target: Target, out: Path, engine: DockerEngine) -> list[Finding]
     if findings[0].status == "ok":
         findings.append(_check("docker compose", lambda: _compose(engine), warn_only=True))
         for ref in dict.fromkeys([target.images.build, target.images.runtime]):
-            findings.append(_check("base image", lambda r=ref: _base_image(engine, r),
+            findings.append(_check("base image", functools.partial(_base_image, engine, ref),
                                    warn_only=True))
     return findings

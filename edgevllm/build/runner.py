@@ -107,7 +107,7 @@ def _status(what: str):
         with console.err_console().status(what) as status:
             yield lambda text, f: status.update(f"{text}  ({format_elapsed(f.elapsed())})")
     else:
-        last = {"stage": None}
+        last: dict[str, str | None] = {"stage": None}
 
         def update(text: str, follower: BuildFollower) -> None:
             stage = follower.current.stage if follower.current else None

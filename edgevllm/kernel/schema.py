@@ -13,7 +13,7 @@ from typing import Any, Iterable, Literal, TypeVar, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from edgevllm.kernel.errors import ConfigError
+from edgevllm.kernel.errors import ConfigError, EdgeVllmError
 
 Model = TypeVar("Model", bound=BaseModel)
 
@@ -98,7 +98,7 @@ def _known_list(known: dict[str, Any]) -> str:
     return f" (known: {', '.join(sorted(known))})" if 0 < len(known) <= 12 else ""
 
 
-def read_yaml(path: Path, error: type[ConfigError] = ConfigError) -> object:
+def read_yaml(path: Path, error: type[EdgeVllmError] = ConfigError) -> object:
     try:
         text = Path(path).read_text()
     except OSError as exc:
@@ -113,7 +113,7 @@ def read_yaml(path: Path, error: type[ConfigError] = ConfigError) -> object:
 
 
 def parse_model(model: type[Model], data: object, source: str,
-                error: type[ConfigError] = ConfigError) -> Model:
+                error: type[EdgeVllmError] = ConfigError) -> Model:
     if not isinstance(data, dict):
         raise error(f"{source}: expected a mapping of fields, got {type(data).__name__}")
     try:
@@ -122,5 +122,5 @@ def parse_model(model: type[Model], data: object, source: str,
         raise error(f"{source}: {describe_validation_error(exc, model)}") from None
 
 
-def load_model(model: type[Model], path: Path, error: type[ConfigError] = ConfigError) -> Model:
+def load_model(model: type[Model], path: Path, error: type[EdgeVllmError] = ConfigError) -> Model:
     return parse_model(model, read_yaml(path, error), str(path), error)
