@@ -422,7 +422,7 @@ def publish(engine: DockerEngine, options: PublishOptions) -> PublishResult:
     out_dir = Path(options.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     _refuse_existing(out_dir, name, options.force)
-    _warn_low_disk(out_dir, int(inspect.get("Size") or 0))
+    _warn_low_disk(out_dir, int(inspect.get("Size") or 0), options)
     labels = (inspect.get("Config") or {}).get("Labels") or {}
     records = read_records(engine, options.image, labels)
     refs = _saved_refs(options.image, inspect)
@@ -561,12 +561,18 @@ def _stream_save(engine: DockerEngine, refs: list[str], writer: PartWriter,
     return reader.count
 
 
-def _warn_low_disk(out_dir: Path, image_size: int) -> None:
-    # Real images compress to roughly 40-60 %; below that much free space the run will likely fail.
+def _warn_low_disk(out_dir: Path, image_size: int, options: PublishOptions) -> None:
+    # Real images compress to roughly 40-60 %; below that much free space the run will likely
+    # fail. A cold publish into a cache on the same disk writes the compressed bytes twice.
     free = shutil.disk_usage(out_dir).free
-    if free < image_size * 0.6:
+    twice = False
+    if options.format == "zst" and options.use_layer_cache:
+        cache = options.layer_cache or default_root()
+        twice = cache.exists() and cache.stat().st_dev == out_dir.stat().st_dev
+    if free < image_size * (1.2 if twice else 0.6):
         console.warn(f"only {human(free)} free under {out_dir} for a {human(image_size)} image; "
-                     "the compressed output may not fit")
+                     "the compressed output" + (" and the layer cache" if twice else "")
+                     + " may not fit")
 
 
 def _existing_outputs(out_dir: Path, name: str) -> list[Path]:
