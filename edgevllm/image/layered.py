@@ -241,7 +241,7 @@ def write_from_store(sink: FrameSink, cache: LayerCache, store: LocalLayerStore,
     cannot give exactly the image's bytes (nothing wrong is ever cached)."""
     config = store.config(image_id)
     chains: dict[str, str] = {}
-    for diff_id, chain_id in zip(diff_ids, chain_ids(diff_ids)):
+    for diff_id, chain_id in zip(diff_ids, chain_ids(diff_ids), strict=True):
         chains.setdefault(diff_id, chain_id)
     stats = LayeredStats(from_store=True)
     _directories(sink)
