@@ -107,3 +107,12 @@ def test_precompiled_stages_render(tmp_path):
     assert text.count("-r /wheelhouse/requirements.txt") == 1   # the closure, installed once
     prebuilt = render_dockerfile(resolve(load_spec("spark", overrides={"vllm_wheel": "0.33.0"})))
     assert "AS closure" not in prebuilt and prebuilt.count("-r /wheelhouse/requirements.txt") == 1
+
+
+def test_compile_flag_sets_mode_compile_and_conflicts_are_refused():
+    from edgevllm.model.flags import spec_overrides
+
+    assert spec_overrides({"compile": True, "vllm_pr": "5"})["mode"] == "compile"
+    assert "mode" not in spec_overrides({"compile": False, "vllm_pr": "5"})
+    with pytest.raises(SpecError, match="--compile and --mode prebuilt: give one of them"):
+        spec_overrides({"compile": True, "mode": "prebuilt"})
