@@ -93,7 +93,21 @@ def _wheel_member(archive, info, inspect: Inspect) -> LibraryReport | None:
             report = inspect(info.filename, head + member.read(_CUBIN_HEAD - len(head)))
             report.size = info.file_size
             return report
-        return inspect(info.filename, head + member.read())
+        return inspect(info.filename, _read_rest(member, head, info.file_size))
+
+
+def _read_rest(member, head: bytes, size: int) -> bytearray:
+    """The whole member in one buffer of its final size (no second copy of a 300 MB library)."""
+    buf = bytearray(max(size, len(head)))
+    buf[:len(head)] = head
+    view, got = memoryview(buf), len(head)
+    while got < size:
+        count = member.readinto(view[got:got + (16 << 20)])  # zip reads copy: keep them small
+        if not count:
+            break
+        got += count
+    view.release()
+    return buf if got == len(buf) else buf[:got]
 
 
 def _inspect_or_unreadable(path: Path, label: str, inspect: Inspect) -> LibraryReport | None:
