@@ -21,10 +21,14 @@ def engine():
     from edgevllm.engine.docker import DockerEngine
 
     eng = DockerEngine()
-    proc = subprocess.run(["docker", "info"], capture_output=True) if shutil.which("docker") else None
+    proc = (
+        subprocess.run(["docker", "info"], capture_output=True) if shutil.which("docker") else None
+    )
     if proc is None or proc.returncode != 0:
-        pytest.fail("these tests need a running Docker engine with buildx: "
-                    "run 'sudo bash .ci/install-engine.sh' (Debian) or start dockerd")
+        pytest.fail(
+            "these tests need a running Docker engine with buildx: "
+            "run 'sudo bash .ci/install-engine.sh' (Debian) or start dockerd"
+        )
     return eng
 
 
@@ -47,8 +51,10 @@ def cuda_image_arm64(engine):
     from support.images import cuda_image
 
     if not Path("/proc/sys/fs/binfmt_misc/qemu-aarch64").exists():
-        pytest.fail("linux/arm64 builds need qemu-user-static + binfmt: "
-                    "apt-get install qemu-user-static binfmt-support; update-binfmts --enable qemu-aarch64")
+        pytest.fail(
+            "linux/arm64 builds need qemu-user-static + binfmt: "
+            "apt-get install qemu-user-static binfmt-support; update-binfmts --enable qemu-aarch64"
+        )
     return cuda_image(engine, "arm64")
 
 
@@ -56,8 +62,12 @@ def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None, timeou
     """Run the real console entry point in a subprocess: returns (exit code, stdout, stderr)."""
     proc = subprocess.run(
         [sys.executable, "-c", "from edgevllm.cli import main; main()", *args],
-        capture_output=True, text=True, cwd=cwd or REPO, timeout=timeout,
-        env={**os.environ, "NO_COLOR": "1", "PYTHONPATH": str(REPO), **(env or {})})
+        capture_output=True,
+        text=True,
+        cwd=cwd or REPO,
+        timeout=timeout,
+        env={**os.environ, "NO_COLOR": "1", "PYTHONPATH": str(REPO), **(env or {})},
+    )
     return proc.returncode, proc.stdout, proc.stderr
 
 

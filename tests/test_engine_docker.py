@@ -13,19 +13,32 @@ from edgevllm.kernel.errors import BinfmtMissingError, DockerUnavailableError, I
 
 
 def test_run_argv_keeps_secret_values_out():
-    options = RunOptions(image="img:1", command=["vllm", "serve", "m", "--x", "{\"a\": 1}"],
-                         env={"A": "1"}, env_names=["HF_TOKEN"], ports=["8000:8000"],
-                         runtime="nvidia", ipc="host", name="n", detach=True)
+    options = RunOptions(
+        image="img:1",
+        command=["vllm", "serve", "m", "--x", '{"a": 1}'],
+        env={"A": "1"},
+        env_names=["HF_TOKEN"],
+        ports=["8000:8000"],
+        runtime="nvidia",
+        ipc="host",
+        name="n",
+        detach=True,
+    )
     line = DockerEngine(context="spark2").command_line(options.argv())
     assert line.startswith("docker --context spark2 run -d --name n --ipc host --runtime nvidia")
     assert "-e HF_TOKEN " in line and "-e A=1" in line
-    assert shlex.split(line)[-1] == "{\"a\": 1}"
+    assert shlex.split(line)[-1] == '{"a": 1}'
 
 
 def test_build_argv_has_contexts_platform_and_output():
-    options = BuildOptions(context=Path("/ctx"), dockerfile=Path("/ctx/Dockerfile"), target="wheels",
-                           platform="linux/arm64", build_contexts={"vllm-src": "/src"},
-                           output="type=local,dest=/out")
+    options = BuildOptions(
+        context=Path("/ctx"),
+        dockerfile=Path("/ctx/Dockerfile"),
+        target="wheels",
+        platform="linux/arm64",
+        build_contexts={"vllm-src": "/src"},
+        output="type=local,dest=/out",
+    )
     argv = options.argv()
     assert argv[:2] == ["buildx", "build"] and "--load" not in argv
     assert argv[argv.index("--build-context") + 1] == "vllm-src=/src"
@@ -55,9 +68,10 @@ def test_unknown_image_is_one_line(engine):
 
 def test_start_does_not_change_the_callers_options(engine):
     from edgevllm.engine.docker import RunOptions
+    from edgevllm.kernel.errors import EngineError
 
     options = RunOptions(image="edgevllm-test/nope:0", command=["true"])
-    with pytest.raises(Exception):
+    with pytest.raises(EngineError):
         engine.start(options)  # no such image: the call fails, the options stay as given
     assert options.detach is False
 

@@ -9,22 +9,59 @@ import re
 import pytest
 
 from edgevllm.kernel.errors import LockError
-from edgevllm.model.lock import LOCK_FILENAME, BaseImageLock, Lock, ModLock, PickLock, SourceLock, image_tag, label_value, lock_hash, parse_lock, read_lock, write_lock
+from edgevllm.model.lock import (
+    LOCK_FILENAME,
+    BaseImageLock,
+    Lock,
+    ModLock,
+    PickLock,
+    SourceLock,
+    image_tag,
+    label_value,
+    lock_hash,
+    parse_lock,
+    read_lock,
+    write_lock,
+)
 
 SHA_A, SHA_B, SHA_C, SHA_D = ("a" * 40, "b" * 40, "c" * 40, "d" * 40)
 DOCKER_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 
 
 def sample_lock(**overrides) -> Lock:
-    pick = PickLock(spec="40082", kind="pr", repo="https://github.com/vllm-project/vllm.git", pr=40082,
-                    head_sha=SHA_B, merge_base=SHA_C, diff_sha256="e" * 64, commit=SHA_D)
-    vllm = SourceLock(name="vllm", repo="https://github.com/vllm-project/vllm.git", ref="v0.20.1", base_sha=SHA_A,
-                      picks=[pick], commit=SHA_D, tree=SHA_C, version="0.20.1")
+    pick = PickLock(
+        spec="40082",
+        kind="pr",
+        repo="https://github.com/vllm-project/vllm.git",
+        pr=40082,
+        head_sha=SHA_B,
+        merge_base=SHA_C,
+        diff_sha256="e" * 64,
+        commit=SHA_D,
+    )
+    vllm = SourceLock(
+        name="vllm",
+        repo="https://github.com/vllm-project/vllm.git",
+        ref="v0.20.1",
+        base_sha=SHA_A,
+        picks=[pick],
+        commit=SHA_D,
+        tree=SHA_C,
+        version="0.20.1",
+    )
     fields = dict(
-        target="spark", created_at="2026-11-22T00:00:00Z",
-        base_images={"devel": BaseImageLock(ref="nvcr.io/nvidia/cuda:13.0.0-devel-ubuntu24.04", digest="sha256:" + "1" * 64)},
-        vllm=vllm, packages={"torch": "2.10.0+cu130", "nvidia-cutlass-dsl-libs-cu13": "4.4.2"},
-        mods=[ModLock(name="nvfp4-b12x", version="1.0.0")], build_args={"MAX_JOBS": "8"}, tags=["mine:latest"],
+        target="spark",
+        created_at="2026-11-22T00:00:00Z",
+        base_images={
+            "devel": BaseImageLock(
+                ref="nvcr.io/nvidia/cuda:13.0.0-devel-ubuntu24.04", digest="sha256:" + "1" * 64
+            )
+        },
+        vllm=vllm,
+        packages={"torch": "2.10.0+cu130", "nvidia-cutlass-dsl-libs-cu13": "4.4.2"},
+        mods=[ModLock(name="nvfp4-b12x", version="1.0.0")],
+        build_args={"MAX_JOBS": "8"},
+        tags=["mine:latest"],
     )
     fields.update(overrides)
     return Lock(**fields)
@@ -52,13 +89,20 @@ def test_hash_ignores_creation_time_and_user_tags():
     assert lock_hash(a) == lock_hash(b) and image_tag(a) == image_tag(b)
 
 
-@pytest.mark.parametrize("change", [
-    {"target": "thor"},
-    {"packages": {"torch": "2.10.1"}},
-    {"mods": []},
-    {"build_args": {"MAX_JOBS": "4"}},
-    {"base_images": {"devel": BaseImageLock(ref="nvcr.io/nvidia/cuda:13.0.1-devel-ubuntu24.04")}},
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"target": "thor"},
+        {"packages": {"torch": "2.10.1"}},
+        {"mods": []},
+        {"build_args": {"MAX_JOBS": "4"}},
+        {
+            "base_images": {
+                "devel": BaseImageLock(ref="nvcr.io/nvidia/cuda:13.0.1-devel-ubuntu24.04")
+            }
+        },
+    ],
+)
 def test_hash_and_tag_follow_every_input(change):
     assert lock_hash(sample_lock(**change)) != lock_hash(sample_lock())
     assert image_tag(sample_lock(**change)) != image_tag(sample_lock())
@@ -78,7 +122,9 @@ def test_image_tag_is_deterministic_and_valid():
     assert image_tag(Lock.model_validate_json(label_value(lock))) == tag
     odd = sample_lock(target=None)
     odd.vllm.version = "0.20.1+5.gabcdef012345"
-    assert DOCKER_TAG.match(image_tag(odd)) and image_tag(odd).startswith("0.20.1-5.gabcdef012345-any-")
+    assert DOCKER_TAG.match(image_tag(odd)) and image_tag(odd).startswith(
+        "0.20.1-5.gabcdef012345-any-"
+    )
     odd.vllm.version = "9" * 200
     assert DOCKER_TAG.match(image_tag(odd)) and image_tag(odd).endswith(lock_hash(odd)[:12])
 
@@ -98,13 +144,16 @@ def test_missing_lock_file(tmp_path):
         read_lock(tmp_path / "nope.lock.json")
 
 
-@pytest.mark.parametrize("text, needle", [
-    ("{not json", "not valid JSON (line 1)"),
-    ("[1, 2]", "expected a mapping"),
-    ('{"schema_version": 99}', "schema_version 99 is newer"),
-    ('{"vllm": {"name": "vllm"}}', "field 'vllm.repo': Field required"),
-    ('{"surprise": 1}', "unknown field 'surprise'"),
-])
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ("{not json", "not valid JSON (line 1)"),
+        ("[1, 2]", "expected a mapping"),
+        ('{"schema_version": 99}', "schema_version 99 is newer"),
+        ('{"vllm": {"name": "vllm"}}', "field 'vllm.repo': Field required"),
+        ('{"surprise": 1}', "unknown field 'surprise'"),
+    ],
+)
 def test_malformed_locks_fail_with_one_line_naming_the_field(text, needle):
     with pytest.raises(LockError) as err:
         parse_lock(text, "x.lock.json")

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from edgevllm.kernel.errors import SpecError
-from edgevllm.kernel.errors import SourceError
+from edgevllm.kernel.errors import SourceError, SpecError
 from edgevllm.model.flags import BUILD_FLAGS, spec_overrides
 from edgevllm.model.spec import DEFAULT_VLLM_REF, BuildSpec, load_spec, resolve
 
@@ -21,10 +20,17 @@ def test_defaults_come_from_the_target():
 
 
 def test_cli_values_override_and_mods_are_selected():
-    overrides = spec_overrides(dict(vllm_pr="https://github.com/vllm-project/vllm/pull/40082",
-                                    cherry_pick=["40898"], add_mod=["fused-moe-configs"],
-                                    no_mod=["fastsafetensors"], max_jobs="3", env=["A=1"],
-                                    package=["flashinfer-python=0.6.9"]))
+    overrides = spec_overrides(
+        dict(
+            vllm_pr="https://github.com/vllm-project/vllm/pull/40082",
+            cherry_pick=["40898"],
+            add_mod=["fused-moe-configs"],
+            no_mod=["fastsafetensors"],
+            max_jobs="3",
+            env=["A=1"],
+            package=["flashinfer-python=0.6.9"],
+        )
+    )
     eff = resolve(load_spec("spark", overrides={**overrides, "verify": False}))
     assert eff.spec.vllm.pr == 40082 and eff.spec.vllm.cherry_picks == ["40898"]
     assert "fastsafetensors" not in eff.mods and "fused-moe-configs" in eff.mods
@@ -34,18 +40,23 @@ def test_cli_values_override_and_mods_are_selected():
 
 def test_spec_file_with_flags_on_top(tmp_path):
     path = tmp_path / "spec.yaml"
-    path.write_text("target: thor\nvllm:\n  ref: v0.20.2\nmax_jobs: 4\npackages:\n  nvidia-cutlass-dsl: null\n")
+    path.write_text(
+        "target: thor\nvllm:\n  ref: v0.20.2\nmax_jobs: 4\npackages:\n  nvidia-cutlass-dsl: null\n"
+    )
     eff = resolve(load_spec(spec_file=str(path), overrides=spec_overrides({"max_jobs": 6})))
     assert (eff.spec.vllm.ref, eff.max_jobs) == ("v0.20.2", 6)
     assert "nvidia-cutlass-dsl" not in eff.packages
 
 
-@pytest.mark.parametrize("text, message", [
-    ("target: thor\nmax_jobs: zero\n", "field 'max_jobs'"),
-    ("target: thor\nvllm:\n  reff: main\n", "unknown field 'vllm.reff' (did you mean 'ref'?)"),
-    ("target: thor\n  bad: [indent\n", "spec.yaml: line"),
-    ("- just a list\n", "expected a mapping"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("target: thor\nmax_jobs: zero\n", "field 'max_jobs'"),
+        ("target: thor\nvllm:\n  reff: main\n", "unknown field 'vllm.reff' (did you mean 'ref'?)"),
+        ("target: thor\n  bad: [indent\n", "spec.yaml: line"),
+        ("- just a list\n", "expected a mapping"),
+    ],
+)
 def test_bad_spec_file_is_one_line(tmp_path, text, message):
     path = tmp_path / "spec.yaml"
     path.write_text(text)
@@ -74,8 +85,12 @@ def test_secrets_are_refused_before_anything_is_built():
 
 
 def test_flashinfer_from_source_takes_pr_and_picks():
-    overrides = spec_overrides({"flashinfer_pr": "https://github.com/flashinfer-ai/flashinfer/pull/123",
-                                "flashinfer_cherry_pick": ["456"]})
+    overrides = spec_overrides(
+        {
+            "flashinfer_pr": "https://github.com/flashinfer-ai/flashinfer/pull/123",
+            "flashinfer_cherry_pick": ["456"],
+        }
+    )
     eff = resolve(load_spec("spark", overrides=overrides))
     source = eff.spec.flashinfer.source
     assert (source.pr, source.cherry_picks) == (123, ["456"])
@@ -91,8 +106,12 @@ def test_a_fork_pr_url_builds_the_fork():
 
 def test_a_fork_pr_url_and_another_repo_are_refused():
     with pytest.raises(SpecError, match="--vllm-pr .* another repository"):
-        spec_overrides({"vllm_pr": "https://github.com/somefork/vllm/pull/12",
-                        "vllm_repo": "vllm-project/vllm"})
+        spec_overrides(
+            {
+                "vllm_pr": "https://github.com/somefork/vllm/pull/12",
+                "vllm_repo": "vllm-project/vllm",
+            }
+        )
     with pytest.raises(SourceError, match="--vllm-pr 'x12'"):
         spec_overrides({"vllm_pr": "x12"})
 
@@ -106,5 +125,11 @@ def test_every_flag_with_a_field_names_a_real_spec_field():
         for part in flag.field.split("."):
             assert part in model.model_fields, f"{flag.option} → {flag.field}: no field '{part}'"
             annotation = model.model_fields[part].annotation
-            model = next((a for a in getattr(annotation, "__args__", (annotation,))
-                          if hasattr(a, "model_fields")), None)
+            model = next(
+                (
+                    a
+                    for a in getattr(annotation, "__args__", (annotation,))
+                    if hasattr(a, "model_fields")
+                ),
+                None,
+            )

@@ -1,4 +1,5 @@
-"""Targets are data: the shipped files validate, carry the device facts, and bad files fail in one line."""
+"""Targets are data: the shipped files validate, carry the device facts, and bad files fail in
+one line."""
 
 from __future__ import annotations
 
@@ -11,8 +12,16 @@ from edgevllm.model.targets import all_targets, load_target
 
 def test_shipped_targets_carry_device_facts():
     thor, spark = load_target("thor"), load_target("spark")
-    assert (thor.torch_cuda_arch_list, thor.sm, thor.device_name) == ("11.0a", "sm_110a", "NVIDIA Thor")
-    assert (spark.torch_cuda_arch_list, spark.sm, spark.device_name) == ("12.1a", "sm_121a", "NVIDIA GB10")
+    assert (thor.torch_cuda_arch_list, thor.sm, thor.device_name) == (
+        "11.0a",
+        "sm_110a",
+        "NVIDIA Thor",
+    )
+    assert (spark.torch_cuda_arch_list, spark.sm, spark.device_name) == (
+        "12.1a",
+        "sm_121a",
+        "NVIDIA GB10",
+    )
     for target in (thor, spark):
         assert target.platform == "linux/arm64"
         assert target.cuda_version.startswith("13.0")
@@ -34,12 +43,18 @@ def test_a_user_adds_a_target_by_adding_a_file(tmp_path, monkeypatch):
     assert load_target("spark2").torch_cuda_arch_list == "12.1a"
 
 
-@pytest.mark.parametrize("change, message", [
-    (("cuda_arch: \"12.1a\"", "cuda_arch: \"twelve\""), "field 'cuda_arch'"),
-    (("max_jobs: 12", "max_jobs: 12\nmax_jbos: 3"), "unknown field 'max_jbos' (did you mean 'max_jobs'?)"),
-    (("platform: linux/arm64", "platform: linux/riscv"), "field 'platform'"),
-    (("device_name: NVIDIA GB10", "device_name: [NVIDIA"), "bad.yaml: line"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (('cuda_arch: "12.1a"', 'cuda_arch: "twelve"'), "field 'cuda_arch'"),
+        (
+            ("max_jobs: 12", "max_jobs: 12\nmax_jbos: 3"),
+            "unknown field 'max_jbos' (did you mean 'max_jobs'?)",
+        ),
+        (("platform: linux/arm64", "platform: linux/riscv"), "field 'platform'"),
+        (("device_name: NVIDIA GB10", "device_name: [NVIDIA"), "bad.yaml: line"),
+    ],
+)
 def test_bad_target_file_fails_in_one_line(tmp_path, monkeypatch, change, message):
     text = (data_dirs("targets")[0] / "spark.yaml").read_text()
     (tmp_path / "bad.yaml").write_text(text.replace("name: spark", "name: bad").replace(*change))

@@ -17,13 +17,13 @@ import pytest
 
 from edgevllm.mods import applier
 
-MODULE = '''class Gate:
+MODULE = """class Gate:
     allowed = ["a"]
 
     def check(self, x):
         if x != "a":
             raise ValueError(x)
-'''
+"""
 
 
 def make_dist(site: Path, name: str = "demo-pkg", version: str = "1.2.0") -> Path:
@@ -34,8 +34,9 @@ def make_dist(site: Path, name: str = "demo-pkg", version: str = "1.2.0") -> Pat
     info = site / f"demo_pkg-{version}.dist-info"
     info.mkdir()
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
-    (info / "RECORD").write_text("demo_pkg/__init__.py,,\ndemo_pkg/gate.py,,\n"
-                                 f"demo_pkg-{version}.dist-info/METADATA,,\n")
+    (info / "RECORD").write_text(
+        f"demo_pkg/__init__.py,,\ndemo_pkg/gate.py,,\ndemo_pkg-{version}.dist-info/METADATA,,\n"
+    )
     return pkg / "gate.py"
 
 
@@ -62,24 +63,54 @@ def write_plan(stage: Path, mods: list[dict]) -> Path:
 
 def run(plan: Path, site: Path, *extra: str, isolated: bool = False):
     flags = ["-I", "-S"] if isolated else []  # -S: no site-packages, so no packaging, no pip
-    argv = [sys.executable, *flags, str(plan.parent / "applier.py"), "apply", "--plan", str(plan),
-            "--site-packages", str(site), *extra]
+    argv = [
+        sys.executable,
+        *flags,
+        str(plan.parent / "applier.py"),
+        "apply",
+        "--plan",
+        str(plan),
+        "--site-packages",
+        str(site),
+        *extra,
+    ]
     return subprocess.run(argv, capture_output=True, text=True)
 
 
 def diff_mod(spec: str = ">=1.0,<2") -> dict:
-    return {"name": "demo", "version": "1", "applies_to": {"demo-pkg": spec}, "steps": [
-        {"kind": "edit", "packages": ["demo-pkg"], "path": "demo_pkg/gate.py",
-         "diff": "demo/gate.diff"},
-        {"kind": "verify", "python": "from demo_pkg.gate import Gate; Gate().check('b'); "
-                                     "print('b admitted')"}]}
+    return {
+        "name": "demo",
+        "version": "1",
+        "applies_to": {"demo-pkg": spec},
+        "steps": [
+            {
+                "kind": "edit",
+                "packages": ["demo-pkg"],
+                "path": "demo_pkg/gate.py",
+                "diff": "demo/gate.diff",
+            },
+            {
+                "kind": "verify",
+                "python": "from demo_pkg.gate import Gate; Gate().check('b'); print('b admitted')",
+            },
+        ],
+    }
 
 
-@pytest.mark.parametrize("spec,version,expected", [
-    (">=4.4,<4.5", "4.4.2", True), (">=4.4,<4.5", "4.5.0", False), ("<4.6", "4.5.3", True),
-    ("==0.6.*", "0.6.11", True), ("!=0.6.9", "0.6.9", False), ("~=0.6.9", "0.6.12", True),
-    ("~=0.6.9", "0.7.0", False), (">=0.6.9,<0.6.12", "0.6.11.post1", True), ("", "1", True),
-])
+@pytest.mark.parametrize(
+    "spec,version,expected",
+    [
+        (">=4.4,<4.5", "4.4.2", True),
+        (">=4.4,<4.5", "4.5.0", False),
+        ("<4.6", "4.5.3", True),
+        ("==0.6.*", "0.6.11", True),
+        ("!=0.6.9", "0.6.9", False),
+        ("~=0.6.9", "0.6.12", True),
+        ("~=0.6.9", "0.7.0", False),
+        (">=0.6.9,<0.6.12", "0.6.11.post1", True),
+        ("", "1", True),
+    ],
+)
 def test_fallback_specifiers_agree_with_packaging(spec, version, expected):
     assert applier._fallback_contains(spec, version) is expected
     assert applier.version_in(spec, version) is expected
@@ -119,8 +150,10 @@ def test_diff_that_does_not_fit_fails_and_range_miss_names_version(tmp_path):
     assert proc.returncode == 1
     assert data["mods"][0]["outcome"] == "failed"
     assert data["mods"][0]["detail"].startswith("mod demo: demo-pkg 1.2.0: file ")
-    assert "gate.py: diff hunk does not match: 'class Gate: allowed = [\"a\"]'" in \
-        data["mods"][0]["detail"]
+    assert (
+        "gate.py: diff hunk does not match: 'class Gate: allowed = [\"a\"]'"
+        in data["mods"][0]["detail"]
+    )
     assert data["mods"][1]["outcome"] == "not-applicable"
     assert data["mods"][1]["detail"] == "demo-pkg 1.2.0 is outside >=2"
     assert proc.stderr.strip().splitlines()[-1].startswith("error: mod demo: demo-pkg 1.2.0")
@@ -139,12 +172,31 @@ def test_files_symlink_and_in_class_anchor(tmp_path):
     stage = tmp_path / "stage"
     (stage / "m" / "data").mkdir(parents=True)
     (stage / "m" / "data" / "x.json").write_text("{}")
-    mod = {"name": "m", "version": "1", "steps": [
-        {"kind": "files", "source": "m/data", "package": "demo-pkg", "package_path": "demo_pkg/cfg"},
-        {"kind": "symlink", "link": str(tmp_path / "links" / "gate.py"), "target": str(gate)},
-        {"kind": "edit", "packages": ["demo-pkg"], "path": "gate.py", "replacements": [
-            {"in_class": "Gate", "anchor": '    allowed = ["a"]\n',
-             "replacement": '    allowed = ["a", "c"]\n'}]}]}
+    mod = {
+        "name": "m",
+        "version": "1",
+        "steps": [
+            {
+                "kind": "files",
+                "source": "m/data",
+                "package": "demo-pkg",
+                "package_path": "demo_pkg/cfg",
+            },
+            {"kind": "symlink", "link": str(tmp_path / "links" / "gate.py"), "target": str(gate)},
+            {
+                "kind": "edit",
+                "packages": ["demo-pkg"],
+                "path": "gate.py",
+                "replacements": [
+                    {
+                        "in_class": "Gate",
+                        "anchor": '    allowed = ["a"]\n',
+                        "replacement": '    allowed = ["a", "c"]\n',
+                    }
+                ],
+            },
+        ],
+    }
     plan = write_plan(stage, [mod])
     proc = run(plan, site, "--record", str(tmp_path / "r.json"))
     assert proc.returncode == 0, proc.stderr
@@ -173,8 +225,20 @@ def test_applier_is_python_310_stdlib_only(tmp_path):
     plan = write_plan(tmp_path / "stage", [diff_mod()])
     (tmp_path / "stage" / "demo").mkdir()
     (tmp_path / "stage" / "demo" / "gate.diff").write_text(DIFF)
-    proc = subprocess.run([sys.executable, "-I", "-S", str(plan.parent / "applier.py"), "apply",
-                           "--plan", str(plan), "--site-packages", str(site)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-I",
+            "-S",
+            str(plan.parent / "applier.py"),
+            "apply",
+            "--plan",
+            str(plan),
+            "--site-packages",
+            str(site),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "demo  applied" in proc.stdout and '"b"' in gate.read_text()

@@ -18,7 +18,13 @@ from pathlib import Path
 import pytest
 
 from support.modenv import (
-    cuda_bindings_wheels, outcome, site_with, stage_and_apply, step_outcomes, wheel, working_copy,
+    cuda_bindings_wheels,
+    outcome,
+    site_with,
+    stage_and_apply,
+    step_outcomes,
+    wheel,
+    working_copy,
 )
 
 GB10_PROBE = """
@@ -40,36 +46,57 @@ print("accepted")
 @pytest.fixture(scope="module")
 def cutlass_442() -> Path:
     """4.4.2 with libs-base and libs-cu13 both installed: the overlap users hit."""
-    return site_with("cutlass-4.4.2-base-cu13", [
-        wheel("nvidia-cutlass-dsl==4.4.2", platform=False),
-        wheel("nvidia-cutlass-dsl-libs-cu13==4.4.2"), wheel("nvidia-cutlass-dsl-libs-base==4.4.2"),
-        *cuda_bindings_wheels()])
+    return site_with(
+        "cutlass-4.4.2-base-cu13",
+        [
+            wheel("nvidia-cutlass-dsl==4.4.2", platform=False),
+            wheel("nvidia-cutlass-dsl-libs-cu13==4.4.2"),
+            wheel("nvidia-cutlass-dsl-libs-base==4.4.2"),
+            *cuda_bindings_wheels(),
+        ],
+    )
 
 
 @pytest.fixture(scope="module")
 def cutlass_450() -> Path:
-    return site_with("cutlass-4.5.0-cu13", [
-        wheel("nvidia-cutlass-dsl==4.5.0", platform=False),
-        wheel("nvidia-cutlass-dsl-libs-cu13==4.5.0"), *cuda_bindings_wheels()])
+    return site_with(
+        "cutlass-4.5.0-cu13",
+        [
+            wheel("nvidia-cutlass-dsl==4.5.0", platform=False),
+            wheel("nvidia-cutlass-dsl-libs-cu13==4.5.0"),
+            *cuda_bindings_wheels(),
+        ],
+    )
 
 
 @pytest.fixture(scope="module")
 def cutlass_460() -> Path:
-    return site_with("cutlass-4.6.0-core", [
-        wheel("nvidia-cutlass-dsl==4.6.0", platform=False),
-        wheel("nvidia-cutlass-dsl-libs-core==4.6.0", platform=False)])
+    return site_with(
+        "cutlass-4.6.0-core",
+        [
+            wheel("nvidia-cutlass-dsl==4.6.0", platform=False),
+            wheel("nvidia-cutlass-dsl-libs-core==4.6.0", platform=False),
+        ],
+    )
 
 
 def cu13_links() -> list[str]:
     """The wheelhouse the dist_files step takes the CUDA 13 copy from (hermetic, no index)."""
-    return ["--pip-find-links", str(wheel("nvidia-cutlass-dsl-libs-cu13==4.4.2").parent),
-            "--pip-no-index"]
+    return [
+        "--pip-find-links",
+        str(wheel("nvidia-cutlass-dsl-libs-cu13==4.4.2").parent),
+        "--pip-no-index",
+    ]
 
 
 def probe(site: Path, code: str, arch: str) -> subprocess.CompletedProcess:
     prelude = f"import site; site.addsitedir({str(site)!r})\n"
-    return subprocess.run([sys.executable, "-c", prelude + code], capture_output=True, text=True,
-                          env={"CUTE_DSL_ARCH": arch, "PATH": "/usr/bin:/bin"})
+    return subprocess.run(
+        [sys.executable, "-c", prelude + code],
+        capture_output=True,
+        text=True,
+        env={"CUTE_DSL_ARCH": arch, "PATH": "/usr/bin:/bin"},
+    )
 
 
 def mma_file(site: Path, sub: str) -> Path:
@@ -82,13 +109,17 @@ def test_gb10_442_applied_then_unchanged_and_op_accepts_sm121a(cutlass_442, tmp_
     assert "expects arch to be one of ['sm_120a'], but got Arch.sm_121a" in before.stderr
     assert "CuTeDSL" in mma_file(site, "warp/mma.py").read_text()  # libs-base's copy won
 
-    rc, record, stdout, _ = stage_and_apply(["cutlass-dsl-gb10"], "spark", site, tmp_path,
-                                            cu13_links())
+    rc, record, stdout, _ = stage_and_apply(
+        ["cutlass-dsl-gb10"], "spark", site, tmp_path, cu13_links()
+    )
     mod = outcome(record, "cutlass-dsl-gb10")
     assert rc == 0 and mod["outcome"] == "applied", mod
     assert step_outcomes(mod) == ["applied", "applied", "applied", "passed"]
-    assert mod["packages"] == {"nvidia-cutlass-dsl": "4.4.2", "nvidia-cutlass-dsl-libs-base": "4.4.2",
-                               "nvidia-cutlass-dsl-libs-cu13": "4.4.2"}
+    assert mod["packages"] == {
+        "nvidia-cutlass-dsl": "4.4.2",
+        "nvidia-cutlass-dsl-libs-base": "4.4.2",
+        "nvidia-cutlass-dsl-libs-cu13": "4.4.2",
+    }
     assert "cutlass-dsl-gb10  applied" in stdout
     text = mma_file(site, "warp/mma.py").read_text()
     assert "BaseDSL" in text and "CuTeDSL" not in text  # the CUDA 13 copy is installed now
@@ -108,12 +139,15 @@ def test_gb10_442_altered_file_fails_naming_mod_version_file_anchor(cutlass_442,
     target = mma_file(site, "warp/mma.py")
     text = target.read_text()
     fresh = text.replace('        "sm_121a",  # edgevllm mod cutlass-dsl-gb10\n', "")
-    fresh = fresh.replace('if arch not in (Arch.sm_120a, Arch.sm_121a):  # edgevllm mod '
-                          'cutlass-dsl-gb10', 'if arch != Arch.sm_120a:')
+    fresh = fresh.replace(
+        "if arch not in (Arch.sm_120a, Arch.sm_121a):  # edgevllm mod cutlass-dsl-gb10",
+        "if arch != Arch.sm_120a:",
+    )
     target.unlink()
     target.write_text(fresh)  # "upstream moved": the equality test was rewritten
-    rc, record, _, stderr = stage_and_apply(["cutlass-dsl-gb10"], "spark", site, tmp_path,
-                                            cu13_links())
+    rc, record, _, stderr = stage_and_apply(
+        ["cutlass-dsl-gb10"], "spark", site, tmp_path, cu13_links()
+    )
     mod = outcome(record, "cutlass-dsl-gb10")
     assert rc == 1 and mod["outcome"] == "failed"
     line = stderr.strip().splitlines()[-1]
@@ -159,8 +193,11 @@ def test_thor_442_applied_with_overlap(cutlass_442, tmp_path):
 def _class_list(path: Path, cls: str, attr: str) -> list[str]:
     tree = ast.parse(path.read_text())
     node = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls)
-    assign = next(n for n in node.body if isinstance(n, ast.Assign)
-                  and getattr(n.targets[0], "id", "") == attr)
+    assign = next(
+        n
+        for n in node.body
+        if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == attr
+    )
     return [ast.unparse(e) for e in assign.value.elts]
 
 
@@ -182,8 +219,14 @@ def test_gb10_460_not_applicable_and_files_found_in_new_layout(cutlass_460, tmp_
 
     site = working_copy(cutlass_460, tmp_path / "site")
     env = Env([str(site)], sys.executable, [], False, None)
-    path, dist = env.locate(["nvidia-cutlass-dsl-libs-cu13", "nvidia-cutlass-dsl-libs-base",
-                             "nvidia-cutlass-dsl-libs-core"], "cutlass/cute/nvgpu/warp/mma.py")
+    path, dist = env.locate(
+        [
+            "nvidia-cutlass-dsl-libs-cu13",
+            "nvidia-cutlass-dsl-libs-base",
+            "nvidia-cutlass-dsl-libs-core",
+        ],
+        "cutlass/cute/nvgpu/warp/mma.py",
+    )
     assert dist.metadata["Name"] == "nvidia-cutlass-dsl-libs-core"
     assert path == site / "nvidia_cutlass_dsl/dsl_packages/cutlass/cute/nvgpu/warp/mma.py"
     assert "Arch.sm_121a" in _class_list(path, "MmaSM120BlockScaledOp", "admissible_archs")

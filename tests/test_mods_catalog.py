@@ -16,13 +16,19 @@ from pathlib import Path
 import pytest
 import yaml
 
+from edgevllm.kernel.errors import (
+    ManifestError,
+    ModConflictError,
+    ModNotForTargetError,
+    UnknownModError,
+)
+from edgevllm.kernel.paths import project_root
 from edgevllm.model.modselect import select_mod_names
 from edgevllm.model.spec import load_spec, resolve
 from edgevllm.model.targets import load_target
 from edgevllm.mods import catalog as M
-from edgevllm.kernel.errors import ManifestError, ModConflictError, ModNotForTargetError, UnknownModError
-from edgevllm.kernel.paths import project_root
 from support.modenv import outcome, stage_and_apply
+
 
 def shipped_mods() -> list[str]:
     """Every mod folder in the repository: the data, not a list kept by hand."""
@@ -30,8 +36,12 @@ def shipped_mods() -> list[str]:
 
 
 def mods_for(target: str) -> list[str]:
-    return sorted(name for name in shipped_mods() if target in yaml.safe_load(
-        (project_root() / "mods" / name / "manifest.yaml").read_text())["targets"])
+    return sorted(
+        name
+        for name in shipped_mods()
+        if target
+        in yaml.safe_load((project_root() / "mods" / name / "manifest.yaml").read_text())["targets"]
+    )
 
 
 ALL = shipped_mods()
@@ -40,8 +50,13 @@ SPARK = list(load_target("spark").default_mods)
 
 
 def inv(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "invoke", *args], capture_output=True, text=True,
-                          cwd=project_root(), env=dict(os.environ, NO_COLOR="1", **(env or {})))
+    return subprocess.run(
+        [sys.executable, "-m", "invoke", *args],
+        capture_output=True,
+        text=True,
+        cwd=project_root(),
+        env=dict(os.environ, NO_COLOR="1", **(env or {})),
+    )
 
 
 def write_mod(root: Path, name: str, text: str) -> Path:
@@ -68,25 +83,34 @@ def test_target_defaults_select_and_stage_cleanly(tmp_path):
 def test_stage_contract(tmp_path):
     dest = tmp_path / "ctx"
     staged = M.stage_mods(SPARK, "spark", dest)
-    assert (dest / "applier.py").read_bytes() == \
-        (project_root() / "edgevllm" / "mods" / "applier.py").read_bytes()
+    assert (dest / "applier.py").read_bytes() == (
+        project_root() / "edgevllm" / "mods" / "applier.py"
+    ).read_bytes()
     plan = json.loads((dest / "plan.json").read_text())
     assert plan["target"] == "spark" and [m["name"] for m in plan["mods"]] == SPARK
     files = next(s for m in plan["mods"] for s in m["steps"] if s["kind"] == "files")
     assert files["source"] == "fused-moe-configs/configs" and (dest / files["source"]).is_dir()
-    assert staged.env == {"CUTE_DSL_ARCH": "sm_121a", "FASTSAFETENSORS_UNIFIED_MEM": "1",
-                          "TRITON_PTXAS_PATH": "/usr/local/cuda/bin/ptxas",
-                          "VLLM_TUNED_CONFIG_FOLDER": "/opt/edgevllm/moe-configs"}
+    assert staged.env == {
+        "CUTE_DSL_ARCH": "sm_121a",
+        "FASTSAFETENSORS_UNIFIED_MEM": "1",
+        "TRITON_PTXAS_PATH": "/usr/local/cuda/bin/ptxas",
+        "VLLM_TUNED_CONFIG_FOLDER": "/opt/edgevllm/moe-configs",
+    }
     assert [v["name"] for v in staged.versions] == SPARK
-    assert all(set(v) == {"name", "version"} and v["version"].startswith("1+")
-               for v in staged.versions)
+    assert all(
+        set(v) == {"name", "version"} and v["version"].startswith("1+") for v in staged.versions
+    )
     assert "fastsafetensors==0.5.0" in staged.pip_packages
 
 
 def test_lock_version_changes_with_data(tmp_path, monkeypatch):
     root = tmp_path / "extra"
-    folder = write_mod(root, "mine", "name: mine\nversion: '2'\ndescription: d\ntargets: [thor]\n"
-                       "steps: [{kind: env, vars: {A: '1'}}]\n")
+    folder = write_mod(
+        root,
+        "mine",
+        "name: mine\nversion: '2'\ndescription: d\ntargets: [thor]\n"
+        "steps: [{kind: env, vars: {A: '1'}}]\n",
+    )
     monkeypatch.setenv("EDGEVLLM_MODS_PATH", str(root))
     first = M.get_mod("mine").lock_version()
     (folder / "data.txt").write_text("x")
@@ -96,20 +120,27 @@ def test_lock_version_changes_with_data(tmp_path, monkeypatch):
 def test_unknown_mod_and_wrong_target():
     with pytest.raises(UnknownModError, match=r"^unknown mod 'nope' \(known: cutlass-dsl-gb10, "):
         M.select_mods(["nope"], "spark")
-    with pytest.raises(ModNotForTargetError, match=r"^mod cutlass-dsl-thor does not support "
-                                                   r"target 'spark'"):
+    with pytest.raises(
+        ModNotForTargetError,
+        match=r"^mod cutlass-dsl-thor does not support "
+        r"target 'spark'",
+    ):
         M.select_mods(["cutlass-dsl-thor"], "spark")
 
 
 def test_the_one_selection_rule():
-    assert select_mod_names(THOR, None, ["cutlass-dsl-thor"], ["fastsafetensors"]) == \
-        [m for m in THOR if m != "fastsafetensors"]
+    assert select_mod_names(THOR, None, ["cutlass-dsl-thor"], ["fastsafetensors"]) == [
+        m for m in THOR if m != "fastsafetensors"
+    ]
     assert select_mod_names(THOR, ["fastsafetensors"], [], []) == ["fastsafetensors"]
     for only, add, remove in ((None, [], ["nope"]), (["nope"], [], []), (None, ["nope"], [])):
         with pytest.raises(UnknownModError, match="unknown mod 'nope'"):
             select_mod_names(THOR, only, add, remove)
-    with pytest.raises(UnknownModError, match=r"unknown mod 'fastsafetensor' \(did you mean "
-                                              r"'fastsafetensors'\?\)"):
+    with pytest.raises(
+        UnknownModError,
+        match=r"unknown mod 'fastsafetensor' \(did you mean "
+        r"'fastsafetensors'\?\)",
+    ):
         select_mod_names(THOR, None, [], ["fastsafetensor"])
 
 
@@ -121,14 +152,20 @@ def test_build_spec_and_mods_stage_share_the_rule(cli):
     assert code == 2 and "unknown mod 'nope'" in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize("body,field", [
-    ("targets: [thor]\nsteps: [{kind: env, vars: {A: '1'}, bogus: 1}]\n", "steps.0.env.bogus"),
-    ("targets: [thor]\napplies_to: {torch: 'latest'}\nsteps: [{kind: env, vars: {A: '1'}}]\n",
-     "applies_to"),
-    ("targets: []\nsteps: [{kind: env, vars: {A: '1'}}]\n", "targets"),
-    ("targets: [thor]\nsteps: [{kind: edit, packages: [x], path: p}]\n", "steps.0.edit"),
-    ("targets: [thor]\nsteps: [{kind: teleport}]\n", "steps.0"),
-])
+@pytest.mark.parametrize(
+    "body,field",
+    [
+        ("targets: [thor]\nsteps: [{kind: env, vars: {A: '1'}, bogus: 1}]\n", "steps.0.env.bogus"),
+        (
+            "targets: [thor]\napplies_to: {torch: 'latest'}\nsteps: [{kind: env, vars: {A: "
+            "'1'}}]\n",
+            "applies_to",
+        ),
+        ("targets: []\nsteps: [{kind: env, vars: {A: '1'}}]\n", "targets"),
+        ("targets: [thor]\nsteps: [{kind: edit, packages: [x], path: p}]\n", "steps.0.edit"),
+        ("targets: [thor]\nsteps: [{kind: teleport}]\n", "steps.0"),
+    ],
+)
 def test_malformed_manifest_is_one_line_naming_file_and_field(tmp_path, monkeypatch, body, field):
     root = tmp_path / "extra"
     write_mod(root, "bad", "name: bad\nversion: '1'\ndescription: d\n" + body)
@@ -160,8 +197,11 @@ def test_two_mods_editing_the_same_anchor_conflict(tmp_path, monkeypatch):
     root = tmp_path / "extra"
     write_mod(root, "dup-gb10", GB10_DUP)
     monkeypatch.setenv("EDGEVLLM_MODS_PATH", str(root))
-    with pytest.raises(ModConflictError, match=r"^mod dup-gb10 edits the same anchor as mod "
-                                               r"cutlass-dsl-gb10 in cutlass/cute/nvgpu/warp/"):
+    with pytest.raises(
+        ModConflictError,
+        match=r"^mod dup-gb10 edits the same anchor as mod "
+        r"cutlass-dsl-gb10 in cutlass/cute/nvgpu/warp/",
+    ):
         M.select_mods(["cutlass-dsl-gb10", "dup-gb10"], "spark")
 
 
@@ -170,25 +210,45 @@ def test_cli_bad_input_is_one_line_with_exit_code(tmp_path):
     write_mod(root, "dup-gb10", GB10_DUP)
     env = {"EDGEVLLM_MODS_PATH": str(root)}
     cases = [
-        (["mods-apply", "--target", "spark", "--site-packages", str(tmp_path), "--mod", "nope"],
-         "error: unknown mod 'nope'", 2),
-        (["mods-apply", "--target", "spark", "--site-packages", str(tmp_path), "--mod",
-          "cutlass-dsl-gb10,dup-gb10"], "error: mod dup-gb10 edits the same anchor as mod "
-         "cutlass-dsl-gb10", 2),
+        (
+            ["mods-apply", "--target", "spark", "--site-packages", str(tmp_path), "--mod", "nope"],
+            "error: unknown mod 'nope'",
+            2,
+        ),
+        (
+            [
+                "mods-apply",
+                "--target",
+                "spark",
+                "--site-packages",
+                str(tmp_path),
+                "--mod",
+                "cutlass-dsl-gb10,dup-gb10",
+            ],
+            "error: mod dup-gb10 edits the same anchor as mod cutlass-dsl-gb10",
+            2,
+        ),
     ]
     for args, start, code in cases:
         proc = inv(*args, env=env)
         lines = proc.stderr.strip().splitlines()
-        assert proc.returncode == code and len(lines) == 1 and lines[0].startswith(start), \
+        assert proc.returncode == code and len(lines) == 1 and lines[0].startswith(start), (
             proc.stderr
+        )
     broken = tmp_path / "broken-root"
-    write_mod(broken, "broken", "name: broken\nversion: '1'\ndescription: d\ntargets: [thor]\n"
-              "steps: [{kind: env, vars: {A: '1'}}]\nextra_field: 1\n")
+    write_mod(
+        broken,
+        "broken",
+        "name: broken\nversion: '1'\ndescription: d\ntargets: [thor]\n"
+        "steps: [{kind: env, vars: {A: '1'}}]\nextra_field: 1\n",
+    )
     proc = inv("mods", env={"EDGEVLLM_MODS_PATH": str(broken)})
     assert proc.returncode == 2
-    assert proc.stderr.strip() == f"error: {broken / 'broken' / 'manifest.yaml'}: " \
-        "unknown field 'extra_field' (known: applies_to, description, name, steps, targets, tuned, " \
+    assert (
+        proc.stderr.strip() == f"error: {broken / 'broken' / 'manifest.yaml'}: "
+        "unknown field 'extra_field' (known: applies_to, description, name, steps, targets, tuned, "
         "version)"
+    )
 
 
 def test_inv_mods_lists_ranges_and_targets():
@@ -208,8 +268,19 @@ def test_mods_apply_cli_on_an_environment(tmp_path):
     site = tmp_path / "site"
     site.mkdir()
     record = tmp_path / "rec" / "mods.json"
-    proc = inv("mods-apply", "--target", "thor", "--python", sys.executable, "--site-packages",
-               str(site), "--mod", "thor-runtime", "--json", str(record))
+    proc = inv(
+        "mods-apply",
+        "--target",
+        "thor",
+        "--python",
+        sys.executable,
+        "--site-packages",
+        str(site),
+        "--mod",
+        "thor-runtime",
+        "--json",
+        str(record),
+    )
     assert proc.returncode == 0, proc.stderr
     assert "thor-runtime  applied" in proc.stdout
     data = json.loads(record.read_text())
@@ -217,15 +288,36 @@ def test_mods_apply_cli_on_an_environment(tmp_path):
     assert mod["steps"][1]["detail"] == "/usr/local/cuda/bin/ptxas assembles sm_110a"
     assert "VLLM_USE_FLASHINFER_MOE_FP4=0" in record.with_suffix(".env").read_text()
     assert "set at run time: LD_PRELOAD=" in proc.stderr
-    again = inv("mods-apply", "--target", "thor", "--python", sys.executable, "--site-packages",
-                str(site), "--mod", "thor-runtime", "--json", str(record))
+    again = inv(
+        "mods-apply",
+        "--target",
+        "thor",
+        "--python",
+        sys.executable,
+        "--site-packages",
+        str(site),
+        "--mod",
+        "thor-runtime",
+        "--json",
+        str(record),
+    )
     assert "thor-runtime  already-applied" in again.stdout
     # without --json there is no env file: an env-only mod has nothing to write
-    spark = inv("mods-apply", "--target", "spark", "--site-packages", str(site), "--mod",
-                "spark-runtime")
+    spark = inv(
+        "mods-apply", "--target", "spark", "--site-packages", str(site), "--mod", "spark-runtime"
+    )
     assert spark.returncode == 0 and "spark-runtime  already-applied" in spark.stdout
-    spark = inv("mods-apply", "--target", "spark", "--site-packages", str(site), "--mod",
-                "spark-runtime", "--json", str(tmp_path / "spark.json"))
+    spark = inv(
+        "mods-apply",
+        "--target",
+        "spark",
+        "--site-packages",
+        str(site),
+        "--mod",
+        "spark-runtime",
+        "--json",
+        str(tmp_path / "spark.json"),
+    )
     mod = outcome(json.loads((tmp_path / "spark.json").read_text()), "spark-runtime")
     assert mod["outcome"] == "applied"
     assert mod["steps"][1]["detail"] == "/usr/local/cuda/bin/ptxas assembles sm_121a"
@@ -251,7 +343,9 @@ def test_fused_moe_configs_installed_and_verified(tmp_path):
     mod = outcome(record, "fused-moe-configs")
     assert rc == 0 and mod["outcome"] == "applied"
     assert sorted(p.name for p in dest.iterdir()) == [
-        "E=128,N=768,device_name=NVIDIA_Thor.json", "E=512,N=2688,device_name=NVIDIA_Thor.json"]
+        "E=128,N=768,device_name=NVIDIA_Thor.json",
+        "E=512,N=2688,device_name=NVIDIA_Thor.json",
+    ]
     assert mod["steps"][2]["detail"] == f"2 fused-MoE config(s) in {dest}"
     rc, record, _, _ = stage_and_apply([], "thor", site, tmp_path)
     assert outcome(record, "fused-moe-configs")["outcome"] == "already-applied"
@@ -261,17 +355,33 @@ def test_tune_moe_dry_run_builds_the_docker_command(tmp_path):
     """No GPU here: only the command is built (--dry-run)."""
     script = tmp_path / "benchmark_moe.py"
     script.write_text("# stand-in path; not run\n")
-    proc = inv("tune-moe", "--image", "edgevllm/vllm:x", "--target", "thor", "--model",
-               "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", "--script", str(script),
-               "--experts", "128", "--intermediate", "768", "--dry-run")
+    proc = inv(
+        "tune-moe",
+        "--image",
+        "edgevllm/vllm:x",
+        "--target",
+        "thor",
+        "--model",
+        "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16",
+        "--script",
+        str(script),
+        "--experts",
+        "128",
+        "--intermediate",
+        "768",
+        "--dry-run",
+    )
     assert proc.returncode == 0, proc.stderr
     line = proc.stdout.strip()
-    assert line.startswith("docker run --rm --ipc host --runtime nvidia --gpus all "
-                           "--entrypoint python3 ")
+    assert line.startswith(
+        "docker run --rm --ipc host --runtime nvidia --gpus all --entrypoint python3 "
+    )
     assert f"-v {script}:/edgevllm-tune/benchmark_moe.py:ro" in line
-    assert line.endswith("edgevllm/vllm:x /edgevllm-tune/benchmark_moe.py --model "
-                         "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16 --tp-size 1 --dtype auto "
-                         "--tune --save-dir /edgevllm-tune/out")
+    assert line.endswith(
+        "edgevllm/vllm:x /edgevllm-tune/benchmark_moe.py --model "
+        "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16 --tp-size 1 --dtype auto "
+        "--tune --save-dir /edgevllm-tune/out"
+    )
 
 
 def test_tune_moe_ingests_the_result_atomically(tmp_path):
@@ -282,8 +392,16 @@ def test_tune_moe_ingests_the_result_atomically(tmp_path):
     out, configs = tmp_path / "out", tmp_path / "configs"
     out.mkdir()
     configs.mkdir()
-    table = {"1": {"BLOCK_SIZE_M": 16, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 64, "GROUP_SIZE_M": 1,
-                   "num_warps": 4, "num_stages": 3}}
+    table = {
+        "1": {
+            "BLOCK_SIZE_M": 16,
+            "BLOCK_SIZE_N": 32,
+            "BLOCK_SIZE_K": 64,
+            "GROUP_SIZE_M": 1,
+            "num_warps": 4,
+            "num_stages": 3,
+        }
+    }
     (out / "E=128,N=768,device_name=NVIDIA_Thor.json").write_text(json.dumps(table))
     stored = ingest(out, configs, "NVIDIA Thor", 128, 768)
     assert [p.name for p in stored] == ["E=128,N=768,device_name=NVIDIA_Thor.json"]
@@ -302,10 +420,14 @@ def test_mods_apply_failed_mod_is_one_line_exit_7(tmp_path):
     """A mod whose anchor is missing in the installed file: the CLI prints the table on stdout,
     one error line on stderr naming mod, package version, file and anchor, and exits 7."""
     root = tmp_path / "extra"
-    write_mod(root, "demo-fix", "name: demo-fix\nversion: '1'\ndescription: d\ntargets: [thor]\n"
-              "applies_to: {demo-pkg: '>=1'}\nsteps:\n  - kind: edit\n    packages: [demo-pkg]\n"
-              "    path: demo_pkg/gate.py\n    replacements:\n"
-              "      - {anchor: 'allowed = [\"q\"]', replacement: 'allowed = [\"q\", \"r\"]'}\n")
+    write_mod(
+        root,
+        "demo-fix",
+        "name: demo-fix\nversion: '1'\ndescription: d\ntargets: [thor]\n"
+        "applies_to: {demo-pkg: '>=1'}\nsteps:\n  - kind: edit\n    packages: [demo-pkg]\n"
+        "    path: demo_pkg/gate.py\n    replacements:\n"
+        '      - {anchor: \'allowed = ["q"]\', replacement: \'allowed = ["q", "r"]\'}\n',
+    )
     site = tmp_path / "site"
     (site / "demo_pkg").mkdir(parents=True)
     (site / "demo_pkg" / "gate.py").write_text('allowed = ["a"]\n')
@@ -313,14 +435,24 @@ def test_mods_apply_failed_mod_is_one_line_exit_7(tmp_path):
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: demo-pkg\nVersion: 1.2.0\n")
     (info / "RECORD").write_text("demo_pkg/gate.py,,\n")
-    proc = inv("mods-apply", "--target", "thor", "--site-packages", str(site), "--mod",
-               "demo-fix", env={"EDGEVLLM_MODS_PATH": str(root)})
+    proc = inv(
+        "mods-apply",
+        "--target",
+        "thor",
+        "--site-packages",
+        str(site),
+        "--mod",
+        "demo-fix",
+        env={"EDGEVLLM_MODS_PATH": str(root)},
+    )
     assert proc.returncode == 7
     assert "demo-fix  failed" in proc.stdout
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1
-    assert lines[0] == (f"error: mod demo-fix: demo-pkg 1.2.0: file {site}/demo_pkg/gate.py: "
-                        "missing anchor: 'allowed = [\"q\"]'")
+    assert lines[0] == (
+        f"error: mod demo-fix: demo-pkg 1.2.0: file {site}/demo_pkg/gate.py: "
+        "missing anchor: 'allowed = [\"q\"]'"
+    )
 
 
 def test_the_applier_knows_exactly_the_step_kinds_a_manifest_may_use():

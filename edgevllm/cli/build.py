@@ -5,10 +5,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from edgevllm.kernel import console
 from edgevllm.cli._common import cli_task
-from edgevllm.model.flags import (BUILD_FLAGS, OUT_FLAG, help_for, iterable_for, param, signature,
-                                  spec_overrides)
+from edgevllm.kernel import console
+from edgevllm.model.flags import (
+    BUILD_FLAGS,
+    OUT_FLAG,
+    help_for,
+    iterable_for,
+    param,
+    signature,
+    spec_overrides,
+)
+
 
 def spec_from_flags(values: dict, verify: bool = True):
     """The build spec that ``--spec``/``--lock``/``--target`` and the other flags describe."""
@@ -28,18 +36,23 @@ def spec_from_flags(values: dict, verify: bool = True):
 
 def _flag_task(flags, *extra, help_extra: dict[str, str]):
     """A task whose options are ``flags`` from the table (plus ``extra`` parameters)."""
+
     def decorate(fn):
         fn.__signature__ = signature(flags, *extra)
-        return cli_task(help={**help_for(flags), **help_extra}, iterable=iterable_for(flags),
-                        auto_shortflags=False)(fn)
+        return cli_task(
+            help={**help_for(flags), **help_extra},
+            iterable=iterable_for(flags),
+            auto_shortflags=False,
+        )(fn)
+
     return decorate
 
 
 @cli_task(help={"as_json": "print the targets as JSON"})
 def targets(c, as_json=False):
     """List the build targets (one YAML file each under targets/)."""
-    from edgevllm.model.targets import all_targets
     from edgevllm.kernel.tables import print_targets
+    from edgevllm.model.targets import all_targets
 
     found = all_targets()
     if as_json:
@@ -48,8 +61,11 @@ def targets(c, as_json=False):
         print_targets(found)
 
 
-@_flag_task(BUILD_FLAGS, param("out", "out/render"),
-            help_extra={"out": "folder for the Dockerfile and build context"})
+@_flag_task(
+    BUILD_FLAGS,
+    param("out", "out/render"),
+    help_extra={"out": "folder for the Dockerfile and build context"},
+)
 def render(c, **values):
     """Render the Dockerfile and build context for inspection (no build, no network)."""
     from edgevllm.build.renderout import render_to
@@ -58,10 +74,17 @@ def render(c, **values):
     console.info(f"wrote {written}")
 
 
-@_flag_task(BUILD_FLAGS, param("out", "out"), param("verify", True), param("json"),
-            help_extra={"out": OUT_FLAG.help,
-                        "verify": "run arch verify and probe level 1 (default on)",
-                        "json": "write a JSON summary of the build to this file"})
+@_flag_task(
+    BUILD_FLAGS,
+    param("out", "out"),
+    param("verify", True),
+    param("json"),
+    help_extra={
+        "out": OUT_FLAG.help,
+        "verify": "run arch verify and probe level 1 (default on)",
+        "json": "write a JSON summary of the build to this file",
+    },
+)
 def build(c, **values):
     """Build an image: sources → Dockerfile → wheels → runtime image → checks → tags."""
     from edgevllm.build.pipeline import build as run_build
@@ -69,8 +92,9 @@ def build(c, **values):
 
     build_spec = spec_from_flags(values, verify=values.get("verify", True))
     lock = values.get("lock")
-    result = run_build(build_spec, Path(values.get("out") or "out"),
-                       lock_path=Path(lock) if lock else None)
+    result = run_build(
+        build_spec, Path(values.get("out") or "out"), lock_path=Path(lock) if lock else None
+    )
     if values.get("json"):
         write_summary(result, Path(values["json"]))
     console.step(f"built {', '.join(result.tags)}")
@@ -80,7 +104,8 @@ def build(c, **values):
 
 @cli_task(help={"target": "thor | spark", "out": "where builds will write (for the disk check)"})
 def doctor(c, target="spark", out="out"):
-    """Check that this machine can build for a target: engine, buildx, emulation, disk, git, registry."""
+    """Check that this machine can build for a target: engine, buildx, emulation, disk, git,
+    registry."""
     from edgevllm.build.doctor import run_checks
     from edgevllm.engine.docker import DockerEngine
     from edgevllm.kernel.errors import MissingToolError

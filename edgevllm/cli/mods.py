@@ -5,16 +5,18 @@ from __future__ import annotations
 import json as jsonlib
 from pathlib import Path
 
+from edgevllm.cli._common import cli_task
 from edgevllm.kernel import console
 from edgevllm.kernel.errors import ConfigError, ModFailedError
-from edgevllm.cli._common import cli_task
 from edgevllm.kernel.kv import split_csv
 
 
-@cli_task(help={
-    "target": "only mods for this target (thor, spark)",
-    "json": "print the list as JSON",
-})
+@cli_task(
+    help={
+        "target": "only mods for this target (thor, spark)",
+        "json": "print the list as JSON",
+    }
+)
 def mods(c, target=None, json=False):
     """List the mods: name, targets, the package versions each applies to, description."""
     from edgevllm.mods.catalog import format_rows, list_rows
@@ -23,17 +25,28 @@ def mods(c, target=None, json=False):
     print(jsonlib.dumps(rows, indent=2) if json else format_rows(rows))
 
 
-@cli_task(help={
-    "target": "target name (thor, spark): its default mods, unless --mod is given",
-    "site_packages": "apply to the distributions in this folder (repeatable)",
-    "python": "apply with this interpreter (its own site-packages unless --site-packages)",
-    "mod": "apply only this mod (repeatable, or comma-separated)",
-    "json": "write the outcome record here (and runtime env vars to the same name .env)",
-    "pip_find_links": "extra folder/URL of wheels for install steps (repeatable)",
-    "pip_no_index": "install steps use only --pip-find-links (hermetic)",
-}, iterable=["site_packages", "mod", "pip_find_links"])
-def mods_apply(c, target, site_packages=None, python=None, mod=None, json=None,
-               pip_find_links=None, pip_no_index=False):
+@cli_task(
+    help={
+        "target": "target name (thor, spark): its default mods, unless --mod is given",
+        "site_packages": "apply to the distributions in this folder (repeatable)",
+        "python": "apply with this interpreter (its own site-packages unless --site-packages)",
+        "mod": "apply only this mod (repeatable, or comma-separated)",
+        "json": "write the outcome record here (and runtime env vars to the same name .env)",
+        "pip_find_links": "extra folder/URL of wheels for install steps (repeatable)",
+        "pip_no_index": "install steps use only --pip-find-links (hermetic)",
+    },
+    iterable=["site_packages", "mod", "pip_find_links"],
+)
+def mods_apply(
+    c,
+    target,
+    site_packages=None,
+    python=None,
+    mod=None,
+    json=None,
+    pip_find_links=None,
+    pip_no_index=False,
+):
     """Apply mods to an existing Python environment (e.g. a stock image) and print the outcomes."""
     from edgevllm.mods.catalog import apply_to_environment
 
@@ -41,54 +54,100 @@ def mods_apply(c, target, site_packages=None, python=None, mod=None, json=None,
         raise ConfigError("give --site-packages DIR or --python PATH (the environment to patch)")
     try:
         record, table = apply_to_environment(
-            target, split_csv(mod), [Path(p) for p in site_packages or []], python,
-            Path(json) if json else None, pip_find_links or [], pip_no_index)
+            target,
+            split_csv(mod),
+            [Path(p) for p in site_packages or []],
+            python,
+            Path(json) if json else None,
+            pip_find_links or [],
+            pip_no_index,
+        )
     except ModFailedError as exc:
         print(getattr(exc, "table", ""), end="")
         raise
     print(table, end="")
-    env = {k: v for m in record["mods"] if m["outcome"] != "not-applicable"
-           for k, v in m.get("env", {}).items()}
+    env = {
+        k: v
+        for m in record["mods"]
+        if m["outcome"] != "not-applicable"
+        for k, v in m.get("env", {}).items()
+    }
     if env:
         console.info("set at run time: " + " ".join(f"{k}={v}" for k, v in sorted(env.items())))
 
 
-@cli_task(help={
-    "image": "a built image (run on the target device, with the NVIDIA runtime)",
-    "target": "target name: its device name goes into the config file name",
-    "model": "model whose MoE shape to tune (HF id or path visible in the container)",
-    "script": "host path of vLLM's benchmarks/kernels/benchmark_moe.py (same vLLM version)",
-    "experts": "expected expert count E (the stored file must have it)",
-    "intermediate": "expected intermediate size N (the stored file must have it)",
-    "dtype": "benchmark_moe.py --dtype (auto, fp8_w8a8, int8_w8a16)",
-    "tp_size": "tensor-parallel size the model is served with",
-    "batch_size": "only these batch sizes (repeatable)",
-    "trust_remote_code": "pass --trust-remote-code to the tuner",
-    "dry_run": "print the docker command and exit",
-}, iterable=["batch_size"])
-def tune_moe(c, image, target, model, script=None, experts=None, intermediate=None, dtype="auto",
-             tp_size=1, batch_size=None, trust_remote_code=False, dry_run=False):
+@cli_task(
+    help={
+        "image": "a built image (run on the target device, with the NVIDIA runtime)",
+        "target": "target name: its device name goes into the config file name",
+        "model": "model whose MoE shape to tune (HF id or path visible in the container)",
+        "script": "host path of vLLM's benchmarks/kernels/benchmark_moe.py (same vLLM version)",
+        "experts": "expected expert count E (the stored file must have it)",
+        "intermediate": "expected intermediate size N (the stored file must have it)",
+        "dtype": "benchmark_moe.py --dtype (auto, fp8_w8a8, int8_w8a16)",
+        "tp_size": "tensor-parallel size the model is served with",
+        "batch_size": "only these batch sizes (repeatable)",
+        "trust_remote_code": "pass --trust-remote-code to the tuner",
+        "dry_run": "print the docker command and exit",
+    },
+    iterable=["batch_size"],
+)
+def tune_moe(
+    c,
+    image,
+    target,
+    model,
+    script=None,
+    experts=None,
+    intermediate=None,
+    dtype="auto",
+    tp_size=1,
+    batch_size=None,
+    trust_remote_code=False,
+    dry_run=False,
+):
     """Tune the fused-MoE kernel in an image on the device; store the JSON in the config mod."""
     from edgevllm.engine.docker import DockerEngine
-    from edgevllm.mods.catalog import get_mod
     from edgevllm.model.targets import load_target
-    from edgevllm.mods.tunemoe import MOE_MOD, TuneRequest, remove_scratch, run_options, scratch_dir, tune
+    from edgevllm.mods.catalog import get_mod
+    from edgevllm.mods.tunemoe import (
+        MOE_MOD,
+        TuneRequest,
+        remove_scratch,
+        run_options,
+        scratch_dir,
+        tune,
+    )
 
     device = load_target(target).device_name
     configs = get_mod(MOE_MOD).folder / "configs"
     out = scratch_dir()
-    req = TuneRequest(image=image, model=model, script=Path(script or "benchmark_moe.py"),
-                      out_dir=out, tp_size=int(tp_size), dtype=dtype,
-                      batch_sizes=tuple(int(b) for b in split_csv(batch_size)),
-                      trust_remote_code=trust_remote_code)
+    req = TuneRequest(
+        image=image,
+        model=model,
+        script=Path(script or "benchmark_moe.py"),
+        out_dir=out,
+        tp_size=int(tp_size),
+        dtype=dtype,
+        batch_sizes=tuple(int(b) for b in split_csv(batch_size)),
+        trust_remote_code=trust_remote_code,
+    )
     engine = DockerEngine()
     try:
         if dry_run:
             print(engine.command_line(run_options(req).argv()))
             return
-        stored = tune(req, engine, configs, device, int(experts) if experts else None,
-                      int(intermediate) if intermediate else None)
+        stored = tune(
+            req,
+            engine,
+            configs,
+            device,
+            int(experts) if experts else None,
+            int(intermediate) if intermediate else None,
+        )
     finally:
         remove_scratch(out)
     for path in stored:
-        console.info(f"stored {path} (set 'tuned: true' in the manifest once all files are measured)")
+        console.info(
+            f"stored {path} (set 'tuned: true' in the manifest once all files are measured)"
+        )

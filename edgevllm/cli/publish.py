@@ -1,4 +1,5 @@
-"""``inv publish`` / ``inv load`` / ``inv push``: share images as verified tarballs or via a registry.
+"""``inv publish`` / ``inv load`` / ``inv push``: share images as verified tarballs or through
+a registry.
 
 The engine is docker's current one (``DOCKER_CONTEXT`` / ``DOCKER_HOST`` select another).
 """
@@ -11,23 +12,38 @@ from edgevllm.cli._common import cli_task
 from edgevllm.kernel.kv import split_csv
 
 
-@cli_task(help={
-    "image": "local image to publish (tag or id)",
-    "out": "folder for <name>.tar.zst (or parts) and <name>.manifest.json",
-    "name": "file name stem (default: from the image tag, repo:tag → repo_tag)",
-    "format": "zst (default, multi-threaded zstd) or gz (for 'docker load <' users)",
-    "level": "compression level (default: zst 3, gz 6)",
-    "part_size": "split into parts of at most this size, e.g. 1900M or 2G",
-    "threads": "compression threads (default: one per CPU)",
-    "force": "replace an existing set of the same name",
-    "long": "zstd long-distance window as a power of two (default 27 = 128 MiB; 0: off)",
-    "no_layer_cache": "compress the plain docker save stream (no per-layer cache)",
-    "layer_cache": "layer cache folder (default: $EDGEVLLM_LAYER_CACHE or <cache>/layers)",
-    "prime_cache": "only compress the image's layers into the cache (no --out; e.g. after a build)",
-})
-def publish(c, image=None, out=None, name=None, format="zst", level=None, part_size=None,
-            threads=-1, force=False, long=27, no_layer_cache=False, layer_cache=None,
-            prime_cache=False):
+@cli_task(
+    help={
+        "image": "local image to publish (tag or id)",
+        "out": "folder for <name>.tar.zst (or parts) and <name>.manifest.json",
+        "name": "file name stem (default: from the image tag, repo:tag → repo_tag)",
+        "format": "zst (default, multi-threaded zstd) or gz (for 'docker load <' users)",
+        "level": "compression level (default: zst 3, gz 6)",
+        "part_size": "split into parts of at most this size, e.g. 1900M or 2G",
+        "threads": "compression threads (default: one per CPU)",
+        "force": "replace an existing set of the same name",
+        "long": "zstd long-distance window as a power of two (default 27 = 128 MiB; 0: off)",
+        "no_layer_cache": "compress the plain docker save stream (no per-layer cache)",
+        "layer_cache": "layer cache folder (default: $EDGEVLLM_LAYER_CACHE or <cache>/layers)",
+        "prime_cache": "only compress the image's layers into the cache (no --out; e.g. after a "
+        "build)",
+    }
+)
+def publish(
+    c,
+    image=None,
+    out=None,
+    name=None,
+    format="zst",
+    level=None,
+    part_size=None,
+    threads=-1,
+    force=False,
+    long=27,
+    no_layer_cache=False,
+    layer_cache=None,
+    prime_cache=False,
+):
     """Save an image as compressed, checksummed tarball part(s) plus a manifest."""
     from edgevllm.kernel import console
 
@@ -37,18 +53,34 @@ def publish(c, image=None, out=None, name=None, format="zst", level=None, part_s
     from edgevllm.image.publish import PublishOptions, human, parse_size
     from edgevllm.image.publish import publish as run_publish
 
-    options = PublishOptions(image=image, out_dir=Path(out), name=name, format=format,
-                             level=int(level) if level is not None else None,
-                             part_size=parse_size(part_size), threads=int(threads), force=force,
-                             long=int(long), use_layer_cache=not no_layer_cache,
-                             layer_cache=Path(layer_cache) if layer_cache else None)
+    options = PublishOptions(
+        image=image,
+        out_dir=Path(out),
+        name=name,
+        format=format,
+        level=int(level) if level is not None else None,
+        part_size=parse_size(part_size),
+        threads=int(threads),
+        force=force,
+        long=int(long),
+        use_layer_cache=not no_layer_cache,
+        layer_cache=Path(layer_cache) if layer_cache else None,
+    )
     result = run_publish(_engine(), options)
     manifest = result.manifest
     layers = result.layers
-    reuse = (f", layers: {layers.cached_layers} from the cache, {layers.compressed_layers} "
-             f"compressed{'' if layers.saved else ', no docker save'}") if layers else ""
-    console.info(f"{human(manifest['uncompressed_size'])} → {human(manifest['total_size'])} in "
-                 f"{len(result.part_paths)} part(s), {result.seconds:.1f}s{reuse}")
+    reuse = (
+        (
+            f", layers: {layers.cached_layers} from the cache, {layers.compressed_layers} "
+            f"compressed{'' if layers.saved else ', no docker save'}"
+        )
+        if layers
+        else ""
+    )
+    console.info(
+        f"{human(manifest['uncompressed_size'])} → {human(manifest['total_size'])} in "
+        f"{len(result.part_paths)} part(s), {result.seconds:.1f}s{reuse}"
+    )
     for path in result.part_paths:
         print(path)
     print(result.manifest_path)
@@ -62,40 +94,51 @@ def _prime(image, level, threads, long, layer_cache) -> None:
     from edgevllm.image.publish import prime_layer_cache
 
     settings = ZstdSettings(int(level) if level is not None else 3, int(long), int(threads))
-    stats = prime_layer_cache(_engine(), image, settings,
-                              Path(layer_cache) if layer_cache else None)
-    console.info(f"{image}: {stats.compressed_layers} layer(s) compressed into the cache, "
-                 f"{stats.cached_layers} already there")
+    stats = prime_layer_cache(
+        _engine(), image, settings, Path(layer_cache) if layer_cache else None
+    )
+    console.info(
+        f"{image}: {stats.compressed_layers} layer(s) compressed into the cache, "
+        f"{stats.cached_layers} already there"
+    )
 
 
-@cli_task(help={"path": "a <name>.manifest.json, a part, or a .tar / .tar.gz / .tar.zst tarball"},
-          positional=["path"])
+@cli_task(
+    help={"path": "a <name>.manifest.json, a part, or a .tar / .tar.gz / .tar.zst tarball"},
+    positional=["path"],
+)
 def load(c, path):
     """Check every part's sha256, then stream the image into the engine; prints the loaded tags."""
-    from edgevllm.kernel import console
     from edgevllm.image.publish import load as run_load
+    from edgevllm.kernel import console
 
     result = run_load(_engine(), Path(path))
-    console.info(f"loaded {result.image_id or 'image'} from {result.source}"
-                 + ("" if result.verified else " (unverified)"))
+    console.info(
+        f"loaded {result.image_id or 'image'} from {result.source}"
+        + ("" if result.verified else " (unverified)")
+    )
     for name in result.loaded:
         print(name)
 
 
-@cli_task(help={
-    "image": "local image to push",
-    "registry": "HOST[:PORT][/NAMESPACE], e.g. ghcr.io/me or 127.0.0.1:5000/team",
-    "tag": "immutable tag (default: from the image's lock / io.edgevllm.tag label)",
-    "moving_tag": "also push this moving tag, e.g. latest-spark (repeatable, or a,b)",
-    "repo": "repository name under the registry (default: the image's repository name)",
-}, iterable=["moving_tag"])
+@cli_task(
+    help={
+        "image": "local image to push",
+        "registry": "HOST[:PORT][/NAMESPACE], e.g. ghcr.io/me or 127.0.0.1:5000/team",
+        "tag": "immutable tag (default: from the image's lock / io.edgevllm.tag label)",
+        "moving_tag": "also push this moving tag, e.g. latest-spark (repeatable, or a,b)",
+        "repo": "repository name under the registry (default: the image's repository name)",
+    },
+    iterable=["moving_tag"],
+)
 def push(c, image=None, registry=None, tag=None, moving_tag=None, repo=None):
     """Push the immutable lock-derived tag (never overwriting another image) and moving tags."""
     require(image=image, registry=registry)
     from edgevllm.image.registry import push as run_push
 
-    result = run_push(_engine(), image, registry, tag=tag, moving_tags=split_csv(moving_tag),
-                      repo=repo)
+    result = run_push(
+        _engine(), image, registry, tag=tag, moving_tags=split_csv(moving_tag), repo=repo
+    )
     for pushed in [result.immutable] + result.moving:
         print(f"{pushed.ref} {pushed.digest} {pushed.action}")
 
@@ -106,7 +149,9 @@ def require(**flags) -> None:
 
     for name, value in flags.items():
         if value in (None, ""):
-            raise ConfigError(f"--{name.replace('_', '-')} is required (inv --help TASK lists the flags)")
+            raise ConfigError(
+                f"--{name.replace('_', '-')} is required (inv --help TASK lists the flags)"
+            )
 
 
 def _engine():

@@ -22,8 +22,9 @@ from edgevllm.kernel.errors import DockerUnavailableError, EngineError, ImageNot
 
 LineSink = Callable[[str], None]
 # Deadlines for daemon calls: a hung daemon becomes one error line, never a hang.
-QUICK_TIMEOUT_S = 30.0      # version, buildx version, inspect
-DEFAULT_TIMEOUT_S = 600.0   # anything else that does not pass its own
+QUICK_TIMEOUT_S = 30.0  # version, buildx version, inspect
+DEFAULT_TIMEOUT_S = 600.0  # anything else that does not pass its own
+
 
 @dataclass
 class RunOptions:
@@ -59,10 +60,18 @@ class RunOptions:
         if self.remove:
             args.append("--rm")
         flags = [
-            ("--name", self.name), ("--network", self.network), ("--hostname", self.hostname),
-            ("--ipc", self.ipc), ("--shm-size", self.shm_size), ("--runtime", self.runtime),
-            ("--gpus", self.gpus), ("--restart", self.restart), ("--entrypoint", self.entrypoint),
-            ("--platform", self.platform), ("--workdir", self.workdir), ("--user", self.user),
+            ("--name", self.name),
+            ("--network", self.network),
+            ("--hostname", self.hostname),
+            ("--ipc", self.ipc),
+            ("--shm-size", self.shm_size),
+            ("--runtime", self.runtime),
+            ("--gpus", self.gpus),
+            ("--restart", self.restart),
+            ("--entrypoint", self.entrypoint),
+            ("--platform", self.platform),
+            ("--workdir", self.workdir),
+            ("--user", self.user),
         ]
         for flag, value in flags:
             if value is not None:
@@ -163,17 +172,26 @@ class DockerEngine:
     def describe(self) -> str:
         return self.context or self.host or "default"
 
-    def _run(self, args: Sequence[str], *, check: bool = True, input: bytes | None = None,
-             timeout: float | None = DEFAULT_TIMEOUT_S) -> subprocess.CompletedProcess:
+    def _run(
+        self,
+        args: Sequence[str],
+        *,
+        check: bool = True,
+        input: bytes | None = None,
+        timeout: float | None = DEFAULT_TIMEOUT_S,
+    ) -> subprocess.CompletedProcess:
         """Every daemon call has a deadline (``timeout=None`` only for open-ended work such as
         a container run to completion, where the caller passes its own)."""
         self._require_binary()
         try:
-            proc = subprocess.run(self.base_argv() + list(args), input=input, capture_output=True,
-                                  timeout=timeout)
+            proc = subprocess.run(
+                self.base_argv() + list(args), input=input, capture_output=True, timeout=timeout
+            )
         except subprocess.TimeoutExpired as exc:
-            raise EngineError(f"docker {args[0]} timed out after {timeout:.0f}s on engine "
-                              f"{self.describe()}; check that the daemon is responsive") from exc
+            raise EngineError(
+                f"docker {args[0]} timed out after {timeout:.0f}s on engine "
+                f"{self.describe()}; check that the daemon is responsive"
+            ) from exc
         if check and proc.returncode != 0:
             raise EngineError(self._failure_line(args, proc))
         return proc
@@ -187,40 +205,52 @@ class DockerEngine:
         if shutil.which(self.binary) is None:
             raise DockerUnavailableError(
                 f"'{self.binary}' not found on PATH: install Docker "
-                "(Debian: apt-get install docker.io docker-cli docker-buildx)")
+                "(Debian: apt-get install docker.io docker-cli docker-buildx)"
+            )
 
-    def run_cli(self, args: Sequence[str], timeout: float | None = 60) -> subprocess.CompletedProcess:
+    def run_cli(
+        self, args: Sequence[str], timeout: float | None = 60
+    ) -> subprocess.CompletedProcess:
         """Any docker subcommand, without raising on its exit code (for checks that inspect it)."""
         return self._run(args, check=False, timeout=timeout)
 
     # -- health checks --------------------------------------------------------------------------
     def check_daemon(self) -> None:
         self._require_binary()
-        proc = self._run(["version", "--format", "{{.Server.Version}}"], check=False,
-                         timeout=QUICK_TIMEOUT_S)
+        proc = self._run(
+            ["version", "--format", "{{.Server.Version}}"], check=False, timeout=QUICK_TIMEOUT_S
+        )
         if proc.returncode != 0:
             raise DockerUnavailableError(
                 f"cannot reach the Docker daemon on engine {self.describe()}: start it "
-                "(systemctl start docker, or dockerd --iptables=false) and check permissions")
+                "(systemctl start docker, or dockerd --iptables=false) and check permissions"
+            )
 
     def check_buildx(self) -> None:
         proc = self._run(["buildx", "version"], check=False, timeout=QUICK_TIMEOUT_S)
         if proc.returncode != 0:
             raise DockerUnavailableError(
                 "docker buildx is missing: install the buildx plugin "
-                "(Debian: apt-get install docker-buildx)")
+                "(Debian: apt-get install docker-buildx)"
+            )
 
     # -- build ----------------------------------------------------------------------------------
-    def build(self, options: BuildOptions, on_line: LineSink,
-              env: dict[str, str] | None = None) -> int:
-        """Run ``docker buildx build``, feeding every output line to ``on_line``; return the exit code.
+    def build(
+        self, options: BuildOptions, on_line: LineSink, env: dict[str, str] | None = None
+    ) -> int:
+        """Run ``docker buildx build``, feeding every output line to ``on_line``; return the exit
+        code.
 
         ``env`` adds variables for buildx itself (e.g. a token read by ``--secret env=...``).
         """
         self._require_binary()
         proc_env = dict(os.environ, BUILDX_NO_DEFAULT_ATTESTATIONS="1", **(env or {}))
-        proc = subprocess.Popen(self.base_argv() + options.argv(), stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, env=proc_env)
+        proc = subprocess.Popen(
+            self.base_argv() + options.argv(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=proc_env,
+        )
         assert proc.stdout is not None
         try:
             for raw in proc.stdout:
@@ -240,7 +270,8 @@ class DockerEngine:
         if proc.returncode != 0:
             raise ImageNotFoundError(
                 f"image '{ref}' not found on engine {self.describe()}: build it, pull it or "
-                "load it first (docker images lists what is there)")
+                "load it first (docker images lists what is there)"
+            )
         return json.loads(proc.stdout)[0]
 
     def images(self, repository: str, fmt: str = "{{.ID}}") -> list[str]:
@@ -257,8 +288,9 @@ class DockerEngine:
     def image_labels(self, ref: str) -> dict[str, str]:
         return self.image_inspect(ref).get("Config", {}).get("Labels") or {}
 
-    def import_rootfs(self, tarball: Path, tag: str, platform: str | None = None,
-                      changes: Sequence[str] = ()) -> str:
+    def import_rootfs(
+        self, tarball: Path, tag: str, platform: str | None = None, changes: Sequence[str] = ()
+    ) -> str:
         """``docker import`` a root filesystem tarball as an image (locally built base images)."""
         args = ["import"] + (["--platform", platform] if platform else [])
         for change in changes:
@@ -286,8 +318,11 @@ class DockerEngine:
         """The digest a registry holds for ``ref``, or None when the tag does not exist there
         (or the registry cannot be reached within ``timeout``)."""
         try:
-            proc = self._run(["buildx", "imagetools", "inspect", "--format", "{{json .Manifest}}",
-                              ref], check=False, timeout=timeout)
+            proc = self._run(
+                ["buildx", "imagetools", "inspect", "--format", "{{json .Manifest}}", ref],
+                check=False,
+                timeout=timeout,
+            )
         except EngineError:  # timed out: unknown, not an error
             return None
         if proc.returncode != 0:
@@ -314,8 +349,9 @@ class DockerEngine:
     def save_stream(self, refs: Sequence[str]) -> Iterator[IO[bytes]]:
         """``docker save`` as a byte stream (no file on disk)."""
         self._require_binary()
-        proc = subprocess.Popen(self.base_argv() + ["save"] + list(refs), stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE)
+        proc = subprocess.Popen(
+            self.base_argv() + ["save"] + list(refs), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
         assert proc.stdout is not None
         try:
             yield proc.stdout
@@ -335,8 +371,12 @@ class DockerEngine:
         For feeding one ``docker save`` to several engines at once (``inv copy``).
         """
         self._require_binary()
-        proc = subprocess.Popen(self.base_argv() + ["load", "-q"], stdin=subprocess.PIPE,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        proc = subprocess.Popen(
+            self.base_argv() + ["load", "-q"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         assert proc.stdin is not None
         try:
             yield proc.stdin
@@ -354,8 +394,12 @@ class DockerEngine:
     def load_from(self, write: Callable[[IO[bytes]], None]) -> list[str]:
         """Feed ``docker load`` through ``write(stdin)``; return the loaded image names/ids."""
         self._require_binary()
-        proc = subprocess.Popen(self.base_argv() + ["load"], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc = subprocess.Popen(
+            self.base_argv() + ["load"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         assert proc.stdin is not None
         try:
             write(proc.stdin)
@@ -372,12 +416,13 @@ class DockerEngine:
         for line in out.decode().splitlines():
             for prefix in ("Loaded image: ", "Loaded image ID: "):
                 if line.startswith(prefix):
-                    loaded.append(line[len(prefix):].strip())
+                    loaded.append(line[len(prefix) :].strip())
         return loaded
 
     # -- containers -----------------------------------------------------------------------------
-    def run(self, options: RunOptions, timeout: float | None = None,
-            input: bytes | None = None) -> subprocess.CompletedProcess:
+    def run(
+        self, options: RunOptions, timeout: float | None = None, input: bytes | None = None
+    ) -> subprocess.CompletedProcess:
         """Run a container to completion (or start it detached); never raises on exit code.
 
         ``input`` is fed to the container's stdin (pass ``extra=["-i"]`` in ``options``).
@@ -389,8 +434,9 @@ class DockerEngine:
         proc = self._run(replace(options, detach=True).argv())
         return proc.stdout.decode().strip()
 
-    def exec(self, container: str, command: Sequence[str],
-             timeout: float | None = None) -> subprocess.CompletedProcess:
+    def exec(
+        self, container: str, command: Sequence[str], timeout: float | None = None
+    ) -> subprocess.CompletedProcess:
         return self._run(["exec", container] + list(command), check=False, timeout=timeout)
 
     def logs(self, container: str, tail: int | None = None) -> str:
@@ -400,8 +446,11 @@ class DockerEngine:
 
     def follow_logs(self, container: str) -> subprocess.Popen:
         self._require_binary()
-        return subprocess.Popen(self.base_argv() + ["logs", "-f", container],
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        return subprocess.Popen(
+            self.base_argv() + ["logs", "-f", container],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
 
     def container_inspect(self, container: str) -> dict | None:
         proc = self._run(["container", "inspect", container], check=False)

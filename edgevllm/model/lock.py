@@ -24,16 +24,16 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from edgevllm import __version__
+from edgevllm.kernel import labels
 from edgevllm.kernel.errors import LockError
 from edgevllm.kernel.fsutil import atomic_write_text
 from edgevllm.kernel.schema import parse_model
-from edgevllm.kernel import labels
 
 SCHEMA_VERSION = 1
 LOCK_FILENAME = "edgevllm.lock.json"
-LOCK_LABEL = labels.LOCK                      # image label holding the compact lock JSON
-LOCK_HASH_LABEL = labels.LOCK_SHA            # image label holding lock_hash()
-LOCK_IMAGE_PATH = labels.LOCK_FILE            # where the lock lives inside the image
+LOCK_LABEL = labels.LOCK  # image label holding the compact lock JSON
+LOCK_HASH_LABEL = labels.LOCK_SHA  # image label holding lock_hash()
+LOCK_IMAGE_PATH = labels.LOCK_FILE  # where the lock lives inside the image
 
 _UNHASHED = {"created_at", "tags"}
 _SECRET_RE = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|CREDENTIAL)", re.I)
@@ -47,16 +47,16 @@ class _Model(BaseModel):
 class PickLock(_Model):
     """One cherry-pick, as applied (or skipped) onto a source's base."""
 
-    spec: str                                  # as the user wrote it: "40082", a URL, a SHA
+    spec: str  # as the user wrote it: "40082", a URL, a SHA
     kind: Literal["pr", "commit"]
-    repo: str                                  # where the pick was fetched from
+    repo: str  # where the pick was fetched from
     pr: Optional[int] = None
-    head_sha: str                              # the PR head (or the commit) that was applied
-    merge_base: str                            # diff base: merge-base with upstream default branch / parent
-    diff_sha256: str                           # sha256 of the applied diff (git diff --binary --full-index)
-    skipped: bool = False                      # already contained in the base
-    reason: str = ""                           # why skipped, or which doc conflicts kept the base side
-    commit: Optional[str] = None               # the commit this pick made in the prepared tree
+    head_sha: str  # the PR head (or the commit) that was applied
+    merge_base: str  # diff base: merge-base with upstream default branch / parent
+    diff_sha256: str  # sha256 of the applied diff (git diff --binary --full-index)
+    skipped: bool = False  # already contained in the base
+    reason: str = ""  # why skipped, or which doc conflicts kept the base side
+    commit: Optional[str] = None  # the commit this pick made in the prepared tree
     resolved_paths: list[str] = Field(default_factory=list)  # doc/test conflicts resolved to base
 
 
@@ -65,13 +65,13 @@ class SourceLock(_Model):
 
     name: str
     repo: str
-    ref: Optional[str] = None                  # what was asked for (branch/tag/SHA), for the record
-    pr: Optional[int] = None                   # set when the base is a PR's head
+    ref: Optional[str] = None  # what was asked for (branch/tag/SHA), for the record
+    pr: Optional[int] = None  # set when the base is a PR's head
     base_sha: str
     picks: list[PickLock] = Field(default_factory=list)
-    commit: str                                # the prepared commit (base + picks)
-    tree: str                                  # git tree hash of the prepared commit: the content hash
-    version: str                               # derived from tags (git describe) or the short SHA
+    commit: str  # the prepared commit (base + picks)
+    tree: str  # git tree hash of the prepared commit: the content hash
+    version: str  # derived from tags (git describe) or the short SHA
     submodules: dict[str, str] = Field(default_factory=dict)  # path -> commit, when exported
 
     @field_validator("base_sha", "commit", "tree")
@@ -86,11 +86,11 @@ class CMakeDepLock(_Model):
     """A repository the vLLM tree's CMake would clone at configure time, fetched on the host."""
 
     repo: str
-    ref: str                                   # the tree's GIT_TAG (a tag, branch or SHA)
-    commit: str                                # what ref resolved to
-    tree: str                                  # git tree hash of that commit
-    env_var: str                               # the tree's *_SRC_DIR override the build sets
-    declared_at: str = ""                      # file:line of the FetchContent call
+    ref: str  # the tree's GIT_TAG (a tag, branch or SHA)
+    commit: str  # what ref resolved to
+    tree: str  # git tree hash of that commit
+    env_var: str  # the tree's *_SRC_DIR override the build sets
+    declared_at: str = ""  # file:line of the FetchContent call
     submodules: dict[str, str] = Field(default_factory=dict)  # path -> commit, exported too
 
     @field_validator("commit", "tree")
@@ -102,8 +102,8 @@ class CMakeDepLock(_Model):
 
 
 class BaseImageLock(_Model):
-    ref: str                                   # e.g. nvcr.io/nvidia/cuda:13.0.0-devel-ubuntu24.04
-    digest: Optional[str] = None               # sha256:... when known
+    ref: str  # e.g. nvcr.io/nvidia/cuda:13.0.0-devel-ubuntu24.04
+    digest: Optional[str] = None  # sha256:... when known
 
 
 class ModLock(_Model):
@@ -132,10 +132,10 @@ class WheelLock(_Model):
 class ClosureLock(_Model):
     """A prebuilt build's whole dependency closure, resolved for one platform and Python."""
 
-    python_platform: str                       # e.g. aarch64-manylinux_2_34
+    python_platform: str  # e.g. aarch64-manylinux_2_34
     python_version: str
     requirements: list[str] = Field(default_factory=list)
-    overrides: list[str] = Field(default_factory=list)   # resolver overrides, target's and user's
+    overrides: list[str] = Field(default_factory=list)  # resolver overrides, target's and user's
     indexes: list[str] = Field(default_factory=list)
     wheels: list[WheelLock] = Field(default_factory=list)
 
@@ -146,23 +146,23 @@ class ClosureLock(_Model):
 class KernelsFromLock(_Model):
     """A precompiled build: the release whose compiled libraries the tree was installed over."""
 
-    release: str                               # "0.33.0"
-    release_tag: str                           # "v0.33.0"
-    release_commit: str                        # the tag's commit (the diff is against it)
-    wheel: str                                 # the release wheel's file name
-    sha256: str                                # its bytes (also pinned in ``closure``)
-    changed: int = 0                           # files the tree changes against the release
+    release: str  # "0.33.0"
+    release_tag: str  # "v0.33.0"
+    release_commit: str  # the tag's commit (the diff is against it)
+    wheel: str  # the release wheel's file name
+    sha256: str  # its bytes (also pinned in ``closure``)
+    changed: int = 0  # files the tree changes against the release
 
 
 class Lock(_Model):
     schema_version: int = SCHEMA_VERSION
     tool_version: str = __version__
-    created_at: Optional[str] = None           # informational; not part of the hash
+    created_at: Optional[str] = None  # informational; not part of the hash
     target: Optional[str] = None
     base_images: dict[str, BaseImageLock] = Field(default_factory=dict)  # stage -> image
     vllm: Optional[SourceLock] = None
     flashinfer: Optional[SourceLock] = None
-    packages: dict[str, str] = Field(default_factory=dict)               # name -> pinned version
+    packages: dict[str, str] = Field(default_factory=dict)  # name -> pinned version
     mods: list[ModLock] = Field(default_factory=list)
     build_args: dict[str, str] = Field(default_factory=dict)
     # What vLLM's CMake would clone, fetched on the host and passed in (the compile is offline).
@@ -172,9 +172,9 @@ class Lock(_Model):
     # The other inputs that shape the image (platform, python, apt packages, torch source, runtime
     # env, compile jobs), so that `inv build --lock` needs nothing but the lock.
     settings: dict[str, Any] = Field(default_factory=dict)
-    tags: list[str] = Field(default_factory=list)                        # user tags; not hashed
+    tags: list[str] = Field(default_factory=list)  # user tags; not hashed
     mode: Literal["compile", "prebuilt", "precompiled"] = "compile"
-    closure: Optional[ClosureLock] = None      # prebuilt/precompiled: every wheel, by sha256
+    closure: Optional[ClosureLock] = None  # prebuilt/precompiled: every wheel, by sha256
     # precompiled: the tree's [build-system] requires (pinned like the closure, build stage only)
     # and the release whose kernels were reused.
     build_closure: Optional[ClosureLock] = None
@@ -186,15 +186,22 @@ class Lock(_Model):
         # A lock travels into an image label: a token in it would be published with the image.
         bad = sorted(k for k in value if _SECRET_RE.search(k))
         if bad:
-            raise ValueError(f"{', '.join(bad)} looks like a secret; pass secrets as build secrets, not build args")
+            raise ValueError(
+                f"{', '.join(bad)} looks like a secret; pass secrets as build secrets, not build "
+                f"args"
+            )
         return value
 
     def sources(self) -> dict[str, SourceLock]:
-        return {name: src for name, src in (("vllm", self.vllm), ("flashinfer", self.flashinfer)) if src}
+        return {
+            name: src for name, src in (("vllm", self.vllm), ("flashinfer", self.flashinfer)) if src
+        }
 
 
 def now_utc() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    return (
+        _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    )
 
 
 def canonical_json(lock: Lock) -> str:
@@ -254,12 +261,20 @@ def parse_lock(text: str, origin: str = "<lock>", yaml_syntax: bool = False) -> 
         data = yaml.safe_load(text) if yaml_syntax else json.loads(text)
     except (json.JSONDecodeError, yaml.YAMLError) as exc:
         where = f"line {exc.lineno}" if isinstance(exc, json.JSONDecodeError) else "syntax"
-        raise LockError(f"{origin}: not valid {'YAML' if yaml_syntax else 'JSON'} ({where}); regenerate it with inv sources") from None
+        raise LockError(
+            f"{origin}: not valid {'YAML' if yaml_syntax else 'JSON'} ({where}); regenerate it "
+            f"with inv sources"
+        ) from None
     if not isinstance(data, dict):
-        raise LockError(f"{origin}: not a lock (expected a mapping); regenerate it with inv sources")
+        raise LockError(
+            f"{origin}: not a lock (expected a mapping); regenerate it with inv sources"
+        )
     version = data.get("schema_version")
     if isinstance(version, int) and version > SCHEMA_VERSION:
-        raise LockError(f"{origin}: schema_version {version} is newer than this edgevllm supports ({SCHEMA_VERSION}); upgrade edgevllm")
+        raise LockError(
+            f"{origin}: schema_version {version} is newer than this edgevllm supports "
+            f"({SCHEMA_VERSION}); upgrade edgevllm"
+        )
     return parse_model(Lock, data, str(origin), LockError)
 
 

@@ -1,4 +1,5 @@
-"""The one owner of how a repository, a PR and a commit are written on the command line or in a spec.
+"""The one owner of how a repository, a PR and a commit are written on the command line or in a
+spec.
 
 ``normalize_repo`` gives one canonical URL per repository (GitHub ``owner/name``, https/ssh/git/file
 URLs, scp-style, local paths); ``parse_pr_arg`` reads ``N``, ``#N`` or a PR URL and keeps the PR's
@@ -20,8 +21,12 @@ _SHA_RE = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
 _HEX_RE = re.compile(r"^[0-9a-f]{4,64}$")
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 _SCP_RE = re.compile(r"^(?:(?P<user>[A-Za-z0-9_.-]+)@)?(?P<host>[A-Za-z0-9.-]+):(?P<path>[^/].*)$")
-_PR_URL_RE = re.compile(r"^https?://(?:www\.)?github\.com/([^/\s]+)/([^/\s]+)/pull/([^/\s#?]+)(?:[/#?].*)?$")
-_COMMIT_URL_RE = re.compile(r"^https?://(?:www\.)?github\.com/([^/\s]+)/([^/\s]+)/commit/([^/\s#?]+)/?$")
+_PR_URL_RE = re.compile(
+    r"^https?://(?:www\.)?github\.com/([^/\s]+)/([^/\s]+)/pull/([^/\s#?]+)(?:[/#?].*)?$"
+)
+_COMMIT_URL_RE = re.compile(
+    r"^https?://(?:www\.)?github\.com/([^/\s]+)/([^/\s]+)/commit/([^/\s#?]+)/?$"
+)
 _SCHEMES = ("https", "http", "ssh", "git", "file")
 
 
@@ -37,7 +42,9 @@ def looks_like_sha(text: str) -> bool:
 def _github_repo(owner: str, name: str, given: str) -> str:
     name = name[:-4] if name.endswith(".git") else name
     if not (_NAME_RE.match(owner) and _NAME_RE.match(name)) or name in (".", ".."):
-        raise SourceError(f"repository '{given}': not a valid GitHub owner/repo; use e.g. vllm-project/vllm")
+        raise SourceError(
+            f"repository '{given}': not a valid GitHub owner/repo; use e.g. vllm-project/vllm"
+        )
     return f"https://github.com/{owner}/{name}.git"
 
 
@@ -45,19 +52,31 @@ def _normalize_url(spec: str) -> str:
     parts = urlsplit(spec)
     scheme = parts.scheme.lower()
     if scheme not in _SCHEMES:
-        raise SourceError(f"repository '{spec}': unsupported URL scheme '{parts.scheme}'; use https://, ssh://, git://, file:// or a local path")
+        raise SourceError(
+            f"repository '{spec}': unsupported URL scheme '{parts.scheme}'; use https://, ssh://, "
+            f"git://, file:// or a local path"
+        )
     if scheme == "file":
         if parts.netloc not in ("", "localhost") or not parts.path.startswith("/"):
-            raise SourceError(f"repository '{spec}': a file:// URL needs an absolute path (file:///path/to/repo)")
+            raise SourceError(
+                f"repository '{spec}': a file:// URL needs an absolute path (file:///path/to/repo)"
+            )
         return f"file://{parts.path.rstrip('/') or '/'}"
     if not parts.hostname:
-        raise SourceError(f"repository '{spec}': no host in the URL; use e.g. https://github.com/vllm-project/vllm.git")
+        raise SourceError(
+            f"repository '{spec}': no host in the URL; use e.g. https://github.com/vllm-project/vllm.git"
+        )
     if _PR_URL_RE.match(spec) or _COMMIT_URL_RE.match(spec):
-        raise SourceError(f"repository '{spec}': that is a PR/commit URL, not a repository; pass it to --vllm-pr or --cherry-pick")
+        raise SourceError(
+            f"repository '{spec}': that is a PR/commit URL, not a repository; pass it to "
+            f"--vllm-pr or --cherry-pick"
+        )
     if parts.hostname.lower() in (GITHUB, "www." + GITHUB) and scheme in ("https", "http"):
         segments = [s for s in parts.path.split("/") if s]
         if len(segments) != 2:
-            raise SourceError(f"repository '{spec}': a GitHub URL must be https://github.com/OWNER/REPO[.git]")
+            raise SourceError(
+                f"repository '{spec}': a GitHub URL must be https://github.com/OWNER/REPO[.git]"
+            )
         return _github_repo(segments[0], segments[1], spec)
     if not parts.path.strip("/"):
         raise SourceError(f"repository '{spec}': no repository path in the URL")
@@ -74,13 +93,17 @@ def normalize_repo(spec: str) -> str:
     if not text:
         raise SourceError("repository: empty; give a URL, owner/repo or a local path")
     if any(ch.isspace() for ch in text):
-        raise SourceError(f"repository '{text}': contains whitespace; give a URL, owner/repo or a local path")
+        raise SourceError(
+            f"repository '{text}': contains whitespace; give a URL, owner/repo or a local path"
+        )
     if "://" in text:
         return _normalize_url(text)
     local = Path(text).expanduser()
     if text.startswith(("/", "./", "../", "~")) or local.exists():
         if not local.exists():
-            raise SourceError(f"repository '{text}': no such local path; check the path or give a URL")
+            raise SourceError(
+                f"repository '{text}': no such local path; check the path or give a URL"
+            )
         return str(local.resolve())
     scp = _SCP_RE.match(text)
     if scp:
@@ -104,13 +127,15 @@ def repo_key(url: str) -> str:
     if url.startswith("/"):
         return f"file:{url}"
     if url.startswith("file://"):
-        return f"file:{url[len('file://'):]}"
+        return f"file:{url[len('file://') :]}"
     scp = _SCP_RE.match(url) if "://" not in url else None
     if scp:
         host, path = scp.group("host"), scp.group("path")
     else:
         parts = urlsplit(url)
-        host = (parts.hostname or "") + (f":{parts.port}" if parts.port and parts.hostname != GITHUB else "")
+        host = (parts.hostname or "") + (
+            f":{parts.port}" if parts.port and parts.hostname != GITHUB else ""
+        )
         path = parts.path
     path = path.strip("/")
     path = path[:-4] if path.endswith(".git") else path
@@ -124,7 +149,9 @@ def parse_pr_url(text: str) -> tuple[str, int] | None:
         return None
     owner, name, number = match.groups()
     if not number.isdigit() or int(number) < 1:
-        raise SourceError(f"PR URL '{text}': '{number}' is not a PR number; use https://github.com/OWNER/REPO/pull/N")
+        raise SourceError(
+            f"PR URL '{text}': '{number}' is not a PR number; use https://github.com/OWNER/REPO/pull/N"
+        )
     return _github_repo(owner, name, text), int(number)
 
 
@@ -135,7 +162,9 @@ def parse_commit_url(text: str) -> tuple[str, str] | None:
         return None
     owner, name, sha = match.groups()
     if not is_full_sha(sha.lower()):
-        raise SourceError(f"commit URL '{text}': '{sha}' is not a full commit SHA; copy the 40-character SHA")
+        raise SourceError(
+            f"commit URL '{text}': '{sha}' is not a full commit SHA; copy the 40-character SHA"
+        )
     return _github_repo(owner, name, text), sha.lower()
 
 
@@ -148,7 +177,9 @@ def display_repo(url: str) -> str:
 def parse_pr_number(value: object, what: str = "--vllm-pr") -> int:
     text = str(value).strip().lstrip("#")
     if not text.isdigit() or int(text) < 1:
-        raise SourceError(f"{what} '{value}': not a PR number; give N or https://github.com/OWNER/REPO/pull/N")
+        raise SourceError(
+            f"{what} '{value}': not a PR number; give N or https://github.com/OWNER/REPO/pull/N"
+        )
     return int(text)
 
 
@@ -159,5 +190,7 @@ def parse_pr_arg(value: object, what: str = "--vllm-pr") -> tuple[Optional[str],
     if parsed:
         return parsed
     if "://" in text:
-        raise SourceError(f"{what} '{text}': not a PR URL; use https://github.com/OWNER/REPO/pull/N")
+        raise SourceError(
+            f"{what} '{text}': not a PR URL; use https://github.com/OWNER/REPO/pull/N"
+        )
     return None, parse_pr_number(text, what)

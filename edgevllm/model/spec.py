@@ -24,8 +24,6 @@ DEFAULT_VLLM_REF = "v0.33.0"
 DEFAULT_IMAGE_REPO = "edgevllm/vllm"
 
 
-
-
 class SourceSpec(Strict):
     """A git source: a repo (URL, ``owner/name`` or local path) at a ref, a PR head, plus picks."""
 
@@ -57,9 +55,9 @@ class BuildSpec(Strict):
     # closure, nothing compiled; precompiled: a Python-only tree over a release's kernels.
     # None: chosen from the other fields (choose_mode says which and why).
     mode: BuildMode | None = None
-    vllm_wheel: str | None = None          # prebuilt: a version, a local .whl or a URL
-    overrides: list[str] = Field(default_factory=list)   # resolver overrides (uv --override)
-    base_image: str | None = None          # replaces the target's base image(s)
+    vllm_wheel: str | None = None  # prebuilt: a version, a local .whl or a URL
+    overrides: list[str] = Field(default_factory=list)  # resolver overrides (uv --override)
+    base_image: str | None = None  # replaces the target's base image(s)
     vllm: SourceSpec = Field(default_factory=lambda: SourceSpec(ref=DEFAULT_VLLM_REF))
     flashinfer: FlashInferSpec = Field(default_factory=FlashInferSpec)
     # Pins over the target's; a null value drops the target's pin of that package.
@@ -90,13 +88,16 @@ class BuildSpec(Strict):
     @classmethod
     def _no_secrets(cls, value: dict[str, str]) -> dict[str, str]:
         # Env values become image ENV, build args reach the log and the lock label: a token in
-        # either would ship with the image. Secrets are given at run time (recipes pass them by name).
+        # either would ship with the image. Secrets are given at run time (recipes pass them by
+        # name).
         from edgevllm.model.lock import _SECRET_RE
 
         bad = sorted(k for k in value if _SECRET_RE.search(k))
         if bad:
-            raise ValueError(f"{', '.join(bad)} looks like a secret; never bake a secret into an "
-                             "image: pass it when the container runs (inv serve passes HF_TOKEN by name)")
+            raise ValueError(
+                f"{', '.join(bad)} looks like a secret; never bake a secret into an "
+                "image: pass it when the container runs (inv serve passes HF_TOKEN by name)"
+            )
         return value
 
     @field_validator("image_repo")
@@ -129,13 +130,17 @@ class EffectiveSpec(Strict):
 def choose_mode(spec: BuildSpec) -> tuple[BuildMode, str]:
     """The build mode and why (preflight prints both)."""
     if spec.mode == "compile" and spec.vllm_wheel:
-        raise SpecError("field 'vllm_wheel' installs a released wheel: it needs mode prebuilt "
-                        "(or precompiled), not compile")
+        raise SpecError(
+            "field 'vllm_wheel' installs a released wheel: it needs mode prebuilt "
+            "(or precompiled), not compile"
+        )
     if spec.mode:
         return spec.mode, f"mode {spec.mode} asked for"
     if spec.vllm_wheel:
-        return "prebuilt", (f"--vllm-wheel {spec.vllm_wheel}: the released wheel and its locked "
-                            "closure; nothing is compiled")
+        return "prebuilt", (
+            f"--vllm-wheel {spec.vllm_wheel}: the released wheel and its locked "
+            "closure; nothing is compiled"
+        )
     return "compile", "vLLM compiled from source for the target's arch list"
 
 
@@ -195,10 +200,12 @@ def resolve(spec: BuildSpec) -> EffectiveSpec:
     if spec.offline and not spec.wheelhouse:
         raise SpecError("field 'offline': an offline build needs 'wheelhouse' (a folder of wheels)")
     mode, reason = choose_mode(spec)
-    prebuilt = mode in ("prebuilt", "precompiled")   # both install a released wheel's closure
+    prebuilt = mode in ("prebuilt", "precompiled")  # both install a released wheel's closure
     if prebuilt and spec.wheelhouse:
-        raise SpecError(f"field 'wheelhouse': a {mode} build makes its own wheelhouse from the "
-                        "locked closure; drop --wheelhouse/--offline")
+        raise SpecError(
+            f"field 'wheelhouse': a {mode} build makes its own wheelhouse from the "
+            "locked closure; drop --wheelhouse/--offline"
+        )
     default_apt = target.prebuilt.apt_packages if prebuilt else target.apt_packages
     return EffectiveSpec(
         spec=spec,
@@ -218,8 +225,9 @@ def resolve(spec: BuildSpec) -> EffectiveSpec:
     )
 
 
-def load_spec(target: str | None = None, spec_file: str | None = None,
-              overrides: dict | None = None) -> BuildSpec:
+def load_spec(
+    target: str | None = None, spec_file: str | None = None, overrides: dict | None = None
+) -> BuildSpec:
     """The spec from a file and/or CLI values; ``target`` is required one way or the other."""
     overrides = {k: v for k, v in (overrides or {}).items() if v not in (None, [], {})}
     if target:
@@ -227,8 +235,9 @@ def load_spec(target: str | None = None, spec_file: str | None = None,
     if spec_file:
         return load_spec_file(Path(spec_file), overrides)
     if "target" not in overrides:
-        raise SpecError("no target given: pass --target thor|spark (inv targets lists them) "
-                        "or --spec FILE")
+        raise SpecError(
+            "no target given: pass --target thor|spark (inv targets lists them) or --spec FILE"
+        )
     return spec_from_dict(overrides)
 
 
@@ -249,13 +258,26 @@ def lock_overrides(lock, target: str | None = None) -> dict:
         "mods": [m.name for m in lock.mods if not m.name.startswith("patch:")],
         "build_args": {k: v for k, v in lock.build_args.items() if k != "VLLM_VERSION"},
     }
-    for key in ("platform", "python", "apt_packages", "torch", "env", "max_jobs", "nvcc_threads",
-                "mode", "vllm_wheel", "overrides"):
+    for key in (
+        "platform",
+        "python",
+        "apt_packages",
+        "torch",
+        "env",
+        "max_jobs",
+        "nvcc_threads",
+        "mode",
+        "vllm_wheel",
+        "overrides",
+    ):
         if key in settings:
             data[key] = settings[key]
     if "build" in images and "runtime" in images:
         # A recorded digest pins the base exactly: the rebuild uses the very same base image.
-        data["images"] = {stage: f"{images[stage].ref}@{images[stage].digest}"
-                          if images[stage].digest else images[stage].ref
-                          for stage in ("build", "runtime")}
+        data["images"] = {
+            stage: f"{images[stage].ref}@{images[stage].digest}"
+            if images[stage].digest
+            else images[stage].ref
+            for stage in ("build", "runtime")
+        }
     return data

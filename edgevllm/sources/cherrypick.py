@@ -24,15 +24,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgevllm.kernel.errors import CherryPickConflictError, LockError, SourceError
+from edgevllm.model.lock import PickLock
 from edgevllm.model.refs import display_repo
 from edgevllm.sources.gitcache import GitMirror, last_line, out
-from edgevllm.model.lock import PickLock
 
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 DOC_DIRS = frozenset({"docs", "doc", "tests", "test"})
 DOC_SUFFIXES = frozenset({".md", ".rst", ".adoc"})
 _MAX_LISTED = 5
-_REJECT_RE = re.compile(r"^error: (.+?): (patch does not apply|does not exist in index|already exists in index|does not match index)$", re.M)
+_REJECT_RE = re.compile(
+    r"^error: (.+?): (patch does not apply|does not exist in index|already exists in index|does "
+    r"not match index)$",
+    re.M,
+)
 
 
 def is_doc_path(path: str) -> bool:
@@ -51,12 +55,12 @@ class ResolvedPick:
     """A pick with every ref resolved: what to diff (merge_base..head_sha) and from where."""
 
     spec: str
-    kind: str                       # "pr" | "commit"
+    kind: str  # "pr" | "commit"
     repo: str
     head_sha: str
     merge_base: str
     pr: int | None = None
-    expected_diff_sha256: str | None = None   # from a lock: the diff must hash to this
+    expected_diff_sha256: str | None = None  # from a lock: the diff must hash to this
 
     def label(self, source_repo: str | None = None) -> str:
         what = f"PR #{self.pr}" if self.kind == "pr" else f"commit {self.head_sha[:12]}"
@@ -74,8 +78,19 @@ class _Conflict:
 # --- diffs and commits ---------------------------------------------------------------------------
 def pick_diff(mirror: GitMirror, merge_base: str, head: str) -> bytes:
     """The exact bytes applied for a pick; their sha256 goes into the lock."""
-    proc = mirror.git("diff", "--binary", "--full-index", "--no-renames", "--no-color", "--no-ext-diff",
-                      "--no-textconv", "--src-prefix=a/", "--dst-prefix=b/", merge_base, head)
+    proc = mirror.git(
+        "diff",
+        "--binary",
+        "--full-index",
+        "--no-renames",
+        "--no-color",
+        "--no-ext-diff",
+        "--no-textconv",
+        "--src-prefix=a/",
+        "--dst-prefix=b/",
+        merge_base,
+        head,
+    )
     return proc.stdout
 
 
@@ -89,8 +104,12 @@ def commit_env(mirror: GitMirror, base: str) -> dict[str, str]:
     stamp = out(mirror.git("log", "-1", "--format=%ct", base))
     date = f"@{stamp} +0000"
     return {
-        "GIT_AUTHOR_NAME": "edgevllm", "GIT_AUTHOR_EMAIL": "edgevllm@localhost", "GIT_AUTHOR_DATE": date,
-        "GIT_COMMITTER_NAME": "edgevllm", "GIT_COMMITTER_EMAIL": "edgevllm@localhost", "GIT_COMMITTER_DATE": date,
+        "GIT_AUTHOR_NAME": "edgevllm",
+        "GIT_AUTHOR_EMAIL": "edgevllm@localhost",
+        "GIT_AUTHOR_DATE": date,
+        "GIT_COMMITTER_NAME": "edgevllm",
+        "GIT_COMMITTER_EMAIL": "edgevllm@localhost",
+        "GIT_COMMITTER_DATE": date,
     }
 
 
@@ -119,10 +138,27 @@ def _conflict_lines(mirror: GitMirror, stages: dict[int, tuple[str, str]], work:
     files = {}
     for stage, name in ((1, "common"), (2, "ours"), (3, "theirs")):
         path = work / f"conflict.{name}"
-        path.write_bytes(mirror.git("cat-file", "blob", stages[stage][1]).stdout if stage in stages else b"")
+        path.write_bytes(
+            mirror.git("cat-file", "blob", stages[stage][1]).stdout if stage in stages else b""
+        )
         files[name] = str(path)
-    proc = subprocess.run(["git", "merge-file", "-p", "-L", "base", "-L", "common", "-L", "pick",
-                           files["ours"], files["common"], files["theirs"]], capture_output=True)
+    proc = subprocess.run(
+        [
+            "git",
+            "merge-file",
+            "-p",
+            "-L",
+            "base",
+            "-L",
+            "common",
+            "-L",
+            "pick",
+            files["ours"],
+            files["common"],
+            files["theirs"],
+        ],
+        capture_output=True,
+    )
     if proc.returncode < 0 or b"\0" in proc.stdout[:8000]:
         return "binary file"
     lines, line_no, state = [], 0, "normal"
@@ -149,7 +185,9 @@ def _describe_conflicts(conflicts: list[_Conflict]) -> str:
     return ", ".join(shown) + (f" and {more} more" if more > 0 else "")
 
 
-def _keep_base_side(mirror: GitMirror, env: dict[str, str], path: str, stages: dict[int, tuple[str, str]]) -> None:
+def _keep_base_side(
+    mirror: GitMirror, env: dict[str, str], path: str, stages: dict[int, tuple[str, str]]
+) -> None:
     # --index-info works on a bare repository: drop every stage, then re-add the base's blob.
     lines = f"0 {'0' * len(stages[min(stages)][1])}\t{path}\n"
     if 2 in stages:
@@ -174,33 +212,67 @@ def _commit_message(pick: ResolvedPick, diff_sha: str, resolved: list[str]) -> s
     return "\n".join(lines) + "\n"
 
 
-def apply_pick(mirror: GitMirror, current: str, pick: ResolvedPick, *, allow_doc_conflicts: bool,
-               env_commit: dict[str, str], work: Path, source_repo: str | None = None) -> tuple[str, PickLock]:
+def apply_pick(
+    mirror: GitMirror,
+    current: str,
+    pick: ResolvedPick,
+    *,
+    allow_doc_conflicts: bool,
+    env_commit: dict[str, str],
+    work: Path,
+    source_repo: str | None = None,
+) -> tuple[str, PickLock]:
     """Apply one pick onto ``current`` -> (new commit, its lock record). Raises on conflict."""
     label = pick.label(source_repo)
     diff = pick_diff(mirror, pick.merge_base, pick.head_sha)
     diff_sha = hashlib.sha256(diff).hexdigest()
     if pick.expected_diff_sha256 and diff_sha != pick.expected_diff_sha256:
         raise LockError(
-            f"{label}: the diff {pick.merge_base[:12]}..{pick.head_sha[:12]} hashes to {diff_sha[:12]}, "
-            f"the lock says {pick.expected_diff_sha256[:12]}; the lock does not match this repository"
+            f"{label}: the diff {pick.merge_base[:12]}..{pick.head_sha[:12]} hashes to "
+            f"{diff_sha[:12]}, "
+            f"the lock says {pick.expected_diff_sha256[:12]}; the lock does not match this "
+            f"repository"
         )
-    record = dict(spec=pick.spec, kind=pick.kind, repo=pick.repo, pr=pick.pr, head_sha=pick.head_sha,
-                  merge_base=pick.merge_base, diff_sha256=diff_sha)
+    record = dict(
+        spec=pick.spec,
+        kind=pick.kind,
+        repo=pick.repo,
+        pr=pick.pr,
+        head_sha=pick.head_sha,
+        merge_base=pick.merge_base,
+        diff_sha256=diff_sha,
+    )
     if mirror.is_ancestor(pick.head_sha, current):
-        return current, PickLock(**record, skipped=True, reason="already in the base (its head is an ancestor)")
+        return current, PickLock(
+            **record, skipped=True, reason="already in the base (its head is an ancestor)"
+        )
     if not diff:
         return current, PickLock(**record, skipped=True, reason="empty diff")
 
     env = {"GIT_INDEX_FILE": str(work / "index")}
     patch = work / "pick.diff"
     patch.write_bytes(diff)
-    resolved = _apply_3way(mirror, current, pick, env, patch, work, label=label, allow_doc_conflicts=allow_doc_conflicts)
+    resolved = _apply_3way(
+        mirror,
+        current,
+        pick,
+        env,
+        patch,
+        work,
+        label=label,
+        allow_doc_conflicts=allow_doc_conflicts,
+    )
     tree = out(mirror.git("write-tree", env=env))
     if tree == tree_of(mirror, current):
-        return current, PickLock(**record, skipped=True, reason="its changes are already in the base")
+        return current, PickLock(
+            **record, skipped=True, reason="its changes are already in the base"
+        )
     message = _commit_message(pick, diff_sha, resolved)
-    commit = out(mirror.git("commit-tree", tree, "-p", current, "-F", "-", env=env_commit, input=message.encode()))
+    commit = out(
+        mirror.git(
+            "commit-tree", tree, "-p", current, "-F", "-", env=env_commit, input=message.encode()
+        )
+    )
     reason = f"kept the base's side of {', '.join(resolved)}" if resolved else ""
     return commit, PickLock(**record, commit=commit, reason=reason, resolved_paths=resolved)
 
@@ -213,9 +285,19 @@ def _rejected(stderr: bytes) -> dict[str, str]:
     return found
 
 
-def _apply_3way(mirror: GitMirror, current: str, pick: ResolvedPick, env: dict[str, str], patch: Path,
-                work: Path, *, label: str, allow_doc_conflicts: bool) -> list[str]:
-    """``git apply --cached --3way`` onto ``current`` in the temporary index -> doc paths kept as base.
+def _apply_3way(
+    mirror: GitMirror,
+    current: str,
+    pick: ResolvedPick,
+    env: dict[str, str],
+    patch: Path,
+    work: Path,
+    *,
+    label: str,
+    allow_doc_conflicts: bool,
+) -> list[str]:
+    """``git apply --cached --3way`` onto ``current`` in the temporary index -> doc paths kept as
+    base.
 
     A file git cannot merge at all (e.g. deleted on one side) makes the whole apply fail; it is
     treated like a conflict in that file, and excluded on a retry when it is a doc the user lets go.
@@ -225,16 +307,31 @@ def _apply_3way(mirror: GitMirror, current: str, pick: ResolvedPick, env: dict[s
         (work / "index").unlink(missing_ok=True)
         mirror.git("read-tree", current, env=env)
         excludes = [f"--exclude={path}" for path in sorted(excluded)]
-        proc = mirror.git("apply", "--cached", "--3way", "--whitespace=nowarn", *excludes, str(patch), env=env, check=False)
+        proc = mirror.git(
+            "apply",
+            "--cached",
+            "--3way",
+            "--whitespace=nowarn",
+            *excludes,
+            str(patch),
+            env=env,
+            check=False,
+        )
         if proc.returncode == 0:
             return sorted(excluded)
         unmerged = _unmerged(mirror, env)
-        rejected = {path: why for path, why in _rejected(proc.stderr).items() if path not in unmerged}
+        rejected = {
+            path: why for path, why in _rejected(proc.stderr).items() if path not in unmerged
+        }
         if not unmerged and not rejected:
             raise CherryPickConflictError(
-                f"cherry-pick {label} (head {pick.head_sha[:12]}) does not apply: {last_line(proc.stderr)}; drop the pick or rebase it"
+                f"cherry-pick {label} (head {pick.head_sha[:12]}) does not apply: "
+                f"{last_line(proc.stderr)}; drop the pick or rebase it"
             )
-        conflicts = [_Conflict(path, _conflict_lines(mirror, stages, work)) for path, stages in unmerged.items()]
+        conflicts = [
+            _Conflict(path, _conflict_lines(mirror, stages, work))
+            for path, stages in unmerged.items()
+        ]
         conflicts += [_Conflict(path, why) for path, why in rejected.items()]
         _refuse(sorted(conflicts, key=lambda c: c.path), label, pick, allow_doc_conflicts)
         if not rejected:
@@ -242,10 +339,15 @@ def _apply_3way(mirror: GitMirror, current: str, pick: ResolvedPick, env: dict[s
                 _keep_base_side(mirror, env, path, stages)
             return sorted(set(unmerged) | set(excluded))
         excluded.update(rejected)  # retry without the rejected doc files: the base's side stays
-    raise CherryPickConflictError(f"cherry-pick {label} (head {pick.head_sha[:12]}) does not apply after excluding docs; drop the pick")
+    raise CherryPickConflictError(
+        f"cherry-pick {label} (head {pick.head_sha[:12]}) does not apply after excluding docs; "
+        f"drop the pick"
+    )
 
 
-def _refuse(conflicts: list[_Conflict], label: str, pick: ResolvedPick, allow_doc_conflicts: bool) -> None:
+def _refuse(
+    conflicts: list[_Conflict], label: str, pick: ResolvedPick, allow_doc_conflicts: bool
+) -> None:
     head = f"{label} (head {pick.head_sha[:12]})"
     code = [c for c in conflicts if not is_doc_path(c.path)]
     if code:
@@ -255,23 +357,40 @@ def _refuse(conflicts: list[_Conflict], label: str, pick: ResolvedPick, allow_do
         )
     if not allow_doc_conflicts:
         raise CherryPickConflictError(
-            f"cherry-pick {head} conflicts with the base only in docs/tests: {_describe_conflicts(conflicts)}; "
+            f"cherry-pick {head} conflicts with the base only in docs/tests: "
+            f"{_describe_conflicts(conflicts)}; "
             "pass --allow-doc-conflicts to keep the base's side, or drop the pick"
         )
 
 
-def apply_picks(mirror: GitMirror, base: str, picks: list[ResolvedPick], *, allow_doc_conflicts: bool,
-                source_repo: str | None = None) -> tuple[str, list[PickLock]]:
+def apply_picks(
+    mirror: GitMirror,
+    base: str,
+    picks: list[ResolvedPick],
+    *,
+    allow_doc_conflicts: bool,
+    source_repo: str | None = None,
+) -> tuple[str, list[PickLock]]:
     """Apply ``picks`` in order onto ``base`` -> (final commit, one record per pick)."""
     current, records = base, []
     env_commit = commit_env(mirror, base)
     with tempfile.TemporaryDirectory(prefix="edgevllm-pick-") as tmp:
         for pick in picks:
-            current, record = apply_pick(mirror, current, pick, allow_doc_conflicts=allow_doc_conflicts,
-                                         env_commit=env_commit, work=Path(tmp), source_repo=source_repo)
+            current, record = apply_pick(
+                mirror,
+                current,
+                pick,
+                allow_doc_conflicts=allow_doc_conflicts,
+                env_commit=env_commit,
+                work=Path(tmp),
+                source_repo=source_repo,
+            )
             records.append(record)
     if not mirror.is_ancestor(base, current):  # by construction; guards future changes
-        raise SourceError(f"prepared tree {current[:12]} does not contain the base {base[:12]}; report this as a bug")
+        raise SourceError(
+            f"prepared tree {current[:12]} does not contain the base {base[:12]}; report this as "
+            f"a bug"
+        )
     return current, records
 
 
@@ -293,19 +412,37 @@ def export_tree(mirror: GitMirror, commit: str, dest: Path) -> None:
     with tempfile.TemporaryDirectory(prefix="edgevllm-export-") as tmp:
         env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
         mirror.git("read-tree", commit, env=env)
-        mirror.git("-c", "core.bare=false", f"--work-tree={dest}", "checkout-index", "--all", "--force", env=env)
+        mirror.git(
+            "-c",
+            "core.bare=false",
+            f"--work-tree={dest}",
+            "checkout-index",
+            "--all",
+            "--force",
+            env=env,
+        )
 
 
 def submodule_urls(mirror: GitMirror, commit: str) -> dict[str, str]:
     """Submodule path -> URL, from the commit's .gitmodules (relative URLs resolved)."""
-    proc = mirror.git("config", "--blob", f"{commit}:.gitmodules", "--get-regexp", r"^submodule\..*\.(path|url)$",
-                      check=False)
+    proc = mirror.git(
+        "config",
+        "--blob",
+        f"{commit}:.gitmodules",
+        "--get-regexp",
+        r"^submodule\..*\.(path|url)$",
+        check=False,
+    )
     names: dict[str, dict[str, str]] = {}
     for line in out(proc).splitlines():
         key, _, value = line.partition(" ")
-        name, _, attr = key[len("submodule."):].rpartition(".")
+        name, _, attr = key[len("submodule.") :].rpartition(".")
         names.setdefault(name, {})[attr] = value
-    return {entry["path"]: _join_url(mirror.url, entry["url"]) for entry in names.values() if "path" in entry and "url" in entry}
+    return {
+        entry["path"]: _join_url(mirror.url, entry["url"])
+        for entry in names.values()
+        if "path" in entry and "url" in entry
+    }
 
 
 def _join_url(base: str, relative: str) -> str:

@@ -41,21 +41,44 @@ _MISSING_MARKERS = (
 def _git_env() -> dict[str, str]:
     env = dict(os.environ)
     # Never wait for a password, never let the user's config change diffs or merges.
-    env.update(GIT_TERMINAL_PROMPT="0", GIT_ASKPASS="true", SSH_ASKPASS="true", LC_ALL="C", LANG="C")
+    env.update(
+        GIT_TERMINAL_PROMPT="0", GIT_ASKPASS="true", SSH_ASKPASS="true", LC_ALL="C", LANG="C"
+    )
     env.setdefault("GIT_SSH_COMMAND", "ssh -o BatchMode=yes")
     env["GIT_CONFIG_NOSYSTEM"] = "1"
     return env
 
 
 _FIXED_CONFIG = (
-    "-c", "core.autocrlf=false", "-c", "core.quotePath=false", "-c", "diff.noprefix=false",
-    "-c", "diff.mnemonicPrefix=false", "-c", "diff.algorithm=myers", "-c", "gc.auto=0",
-    "-c", "protocol.version=2", "-c", "advice.detachedHead=false", "-c", "fetch.writeCommitGraph=false",
+    "-c",
+    "core.autocrlf=false",
+    "-c",
+    "core.quotePath=false",
+    "-c",
+    "diff.noprefix=false",
+    "-c",
+    "diff.mnemonicPrefix=false",
+    "-c",
+    "diff.algorithm=myers",
+    "-c",
+    "gc.auto=0",
+    "-c",
+    "protocol.version=2",
+    "-c",
+    "advice.detachedHead=false",
+    "-c",
+    "fetch.writeCommitGraph=false",
 )
 
 
-def git(args: list[str], *, git_dir: Path | None = None, env: dict[str, str] | None = None,
-        input: bytes | None = None, check: bool = True) -> subprocess.CompletedProcess:
+def git(
+    args: list[str],
+    *,
+    git_dir: Path | None = None,
+    env: dict[str, str] | None = None,
+    input: bytes | None = None,
+    check: bool = True,
+) -> subprocess.CompletedProcess:
     """Run git with a fixed configuration; return the completed process (bytes)."""
     cmd = ["git", *_FIXED_CONFIG]
     if git_dir is not None:
@@ -93,14 +116,22 @@ class GitMirror:
     def __init__(self, url: str, root: Path | None = None):
         self.url = normalize_repo(url)
         self.key = repo_key(self.url)
-        slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", "-".join(self.key.split("/")[-2:])).strip("-.") or "repo"
+        slug = (
+            re.sub(r"[^A-Za-z0-9_.-]+", "-", "-".join(self.key.split("/")[-2:])).strip("-.")
+            or "repo"
+        )
         digest = hashlib.sha256(self.key.encode()).hexdigest()[:12]
         self.path = (root or paths.cache_dir("git")) / f"{slug}-{digest}.git"
         self._default_branches: dict[str, str] = {}
 
     # -- plumbing
-    def git(self, *args: str, env: dict[str, str] | None = None, input: bytes | None = None,
-            check: bool = True) -> subprocess.CompletedProcess:
+    def git(
+        self,
+        *args: str,
+        env: dict[str, str] | None = None,
+        input: bytes | None = None,
+        check: bool = True,
+    ) -> subprocess.CompletedProcess:
         return git(list(args), git_dir=self.path, env=env, input=input, check=check)
 
     def _ensure(self) -> None:
@@ -128,7 +159,9 @@ class GitMirror:
     def rev_parse(self, rev: str) -> str:
         proc = self.git("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", check=False)
         if proc.returncode != 0:
-            raise RefNotFoundError(f"'{rev}' is not a commit in the mirror of {display_repo(self.url)}")
+            raise RefNotFoundError(
+                f"'{rev}' is not a commit in the mirror of {display_repo(self.url)}"
+            )
         return out(proc)
 
     def is_ancestor(self, older: str, newer: str) -> bool:
@@ -147,14 +180,22 @@ class GitMirror:
         if proc.returncode == 0:
             return
         message = last_line(proc.stderr)
-        if any(marker in proc.stderr.decode(errors="replace").lower() for marker in _MISSING_MARKERS):
+        if any(
+            marker in proc.stderr.decode(errors="replace").lower() for marker in _MISSING_MARKERS
+        ):
             raise RefNotFoundError(f"{what} not found in {display_repo(url)}")
-        raise SourceError(f"cannot fetch {what} from {display_repo(url)}: {message}; check the URL, network and access")
+        raise SourceError(
+            f"cannot fetch {what} from {display_repo(url)}: {message}; check the URL, network and "
+            f"access"
+        )
 
     def ls_remote(self, url: str, *patterns: str) -> dict[str, str]:
         proc = git(["ls-remote", url, *patterns], check=False)
         if proc.returncode != 0:
-            raise SourceError(f"cannot reach {display_repo(url)}: {last_line(proc.stderr)}; check the URL, network and access")
+            raise SourceError(
+                f"cannot reach {display_repo(url)}: {last_line(proc.stderr)}; check the URL, "
+                f"network and access"
+            )
         refs: dict[str, str] = {}
         for line in out(proc).splitlines():
             sha, _, name = line.partition("\t")
@@ -162,12 +203,16 @@ class GitMirror:
         return refs
 
     def default_branch(self, url: str | None = None) -> str:
-        """The remote's default branch (``ls-remote --symref HEAD``); ``main`` when it does not say."""
+        """The remote's default branch (``ls-remote --symref HEAD``); ``main`` when it does not
+        say."""
         url = normalize_repo(url) if url else self.url
         if url not in self._default_branches:
             proc = git(["ls-remote", "--symref", url, "HEAD"], check=False)
             if proc.returncode != 0:
-                raise SourceError(f"cannot reach {display_repo(url)}: {last_line(proc.stderr)}; check the URL, network and access")
+                raise SourceError(
+                    f"cannot reach {display_repo(url)}: {last_line(proc.stderr)}; check the URL, "
+                    f"network and access"
+                )
             match = re.search(r"^ref: refs/heads/(\S+)\tHEAD$", out(proc), re.M)
             self._default_branches[url] = match.group(1) if match else "main"
         return self._default_branches[url]
@@ -181,12 +226,16 @@ class GitMirror:
         candidates = [ref] if ref.startswith("refs/") else [f"refs/tags/{ref}", f"refs/heads/{ref}"]
         full = next((name for name in candidates if name in refs), None)
         if full is None:
-            hint = "give the full 40-character SHA" if looks_like_sha(ref) else "check the branch or tag name (git ls-remote)"
+            hint = (
+                "give the full 40-character SHA"
+                if looks_like_sha(ref)
+                else "check the branch or tag name (git ls-remote)"
+            )
             raise RefNotFoundError(f"ref '{ref}' not found in {display_repo(url)}; {hint}")
         if full.startswith("refs/tags/"):
             dest = full
         else:
-            dest = f"{self._remote_prefix(url)}/{full[len('refs/'):]}"
+            dest = f"{self._remote_prefix(url)}/{full[len('refs/') :]}"
         self._fetch(url, f"+{full}:{dest}", f"ref '{ref}'")
         return self.rev_parse(dest)
 
@@ -194,7 +243,9 @@ class GitMirror:
         """Make ``sha`` present (fetching it by SHA only when the mirror lacks it) -> the SHA."""
         url = normalize_repo(url) if url else self.url
         if not self.has_commit(sha):
-            self._fetch(url, f"+{sha}:{self._remote_prefix(url)}/pinned/{sha}", what or f"commit {sha[:12]}")
+            self._fetch(
+                url, f"+{sha}:{self._remote_prefix(url)}/pinned/{sha}", what or f"commit {sha[:12]}"
+            )
         return self.rev_parse(sha)
 
     def fetch_pr(self, number: int, url: str | None = None) -> str:
@@ -205,7 +256,8 @@ class GitMirror:
             self._fetch(url, f"+refs/pull/{number}/head:{dest}", f"PR #{number}")
         except RefNotFoundError:
             raise RefNotFoundError(
-                f"PR #{number} not found in {display_repo(url)}; check the number (closed PRs keep their refs, deleted ones do not)"
+                f"PR #{number} not found in {display_repo(url)}; check the number (closed PRs "
+                f"keep their refs, deleted ones do not)"
             ) from None
         return self.rev_parse(dest)
 

@@ -18,13 +18,30 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from edgevllm.sources.cherrypick import EMPTY_TREE, ResolvedPick, apply_picks, export_tree, first_parent, gitlinks, submodule_urls, tree_of
 from edgevllm.kernel.errors import LockError, RefNotFoundError, SourceError
 from edgevllm.kernel.fsutil import atomic_dir
-from edgevllm.model.refs import (display_repo, is_full_sha, looks_like_sha, normalize_repo,
-                                 parse_commit_url, parse_pr_arg, parse_pr_number, parse_pr_url)
-from edgevllm.sources.gitcache import GitMirror, out
 from edgevllm.model.lock import PickLock, SourceLock
+from edgevllm.model.refs import (
+    display_repo,
+    is_full_sha,
+    looks_like_sha,
+    normalize_repo,
+    parse_commit_url,
+    parse_pr_arg,
+    parse_pr_number,
+    parse_pr_url,
+)
+from edgevllm.sources.cherrypick import (
+    EMPTY_TREE,
+    ResolvedPick,
+    apply_picks,
+    export_tree,
+    first_parent,
+    gitlinks,
+    submodule_urls,
+    tree_of,
+)
+from edgevllm.sources.gitcache import GitMirror, out
 
 DEFAULT_REPOS = {
     "vllm": "https://github.com/vllm-project/vllm.git",
@@ -40,11 +57,11 @@ class PickRequest(BaseModel):
 
     spec: str
     kind: Literal["pr", "commit"]
-    repo: Optional[str] = None          # None: the source's own repository
+    repo: Optional[str] = None  # None: the source's own repository
     pr: Optional[int] = None
-    sha: Optional[str] = None           # commit to pick, or a PR head pinned by a lock
-    merge_base: Optional[str] = None    # pinned by a lock
-    diff_sha256: Optional[str] = None   # pinned by a lock
+    sha: Optional[str] = None  # commit to pick, or a PR head pinned by a lock
+    merge_base: Optional[str] = None  # pinned by a lock
+    diff_sha256: Optional[str] = None  # pinned by a lock
 
     @classmethod
     def parse(cls, text: str) -> "PickRequest":
@@ -57,25 +74,38 @@ class PickRequest(BaseModel):
         if "://" in spec and "/pull/" in spec:
             parsed = parse_pr_url(spec)
             if parsed is None:
-                raise SourceError(f"--cherry-pick '{spec}': not a PR URL; use https://github.com/OWNER/REPO/pull/N")
+                raise SourceError(
+                    f"--cherry-pick '{spec}': not a PR URL; use https://github.com/OWNER/REPO/pull/N"
+                )
             return cls(spec=spec, kind="pr", repo=parsed[0], pr=parsed[1])
         if "://" in spec and "/commit/" in spec:
             parsed_commit = parse_commit_url(spec)
             if parsed_commit is None:
-                raise SourceError(f"--cherry-pick '{spec}': not a commit URL; use https://github.com/OWNER/REPO/commit/SHA")
+                raise SourceError(
+                    f"--cherry-pick '{spec}': not a commit URL; use https://github.com/OWNER/REPO/commit/SHA"
+                )
             return cls(spec=spec, kind="commit", repo=parsed_commit[0], sha=parsed_commit[1])
         if is_full_sha(spec.lower()):
             return cls(spec=spec, kind="commit", sha=spec.lower())
         repo, sep, number = spec.rpartition("#")
         if sep and repo and number:
             if not number.isdigit() or int(number) < 1:
-                raise SourceError(f"--cherry-pick '{spec}': '{number}' is not a PR number; {_PICK_HELP}")
-            return cls(spec=spec, kind="pr", repo=normalize_repo(repo), pr=parse_pr_number(number, "--cherry-pick"))
+                raise SourceError(
+                    f"--cherry-pick '{spec}': '{number}' is not a PR number; {_PICK_HELP}"
+                )
+            return cls(
+                spec=spec,
+                kind="pr",
+                repo=normalize_repo(repo),
+                pr=parse_pr_number(number, "--cherry-pick"),
+            )
         repo, sep, sha = spec.rpartition("@")
         if sep and repo and is_full_sha(sha.lower()):
             return cls(spec=spec, kind="commit", repo=normalize_repo(repo), sha=sha.lower())
         if looks_like_sha(spec.lower()):
-            raise SourceError(f"--cherry-pick '{spec}': a short SHA is ambiguous; give the full 40-character SHA")
+            raise SourceError(
+                f"--cherry-pick '{spec}': a short SHA is ambiguous; give the full 40-character SHA"
+            )
         raise SourceError(f"--cherry-pick '{spec}': not understood; {_PICK_HELP}")
 
     def describe(self, source_repo: str) -> str:
@@ -98,40 +128,81 @@ class SourceRequest(BaseModel):
     pr: Optional[int] = None
     cherry_picks: list[PickRequest] = Field(default_factory=list)
     allow_doc_conflicts: bool = False
-    pinned_base: Optional[str] = None     # from a lock: fetch this SHA, ignore ref/pr heads
-    expected_tree: Optional[str] = None   # from a lock: the prepared tree must hash to this
+    pinned_base: Optional[str] = None  # from a lock: fetch this SHA, ignore ref/pr heads
+    expected_tree: Optional[str] = None  # from a lock: the prepared tree must hash to this
 
     @classmethod
-    def from_cli(cls, name: str = "vllm", repo: Optional[str] = None, ref: Optional[str] = None,
-                 pr: object = None, cherry_picks: Optional[list[str]] = None,
-                 allow_doc_conflicts: bool = False) -> "SourceRequest":
+    def from_cli(
+        cls,
+        name: str = "vllm",
+        repo: Optional[str] = None,
+        ref: Optional[str] = None,
+        pr: object = None,
+        cherry_picks: Optional[list[str]] = None,
+        allow_doc_conflicts: bool = False,
+    ) -> "SourceRequest":
         """Build a request from flag values; every malformed value fails with one line."""
         flag = f"--{name}"
-        pr_repo, pr_number = parse_pr_arg(pr, f"{flag}-pr") if pr not in (None, "") else (None, None)
+        pr_repo, pr_number = (
+            parse_pr_arg(pr, f"{flag}-pr") if pr not in (None, "") else (None, None)
+        )
         if repo and pr_repo and normalize_repo(repo) != pr_repo:
-            raise SourceError(f"{flag}-pr '{pr}' is a PR of {display_repo(pr_repo)} but {flag}-repo is {repo}; give one of them")
-        url = normalize_repo(repo) if repo else (pr_repo or DEFAULT_REPOS.get(name, DEFAULT_REPOS["vllm"]))
+            raise SourceError(
+                f"{flag}-pr '{pr}' is a PR of {display_repo(pr_repo)} but {flag}-repo is {repo}; "
+                f"give one of them"
+            )
+        url = (
+            normalize_repo(repo)
+            if repo
+            else (pr_repo or DEFAULT_REPOS.get(name, DEFAULT_REPOS["vllm"]))
+        )
         if ref is not None and not str(ref).strip():
             raise SourceError(f"{flag}-ref: empty; give a tag, branch or full SHA")
         picks = [PickRequest.parse(text) for text in cherry_picks or []]
-        return cls(name=name, repo=url, ref=ref.strip() if ref else None, pr=pr_number,
-                   cherry_picks=picks, allow_doc_conflicts=allow_doc_conflicts)
+        return cls(
+            name=name,
+            repo=url,
+            ref=ref.strip() if ref else None,
+            pr=pr_number,
+            cherry_picks=picks,
+            allow_doc_conflicts=allow_doc_conflicts,
+        )
 
     @classmethod
     def from_lock_entry(cls, entry: SourceLock) -> "SourceRequest":
-        """A request that rebuilds ``entry`` exactly: every commit fetched by SHA, result checked."""
-        picks = [PickRequest(spec=p.spec, kind=p.kind, repo=p.repo, pr=p.pr, sha=p.head_sha,
-                             merge_base=p.merge_base, diff_sha256=p.diff_sha256) for p in entry.picks]
-        return cls(name=entry.name, repo=entry.repo, ref=entry.ref, pr=entry.pr, cherry_picks=picks,
-                   allow_doc_conflicts=any(p.resolved_paths for p in entry.picks),
-                   pinned_base=entry.base_sha, expected_tree=entry.tree)
+        """A request that rebuilds ``entry`` exactly: every commit fetched by SHA, result
+        checked."""
+        picks = [
+            PickRequest(
+                spec=p.spec,
+                kind=p.kind,
+                repo=p.repo,
+                pr=p.pr,
+                sha=p.head_sha,
+                merge_base=p.merge_base,
+                diff_sha256=p.diff_sha256,
+            )
+            for p in entry.picks
+        ]
+        return cls(
+            name=entry.name,
+            repo=entry.repo,
+            ref=entry.ref,
+            pr=entry.pr,
+            cherry_picks=picks,
+            allow_doc_conflicts=any(p.resolved_paths for p in entry.picks),
+            pinned_base=entry.base_sha,
+            expected_tree=entry.tree,
+        )
 
     def plan(self) -> list[str]:
         """What ``prepare_sources`` would do, one line per step (no network)."""
         if self.pinned_base:
             base = f"commit {self.pinned_base} (from the lock)"
         elif self.pr:
-            base = f"head of PR #{self.pr}" + (f", which must contain {self.ref}" if self.ref else "")
+            base = f"head of PR #{self.pr}" + (
+                f", which must contain {self.ref}" if self.ref else ""
+            )
         else:
             base = f"ref {self.ref}" if self.ref else "the default branch"
         lines = [f"{self.name}: {display_repo(self.repo)} at {base}"]
@@ -156,7 +227,9 @@ class PreparedSource:
     ref: Optional[str] = None
     pr: Optional[int] = None
     tree_dir: Optional[Path] = None
-    submodules: dict[str, str] = field(default_factory=dict)  # path -> commit, exported into the tree
+    submodules: dict[str, str] = field(
+        default_factory=dict
+    )  # path -> commit, exported into the tree
 
     @property
     def pep440_version(self) -> str:
@@ -172,9 +245,18 @@ class PreparedSource:
         return [p for p in self.picks if p.skipped]
 
     def to_lock_entry(self) -> SourceLock:
-        return SourceLock(name=self.name, repo=self.repo, ref=self.ref, pr=self.pr, base_sha=self.base_sha,
-                          picks=list(self.picks), commit=self.commit, tree=self.tree_hash, version=self.version,
-                          submodules=dict(self.submodules))
+        return SourceLock(
+            name=self.name,
+            repo=self.repo,
+            ref=self.ref,
+            pr=self.pr,
+            base_sha=self.base_sha,
+            picks=list(self.picks),
+            commit=self.commit,
+            tree=self.tree_hash,
+            version=self.version,
+            submodules=dict(self.submodules),
+        )
 
 
 # --- resolution ----------------------------------------------------------------------------------
@@ -191,15 +273,20 @@ def _from_lock(fetch, sha: str, what: str, repo: str):
 def _resolve_base(mirror: GitMirror, request: SourceRequest) -> str:
     if request.pinned_base:
         sha = request.pinned_base
-        return _from_lock(lambda: mirror.fetch_sha(sha, what=f"{request.name} base commit {sha[:12]}"),
-                          sha, f"{request.name} base commit", mirror.url)
+        return _from_lock(
+            lambda: mirror.fetch_sha(sha, what=f"{request.name} base commit {sha[:12]}"),
+            sha,
+            f"{request.name} base commit",
+            mirror.url,
+        )
     if request.pr:
         head = mirror.fetch_pr(request.pr)
         if request.ref:
             wanted = mirror.fetch_ref(request.ref)
             if not mirror.is_ancestor(wanted, head):
                 raise SourceError(
-                    f"{request.name} ref '{request.ref}' ({wanted[:12]}) is not an ancestor of PR #{request.pr} "
+                    f"{request.name} ref '{request.ref}' ({wanted[:12]}) is not an ancestor of PR "
+                    f"#{request.pr} "
                     f"head {head[:12]}; rebase the PR onto it, or drop --{request.name}-ref"
                 )
         return head
@@ -210,12 +297,24 @@ def _resolve_base(mirror: GitMirror, request: SourceRequest) -> str:
 
 def _resolve_pick(mirror: GitMirror, pick: PickRequest, source_repo: str) -> ResolvedPick:
     repo = pick.repo or source_repo
-    common = dict(spec=pick.spec, kind=pick.kind, repo=repo, pr=pick.pr, expected_diff_sha256=pick.diff_sha256)
+    common = dict(
+        spec=pick.spec, kind=pick.kind, repo=repo, pr=pick.pr, expected_diff_sha256=pick.diff_sha256
+    )
     if pick.sha and pick.merge_base:  # pinned by a lock: no moving refs are consulted
         label = f"PR #{pick.pr} head" if pick.kind == "pr" else "picked commit"
-        head = _from_lock(lambda: mirror.fetch_sha(pick.sha, repo, f"{label} {pick.sha[:12]}"), pick.sha, label, repo)
+        head = _from_lock(
+            lambda: mirror.fetch_sha(pick.sha, repo, f"{label} {pick.sha[:12]}"),
+            pick.sha,
+            label,
+            repo,
+        )
         if pick.merge_base != EMPTY_TREE:  # a root commit was diffed against the empty tree
-            _from_lock(lambda: mirror.fetch_sha(pick.merge_base, repo), pick.merge_base, f"merge-base of {pick.spec}", repo)
+            _from_lock(
+                lambda: mirror.fetch_sha(pick.merge_base, repo),
+                pick.merge_base,
+                f"merge-base of {pick.spec}",
+                repo,
+            )
         return ResolvedPick(head_sha=head, merge_base=pick.merge_base, **common)
     if pick.kind == "commit":
         head = mirror.fetch_sha(pick.sha, repo, f"commit {pick.sha[:12]}")
@@ -224,7 +323,10 @@ def _resolve_pick(mirror: GitMirror, pick: PickRequest, source_repo: str) -> Res
     branch, tip = mirror.fetch_default_branch(repo)
     base = mirror.merge_base(tip, head)
     if base is None:
-        raise SourceError(f"PR #{pick.pr} shares no history with {branch} of {display_repo(repo)}; check the repository")
+        raise SourceError(
+            f"PR #{pick.pr} shares no history with {branch} of {display_repo(repo)}; check the "
+            f"repository"
+        )
     return ResolvedPick(head_sha=head, merge_base=base, **common)
 
 
@@ -240,14 +342,16 @@ def describe_version(mirror: GitMirror, sha: str) -> str:
 
 
 def pep440_version(version: str, sha: str) -> str:
-    """``describe_version``'s result as a PEP 440 version: a bare short SHA becomes ``0.0.0+g<sha>``."""
+    """``describe_version``'s result as a PEP 440 version: a bare short SHA becomes
+    ``0.0.0+g<sha>``."""
     if re.fullmatch(r"\d+(\.\d+)*((a|b|rc)\d+)?(\.post\d+)?(\.dev\d+)?(\+[A-Za-z0-9.]+)?", version):
         return version
     return f"0.0.0+g{sha[:12]}"
 
 
-def prepare_sources(request: SourceRequest, dest_dir: Path | str | None = None, *,
-                    cache_root: Path | None = None) -> PreparedSource:
+def prepare_sources(
+    request: SourceRequest, dest_dir: Path | str | None = None, *, cache_root: Path | None = None
+) -> PreparedSource:
     """Resolve, pick and (when ``dest_dir`` is given) export a source tree.
 
     Everything is fetched into the host's mirror; conflicts fail before anything is written under
@@ -257,17 +361,31 @@ def prepare_sources(request: SourceRequest, dest_dir: Path | str | None = None, 
     with mirror.locked():
         base = _resolve_base(mirror, request)
         picks = [_resolve_pick(mirror, pick, mirror.url) for pick in request.cherry_picks]
-        final, records = apply_picks(mirror, base, picks, allow_doc_conflicts=request.allow_doc_conflicts,
-                                     source_repo=mirror.url)
+        final, records = apply_picks(
+            mirror,
+            base,
+            picks,
+            allow_doc_conflicts=request.allow_doc_conflicts,
+            source_repo=mirror.url,
+        )
         tree = tree_of(mirror, final)
         if request.expected_tree and tree != request.expected_tree:
             raise LockError(
-                f"{request.name}: prepared tree {tree[:12]} differs from the lock's {request.expected_tree[:12]}; "
+                f"{request.name}: prepared tree {tree[:12]} differs from the lock's "
+                f"{request.expected_tree[:12]}; "
                 "the lock was edited or written by an incompatible edgevllm"
             )
-        prepared = PreparedSource(name=request.name, repo=mirror.url, base_sha=base, commit=final, tree_hash=tree,
-                                  version=describe_version(mirror, base), picks=records, ref=request.ref,
-                                  pr=request.pr)
+        prepared = PreparedSource(
+            name=request.name,
+            repo=mirror.url,
+            base_sha=base,
+            commit=final,
+            tree_hash=tree,
+            version=describe_version(mirror, base),
+            picks=records,
+            ref=request.ref,
+            pr=request.pr,
+        )
         if dest_dir is not None:
             with atomic_dir(dest_dir) as tmp:
                 prepared.submodules = export_source(mirror, final, tmp, cache_root)
@@ -278,8 +396,14 @@ def prepare_sources(request: SourceRequest, dest_dir: Path | str | None = None, 
 _MAX_SUBMODULE_DEPTH = 4
 
 
-def export_source(mirror: GitMirror, commit: str, dest: Path, cache_root: Path | None = None,
-                  prefix: str = "", depth: int = 0) -> dict[str, str]:
+def export_source(
+    mirror: GitMirror,
+    commit: str,
+    dest: Path,
+    cache_root: Path | None = None,
+    prefix: str = "",
+    depth: int = 0,
+) -> dict[str, str]:
     """Export ``commit`` and, recursively, its submodules at their pinned commits -> {path: sha}.
 
     FlashInfer vendors CUTLASS and spdlog as submodules; the build context must hold them, and
@@ -294,30 +418,42 @@ def export_source(mirror: GitMirror, commit: str, dest: Path, cache_root: Path |
     for path, sha in sorted(links.items()):
         where = f"submodule {prefix}{path}"
         if path not in urls:
-            raise SourceError(f"{where} has no URL in .gitmodules of {commit[:12]}; fix .gitmodules in the source")
+            raise SourceError(
+                f"{where} has no URL in .gitmodules of {commit[:12]}; fix .gitmodules in the source"
+            )
         sub = GitMirror(urls[path], cache_root)
         with sub.locked():
             try:
                 sub.fetch_sha(sha, what=f"{where} commit {sha[:12]}")
             except RefNotFoundError:
-                raise RefNotFoundError(f"{where} commit {sha[:12]} not found in {display_repo(sub.url)}; "
-                                       "the submodule pin is broken upstream, pick a commit that fixes it") from None
+                raise RefNotFoundError(
+                    f"{where} commit {sha[:12]} not found in {display_repo(sub.url)}; "
+                    "the submodule pin is broken upstream, pick a commit that fixes it"
+                ) from None
             (dest / path).mkdir(parents=True, exist_ok=True)
             recorded[f"{prefix}{path}"] = sha
-            recorded.update(export_source(sub, sha, dest / path, cache_root, f"{prefix}{path}/", depth + 1))
+            recorded.update(
+                export_source(sub, sha, dest / path, cache_root, f"{prefix}{path}/", depth + 1)
+            )
     return recorded
 
 
 def summarize(prepared: PreparedSource) -> list[str]:
     """Human-readable lines: base, each pick applied or skipped (and why)."""
-    lines = [f"{prepared.name}: {display_repo(prepared.repo)} base {prepared.base_sha[:12]} (version {prepared.version})"]
+    lines = [
+        f"{prepared.name}: {display_repo(prepared.repo)} base {prepared.base_sha[:12]} (version "
+        f"{prepared.version})"
+    ]
     for pick in prepared.picks:
         what = f"PR #{pick.pr}" if pick.kind == "pr" else f"commit {pick.head_sha[:12]}"
         if pick.skipped:
             lines.append(f"{prepared.name}: skipped {what}: {pick.reason}")
         else:
             extra = f"; {pick.reason}" if pick.reason else ""
-            lines.append(f"{prepared.name}: applied {what} (head {pick.head_sha[:12]}) as {pick.commit[:12]}{extra}")
+            lines.append(
+                f"{prepared.name}: applied {what} (head {pick.head_sha[:12]}) as "
+                f"{pick.commit[:12]}{extra}"
+            )
     for path, sha in prepared.submodules.items():
         lines.append(f"{prepared.name}: submodule {path} at {sha[:12]}")
     lines.append(f"{prepared.name}: tree {prepared.tree_hash[:12]}")
@@ -332,8 +468,14 @@ def requests_from_lock(lock) -> list[SourceRequest]:
     return requests
 
 
-def prepare_into(requests: list[SourceRequest], out_dir: Path | str, *, target: Optional[str] = None,
-                 base_lock=None, cache_root: Path | None = None):
+def prepare_into(
+    requests: list[SourceRequest],
+    out_dir: Path | str,
+    *,
+    target: Optional[str] = None,
+    base_lock=None,
+    cache_root: Path | None = None,
+):
     """Prepare every source under ``out_dir/<name>`` and write ``out_dir/edgevllm.lock.json``.
 
     ``out_dir`` appears only when every source is prepared and the lock written; an error leaves
@@ -348,7 +490,9 @@ def prepare_into(requests: list[SourceRequest], out_dir: Path | str, *, target: 
     prepared: dict[str, PreparedSource] = {}
     with atomic_dir(out_dir) as tmp:
         for request in requests:
-            prepared[request.name] = prepare_sources(request, tmp / request.name, cache_root=cache_root)
+            prepared[request.name] = prepare_sources(
+                request, tmp / request.name, cache_root=cache_root
+            )
             setattr(lock, request.name, prepared[request.name].to_lock_entry())
         lock.created_at = now_utc()
         write_lock(lock, tmp / LOCK_FILENAME)

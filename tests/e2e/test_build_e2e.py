@@ -56,12 +56,25 @@ def sass_of(reports, suffix: str) -> set[str]:
 @pytest.fixture(scope="module")
 def thor_build(engine, cuda_image_arm64, fake_upstream, wheelhouse, tmp_path_factory, cli):
     out = tmp_path_factory.mktemp("thor-out")
-    spec = hermetic_spec("thor", cuda_image_arm64, fake_upstream, wheelhouse,
-                         mods=["thor-runtime", "fused-moe-configs"])
+    spec = hermetic_spec(
+        "thor",
+        cuda_image_arm64,
+        fake_upstream,
+        wheelhouse,
+        mods=["thor-runtime", "fused-moe-configs"],
+    )
     spec["vllm"]["cherry_picks"] = [str(PR_MARKER)]
     spec_file = write_spec(out / "thor-spec.yaml", **spec)
-    code, stdout, stderr = cli("build", "--spec", str(spec_file), "--out", str(out),
-                               "--json", str(out / "result.json"), timeout=3000)
+    code, stdout, stderr = cli(
+        "build",
+        "--spec",
+        str(spec_file),
+        "--out",
+        str(out),
+        "--json",
+        str(out / "result.json"),
+        timeout=3000,
+    )
     assert code == 0, stderr[-4000:]
     return json.loads((out / "result.json").read_text()), out
 
@@ -83,7 +96,8 @@ def test_thor_image_is_arm64_with_sm110a_sass(thor_build, engine):
 
 
 def test_thor_extension_sass_confirmed_by_cuobjdump(thor_build, engine, tmp_path):
-    """cuobjdump (NVIDIA's, from PyPI) lists the same SASS in the extension copied out of the image."""
+    """cuobjdump (NVIDIA's, from PyPI) lists the same SASS in the extension copied out of the
+    image."""
     import subprocess
 
     from support.cuda_libs import cuobjdump_binary
@@ -91,28 +105,41 @@ def test_thor_extension_sass_confirmed_by_cuobjdump(thor_build, engine, tmp_path
     result, _ = thor_build
     container = engine.create(result["image"])
     try:
-        engine.copy_from(container, "/opt/venv/lib/python3.11/site-packages/vllm/_C.abi3.so",
-                         tmp_path / "_C.abi3.so")
+        engine.copy_from(
+            container,
+            "/opt/venv/lib/python3.11/site-packages/vllm/_C.abi3.so",
+            tmp_path / "_C.abi3.so",
+        )
     finally:
         engine.remove_container(container)
-    listing = subprocess.run([str(cuobjdump_binary()), "--list-elf", str(tmp_path / "_C.abi3.so")],
-                             capture_output=True, text=True, check=True).stdout
+    listing = subprocess.run(
+        [str(cuobjdump_binary()), "--list-elf", str(tmp_path / "_C.abi3.so")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "sm_110a" in listing and "sm_121" not in listing
 
 
 def test_thor_picked_pr_is_in_the_compiled_code(thor_build, engine):
     result, _ = thor_build
-    marker = run_in(engine, result["image"], "python3", "-c", "import vllm._C as c; print(c.marker())")
+    marker = run_in(
+        engine, result["image"], "python3", "-c", "import vllm._C as c; print(c.marker())"
+    )
     assert marker == "pr-1"
 
 
 def test_thor_no_wheel_in_any_layer(thor_build, engine, cuda_image_arm64):
-    """Wheels the base image ships (Debian's ensurepip wheels) are the base's; the build adds none."""
+    """Wheels the base image ships (Debian's ensurepip wheels) are the base's; the build adds
+    none."""
     result, _ = thor_build
-    added = set(wheels_in_layers(engine, result["image"])) - set(wheels_in_layers(engine, cuda_image_arm64))
+    added = set(wheels_in_layers(engine, result["image"])) - set(
+        wheels_in_layers(engine, cuda_image_arm64)
+    )
     assert added == set()
-    assert any("python-wheels" in w for w in wheels_in_layers(engine, cuda_image_arm64)), \
+    assert any("python-wheels" in w for w in wheels_in_layers(engine, cuda_image_arm64)), (
         "the check must see wheels in layers when there are some"
+    )
 
 
 def test_thor_labels_lock_and_mods_record(thor_build, engine):
@@ -132,21 +159,24 @@ def test_thor_labels_lock_and_mods_record(thor_build, engine):
     assert outcomes == {"thor-runtime": "applied", "fused-moe-configs": "applied"}
     record = json.loads(run_in(engine, result["image"], "cat", "/opt/edgevllm/mods.json"))
     assert {m["name"] for m in record["mods"]} == {"thor-runtime", "fused-moe-configs"}
-    in_image = json.loads(run_in(engine, result["image"], "cat", "/opt/edgevllm/edgevllm.lock.json"))
+    in_image = json.loads(
+        run_in(engine, result["image"], "cat", "/opt/edgevllm/edgevllm.lock.json")
+    )
     assert in_image["vllm"]["tree"] == lock.vllm.tree
 
 
 @pytest.fixture(scope="module")
 def spark_spec(cuda_image_amd64, fake_upstream, wheelhouse):
-    return hermetic_spec("spark", cuda_image_amd64, fake_upstream, wheelhouse,
-                         platform="linux/amd64", mods=[])
+    return hermetic_spec(
+        "spark", cuda_image_amd64, fake_upstream, wheelhouse, platform="linux/amd64", mods=[]
+    )
 
 
 def test_spark_sm121a_rebuild_and_lock(spark_spec, engine, tmp_path, cli):
-    from edgevllm.verify.api import scan_image
     from edgevllm.build.pipeline import build
     from edgevllm.model.lock import read_lock
     from edgevllm.model.spec import spec_from_dict
+    from edgevllm.verify.api import scan_image
 
     first = build(spec_from_dict(spark_spec), tmp_path, engine)
     assert sass_of(scan_image(engine, first.image), "vllm/_C.abi3.so") == {"sm_121a"}
@@ -161,10 +191,22 @@ def test_spark_sm121a_rebuild_and_lock(spark_spec, engine, tmp_path, cli):
     assert changed.wheels_dir == first.wheels_dir
     assert run_in(engine, changed.image, "printenv", "EDGEVLLM_TEST") == "2"
 
-    # `edgevllm build --lock`: only environment (the wheelhouse) comes from flags, the rest from the lock.
-    code, stdout, stderr = cli("build", "--lock", str(first.lock_path), "--out", str(tmp_path / "again"),
-                               "--wheelhouse", spark_spec["wheelhouse"], "--offline", "--no-verify",
-                               "--image-repo", spark_spec["image_repo"], timeout=1800)
+    # `edgevllm build --lock`: only environment (the wheelhouse) comes from flags, the rest from
+    # the lock.
+    code, stdout, stderr = cli(
+        "build",
+        "--lock",
+        str(first.lock_path),
+        "--out",
+        str(tmp_path / "again"),
+        "--wheelhouse",
+        spark_spec["wheelhouse"],
+        "--offline",
+        "--no-verify",
+        "--image-repo",
+        spark_spec["image_repo"],
+        timeout=1800,
+    )
     assert code == 0, stderr[-3000:]
     relocked = read_lock(next((tmp_path / "again" / "spark").glob("*.lock.json")))
     assert relocked.vllm.tree == read_lock(first.lock_path).vllm.tree
@@ -176,8 +218,11 @@ def test_compile_failure_names_stage_and_tags_nothing(spark_spec, engine, tmp_pa
     from edgevllm.kernel.errors import BuildError
     from edgevllm.model.spec import spec_from_dict
 
-    spec = {**spark_spec, "vllm": {**spark_spec["vllm"], "cherry_picks": [str(PR_BROKEN)]},
-            "image_repo": "edgevllm-test/e2e-broken"}
+    spec = {
+        **spark_spec,
+        "vllm": {**spark_spec["vllm"], "cherry_picks": [str(PR_BROKEN)]},
+        "image_repo": "edgevllm-test/e2e-broken",
+    }
     with pytest.raises(BuildError) as failure:
         build(spec_from_dict(spec), tmp_path, engine)
     message = str(failure.value)
@@ -186,10 +231,12 @@ def test_compile_failure_names_stage_and_tags_nothing(spark_spec, engine, tmp_pa
     assert not [c for c in engine.images("edgevllm-test/e2e-broken")]
 
 
-def test_wrong_arch_fails_the_gate_and_is_not_tagged(cuda_image_amd64, fake_upstream, wheelhouse,
-                                                     engine, tmp_path, monkeypatch):
+def test_wrong_arch_fails_the_gate_and_is_not_tagged(
+    cuda_image_amd64, fake_upstream, wheelhouse, engine, tmp_path, monkeypatch
+):
     """A target that asks for GB10 (12.1a) but compiles 12.0a, the silent-12.0 failure users hit:
-    sm_120a SASS does not run on GB10, so the arch gate fails and only the -unverified tag exists."""
+    sm_120a SASS does not run on GB10, so the arch gate fails and only the -unverified tag
+    exists."""
     from edgevllm.build.pipeline import build
     from edgevllm.kernel.errors import ArchGateFailed
     from edgevllm.kernel.paths import data_dirs
@@ -201,11 +248,20 @@ def test_wrong_arch_fails_the_gate_and_is_not_tagged(cuda_image_amd64, fake_upst
     text = re.sub(r"\n  required:\n(    .*\n)+", "\n  required: {}\n", text)
     assert "required: {}" in text
     (tmp_path / "spark120a.yaml").write_text(
-        text.replace("name: spark", "name: spark120a")
-            .replace('torch_cuda_arch_list: "12.1a"', 'torch_cuda_arch_list: "12.0a"'))
+        text.replace("name: spark", "name: spark120a").replace(
+            'torch_cuda_arch_list: "12.1a"', 'torch_cuda_arch_list: "12.0a"'
+        )
+    )
     monkeypatch.setenv("EDGEVLLM_TARGETS_PATH", str(tmp_path))
-    spec = hermetic_spec("spark120a", cuda_image_amd64, fake_upstream, wheelhouse,
-                         platform="linux/amd64", mods=[], image_repo="edgevllm-test/e2e-gate")
+    spec = hermetic_spec(
+        "spark120a",
+        cuda_image_amd64,
+        fake_upstream,
+        wheelhouse,
+        platform="linux/amd64",
+        mods=[],
+        image_repo="edgevllm-test/e2e-gate",
+    )
     with pytest.raises(ArchGateFailed, match="kernel-arch gate failed for spark120a"):
         build(spec_from_dict(spec), tmp_path / "out", engine)
     tags = engine.images("edgevllm-test/e2e-gate", "{{.Tag}}")
@@ -231,8 +287,9 @@ steps:
 """
 
 
-def test_failed_mod_never_yields_an_image(cuda_image_amd64, fake_upstream, wheelhouse, engine,
-                                          tmp_path, monkeypatch):
+def test_failed_mod_never_yields_an_image(
+    cuda_image_amd64, fake_upstream, wheelhouse, engine, tmp_path, monkeypatch
+):
     """A mod whose anchor is missing fails the runtime stage; the message names the mod, the
     package version, the file and the anchor; no image is tagged, not even as unverified."""
     from edgevllm.build.pipeline import build
@@ -242,8 +299,15 @@ def test_failed_mod_never_yields_an_image(cuda_image_amd64, fake_upstream, wheel
     (tmp_path / "mods" / "broken-edit").mkdir(parents=True)
     (tmp_path / "mods" / "broken-edit" / "manifest.yaml").write_text(BROKEN_MOD)
     monkeypatch.setenv("EDGEVLLM_MODS_PATH", str(tmp_path / "mods"))
-    spec = hermetic_spec("spark", cuda_image_amd64, fake_upstream, wheelhouse, platform="linux/amd64",
-                         mods=["broken-edit"], image_repo="edgevllm-test/e2e-badmod")
+    spec = hermetic_spec(
+        "spark",
+        cuda_image_amd64,
+        fake_upstream,
+        wheelhouse,
+        platform="linux/amd64",
+        mods=["broken-edit"],
+        image_repo="edgevllm-test/e2e-badmod",
+    )
     with pytest.raises(BuildError) as failure:
         build(spec_from_dict(spec), tmp_path / "out", engine)
     message = str(failure.value)
@@ -253,30 +317,36 @@ def test_failed_mod_never_yields_an_image(cuda_image_amd64, fake_upstream, wheel
     assert engine.images("edgevllm-test/e2e-badmod") == []
 
 
-def test_flashinfer_built_from_source_is_locked_and_native(spark_spec, fake_flashinfer_upstream,
-                                                           engine, tmp_path):
+def test_flashinfer_built_from_source_is_locked_and_native(
+    spark_spec, fake_flashinfer_upstream, engine, tmp_path
+):
     """The second source path: FlashInfer from a git repo is resolved and locked on the host, built
     in its own stage for FLASHINFER_CUDA_ARCH_LIST, installed from the exported wheels, and gated
     by the arch policy (FlashInfer's libraries must run on the target)."""
-    from edgevllm.verify.api import scan_image
     from edgevllm.build.pipeline import build
     from edgevllm.model.lock import read_lock
     from edgevllm.model.spec import spec_from_dict
+    from edgevllm.verify.api import scan_image
 
-    spec = {**spark_spec, "flashinfer": {"source": {"repo": fake_flashinfer_upstream.url,
-                                                    "ref": "v0.1.0"}},
-            "probe_required": ["vllm", "flashinfer"]}
+    spec = {
+        **spark_spec,
+        "flashinfer": {"source": {"repo": fake_flashinfer_upstream.url, "ref": "v0.1.0"}},
+        "probe_required": ["vllm", "flashinfer"],
+    }
     result = build(spec_from_dict(spec), tmp_path, engine)
     lock = read_lock(result.lock_path)
     assert lock.flashinfer is not None and lock.flashinfer.version == "0.1.0"
-    assert lock.flashinfer.tree == fake_flashinfer_upstream.git("rev-parse", "v0.1.0^{tree}").strip()
+    assert (
+        lock.flashinfer.tree == fake_flashinfer_upstream.git("rev-parse", "v0.1.0^{tree}").strip()
+    )
     assert sass_of(scan_image(engine, result.image), "flashinfer/_kernels.abi3.so") == {"sm_121a"}
     assert result.verify["passed"] is True and result.probe["passed"] is True
     engine.remove_image(result.image, force=True)
 
 
 def test_ctrl_c_during_the_compile_leaves_nothing_under_a_final_name(
-        cuda_image_amd64, fake_upstream, wheelhouse, engine, tmp_path):
+    cuda_image_amd64, fake_upstream, wheelhouse, engine, tmp_path
+):
     """SIGINT while nvcc runs: exit 130, one line, no wheel folder under its final name (only the
     lock, which is complete when written), and no image at all."""
     import os
@@ -285,17 +355,28 @@ def test_ctrl_c_during_the_compile_leaves_nothing_under_a_final_name(
     import sys
     import time
 
-    from support.gitfixtures import commit, head
-
     from e2e.conftest import FIXTURE_TREE, KERNELS
+    from support.gitfixtures import commit, head
 
     # The hold file makes the fixture's compile print a marker and wait before nvcc, so the
     # signal always lands mid-compile (a warm ccache used to let the compile win the race).
     salted = (FIXTURE_TREE / KERNELS).read_text() + f"\n// interrupt test {time.time()}\n"
-    commit(fake_upstream, [head(fake_upstream)], {KERNELS: salted, "edgevllm-test-hold": "600"},
-           "a tree no cache has seen, holding its compile", ref="refs/heads/interrupt")
-    spec = hermetic_spec("spark", cuda_image_amd64, fake_upstream, wheelhouse, platform="linux/amd64",
-                         mods=[], image_repo="edgevllm-test/e2e-interrupt")
+    commit(
+        fake_upstream,
+        [head(fake_upstream)],
+        {KERNELS: salted, "edgevllm-test-hold": "600"},
+        "a tree no cache has seen, holding its compile",
+        ref="refs/heads/interrupt",
+    )
+    spec = hermetic_spec(
+        "spark",
+        cuda_image_amd64,
+        fake_upstream,
+        wheelhouse,
+        platform="linux/amd64",
+        mods=[],
+        image_repo="edgevllm-test/e2e-interrupt",
+    )
     spec["vllm"]["ref"] = "interrupt"
     spec_file = write_spec(tmp_path / "spec.yaml", **spec)
     out = tmp_path / "out"
@@ -303,10 +384,21 @@ def test_ctrl_c_during_the_compile_leaves_nothing_under_a_final_name(
     stderr = tmp_path / "stderr.txt"
     with open(stderr, "w") as err_file:  # a file, not a pipe: nothing can block on a full pipe
         proc = subprocess.Popen(
-            [sys.executable, "-c", "from edgevllm.cli import main; main()", "build", "--spec",
-             str(spec_file), "--out", str(out)],
-            stderr=err_file, stdout=subprocess.DEVNULL, text=True,
-            env={**os.environ, "NO_COLOR": "1", "PYTHONPATH": str(FIXTURE_TREE.parents[3])})
+            [
+                sys.executable,
+                "-c",
+                "from edgevllm.cli import main; main()",
+                "build",
+                "--spec",
+                str(spec_file),
+                "--out",
+                str(out),
+            ],
+            stderr=err_file,
+            stdout=subprocess.DEVNULL,
+            text=True,
+            env={**os.environ, "NO_COLOR": "1", "PYTHONPATH": str(FIXTURE_TREE.parents[3])},
+        )
         if not wait_for_marker(out / "spark" / "logs", "fake-vllm: holding before nvcc", proc, 900):
             proc.kill()
             pytest.fail("the fixture compile never reached its hold point:\n" + stderr.read_text())
@@ -316,7 +408,10 @@ def test_ctrl_c_during_the_compile_leaves_nothing_under_a_final_name(
     assert proc.returncode == 130, rest
     assert "Traceback" not in rest and "error: interrupted" in rest
     wheels = out / "spark" / "wheels"
-    assert not wheels.exists() or [p.name for p in wheels.iterdir() if not p.name.startswith(".")] == []
+    assert (
+        not wheels.exists()
+        or [p.name for p in wheels.iterdir() if not p.name.startswith(".")] == []
+    )
     assert set(engine.images("edgevllm-test/e2e-interrupt")) == images_before  # no new image
 
 

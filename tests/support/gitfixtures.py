@@ -33,13 +33,13 @@ from typing import Iterator, Mapping, Union
 
 import pytest
 
-PR_CLEAN = 101          # adds src/feature.py, edits src/core.py line 15: applies cleanly onto main
-PR_MERGED = 102         # edits src/extra.py; main has the same change squash-merged (c3)
-PR_DOC_CONFLICT = 103   # conflicts with main on docs/guide.md line 3; adds src/docfix.py cleanly
+PR_CLEAN = 101  # adds src/feature.py, edits src/core.py line 15: applies cleanly onto main
+PR_MERGED = 102  # edits src/extra.py; main has the same change squash-merged (c3)
+PR_DOC_CONFLICT = 103  # conflicts with main on docs/guide.md line 3; adds src/docfix.py cleanly
 PR_CODE_CONFLICT = 104  # conflicts with main on src/core.py line 5
-PR_MOVABLE = 105        # adds src/movable.py (MOVABLE = 1); move_pr() moves its head
-PR_ANCESTOR = 106       # adds src/anc.py; merged into main with a merge commit (its head is an ancestor)
-PR_MISSING = 999        # no such PR
+PR_MOVABLE = 105  # adds src/movable.py (MOVABLE = 1); move_pr() moves its head
+PR_ANCESTOR = 106  # adds src/anc.py; merged into main with a merge commit (its head is an ancestor)
+PR_MISSING = 999  # no such PR
 
 Changes = Mapping[str, Union[str, bytes, None]]  # path -> new content; None deletes the file
 
@@ -51,8 +51,8 @@ class Upstream:
     """A bare repository standing in for GitHub's upstream."""
 
     path: Path
-    shas: dict[str, str] = field(default_factory=dict)   # named commits (c1.., r1, pr101, ...)
-    prs: dict[int, str] = field(default_factory=dict)    # PR number -> current head
+    shas: dict[str, str] = field(default_factory=dict)  # named commits (c1.., r1, pr101, ...)
+    prs: dict[int, str] = field(default_factory=dict)  # PR number -> current head
     _clock: list[int] = field(default_factory=lambda: [1_700_000_000])
 
     @property
@@ -63,7 +63,9 @@ class Upstream:
     def file_url(self) -> str:
         return f"file://{self.path}"
 
-    def git(self, *args: str, env: Mapping[str, str] | None = None, input: bytes | None = None) -> str:
+    def git(
+        self, *args: str, env: Mapping[str, str] | None = None, input: bytes | None = None
+    ) -> str:
         return git(self.path, *args, env=env, input=input)
 
     def tick(self) -> str:
@@ -71,30 +73,61 @@ class Upstream:
         return f"@{self._clock[0]} +0000"
 
 
-def git(repo: Path, *args: str, env: Mapping[str, str] | None = None, input: bytes | None = None) -> str:
+def git(
+    repo: Path, *args: str, env: Mapping[str, str] | None = None, input: bytes | None = None
+) -> str:
     full_env = {**os.environ, **_ENV, **(env or {})}
-    proc = subprocess.run(["git", "--git-dir", str(repo), *args], input=input, capture_output=True, env=full_env)
+    proc = subprocess.run(
+        ["git", "--git-dir", str(repo), *args], input=input, capture_output=True, env=full_env
+    )
     if proc.returncode != 0:
-        raise RuntimeError(f"git {' '.join(args)} failed: {proc.stderr.decode(errors='replace').strip()}")
+        raise RuntimeError(
+            f"git {' '.join(args)} failed: {proc.stderr.decode(errors='replace').strip()}"
+        )
     return proc.stdout.decode(errors="replace").strip()
 
 
 def _identity(upstream: Upstream) -> dict[str, str]:
     date = upstream.tick()
-    return {"GIT_AUTHOR_NAME": "Fixture Dev", "GIT_AUTHOR_EMAIL": "dev@example.invalid", "GIT_AUTHOR_DATE": date,
-            "GIT_COMMITTER_NAME": "Fixture Dev", "GIT_COMMITTER_EMAIL": "dev@example.invalid",
-            "GIT_COMMITTER_DATE": date}
+    return {
+        "GIT_AUTHOR_NAME": "Fixture Dev",
+        "GIT_AUTHOR_EMAIL": "dev@example.invalid",
+        "GIT_AUTHOR_DATE": date,
+        "GIT_COMMITTER_NAME": "Fixture Dev",
+        "GIT_COMMITTER_EMAIL": "dev@example.invalid",
+        "GIT_COMMITTER_DATE": date,
+    }
 
 
-def commit(upstream: Upstream, parents: list[str], changes: Changes, message: str,
-           ref: str | None = None, tree_from: Path | None = None) -> str:
+def commit(
+    upstream: Upstream,
+    parents: list[str],
+    changes: Changes,
+    message: str,
+    ref: str | None = None,
+    tree_from: Path | None = None,
+) -> str:
     """A commit on ``parents[0]``'s tree plus ``changes`` (or the files of ``tree_from``)."""
     with tempfile.TemporaryDirectory(prefix="gitfixture-") as tmp:
         env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
         if tree_from is not None:
-            subprocess.run(["git", "--git-dir", str(upstream.path), f"--work-tree={tree_from}", "-c", "core.bare=false",
-                            "add", "-A", "."], cwd=tree_from, check=True, capture_output=True,
-                           env={**os.environ, **_ENV, **env})
+            subprocess.run(
+                [
+                    "git",
+                    "--git-dir",
+                    str(upstream.path),
+                    f"--work-tree={tree_from}",
+                    "-c",
+                    "core.bare=false",
+                    "add",
+                    "-A",
+                    ".",
+                ],
+                cwd=tree_from,
+                check=True,
+                capture_output=True,
+                env={**os.environ, **_ENV, **env},
+            )
         elif parents:
             upstream.git("read-tree", parents[0], env=env)
         for path, content in changes.items():
@@ -123,18 +156,31 @@ def commit_to_branch(upstream: Upstream, branch: str, changes: Changes, message:
     return commit(upstream, [head(upstream, branch)], changes, message, ref=f"refs/heads/{branch}")
 
 
-def add_pr(upstream: Upstream, number: int, changes: Changes, base: str = "main", message: str | None = None) -> str:
+def add_pr(
+    upstream: Upstream,
+    number: int,
+    changes: Changes,
+    base: str = "main",
+    message: str | None = None,
+) -> str:
     """Open PR ``number``: one commit on ``base`` (branch, tag or SHA) -> ``refs/pull/N/head``."""
     parent = upstream.git("rev-parse", f"{base}^{{commit}}")
-    sha = commit(upstream, [parent], changes, message or f"PR #{number}", ref=f"refs/pull/{number}/head")
+    sha = commit(
+        upstream, [parent], changes, message or f"PR #{number}", ref=f"refs/pull/{number}/head"
+    )
     upstream.prs[number] = sha
     return sha
 
 
 def move_pr(upstream: Upstream, number: int, changes: Changes, message: str | None = None) -> str:
     """Push one more commit to PR ``number`` (its head moves)."""
-    sha = commit(upstream, [upstream.prs[number]], changes, message or f"PR #{number} update",
-                 ref=f"refs/pull/{number}/head")
+    sha = commit(
+        upstream,
+        [upstream.prs[number]],
+        changes,
+        message or f"PR #{number} update",
+        ref=f"refs/pull/{number}/head",
+    )
     upstream.prs[number] = sha
     return sha
 
@@ -151,13 +197,22 @@ def vanish_unreachable(upstream: Upstream) -> None:
 
 
 def has_commit(upstream: Upstream, sha: str) -> bool:
-    return subprocess.run(["git", "--git-dir", str(upstream.path), "cat-file", "-e", f"{sha}^{{commit}}"],
-                          capture_output=True).returncode == 0
+    return (
+        subprocess.run(
+            ["git", "--git-dir", str(upstream.path), "cat-file", "-e", f"{sha}^{{commit}}"],
+            capture_output=True,
+        ).returncode
+        == 0
+    )
 
 
 def _init(path: Path) -> Upstream:
     path.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["git", "init", "--quiet", "--bare", "--initial-branch=main", str(path)], check=True, env={**os.environ, **_ENV})
+    subprocess.run(
+        ["git", "init", "--quiet", "--bare", "--initial-branch=main", str(path)],
+        check=True,
+        env={**os.environ, **_ENV},
+    )
     upstream = Upstream(path=path)
     upstream.git("config", "uploadpack.allowAnySHA1InWant", "true")  # like GitHub: fetch by SHA
     upstream.git("config", "gc.auto", "0")
@@ -177,7 +232,8 @@ def _numbered(prefix: str, count: int, overrides: Mapping[int, str] | None = Non
 
 
 def core_py(**lines: str) -> str:
-    """src/core.py: twenty ``VALUE_NN = NN`` lines; ``core_py(l5="VALUE_05 = 'x'")`` overrides one."""
+    """src/core.py: twenty ``VALUE_NN = NN`` lines; ``core_py(l5="VALUE_05 = 'x'")`` overrides
+    one."""
     overrides = {int(k[1:]): v for k, v in lines.items()}
     return "".join(f"{overrides.get(i, f'VALUE_{i:02d} = {i}')}\n" for i in range(1, 21))
 
@@ -197,8 +253,13 @@ SCENARIO_TREE = {
 }
 
 
-def make_upstream_repo(tmp: Path, initial_tree: Path | None = None, *, scenarios: bool | None = None,
-                       name: str = "upstream.git") -> Upstream:
+def make_upstream_repo(
+    tmp: Path,
+    initial_tree: Path | None = None,
+    *,
+    scenarios: bool | None = None,
+    name: str = "upstream.git",
+) -> Upstream:
     """A bare upstream at ``tmp/name``; see the module docstring for the scenario history.
 
     With ``initial_tree``, main starts from that folder's files (tag ``v0.1.0``) and, unless
@@ -206,7 +267,9 @@ def make_upstream_repo(tmp: Path, initial_tree: Path | None = None, *, scenarios
     """
     upstream = _init(Path(tmp) / name)
     if initial_tree is not None:
-        c1 = commit(upstream, [], {}, "initial import", ref="refs/heads/main", tree_from=Path(initial_tree))
+        c1 = commit(
+            upstream, [], {}, "initial import", ref="refs/heads/main", tree_from=Path(initial_tree)
+        )
     else:
         c1 = commit(upstream, [], SCENARIO_TREE, "initial import", ref="refs/heads/main")
     upstream.shas["c1"] = c1
@@ -221,34 +284,71 @@ def make_upstream_repo(tmp: Path, initial_tree: Path | None = None, *, scenarios
 def _add_scenarios(up: Upstream) -> None:
     c1 = up.shas["c1"]
     # A release branch off c1 that main never merges.
-    up.shas["r1"] = commit(up, [c1], {"src/release.py": "RELEASE = '0.1.1'\n"}, "release 0.1.1", ref="refs/heads/release/0.1")
+    up.shas["r1"] = commit(
+        up,
+        [c1],
+        {"src/release.py": "RELEASE = '0.1.1'\n"},
+        "release 0.1.1",
+        ref="refs/heads/release/0.1",
+    )
     _tag(up, "v0.1.1", up.shas["r1"])
     # PRs opened against c1.
-    up.shas["pr101"] = add_pr(up, PR_CLEAN, {"src/feature.py": "FEATURE = True\n",
-                                             "src/core.py": core_py(l15="VALUE_15 = 'feature'")}, base=c1)
+    up.shas["pr101"] = add_pr(
+        up,
+        PR_CLEAN,
+        {"src/feature.py": "FEATURE = True\n", "src/core.py": core_py(l15="VALUE_15 = 'feature'")},
+        base=c1,
+    )
     up.shas["pr102"] = add_pr(up, PR_MERGED, {"src/extra.py": "EXTRA = 2\n"}, base=c1)
-    up.shas["pr103"] = add_pr(up, PR_DOC_CONFLICT, {"docs/guide.md": guide_md(l3="guide line 3 (from the PR)"),
-                                                    "tests/test_core.py": "def test_core():\n    assert 1 == 1\n",
-                                                    "src/docfix.py": "DOCFIX = 1\n"}, base=c1)
-    up.shas["pr104"] = add_pr(up, PR_CODE_CONFLICT, {"src/core.py": core_py(l5="VALUE_05 = 'from the PR'")}, base=c1)
+    up.shas["pr103"] = add_pr(
+        up,
+        PR_DOC_CONFLICT,
+        {
+            "docs/guide.md": guide_md(l3="guide line 3 (from the PR)"),
+            "tests/test_core.py": "def test_core():\n    assert 1 == 1\n",
+            "src/docfix.py": "DOCFIX = 1\n",
+        },
+        base=c1,
+    )
+    up.shas["pr104"] = add_pr(
+        up, PR_CODE_CONFLICT, {"src/core.py": core_py(l5="VALUE_05 = 'from the PR'")}, base=c1
+    )
     up.shas["pr106"] = add_pr(up, PR_ANCESTOR, {"src/anc.py": "ANC = 1\n"}, base=c1)
     # main moves on: conflicting edits, a squash merge, a true merge, later work.
-    up.shas["c2"] = commit_to_branch(up, "main", {"src/core.py": core_py(l5="VALUE_05 = 'main'"),
-                                                  "docs/guide.md": guide_md(l3="guide line 3 (main)"),
-                                                  "tests/test_core.py": "def test_core():\n    assert not False\n"},
-                                     "main: edit core and docs")
+    up.shas["c2"] = commit_to_branch(
+        up,
+        "main",
+        {
+            "src/core.py": core_py(l5="VALUE_05 = 'main'"),
+            "docs/guide.md": guide_md(l3="guide line 3 (main)"),
+            "tests/test_core.py": "def test_core():\n    assert not False\n",
+        },
+        "main: edit core and docs",
+    )
     up.shas["pr105"] = add_pr(up, PR_MOVABLE, {"src/movable.py": "MOVABLE = 1\n"}, base="main")
-    up.shas["c3"] = commit_to_branch(up, "main", {"src/extra.py": "EXTRA = 2\n"}, f"squash-merge PR #{PR_MERGED}")
+    up.shas["c3"] = commit_to_branch(
+        up, "main", {"src/extra.py": "EXTRA = 2\n"}, f"squash-merge PR #{PR_MERGED}"
+    )
     c4_tree = {"src/anc.py": "ANC = 1\n"}
-    up.shas["c4"] = commit(up, [up.shas["c3"], up.shas["pr106"]], c4_tree, f"Merge PR #{PR_ANCESTOR}", ref="refs/heads/main")
+    up.shas["c4"] = commit(
+        up,
+        [up.shas["c3"], up.shas["pr106"]],
+        c4_tree,
+        f"Merge PR #{PR_ANCESTOR}",
+        ref="refs/heads/main",
+    )
     _tag(up, "v0.2.0", up.shas["c4"], annotated=True)
-    up.shas["c5"] = commit_to_branch(up, "main", {"src/later.py": "LATER = 1\n"}, "main: later work")
+    up.shas["c5"] = commit_to_branch(
+        up, "main", {"src/later.py": "LATER = 1\n"}, "main: later work"
+    )
 
 
 def copy_upstream(upstream: Upstream, dest: Path) -> Upstream:
     """A copy (e.g. a fork) with the same refs and objects."""
     shutil.copytree(upstream.path, dest)
-    return Upstream(path=dest, shas=dict(upstream.shas), prs=dict(upstream.prs), _clock=list(upstream._clock))
+    return Upstream(
+        path=dest, shas=dict(upstream.shas), prs=dict(upstream.prs), _clock=list(upstream._clock)
+    )
 
 
 def free_port() -> int:
@@ -259,15 +359,33 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def git_daemon(base_path: Path) -> Iterator[str]:
-    """Serve every repository under ``base_path`` at ``git://127.0.0.1:<port>/<name>``; yields the base URL."""
-    if not Path(subprocess.run(["git", "--exec-path"], capture_output=True, text=True).stdout.strip(), "git-daemon").exists():
-        raise RuntimeError("git daemon is missing: install it (apt-get install git-daemon-sysvinit, or git-core)")
+    """Serve every repository under ``base_path`` at ``git://127.0.0.1:<port>/<name>``; yields
+    the base URL."""
+    if not Path(
+        subprocess.run(["git", "--exec-path"], capture_output=True, text=True).stdout.strip(),
+        "git-daemon",
+    ).exists():
+        raise RuntimeError(
+            "git daemon is missing: install it (apt-get install git-daemon-sysvinit, or git-core)"
+        )
     for _attempt in range(5):
         port = free_port()
         proc = subprocess.Popen(
-            ["git", "daemon", "--reuseaddr", "--export-all", "--informative-errors", f"--base-path={base_path}",
-             "--listen=127.0.0.1", f"--port={port}", "--enable=upload-pack", str(base_path)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **_ENV},
+            [
+                "git",
+                "daemon",
+                "--reuseaddr",
+                "--export-all",
+                "--informative-errors",
+                f"--base-path={base_path}",
+                "--listen=127.0.0.1",
+                f"--port={port}",
+                "--enable=upload-pack",
+                str(base_path),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env={**os.environ, **_ENV},
         )
         if _wait_listening(port, proc):
             break
@@ -297,7 +415,7 @@ def _wait_listening(port: int, proc: subprocess.Popen) -> bool:
     return False
 
 
-# --- pytest fixtures (import them into a test module to use them) ----------------------------------
+# --- pytest fixtures (import them into a test module to use them) ---------------------------
 @pytest.fixture
 def git_cache(tmp_path, monkeypatch) -> Path:
     """A private, empty edgevllm cache (git mirrors) for one test."""
@@ -319,19 +437,32 @@ def daemon_url(upstream) -> Iterator[str]:
         yield f"{base}/{upstream.path.name}"
 
 
-def run_cli(*args: str, cwd: Path | None = None, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess:
+def run_cli(
+    *args: str, cwd: Path | None = None, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess:
     """``edgevllm <args>`` in a fresh interpreter, as a user runs it."""
     import sys
 
     root = Path(__file__).resolve().parents[2]
-    full_env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
-                "NO_COLOR": "1", "COLUMNS": "400", **(env or {})}
-    return subprocess.run([sys.executable, "-c", "from edgevllm.cli import main; main()", *args],
-                          cwd=cwd, env=full_env, capture_output=True, text=True)
+    full_env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
+        "NO_COLOR": "1",
+        "COLUMNS": "400",
+        **(env or {}),
+    }
+    return subprocess.run(
+        [sys.executable, "-c", "from edgevllm.cli import main; main()", *args],
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+    )
 
 
 def assert_one_error_line(proc: subprocess.CompletedProcess, *needles: str) -> str:
-    """A failed CLI run: non-zero exit, exactly one ``error:`` line containing ``needles``, no traceback."""
+    """A failed CLI run: non-zero exit, exactly one ``error:`` line containing ``needles``, no
+    traceback."""
     assert proc.returncode != 0, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
@@ -343,10 +474,14 @@ def assert_one_error_line(proc: subprocess.CompletedProcess, *needles: str) -> s
 
 def leftovers(folder: Path, name: str) -> list[str]:
     """Anything under ``folder`` named like ``name`` or a temporary of it (``.name.tmp-*``)."""
-    return sorted(p.name for p in folder.iterdir() if p.name == name or p.name.startswith(f".{name}."))
+    return sorted(
+        p.name for p in folder.iterdir() if p.name == name or p.name.startswith(f".{name}.")
+    )
 
 
-def add_submodule(upstream: Upstream, path: str, sub: Upstream, url: str | None = None, branch: str = "main") -> str:
+def add_submodule(
+    upstream: Upstream, path: str, sub: Upstream, url: str | None = None, branch: str = "main"
+) -> str:
     """Commit a submodule (gitlink + .gitmodules) at ``path`` pinned to ``sub``'s ``branch`` tip."""
     sha = head(sub, branch)
     gitmodules = f'[submodule "{path}"]\n\tpath = {path}\n\turl = {url or sub.url}\n'
@@ -358,6 +493,8 @@ def add_submodule(upstream: Upstream, path: str, sub: Upstream, url: str | None 
         upstream.git("update-index", "--add", "--cacheinfo", f"100644,{blob},.gitmodules", env=env)
         upstream.git("update-index", "--add", "--cacheinfo", f"160000,{sha},{path}", env=env)
         tree = upstream.git("write-tree", env=env)
-    new = upstream.git("commit-tree", tree, "-p", parent, "-m", f"add submodule {path}", env=_identity(upstream))
+    new = upstream.git(
+        "commit-tree", tree, "-p", parent, "-m", f"add submodule {path}", env=_identity(upstream)
+    )
     upstream.git("update-ref", "refs/heads/main", new)
     return new

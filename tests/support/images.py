@@ -27,12 +27,21 @@ from .downloads import file_lock, test_cache_dir
 SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"
 PACKAGES = [
-    "python3", "python3-pip", "python3-venv", "python3-setuptools", "python3-wheel",
-    "python3-dev", "g++", "ca-certificates",
+    "python3",
+    "python3-pip",
+    "python3-venv",
+    "python3-setuptools",
+    "python3-wheel",
+    "python3-dev",
+    "g++",
+    "ca-certificates",
 ]
 CUDA_WHEELS = [
-    "nvidia-cuda-nvcc==13.0.88", "nvidia-nvvm==13.0.88", "nvidia-cuda-crt==13.0.88",
-    "nvidia-cuda-runtime==13.0.96", "nvidia-cuda-cccl==13.0.85",
+    "nvidia-cuda-nvcc==13.0.88",
+    "nvidia-nvvm==13.0.88",
+    "nvidia-cuda-crt==13.0.88",
+    "nvidia-cuda-runtime==13.0.96",
+    "nvidia-cuda-cccl==13.0.85",
 ]
 WHEEL_PLATFORMS = {
     "amd64": ["manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_27_x86_64"],
@@ -67,14 +76,24 @@ def _debootstrap(arch: str, tarball: Path) -> None:
     with tempfile.TemporaryDirectory(dir=cache_root(), prefix="rootfs-") as tmp:
         rootfs = Path(tmp) / "rootfs"
         subprocess.run(
-            ["debootstrap", f"--arch={arch}", "--variant=minbase", f"--include={','.join(PACKAGES)}",
-             SUITE, str(rootfs), MIRROR],
-            check=True, stdout=subprocess.DEVNULL)
+            [
+                "debootstrap",
+                f"--arch={arch}",
+                "--variant=minbase",
+                f"--include={','.join(PACKAGES)}",
+                SUITE,
+                str(rootfs),
+                MIRROR,
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
         for junk in ("var/cache/apt/archives", "var/lib/apt/lists"):
             shutil.rmtree(rootfs / junk, ignore_errors=True)
         partial = tarball.with_name(tarball.name + ".partial")
-        subprocess.run(["tar", "-C", str(rootfs), "--numeric-owner", "-cf", str(partial), "."],
-                       check=True)
+        subprocess.run(
+            ["tar", "-C", str(rootfs), "--numeric-owner", "-cf", str(partial), "."], check=True
+        )
         os.replace(partial, tarball)
 
 
@@ -88,9 +107,14 @@ def python_image(engine: DockerEngine, arch: str) -> str:
         if not tarball.exists():
             _debootstrap(arch, tarball)
         engine.import_rootfs(
-            tarball, tag, platform=f"linux/{arch}",
-            changes=['CMD ["/bin/bash"]',
-                     "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"])
+            tarball,
+            tag,
+            platform=f"linux/{arch}",
+            changes=[
+                'CMD ["/bin/bash"]',
+                "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            ],
+        )
     return tag
 
 
@@ -103,9 +127,23 @@ def download_wheels(arch: str, requirements: list[str], python_version: str = "3
     shutil.rmtree(partial, ignore_errors=True)
     platform_args = [arg for tag in WHEEL_PLATFORMS[arch] for arg in ("--platform", tag)]
     subprocess.run(
-        ["python3", "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-         "--python-version", python_version, *platform_args, "-d", str(partial), *requirements],
-        check=True)
+        [
+            "python3",
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--python-version",
+            python_version,
+            *platform_args,
+            "-d",
+            str(partial),
+            *requirements,
+        ],
+        check=True,
+    )
     os.replace(partial, dest)
     return dest
 
@@ -121,9 +159,17 @@ def cuda_image(engine: DockerEngine, arch: str) -> str:
         dockerfile = Path(__file__).with_name("cuda-base.Dockerfile")
         lines: list[str] = []
         code = engine.build(
-            BuildOptions(context=wheels, dockerfile=dockerfile, platform=f"linux/{arch}",
-                         tags=[tag], build_args={"BASE": base}),
-            lines.append)
+            BuildOptions(
+                context=wheels,
+                dockerfile=dockerfile,
+                platform=f"linux/{arch}",
+                tags=[tag],
+                build_args={"BASE": base},
+            ),
+            lines.append,
+        )
         if code != 0:
-            raise RuntimeError("building the CUDA test base image failed:\n" + "\n".join(lines[-30:]))
+            raise RuntimeError(
+                "building the CUDA test base image failed:\n" + "\n".join(lines[-30:])
+            )
     return tag

@@ -9,8 +9,8 @@ self-contained ``applier.py`` in a subprocess, as the image build does.
 
 from __future__ import annotations
 
-import json
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -44,9 +44,22 @@ def site_with(key: str, wheels: Sequence[Path]) -> Path:
             return final
         tmp = Path(tempfile.mkdtemp(prefix=f".{key}.tmp-", dir=root))
         try:
-            proc = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
-                                   "--no-compile", "--target", str(tmp), *map(str, wheels)],
-                                  capture_output=True, text=True)
+            proc = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--no-deps",
+                    "--no-compile",
+                    "--target",
+                    str(tmp),
+                    *map(str, wheels),
+                ],
+                capture_output=True,
+                text=True,
+            )
             if proc.returncode != 0:
                 raise RuntimeError(f"pip install --target failed: {proc.stderr.strip()[-300:]}")
             os.replace(tmp, final)
@@ -63,12 +76,21 @@ def working_copy(pristine: Path, dest: Path) -> Path:
 def cuda_bindings_wheels() -> list[Path]:
     """What cutlass-dsl imports besides itself: cuda-python's bindings (no GPU needed to import)
     and numpy. Installed into the same site, so the test does not depend on the host's packages."""
-    return [wheel("cuda-bindings==13.0.3"), wheel("cuda-pathfinder==1.3.3", platform=False),
-            wheel("numpy==2.2.6", tag="manylinux_2_17_x86_64")]
+    return [
+        wheel("cuda-bindings==13.0.3"),
+        wheel("cuda-pathfinder==1.3.3", platform=False),
+        wheel("numpy==2.2.6", tag="manylinux_2_17_x86_64"),
+    ]
 
 
-def stage_and_apply(mods: list[str], target: str, site: Path, work: Path,
-                    extra: Sequence[str] = (), record: bool = True) -> tuple[int, dict | None, str, str]:
+def stage_and_apply(
+    mods: list[str],
+    target: str,
+    site: Path,
+    work: Path,
+    extra: Sequence[str] = (),
+    record: bool = True,
+) -> tuple[int, dict | None, str, str]:
     """Stage ``mods`` for ``target`` into ``work/stage`` and run the staged applier on ``site``."""
     from edgevllm.mods.catalog import stage_mods
 
@@ -76,8 +98,16 @@ def stage_and_apply(mods: list[str], target: str, site: Path, work: Path,
     if not stage.exists():
         stage_mods(mods, target, stage)
     record_path = work / "out" / "mods.json"
-    argv = [sys.executable, str(stage / "applier.py"), "apply", "--plan", str(stage / "plan.json"),
-            "--site-packages", str(site), *extra]
+    argv = [
+        sys.executable,
+        str(stage / "applier.py"),
+        "apply",
+        "--plan",
+        str(stage / "plan.json"),
+        "--site-packages",
+        str(site),
+        *extra,
+    ]
     if record:
         argv += ["--record", str(record_path)]
     proc = subprocess.run(argv, capture_output=True, text=True)
