@@ -111,3 +111,17 @@ def test_diff_between_two_folders(tmp_path):
     assert changes == {"vllm/_C.abi3.so": ("compatible (2/2)", "native (2/2)"),
                        "vllm/_gone.abi3.so": ("none (0/1; 1 sm_110-only: square)", None),
                        "vllm/_moe_C.abi3.so": (None, "native (2/2)")}
+
+
+@pytest.mark.parametrize("path_env", ["/usr/bin:/bin", ""])  # with c++filt, and without it
+def test_demangling_with_and_without_binutils(monkeypatch, path_env):
+    from edgevllm.verify.demangle import demangle, short_name
+
+    monkeypatch.setenv("PATH", path_env)
+    names = demangle(["_Z5otherPi", "_Z5scalePff", "flash_fwd.cubin"])
+    assert names == {"_Z5otherPi": "other(int*)", "_Z5scalePff": "scale(float*, float)",
+                     "flash_fwd.cubin": "flash_fwd.cubin"}
+    assert short_name("void cutlass::device_kernel<vllm::cutlass_3x_gemm_sm90_fp8<float>>(P)") \
+        == "cutlass_3x_gemm_sm90_fp8"
+    assert short_name("_ZN7cutlass13device_kernelINS_4gemm6kernel13GemmUniversalIJiEEEEvv") == \
+        "GemmUniversal"
