@@ -116,3 +116,26 @@ def test_compile_flag_sets_mode_compile_and_conflicts_are_refused():
     assert "mode" not in spec_overrides({"compile": False, "vllm_pr": "5"})
     with pytest.raises(SpecError, match="--compile and --mode prebuilt: give one of them"):
         spec_overrides({"compile": True, "mode": "prebuilt"})
+
+
+def test_a_release_pypi_lacks_fails_in_one_line_pointing_at_compile(tmp_path):
+    """A Python-only PR on a fork's own release (v0.0.999): PyPI has no such vllm wheel to take
+    kernels from; the real resolver says so before anything is downloaded or built."""
+    from edgevllm.build.precompiled import run_precompiled
+    from edgevllm.build.runner import Workspace
+    from edgevllm.sources.wheels import ClosureError
+    from support.gitfixtures import git
+
+    fork = make_upstream_repo(tmp_path / "fork", FAKE_VLLM)
+    git(fork.path, "tag", "-d", "v0.1.0")
+    git(fork.path, "update-ref", "refs/tags/v0.0.999", fork.shas["c1"])
+    add_pr(fork, 1, {"vllm/__init__.py": "MARKER = 'pr-1'\n"}, base="v0.0.999")
+    eff = eff_for(fork, platform="linux/amd64", torch={"version": "2.14.0", "index_url": None})
+    prepared = prepared_for(eff, tmp_path)
+    new, check = decide(eff, prepared)
+    with pytest.raises(ClosureError) as failure:
+        run_precompiled(new, Workspace(tmp_path / "out"), None, None, prepared, check)
+    message = str(failure.value)
+    assert "unknown vLLM version: vllm==0.0.999" in message
+    assert message.endswith("or --compile to compile the tree's kernels")
+    assert not (tmp_path / "out" / "wheels").exists()

@@ -55,7 +55,7 @@ from edgevllm.model.lock import (
 from edgevllm.model.spec import EffectiveSpec, resolve
 from edgevllm.sources.precompiled import PythonOnlyCheck, mode_for_tree, python_only_change
 from edgevllm.sources.prepare import PreparedSource
-from edgevllm.sources.wheels import Closure, WheelPin, resolve_closure
+from edgevllm.sources.wheels import Closure, ClosureError, WheelPin, resolve_closure
 
 
 def wants_tree_check(eff: EffectiveSpec) -> bool:
@@ -143,7 +143,10 @@ def run_precompiled(eff: EffectiveSpec, ws: Workspace, engine: DockerEngine, loc
     vllm = prepared["vllm"]
     staged = pipeline.stage_mods(eff, ws)
     layout = pipeline.build_layout(vllm)
-    closure = modes.locked_or_resolved(eff, locked, staged.pip_packages)
+    try:
+        closure = modes.locked_or_resolved(eff, locked, staged.pip_packages)
+    except ClosureError as exc:  # e.g. a fork's release that PyPI does not have
+        raise ClosureError(f"{exc}; or --compile to compile the tree's kernels") from None
     wheel = release_wheel(closure, check)
     console.info(f"  kernels: {wheel.filename} (sha256 {wheel.sha256[:12]}), "
                  f"{len(check.changed)} Python file(s) changed against {check.release_tag}")
