@@ -66,7 +66,7 @@ def real_env():
     return {"EDGEVLLM_CACHE": str(test_cache_dir("edgevllm-cache"))}
 
 
-def spec_file(out: Path, base: str) -> Path:
+def spec_file(out: Path) -> Path:
     """The prebuilt test's spec (same closure, same base): see test_real_vllm_e2e.py."""
     from support.real_vllm import PYTHON
 
@@ -86,7 +86,7 @@ def trixie(engine):
 def precompiled_build(engine, cli, real_env, trixie, sdist_upstream, tmp_path_factory):
     out = tmp_path_factory.mktemp("precompiled-out")
     code, stdout, stderr = cli(
-        "build", "--spec", str(spec_file(out, trixie)), "--vllm-repo", sdist_upstream.url,
+        "build", "--spec", str(spec_file(out)), "--vllm-repo", sdist_upstream.url,
         "--vllm-pr", str(PR_PYTHON), "--base-image", trixie, "--override", CERTIFI,
         "--no-verify", "--out", str(out), "--json", str(out / "result.json"),
         env=real_env, timeout=3000)
@@ -109,7 +109,7 @@ def in_image(engine, image: str, script: str) -> str:
 def test_a_kernel_change_refuses_precompiled_before_any_container(sdist_upstream, trixie, cli,
                                                                  real_env, tmp_path):
     code, _, stderr = cli(
-        "build", "--spec", str(spec_file(tmp_path, trixie)), "--vllm-repo", sdist_upstream.url,
+        "build", "--spec", str(spec_file(tmp_path)), "--vllm-repo", sdist_upstream.url,
         "--vllm-pr", str(PR_KERNEL), "--mode", "precompiled", "--base-image", trixie,
         "--out", str(tmp_path), env=real_env, timeout=600)
     errors = [line for line in stderr.splitlines() if line.startswith("error:")]
