@@ -35,7 +35,8 @@ def scan_file(path: Path | str, inspect: Inspect = inspect_buffer) -> LibraryRep
     try:
         report = inspect_file(path, path.name, inspect) if path.is_file() else None
     except OSError as exc:
-        raise NotElfError(f"{path}: cannot read it ({exc.strerror}); check its permissions") from None
+        raise NotElfError(f"{path}: cannot read it ({exc.strerror}); "
+                          "check its permissions") from None
     if report is None:
         raise NotElfError(f"{path}: not an ELF shared object or cubin; pass a library, a cubin, "
                           "a .whl or a folder of them")

@@ -31,7 +31,8 @@ def _header(buf) -> tuple:
     fields = _EHDR.unpack_from(buf, 0)
     ident = fields[0]
     if ident[4] != 2 or ident[5] != 1:
-        raise CorruptBinaryError("not a 64-bit little-endian ELF (only ELF64 LE carries CUDA code here)")
+        raise CorruptBinaryError("not a 64-bit little-endian ELF "
+                                 "(only ELF64 LE carries CUDA code here)")
     return fields
 
 

@@ -141,7 +141,8 @@ def _clean(name: str) -> str:
     return name.lstrip("/")
 
 
-def _add_member(layer: Layer, tar: tarfile.TarFile, member: tarfile.TarInfo, inspect: Inspect) -> None:
+def _add_member(layer: Layer, tar: tarfile.TarFile, member: tarfile.TarInfo,
+                inspect: Inspect) -> None:
     path = _clean(member.name)
     folder, _, base = path.rpartition("/")
     if base == _OPAQUE:
@@ -184,7 +185,8 @@ class _Outer:
 
 def _outer_member(state: _Outer, tar: tarfile.TarFile, member, inspect: Inspect) -> None:
     name = _clean(member.name)
-    if name in ("manifest.json", "index.json") and member.isfile() and member.size <= JSON_BLOB_LIMIT:
+    small = member.isfile() and member.size <= JSON_BLOB_LIMIT
+    if name in ("manifest.json", "index.json") and small:
         setattr(state, name[:-5], _json_or_none(tar.extractfile(member).read()))
     elif member.isfile() and _is_layer_name(name):
         head, stream = sniff(tar.extractfile(member))
@@ -205,7 +207,8 @@ def _json_or_none(data: bytes):
         return None
 
 
-def scan_tar_stream(stream: IO[bytes], label: str, inspect: Inspect = inspect_buffer) -> list[LibraryReport]:
+def scan_tar_stream(stream: IO[bytes], label: str,
+                    inspect: Inspect = inspect_buffer) -> list[LibraryReport]:
     """Scan a docker-save archive or a root-filesystem tarball from a byte stream."""
     state = _Outer()
     with ParseStream(label):

@@ -77,6 +77,7 @@ class ParseStream(contextlib.AbstractContextManager):
 
     def __exit__(self, kind, exc, tb) -> bool:
         if exc is not None and isinstance(exc, self._ERRORS):
+            detail = str(exc).splitlines()[0] if str(exc) else "no detail"
             raise NotATarballError(f"{self.label}: corrupt or truncated archive "
-                                   f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'no detail'})") from None
+                                   f"({type(exc).__name__}: {detail})") from None
         return False
