@@ -14,7 +14,7 @@ from edgevllm import __version__
 
 # One task module per concern.
 TASK_MODULES = ("build", "plan", "sources", "mods", "verify", "probe", "publish", "recipes",
-                "distribute")
+                "distribute", "bench")
 
 
 def namespace() -> Collection:

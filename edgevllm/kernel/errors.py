@@ -162,6 +162,15 @@ class ClusterError(RecipeError):
     pass
 
 
+# --- serving benchmarks and the roofline (12) -------------------------------------------------
+class BenchError(EdgeVllmError):
+    exit_code = 12
+
+
+class RooflineUnknown(BenchError):
+    """The checkpoint's layout is not one the roofline knows: it says so instead of guessing."""
+
+
 # --- arch verification: specific causes (added with edgevllm/archinspect) ----------------------
 class NotElfError(VerifyError):
     """A file given to verify is not an ELF shared object."""

@@ -122,6 +122,8 @@ class Target(Strict):
     prebuilt: PrebuiltDefaults = Field(default_factory=PrebuiltDefaults)
     kernel_plan: KernelPlanPolicy = Field(default_factory=KernelPlanPolicy)
     launch: LaunchDefaults = Field(default_factory=LaunchDefaults)
+    # Peak DRAM bandwidth (GB/s, 1e9 bytes/s): the divisor of the decode roofline (inv roofline).
+    memory_bandwidth_gbps: float | None = Field(default=None, gt=0)
 
     @field_validator("cuda_arch")
     @classmethod

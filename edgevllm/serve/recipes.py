@@ -213,6 +213,8 @@ class Recipe(Strict):
     launch: LaunchOverrides = Field(default_factory=LaunchOverrides)
     gpu_memory_gb: float | None = Field(default=None, gt=0)  # GiB budget → vLLM's fraction
     required: list[str] = Field(default_factory=list)  # placeholders that need defaults/--set
+    # inv bench: figures this recipe should reach (checked by edgevllm.perf.expect, docs/bench.md)
+    expect: list[dict[str, str | int | float | None]] = Field(default_factory=list)
 
     @field_validator("name")
     @classmethod

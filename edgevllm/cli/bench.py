@@ -1,0 +1,177 @@
+"""``inv bench | roofline``: serving benchmarks against the bandwidth roofline (edgevllm.perf)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from invoke import Exit
+
+from edgevllm.cli._common import cli_task
+from edgevllm.kernel import console
+from edgevllm.kernel.errors import BenchError
+from edgevllm.kernel.kv import split_csv
+
+_BENCH_HELP = {
+    "recipe": "recipe to start and benchmark (inv recipes); or give --url",
+    "url": "benchmark a running server (http://host:port) instead of starting a recipe",
+    "model": "--url: the model name the server serves (default: ask /v1/models)",
+    "tokenizer": "--url: tokenizer folder or HF id for prompts (default: --model)",
+    "client-python": "--url: a python with vLLM installed that runs the client (default python3)",
+    "client-container": "--url: run the client inside this container (the server's image)",
+    "concurrency": "comma list (default 1,2,4,8,16)",
+    "lengths": "input:output token lengths, comma list (default 1024:128)",
+    "sweep": "recipe placeholder values (repeatable): --sweep num_speculative_tokens=8,10,12",
+    "set": "override a recipe default (repeatable)",
+    "repeats": "runs per point; the report shows median [min-max] (default 3)",
+    "rounds": "requests per stream per run: num_prompts = concurrency x rounds (default 4)",
+    "seed": "random-prompt seed (default 0)",
+    "prompt-file": "JSON lines {\"prompt\": ...} instead of random prompts",
+    "warmup": "warm-up requests before the sweep (default 2; 0: none)",
+    "target": "device (thor, spark): its memory bandwidth gives the roofline",
+    "roofline": "model folder or HF id whose safetensors headers give the roofline",
+    "out": "record folder (default out/bench)",
+    "report": "print a table for these records (and compare them) instead of measuring",
+    "png": "--report: the plot's path (default: beside the first record, .png)",
+    "engine": "docker engine for a recipe: local, a context name or ssh://host",
+    "wait": "seconds to wait for the recipe's server to be healthy (default 1800)",
+    "build": "build the recipe's image if the engine lacks it",
+    "health-timeout": "--url: seconds to wait for /health (default 60)",
+}
+
+
+def _ints(text: str, flag: str) -> list[int]:
+    try:
+        values = [int(v) for v in split_csv([text])]
+    except ValueError:
+        raise BenchError(f"{flag} '{text}': give whole numbers, e.g. 1,2,4") from None
+    if not values or min(values) < 1:
+        raise BenchError(f"{flag} '{text}': give positive whole numbers")
+    return values
+
+
+def _lengths(text: str) -> list[tuple[int, int]]:
+    out = []
+    for item in split_csv([text]):
+        inp, sep, outp = item.partition(":")
+        if not sep or not inp.isdigit() or not outp.isdigit() or int(outp) < 1:
+            raise BenchError(f"--lengths '{item}': write INPUT:OUTPUT tokens, e.g. 1024:128")
+        out.append((int(inp), int(outp)))
+    return out
+
+
+def _bandwidth(target: str | None) -> float | None:
+    if not target:
+        return None
+    from edgevllm.model.targets import load_target
+
+    return load_target(target).memory_bandwidth_gbps
+
+
+def _print_record(record: dict) -> None:
+    from edgevllm.perf.report import expectations_markdown, markdown
+
+    print(markdown([record]))
+    verdicts = expectations_markdown(record)
+    if verdicts:
+        print("\n" + verdicts)
+    console.info(f"record: {record['path']}")
+    if record["status"] != "complete":
+        line = f"bench {record['status']}: {record.get('error')}; finished points kept in " \
+               f"{record['path']}"
+        console.error(line)
+        raise Exit(code=130 if record["status"] == "interrupted" else BenchError.exit_code)
+
+
+def _report(paths: list[str], png: str | None) -> None:
+    from edgevllm.perf.record import load_record
+    from edgevllm.perf.report import compare_markdown, markdown, plot
+
+    records = [load_record(p) for p in paths]
+    print(markdown(records))
+    for other in records[1:]:
+        print("\n" + compare_markdown(records[0], other))
+    out = Path(png) if png else Path(paths[0]).with_suffix(".png")
+    plot(records, out)
+    console.info(f"plot: {out}")
+
+
+@cli_task(help=_BENCH_HELP, iterable=["sweep", "set_", "report"], auto_shortflags=False)
+def bench(c, recipe=None, url=None, model=None, tokenizer=None, client_python="python3",
+          client_container=None, concurrency="1,2,4,8,16", lengths="1024:128", sweep=None,
+          set_=None, repeats=3, rounds=4, seed=0, prompt_file=None, warmup=2, target=None,
+          roofline=None, out="out/bench", report=None, png=None, engine=None, wait=1800,
+          build=False, health_timeout=60):
+    """Benchmark a recipe's server (or --url) with vLLM's own client; --report compares runs."""
+    from edgevllm.perf.sweep import SweepPlan
+
+    if report:
+        return _report(list(report), png)
+    if bool(recipe) == bool(url):
+        raise BenchError("say what to benchmark: inv bench RECIPE, or inv bench --url URL")
+    plan = SweepPlan(concurrency=_ints(str(concurrency), "--concurrency"),
+                     lengths=_lengths(lengths), repeats=_ints(str(repeats), "--repeats")[0],
+                     rounds=_ints(str(rounds), "--rounds")[0], seed=int(seed),
+                     prompt_file=prompt_file, warmup_prompts=int(warmup),
+                     health_timeout_s=float(health_timeout))
+    progress = console.step
+    if url:
+        record = _bench_url(url, model, tokenizer, client_python, client_container, plan,
+                            target, roofline, out, engine, sweep, progress)
+    else:
+        record = _bench_recipe(recipe, set_, target, sweep, plan, engine, out, wait, build,
+                               progress)
+    _print_record(record)
+
+
+def _bench_url(url, model, tokenizer, client_python, client_container, plan, target, roofline,
+               out, engine, sweep, progress) -> dict:
+    from edgevllm.cli.recipes import engine_from
+    from edgevllm.perf.bench import bench_url
+    from edgevllm.perf.client import ExecRunner, PythonRunner
+    from edgevllm.perf.sweep import served_model
+
+    if sweep:
+        raise BenchError("--sweep restarts the server per value: give a recipe, not --url")
+    runner = (ExecRunner(engine_from(engine), client_container) if client_container
+              else PythonRunner(client_python))
+    name = model or served_model(url.rstrip("/"), plan.health_timeout_s)
+    return bench_url(url, name, tokenizer, plan, runner, Path(out), target=target,
+                     bandwidth_gbps=_bandwidth(target), roofline_model=roofline,
+                     progress=progress)
+
+
+def _bench_recipe(recipe, sets, target, sweep, plan, engine, out, wait, build, progress):
+    from edgevllm.cli.recipes import engine_from
+    from edgevllm.perf.bench import bench_recipe
+    from edgevllm.serve.recipes import load_recipe, parse_sets
+
+    overrides = parse_sets([str(s) for s in sets or []])
+    if target:
+        overrides["target"] = target
+    loaded = load_recipe(recipe)
+    bandwidth = _bandwidth(target or (loaded.recipe.targets[0]
+                                      if len(loaded.recipe.targets) == 1 else None))
+    return bench_recipe(loaded, overrides, list(sweep or []), plan, engine_from(engine),
+                        Path(out), wait_s=float(wait), build=build, bandwidth_gbps=bandwidth,
+                        progress=progress)
+
+
+@cli_task(help={"model": "model folder, HF cache id or HF id (org/name): headers only",
+                "target": "device whose memory bandwidth divides the bytes (thor, spark)",
+                "json": "also write the figures as JSON to this file"},
+          auto_shortflags=False)
+def roofline(c, model, target=None, json_=None):
+    """Bytes of weights read per decoded token and the single-stream tok/s ceiling."""
+    from edgevllm.kernel.fsutil import atomic_write_text
+    from edgevllm.perf.roofline import format_roofline, weights_per_token
+
+    roof = weights_per_token(model)
+    bandwidth = _bandwidth(target)
+    if target and not bandwidth:
+        raise BenchError(f"targets/{target}.yaml has no memory_bandwidth_gbps")
+    if bandwidth:
+        roof.with_bandwidth(bandwidth)
+    print(format_roofline(roof))
+    if json_:
+        atomic_write_text(json_, json.dumps(roof.as_dict(), indent=2) + "\n")

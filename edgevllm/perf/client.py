@@ -1,0 +1,177 @@
+"""The load generator: vLLM's own ``vllm bench serve`` code, run where the server's vLLM lives.
+
+Why not the ``vllm`` command: ``vllm bench serve`` builds every subcommand's parser at start, and
+without a GPU that dies with "Failed to infer device type". The benchmark itself is plain asyncio
++ aiohttp in ``vllm.benchmarks.serve`` (``add_cli_args`` + ``main``, the same two functions the
+``vllm bench serve`` subcommand calls, vLLM 0.33.0: vllm/entrypoints/cli/benchmark/serve.py), so
+``CLIENT_CODE`` builds that parser alone and calls ``main``: same code, same flags, same result
+JSON, no device needed.
+
+A ``ClientRunner`` says where that Python runs: ``ExecRunner`` inside the server's container (one
+image, one vLLM version for client and server), ``PythonRunner`` with a given interpreter (a test
+venv or a host install). Each run writes its result with ``--save-result`` into a folder of the
+runner and ``read`` returns the JSON text.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, Sequence
+
+from edgevllm.engine.docker import DockerEngine
+from edgevllm.kernel.errors import BenchError
+
+CLIENT_CODE = (
+    "import sys\n"
+    "from vllm.utils.argparse_utils import FlexibleArgumentParser\n"
+    "from vllm.benchmarks.serve import add_cli_args, main\n"
+    "parser = FlexibleArgumentParser(prog='vllm bench serve')\n"
+    "add_cli_args(parser)\n"
+    "main(parser.parse_args(sys.argv[1:]))\n"
+)
+VERSION_CODE = "import importlib.metadata as m; print(m.version('vllm'))"
+# Percentiles of TTFT, TPOT, ITL and end-to-end latency written to the result JSON.
+PERCENTILE_METRICS = "ttft,tpot,itl,e2el"
+PERCENTILES = "50,90,99"
+
+
+@dataclass(frozen=True)
+class ClientArgs:
+    """One benchmark run: the server, the workload and where the result goes."""
+
+    base_url: str
+    model: str
+    tokenizer: str
+    concurrency: int
+    num_prompts: int
+    input_len: int
+    output_len: int
+    seed: int
+    result_dir: str
+    result_file: str
+    prompt_file: str | None = None
+    served_model_name: str | None = None
+    ready_timeout_s: int = 0
+
+    def argv(self) -> list[str]:
+        """The ``vllm bench serve`` flags (vLLM 0.33.0 names)."""
+        argv = ["--backend", "openai", "--base-url", self.base_url, "--endpoint",
+                "/v1/completions", "--model", self.model, "--tokenizer", self.tokenizer,
+                "--num-prompts", str(self.num_prompts), "--max-concurrency",
+                str(self.concurrency), "--request-rate", "inf", "--seed", str(self.seed),
+                "--ignore-eos", "--temperature", "0", "--disable-tqdm", "--save-result",
+                "--save-detailed", "--result-dir", self.result_dir, "--result-filename",
+                self.result_file, "--percentile-metrics", PERCENTILE_METRICS,
+                "--metric-percentiles", PERCENTILES]
+        argv += self._dataset()
+        if self.served_model_name:
+            argv += ["--served-model-name", self.served_model_name]
+        if self.ready_timeout_s:
+            argv += ["--ready-check-timeout-sec", str(self.ready_timeout_s)]
+        return argv
+
+    def _dataset(self) -> list[str]:
+        if self.prompt_file:
+            # one prompt per JSON line {"prompt": ...}; outputs are forced to output_len tokens
+            return ["--dataset-name", "custom", "--dataset-path", self.prompt_file,
+                    "--custom-output-len", str(self.output_len), "--skip-chat-template"]
+        return ["--dataset-name", "random", "--random-input-len", str(self.input_len),
+                "--random-output-len", str(self.output_len), "--random-range-ratio", "0"]
+
+
+@dataclass
+class ClientResult:
+    returncode: int
+    output: str
+    result_json: dict | None
+
+
+class ClientRunner(Protocol):
+    where: str
+
+    def run(self, args: ClientArgs, timeout_s: float) -> ClientResult: ...
+
+    def vllm_version(self) -> str | None: ...
+
+
+def _tail(text: str, lines: int = 1) -> str:
+    kept = [line for line in text.strip().splitlines() if line.strip()]
+    return " | ".join(kept[-lines:]) if kept else "no output"
+
+
+@dataclass
+class PythonRunner:
+    """Run the client with a local interpreter that has vLLM installed (tests, host installs)."""
+
+    python: str
+    where: str = "local python"
+
+    def run(self, args: ClientArgs, timeout_s: float) -> ClientResult:
+        Path(args.result_dir).mkdir(parents=True, exist_ok=True)
+        target = Path(args.result_dir) / args.result_file
+        target.unlink(missing_ok=True)
+        proc = _run([self.python, "-c", CLIENT_CODE, *args.argv()], timeout_s)
+        data = json.loads(target.read_text()) if target.is_file() else None
+        return ClientResult(proc.returncode, proc.stdout + proc.stderr, data)
+
+    def vllm_version(self) -> str | None:
+        proc = _run([self.python, "-c", VERSION_CODE], 120)
+        return proc.stdout.strip() or None if proc.returncode == 0 else None
+
+
+@dataclass
+class ExecRunner:
+    """Run the client inside the server's container: the image's own vLLM and python3."""
+
+    engine: DockerEngine
+    container: str
+    python: str = "python3"
+
+    @property
+    def where(self) -> str:
+        return f"container {self.container}"
+
+    def run(self, args: ClientArgs, timeout_s: float) -> ClientResult:
+        command = [self.python, "-c", CLIENT_CODE, *args.argv()]
+        proc = self.engine.exec(self.container, command, timeout=timeout_s)
+        output = _decode(proc.stdout) + _decode(proc.stderr)
+        path = f"{args.result_dir}/{args.result_file}"
+        cat = self.engine.exec(self.container, ["cat", path], timeout=60)
+        data = json.loads(_decode(cat.stdout)) if cat.returncode == 0 else None
+        self.engine.exec(self.container, ["rm", "-f", path], timeout=60)
+        return ClientResult(proc.returncode, output, data)
+
+    def vllm_version(self) -> str | None:
+        proc = self.engine.exec(self.container, [self.python, "-c", VERSION_CODE], timeout=120)
+        return _decode(proc.stdout).strip() or None if proc.returncode == 0 else None
+
+    def shell(self, command: Sequence[str]) -> str | None:
+        proc = self.engine.exec(self.container, list(command), timeout=60)
+        return _decode(proc.stdout) if proc.returncode == 0 else None
+
+
+def _decode(data) -> str:
+    return data.decode(errors="replace") if isinstance(data, bytes) else (data or "")
+
+
+def _run(argv: list[str], timeout_s: float) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
+    except FileNotFoundError:
+        raise BenchError(f"benchmark client python '{argv[0]}' not found: pass "
+                         "--client-python with a Python that has vLLM installed") from None
+    except subprocess.TimeoutExpired:
+        raise BenchError(f"vllm bench serve did not finish within {timeout_s:.0f}s: lower "
+                         "--num-prompts or raise --point-timeout") from None
+
+
+def run_once(runner: ClientRunner, args: ClientArgs, timeout_s: float) -> dict:
+    """Run one benchmark and return vLLM's result JSON; one clear line when it did not run."""
+    result = runner.run(args, timeout_s)
+    if result.result_json is None:
+        raise BenchError(f"vllm bench serve ({runner.where}) wrote no result (exit "
+                         f"{result.returncode}): {_tail(result.output, 2)}")
+    return result.result_json

@@ -1,0 +1,275 @@
+"""The decode roofline: weight bytes read per generated token, and the tok/s that bandwidth allows.
+
+Contract: ``weights_per_token(source)`` reads only safetensors *headers* (8-byte little-endian
+length + JSON) and ``config.json``: from a local folder, the local Hugging Face cache, or over HTTP
+range requests to the Hub; never a weight. Each tensor counts at its stored size (the header's
+``data_offsets``, so NVFP4/FP8/BF16 mixes and their scale tensors count exactly as stored):
+
+* dense tensors (attention, MLP, norms, router, shared experts, lm_head): in full;
+* routed experts (``...experts.<i>...`` or fused ``...experts.<proj>`` tensors): top-k / experts,
+  with top-k and the expert count from ``config.json``;
+* the input embedding table: one row (size / rows), unless the lm_head is tied to it (then full);
+* MTP heads and vision/audio towers: left out (not read per decoded text token), and reported.
+
+Anything it cannot place says ``roofline unknown: ...`` (``RooflineUnknown``) rather than guess.
+``ceiling_tok_s = bandwidth / bytes_per_token`` is the single-stream upper bound.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import struct
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from edgevllm.kernel.errors import RooflineUnknown
+
+HF_ENDPOINT = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+_MAX_HEADER = 100 * 1024 * 1024  # the safetensors spec caps the header at 100 MB
+_EXPERT = re.compile(r"\.experts\.(\d+)\.")
+_FUSED_EXPERT = re.compile(r"\.experts\.[A-Za-z_]")
+_SKIPPED = re.compile(r"(^|\.)(mtp|visual|vision_tower|vision_model|audio_tower|"
+                      r"multi_modal_projector)\.")
+_EMBED = re.compile(r"(embed_tokens|word_embeddings|(^|\.)wte)\.weight$")
+_LM_HEAD = re.compile(r"(^|\.)(lm_head|output)\.weight$")
+_NUM_EXPERTS = ("num_experts", "n_routed_experts", "num_local_experts", "moe_num_experts")
+_TOP_K = ("num_experts_per_tok", "moe_top_k", "top_k", "moe_topk")
+
+
+@dataclass
+class Roofline:
+    """Bytes read per decoded token, by kind, and (with a bandwidth) the single-stream ceiling."""
+
+    model: str
+    bytes_per_token: int
+    dense_bytes: int
+    routed_expert_bytes_total: int
+    routed_expert_bytes_per_token: int
+    embedding_bytes_per_token: int
+    lm_head_bytes: int
+    skipped_bytes: int
+    num_experts: int | None
+    top_k: int | None
+    tensors: int
+    bandwidth_gbps: float | None = None
+    ceiling_tok_s: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def with_bandwidth(self, gbps: float) -> "Roofline":
+        self.bandwidth_gbps = gbps
+        self.ceiling_tok_s = gbps * 1e9 / self.bytes_per_token
+        return self
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+# -- reading headers ----------------------------------------------------------------------------
+def parse_header(head: bytes, where: str) -> dict:
+    """The JSON header of a safetensors file from its first bytes (8-byte length + JSON)."""
+    if len(head) < 8:
+        raise RooflineUnknown(f"roofline unknown: {where} is not a safetensors file (too short)")
+    (length,) = struct.unpack("<Q", head[:8])
+    if length > _MAX_HEADER or len(head) < 8 + length:
+        raise RooflineUnknown(f"roofline unknown: {where} has a bad safetensors header length")
+    try:
+        header = json.loads(head[8:8 + length])
+    except ValueError:
+        raise RooflineUnknown(f"roofline unknown: {where} header is not JSON") from None
+    header.pop("__metadata__", None)
+    return header
+
+
+def _local_header(path: Path) -> dict:
+    with open(path, "rb") as handle:
+        (length,) = struct.unpack("<Q", handle.read(8))
+        handle.seek(0)
+        return parse_header(handle.read(8 + min(length, _MAX_HEADER)), str(path))
+
+
+def _http_range(url: str, start: int, end: int) -> bytes:
+    req = urllib.request.Request(url, headers={"Range": f"bytes={start}-{end}"})
+    token = os.environ.get("HF_TOKEN")
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        return resp.read(end - start + 1)
+
+
+def _http_header(url: str) -> dict:
+    (length,) = struct.unpack("<Q", _http_range(url, 0, 7))
+    if length > _MAX_HEADER:
+        raise RooflineUnknown(f"roofline unknown: {url} has a bad safetensors header length")
+    return parse_header(_http_range(url, 0, 7 + length), url)
+
+
+class _Source:
+    """Where the checkpoint's files are: a local folder, or the Hub over HTTP (headers only)."""
+
+    def __init__(self, spec: str):
+        self.spec = spec
+        self.folder = _local_folder(spec)
+
+    def text(self, name: str) -> str | None:
+        if self.folder is not None:
+            path = self.folder / name
+            return path.read_text() if path.is_file() else None
+        try:
+            with urllib.request.urlopen(self._url(name), timeout=60) as resp:
+                return resp.read().decode()
+        except OSError:
+            return None
+
+    def header(self, name: str) -> dict:
+        if self.folder is not None:
+            return _local_header(self.folder / name)
+        return _http_header(self._url(name))
+
+    def weight_files(self) -> list[str]:
+        index = self.text("model.safetensors.index.json")
+        if index:
+            return sorted(set(json.loads(index)["weight_map"].values()))
+        if self.folder is not None:
+            return sorted(p.name for p in self.folder.glob("*.safetensors"))
+        return ["model.safetensors"]
+
+    def _url(self, name: str) -> str:
+        return f"{HF_ENDPOINT}/{self.spec}/resolve/main/{name}"
+
+
+def _local_folder(spec: str) -> Path | None:
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        return path
+    if spec.count("/") != 1 or spec.startswith((".", "/")):
+        raise RooflineUnknown(f"roofline unknown: {spec} is neither a folder nor a model id "
+                              "(org/name)")
+    hub = Path(os.environ.get("HF_HOME", "~/.cache/huggingface")).expanduser() / "hub"
+    snapshots = hub / f"models--{spec.replace('/', '--')}" / "snapshots"
+    found = sorted(snapshots.glob("*/config.json"), key=lambda p: p.stat().st_mtime)
+    return found[-1].parent if found else None
+
+
+# -- counting ------------------------------------------------------------------------------------
+def _config_int(config: dict, keys: tuple[str, ...]) -> int | None:
+    for scope in (config, config.get("text_config") or {}, config.get("llm_config") or {}):
+        for key in keys:
+            if isinstance(scope.get(key), int) and scope[key] > 0:
+                return scope[key]
+    return None
+
+
+def _tied(config: dict) -> bool:
+    text = config.get("text_config") or {}
+    return bool(config.get("tie_word_embeddings", text.get("tie_word_embeddings", False)))
+
+
+def _stored(info: dict) -> int:
+    start, end = info["data_offsets"]
+    return int(end) - int(start)
+
+
+def _classify(name: str) -> str:
+    if _SKIPPED.search(name):
+        return "skipped"
+    if "shared_expert" in name:
+        return "dense"
+    if _EXPERT.search(name) or _FUSED_EXPERT.search(name):
+        return "routed"
+    if _EMBED.search(name):
+        return "embed"
+    if _LM_HEAD.search(name):
+        return "lm_head"
+    return "dense"
+
+
+def count_tensors(tensors: dict[str, dict], config: dict, model: str) -> Roofline:
+    """The roofline of one checkpoint from its merged header entries and its config."""
+    sums = {"dense": 0, "routed": 0, "embed": 0, "lm_head": 0, "skipped": 0}
+    embed_rows = 0
+    for name, info in tensors.items():
+        kind = _classify(name)
+        sums[kind] += _stored(info)
+        if kind == "embed" and name.endswith("weight"):
+            embed_rows = int(info["shape"][0])
+    experts, top_k = _config_int(config, _NUM_EXPERTS), _config_int(config, _TOP_K)
+    routed = _routed_per_token(sums["routed"], experts, top_k, model)
+    embed = _embed_per_token(sums, embed_rows, _tied(config), model)
+    notes = []
+    if sums["skipped"]:
+        notes.append(f"left out {sums['skipped']} bytes of MTP/vision tensors (not read per "
+                     "decoded text token)")
+    if sums["embed"] and not sums["lm_head"] and _tied(config):
+        notes.append("lm_head tied to the embedding: the table counts in full")
+    total = sums["dense"] + routed + embed + sums["lm_head"]
+    return Roofline(model=model, bytes_per_token=total, dense_bytes=sums["dense"],
+                    routed_expert_bytes_total=sums["routed"],
+                    routed_expert_bytes_per_token=routed, embedding_bytes_per_token=embed,
+                    lm_head_bytes=sums["lm_head"], skipped_bytes=sums["skipped"],
+                    num_experts=experts if sums["routed"] else None,
+                    top_k=top_k if sums["routed"] else None, tensors=len(tensors), notes=notes)
+
+
+def _routed_per_token(routed: int, experts: int | None, top_k: int | None, model: str) -> int:
+    if not routed:
+        if experts and experts > 1:
+            raise RooflineUnknown(f"roofline unknown: {model}: config.json says {experts} experts "
+                                  "but no tensor name matches '.experts.'")
+        return 0
+    if not experts or not top_k:
+        raise RooflineUnknown(f"roofline unknown: {model} has expert tensors but config.json "
+                              f"gives no expert count ({'/'.join(_NUM_EXPERTS)}) or top-k "
+                              f"({'/'.join(_TOP_K)})")
+    if top_k > experts:
+        raise RooflineUnknown(f"roofline unknown: {model}: top-k {top_k} > {experts} experts")
+    return routed * top_k // experts
+
+
+def _embed_per_token(sums: dict, rows: int, tied: bool, model: str) -> int:
+    if not sums["embed"]:
+        return 0
+    if tied and not sums["lm_head"]:
+        return sums["embed"]
+    if rows <= 0:
+        raise RooflineUnknown(f"roofline unknown: {model}: embedding table without a row count")
+    return sums["embed"] // rows
+
+
+def weights_per_token(model: str) -> Roofline:
+    """Read the headers and config of ``model`` (folder, cached id, or Hub id) and count."""
+    source = _Source(model)
+    config_text = source.text("config.json")
+    if config_text is None:
+        raise RooflineUnknown(f"roofline unknown: {model} has no config.json")
+    tensors: dict[str, dict] = {}
+    for name in source.weight_files():
+        try:
+            tensors.update(source.header(name))
+        except (OSError, ValueError) as exc:
+            raise RooflineUnknown(f"roofline unknown: cannot read the header of {name} of "
+                                  f"{model} ({exc})") from None
+    if not tensors:
+        raise RooflineUnknown(f"roofline unknown: {model} has no safetensors weights")
+    return count_tensors(tensors, json.loads(config_text), model)
+
+
+def format_roofline(roof: Roofline) -> str:
+    """Human lines for ``inv roofline``."""
+    gb = 1e9
+    lines = [f"model            {roof.model}",
+             f"bytes per token  {roof.bytes_per_token / gb:.3f} GB "
+             f"({roof.bytes_per_token} bytes, {roof.tensors} tensors)",
+             f"  dense          {roof.dense_bytes / gb:.3f} GB",
+             f"  routed experts {roof.routed_expert_bytes_per_token / gb:.3f} GB "
+             f"(of {roof.routed_expert_bytes_total / gb:.3f} GB; top-k {roof.top_k} of "
+             f"{roof.num_experts})" if roof.num_experts else "  routed experts none",
+             f"  lm_head        {roof.lm_head_bytes / gb:.3f} GB",
+             f"  embedding      {roof.embedding_bytes_per_token} bytes"]
+    if roof.ceiling_tok_s is not None:
+        lines.append(f"ceiling          {roof.ceiling_tok_s:.1f} tok/s single-stream at "
+                     f"{roof.bandwidth_gbps:g} GB/s")
+    lines += [f"note             {n}" for n in roof.notes]
+    return "\n".join(lines)

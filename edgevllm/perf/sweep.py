@@ -1,0 +1,162 @@
+"""The sweep: warm up, then every (length, concurrency) point, each repeated, into a record.
+
+Contract: ``run_sweep`` checks the server's ``/health`` first (one clear line and a record with
+``status: unhealthy`` when it never answers), runs one warm-up, then each point ``repeats`` times
+with vLLM's client, summarising median/min/max. The record is rewritten atomically after every
+point, so Ctrl-C (``status: interrupted``) or a failing server (``status: errors``) keeps the
+finished points. A point where every request failed stops the sweep.
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable
+
+from edgevllm.kernel.errors import BenchError
+from edgevllm.perf.client import ClientArgs, ClientRunner, run_once
+from edgevllm.perf.metrics import figures, summarise
+from edgevllm.perf.record import save_record
+
+
+@dataclass
+class SweepPlan:
+    """What to measure: the grid and how hard to drive each point."""
+
+    concurrency: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16])
+    lengths: list[tuple[int, int]] = field(default_factory=lambda: [(1024, 128)])
+    repeats: int = 3
+    rounds: int = 4  # requests per stream per repeat: num_prompts = concurrency * rounds
+    seed: int = 0
+    prompt_file: str | None = None
+    warmup_prompts: int = 2
+    point_timeout_s: float = 1800
+    health_timeout_s: float = 60
+
+
+@dataclass
+class Server:
+    """Where the server is, and what the client sends it."""
+
+    base_url: str
+    model: str
+    tokenizer: str
+    served_model_name: str | None = None
+    labels: dict = field(default_factory=dict)  # e.g. {"num_speculative_tokens": 8}
+
+
+def wait_for_health(base_url: str, timeout_s: float) -> None:
+    """GET ``/health`` until it answers 200; one line saying what was seen when it never does."""
+    deadline = time.monotonic() + timeout_s
+    last = "no answer"
+    while True:
+        try:
+            with urllib.request.urlopen(f"{base_url}/health", timeout=5) as resp:
+                if resp.status == 200:
+                    return
+                last = f"HTTP {resp.status}"
+        except OSError as exc:
+            last = str(getattr(exc, "reason", exc))
+        if time.monotonic() > deadline:
+            raise BenchError(f"server {base_url} not healthy after {timeout_s:.0f}s ({last})")
+        time.sleep(1)
+
+
+def _args(server: Server, plan: SweepPlan, result_dir: str, concurrency: int,
+          lengths: tuple[int, int], prompts: int, tag: str) -> ClientArgs:
+    return ClientArgs(base_url=server.base_url, model=server.model, tokenizer=server.tokenizer,
+                      concurrency=concurrency, num_prompts=prompts, input_len=lengths[0],
+                      output_len=lengths[1], seed=plan.seed, result_dir=result_dir,
+                      result_file=f"{tag}.json", prompt_file=plan.prompt_file,
+                      served_model_name=server.served_model_name)
+
+
+def run_point(runner: ClientRunner, args: ClientArgs, repeats: int, timeout_s: float,
+              progress: Callable[[str], None]) -> dict:
+    """One point: ``repeats`` runs of the client, their figures and the summary."""
+    runs = []
+    for index in range(repeats):
+        run_args = replace(args, result_file=f"{args.result_file[:-5]}-r{index}.json")
+        runs.append(figures(run_once(runner, run_args, timeout_s)))
+        progress(f"  repeat {index + 1}/{repeats}: " + _brief(runs[-1]))
+    return {"concurrency": args.concurrency, "input_len": args.input_len,
+            "output_len": args.output_len, "num_prompts": args.num_prompts, "runs": runs,
+            "summary": summarise(runs)}
+
+
+def _brief(fig: dict) -> str:
+    def fmt(value, unit):
+        return "-" if value is None else f"{value:.1f}{unit}"
+    return (f"{fmt(fig.get('tok_s_stream'), ' tok/s/stream')}  "
+            f"{fmt(fig.get('tok_s_total'), ' tok/s')}  TTFT {fmt(fig.get('ttft_ms'), 'ms')}  "
+            f"ITL {fmt(fig.get('itl_ms'), 'ms')}  failed {fig.get('failed', 0)}")
+
+
+def run_sweep(runner: ClientRunner, server: Server, plan: SweepPlan, record: dict,
+              record_path: Path, result_dir: str,
+              progress: Callable[[str], None] = lambda line: None) -> dict:
+    """Run the plan against one server, appending points to ``record`` and saving after each."""
+    try:
+        wait_for_health(server.base_url, plan.health_timeout_s)
+    except BenchError as exc:
+        return _stop(record, record_path, "unhealthy", str(exc))
+    try:
+        _warm_up(runner, server, plan, result_dir, progress)
+        for lengths in plan.lengths:
+            for concurrency in plan.concurrency:
+                progress(f"point C={concurrency} in={lengths[0]} out={lengths[1]} "
+                         f"{_labels(server)}")
+                args = _args(server, plan, result_dir, concurrency, lengths,
+                             concurrency * plan.rounds, f"c{concurrency}-i{lengths[0]}")
+                point = run_point(runner, args, plan.repeats, plan.point_timeout_s, progress)
+                point["labels"] = dict(server.labels)
+                record["points"].append(point)
+                save_record(record, record_path)
+                if all(r["completed"] == 0 for r in point["runs"]):
+                    first = point["runs"][0].get("first_error") or "no request completed"
+                    return _stop(record, record_path, "errors",
+                                 f"server {server.base_url} failed every request at "
+                                 f"C={concurrency}: {first}")
+    except KeyboardInterrupt:
+        return _stop(record, record_path, "interrupted", "interrupted by Ctrl-C")
+    except BenchError as exc:
+        return _stop(record, record_path, "errors", str(exc))
+    return record
+
+
+def _labels(server: Server) -> str:
+    return " ".join(f"{k}={v}" for k, v in server.labels.items())
+
+
+def _warm_up(runner: ClientRunner, server: Server, plan: SweepPlan, result_dir: str,
+             progress: Callable[[str], None]) -> None:
+    if plan.warmup_prompts <= 0:
+        return
+    progress(f"warm-up: {plan.warmup_prompts} requests")
+    lengths = plan.lengths[0]
+    run_once(runner, _args(server, plan, result_dir, 1, lengths, plan.warmup_prompts, "warmup"),
+             plan.point_timeout_s)
+
+
+def _stop(record: dict, record_path: Path, status: str, message: str) -> dict:
+    record["status"] = status
+    record["error"] = message
+    save_record(record, record_path)
+    return record
+
+
+def served_model(base_url: str, health_timeout_s: float) -> str:
+    """The first model id ``/v1/models`` lists (what ``--url`` benchmarks without ``--model``)."""
+    import json
+
+    wait_for_health(base_url, health_timeout_s)
+    try:
+        with urllib.request.urlopen(f"{base_url}/v1/models", timeout=10) as resp:
+            models = json.loads(resp.read()).get("data") or []
+    except (OSError, ValueError) as exc:
+        raise BenchError(f"{base_url}/v1/models did not answer ({exc}): pass --model") from None
+    if not models:
+        raise BenchError(f"{base_url}/v1/models lists no model: pass --model")
+    return str(models[0]["id"])
