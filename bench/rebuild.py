@@ -63,6 +63,7 @@ def main() -> int:
         started = time.perf_counter()
         warm = build(spec_from_dict(changed), tmp / "out", engine)
         warm_s = time.perf_counter() - started
+        runs = {"cold": nvcc_runs(cold.log_path), "warm": nvcc_runs(warm.log_path)}
         for result in (cold, warm):
             engine.remove_image(result.image, force=True)
 
@@ -70,8 +71,8 @@ def main() -> int:
     ratio = warm_s / cold_s
     print(f"platform            linux/{args.arch}")
     print(f"compiler cache      {spec['compile_cache']} (new, empty before the cold build)")
-    print(f"cold build          {cold_s:8.1f} s   (nvcc runs: {nvcc_runs(cold.log_path)})")
-    print(f"rebuild ({what:9}) {warm_s:8.1f} s   (nvcc runs: {nvcc_runs(warm.log_path)})")
+    print(f"cold build          {cold_s:8.1f} s   (nvcc runs: {runs['cold']})")
+    print(f"rebuild ({what:9}) {warm_s:8.1f} s   (nvcc runs: {runs['warm']})")
     print(f"ratio rebuild/cold  {ratio:8.3f}   (target < 0.10)")
     print(f"CUDA extension recompiled on rebuild: {'yes' if warm.compiled else 'no'}")
     return 0 if (not warm.compiled and ratio < 0.10) else 1

@@ -27,6 +27,8 @@ from edgevllm.kernel.errors import ArchGateFailed, ImageNotFoundError, Integrity
 from edgevllm.verify import scan_image, scan_tarball, verify, verify_image
 from support.cuda_libs import aarch64_cuda_lib, cuobjdump_binary, nvcc_libs
 
+pytestmark = pytest.mark.e2e  # builds and saves images on the real Docker engine
+
 SITE = "opt/venv/lib/python3.12/site-packages"
 RM_TOOL = r"""
 #define _XOPEN_SOURCE 500

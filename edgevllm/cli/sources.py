@@ -9,10 +9,8 @@ from edgevllm.cli._common import cli_task
 from edgevllm.kernel import console
 from edgevllm.kernel.errors import ConfigError
 from edgevllm.kernel.kv import split_csv
+from edgevllm.kernel.labels import LOCK_FILENAME
 from edgevllm.model.flags import SOURCE_FLAGS, help_for
-from edgevllm.model.lock import LOCK_FILENAME, image_tag, lock_hash, read_lock
-from edgevllm.model.targets import load_target
-from edgevllm.sources.prepare import SourceRequest, prepare_into, requests_from_lock, summarize
 
 _HELP = {
     **help_for(f for f in SOURCE_FLAGS if f.name != "flashinfer_version"),  # PyPI only
@@ -34,8 +32,10 @@ def build_requests(
     flashinfer_ref=None,
     flashinfer_pr=None,
     flashinfer_cherry_pick=None,
-) -> list[SourceRequest]:
+) -> list:
     """Requests from flag values; FlashInfer only when one of its flags is given."""
+    from edgevllm.sources.prepare import SourceRequest
+
     if not (vllm_repo or vllm_ref or vllm_pr):  # the same default as `inv build`
         from edgevllm.model.spec import DEFAULT_VLLM_REF
 
@@ -81,6 +81,10 @@ def sources(
     target=None,
 ):
     """Resolve and prepare source trees and write their lock, without building an image."""
+    from edgevllm.model.lock import image_tag, lock_hash, read_lock
+    from edgevllm.model.targets import load_target
+    from edgevllm.sources.prepare import prepare_into, requests_from_lock, summarize
+
     if target is not None:
         load_target(target)  # an unknown target fails here, naming the known ones
     base_lock = None

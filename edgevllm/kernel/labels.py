@@ -45,7 +45,8 @@ HOME = "/opt/edgevllm"
 CONSTRAINTS = HOME + "/constraints.txt"
 MODS_RECORD = HOME + "/mods.json"
 MODS_ENV = HOME + "/mods.env"
-LOCK_FILE = HOME + "/edgevllm.lock.json"
+LOCK_FILENAME = "edgevllm.lock.json"        # beside prepared sources, and in the image
+LOCK_FILE = HOME + "/" + LOCK_FILENAME
 VENV = "/opt/venv"
 # Where build contexts are mounted during a build step, and run-time mounts.
 WHEELS_MOUNT = "/tmp/edgevllm-wheels"

@@ -30,7 +30,7 @@ from edgevllm.kernel.fsutil import atomic_write_text
 from edgevllm.kernel.schema import parse_model
 
 SCHEMA_VERSION = 1
-LOCK_FILENAME = "edgevllm.lock.json"
+LOCK_FILENAME = labels.LOCK_FILENAME
 LOCK_LABEL = labels.LOCK  # image label holding the compact lock JSON
 LOCK_HASH_LABEL = labels.LOCK_SHA  # image label holding lock_hash()
 LOCK_IMAGE_PATH = labels.LOCK_FILE  # where the lock lives inside the image
