@@ -33,8 +33,12 @@ def test_stages_and_what_wheels_needs():
 
 def test_a_runtime_change_keeps_the_compile_key_and_a_build_change_moves_it():
     key = compile_key(TEXT, {"vllm": "t1"}, {"A": "1"})
-    assert compile_key(TEXT.replace("echo runtime", "echo other"), {"vllm": "t1"}, {"A": "1"}) == key
+    assert (
+        compile_key(TEXT.replace("echo runtime", "echo other"), {"vllm": "t1"}, {"A": "1"}) == key
+    )
     assert compile_key(TEXT.replace("echo build", "echo b2"), {"vllm": "t1"}, {"A": "1"}) != key
-    assert compile_key(TEXT.replace("# syntax", "##### runtime\n# syntax"), {"vllm": "t1"},
-                       {"A": "1"}) == key  # a banner comment is not a stage boundary
+    assert (
+        compile_key(TEXT.replace("# syntax", "##### runtime\n# syntax"), {"vllm": "t1"}, {"A": "1"})
+        == key
+    )  # a banner comment is not a stage boundary
     assert "echo runtime" not in stage_text(TEXT, "wheels")

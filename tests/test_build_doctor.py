@@ -11,15 +11,23 @@ def small_target(tmp_path, need_gb: float) -> dict[str, str]:
     folder.mkdir()
     text = (project_root() / "targets" / "thor.yaml").read_text()
     text = text.replace("name: thor", "name: thor-doctor", 1)
-    text = "\n".join(f"min_disk_gb: {need_gb}" if line.startswith("min_disk_gb:") else line
-                     for line in text.splitlines())
+    text = "\n".join(
+        f"min_disk_gb: {need_gb}" if line.startswith("min_disk_gb:") else line
+        for line in text.splitlines()
+    )
     (folder / "thor-doctor.yaml").write_text(text + "\n")
     return {"EDGEVLLM_TARGETS_PATH": str(folder)}
 
 
 def test_ready_machine_reports_every_check(cli, engine, tmp_path):
-    code, stdout, stderr = cli("doctor", "--target", "thor-doctor", "--out", str(tmp_path / "o"),
-                               env=small_target(tmp_path, 1))
+    code, stdout, stderr = cli(
+        "doctor",
+        "--target",
+        "thor-doctor",
+        "--out",
+        str(tmp_path / "o"),
+        env=small_target(tmp_path, 1),
+    )
     lines = {line[6:28].strip(): line[:4].strip() for line in stdout.splitlines()}
     assert code == 0, stdout + stderr
     for check in ("docker daemon", "docker buildx", "emulation / platform", "disk", "git"):
@@ -29,16 +37,32 @@ def test_ready_machine_reports_every_check(cli, engine, tmp_path):
 
 
 def test_unreachable_daemon_fails_with_remedy(cli, tmp_path):
-    code, stdout, stderr = cli("doctor", "--target", "spark", "--out", str(tmp_path),
-                               env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
+    code, stdout, stderr = cli(
+        "doctor",
+        "--target",
+        "spark",
+        "--out",
+        str(tmp_path),
+        env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"},
+    )
     assert code == 3, stdout + stderr
     assert "FAIL  docker daemon" in stdout and "start it" in stdout
     assert "Traceback" not in stderr
-    assert stderr.strip().splitlines()[-1].startswith("error: not ready to build for spark: docker daemon")
+    assert (
+        stderr.strip()
+        .splitlines()[-1]
+        .startswith("error: not ready to build for spark: docker daemon")
+    )
 
 
 def test_too_little_disk_fails_with_remedy(cli, engine, tmp_path):
-    code, stdout, stderr = cli("doctor", "--target", "thor-doctor", "--out", str(tmp_path / "o"),
-                               env=small_target(tmp_path, 10**6))
+    code, stdout, stderr = cli(
+        "doctor",
+        "--target",
+        "thor-doctor",
+        "--out",
+        str(tmp_path / "o"),
+        env=small_target(tmp_path, 10**6),
+    )
     assert code == 3, stdout + stderr
     assert "FAIL  disk" in stdout and "docker builder prune" in stdout

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from edgevllm.model.lock import BaseImageLock, Lock
 from edgevllm.build.pipeline import base_image_lock
+from edgevllm.model.lock import BaseImageLock, Lock
 from edgevllm.model.spec import lock_overrides
 
 

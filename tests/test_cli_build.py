@@ -22,7 +22,11 @@ def test_malformed_and_unknown_field_spec(cli, tmp_path):
     bad.write_text("target: thor\nvllm: {ref: [v1\n")
     assert_one_line(*cli("build", "--spec", str(bad))[::2], 2, "bad.yaml: line")
     bad.write_text("target: thor\nmax_jobz: 2\n")
-    assert_one_line(*cli("build", "--spec", str(bad))[::2], 2, "unknown field 'max_jobz' (did you mean 'max_jobs'?)")
+    assert_one_line(
+        *cli("build", "--spec", str(bad))[::2],
+        2,
+        "unknown field 'max_jobz' (did you mean 'max_jobs'?)",
+    )
 
 
 def test_docker_missing(cli, tmp_path):
@@ -34,8 +38,9 @@ def test_docker_missing(cli, tmp_path):
 
 
 def test_daemon_not_running(cli):
-    code, _, stderr = cli("build", "--target", "thor",
-                          env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
+    code, _, stderr = cli(
+        "build", "--target", "thor", env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"}
+    )
     assert_one_line(code, stderr, 3, "cannot reach the Docker daemon")
 
 
@@ -43,10 +48,19 @@ def test_too_little_disk(cli, tmp_path, engine):
     from edgevllm.kernel.paths import data_dirs
 
     text = (data_dirs("targets")[0] / "thor.yaml").read_text()
-    (tmp_path / "huge.yaml").write_text(text.replace("name: thor", "name: huge")
-                                        .replace("min_disk_gb: 60", "min_disk_gb: 1000000000"))
-    code, _, stderr = cli("build", "--target", "huge", "--out", str(tmp_path / "out"),
-                          env={"EDGEVLLM_TARGETS_PATH": str(tmp_path)})
+    (tmp_path / "huge.yaml").write_text(
+        text.replace("name: thor", "name: huge").replace(
+            "min_disk_gb: 60", "min_disk_gb: 1000000000"
+        )
+    )
+    code, _, stderr = cli(
+        "build",
+        "--target",
+        "huge",
+        "--out",
+        str(tmp_path / "out"),
+        env={"EDGEVLLM_TARGETS_PATH": str(tmp_path)},
+    )
     assert_one_line(code, stderr, 3, "GB free under")
 
 

@@ -15,7 +15,13 @@ import json
 import pytest
 
 from edgevllm.probe import ProbeResult, ProbeTarget, probe_level1, probe_target
-from edgevllm.probe.level1 import arch_coverage, classify_load_error, judge_env, judge_mods, mod_records
+from edgevllm.probe.level1 import (
+    arch_coverage,
+    classify_load_error,
+    judge_env,
+    judge_mods,
+    mod_records,
+)
 
 FIXTURE_ENV = {"EDGEVLLM_PROBE_FIXTURE": "expected"}
 

@@ -27,25 +27,31 @@ def test_parser_agrees_with_cuobjdump(name):
     lib = _lib(name)
     report = scan_file(lib)
     assert report.entries, f"{name}: no device code found"
-    assert disagreement(expected_listing(report.entries), run_cuobjdump(cuobjdump_binary(), lib)) is None
+    assert (
+        disagreement(expected_listing(report.entries), run_cuobjdump(cuobjdump_binary(), lib))
+        is None
+    )
 
 
-@pytest.mark.parametrize("name,sass,ptx", [
-    ("sm_110", ["sm_110"], []),
-    ("sm_110a", ["sm_110a"], []),
-    ("sm_110f", ["sm_110f"], []),
-    ("sm_121", ["sm_121"], []),
-    ("sm_121a", ["sm_121a"], []),
-    ("sm_121f", ["sm_121f"], []),
-    ("sm_120a", ["sm_120a"], []),
-    ("sm_120f", ["sm_120f"], []),
-    ("ptx_compute_110", [], ["compute_110"]),
-    ("ptx_compute_121a", [], ["compute_121a"]),
-    ("multi_gencode", ["sm_110a", "sm_120f", "sm_121a"], ["compute_121"]),
-    ("lz4", ["sm_110a"], ["compute_110"]),
-    ("uncompressed", ["sm_121a"], ["compute_121a"]),
-    ("rdc.o", ["sm_110f", "sm_121a"], []),
-])
+@pytest.mark.parametrize(
+    "name,sass,ptx",
+    [
+        ("sm_110", ["sm_110"], []),
+        ("sm_110a", ["sm_110a"], []),
+        ("sm_110f", ["sm_110f"], []),
+        ("sm_121", ["sm_121"], []),
+        ("sm_121a", ["sm_121a"], []),
+        ("sm_121f", ["sm_121f"], []),
+        ("sm_120a", ["sm_120a"], []),
+        ("sm_120f", ["sm_120f"], []),
+        ("ptx_compute_110", [], ["compute_110"]),
+        ("ptx_compute_121a", [], ["compute_121a"]),
+        ("multi_gencode", ["sm_110a", "sm_120f", "sm_121a"], ["compute_121"]),
+        ("lz4", ["sm_110a"], ["compute_110"]),
+        ("uncompressed", ["sm_121a"], ["compute_121a"]),
+        ("rdc.o", ["sm_110f", "sm_121a"], []),
+    ],
+)
 def test_arches_match_the_gencodes(name, sass, ptx):
     report = scan_file(nvcc_libs()[name])
     assert (report.arches("sass"), report.arches("ptx")) == (sass, ptx)

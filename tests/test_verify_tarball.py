@@ -3,7 +3,8 @@
 A tiny image is built FROM scratch with nvcc-built libraries and the real aarch64 libnvjpeg in
 two layers; a third layer deletes a file and a folder (whiteouts) with a static helper, and a
 later layer overrides a library. The saved archive is read as .tar, .tar.gz, .tar.zst, split
-.tar.zst.partNNN + manifest (`inv publish`'s writer; damaged parts fail as in `inv load`), repacked with zstd/gzip layer blobs and
+.tar.zst.partNNN + manifest (`inv publish`'s writer; damaged parts fail as in `inv load`),
+repacked with zstd/gzip layer blobs and
 in the old ``<id>/layer.tar`` layout, through ``docker save`` directly, and as a ``docker export``.
 """
 
@@ -57,8 +58,19 @@ COPY layer3/ /
 EXPECTED = {  # path → SASS arches once the layers are stacked
     f"{SITE}/vllm/_C.abi3.so": ["sm_121a"],
     f"{SITE}/torch/lib/libtorch_cuda.so": ["sm_120f"],
-    "usr/lib/libnvjpeg.so.13": ["sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_100",
-                                "sm_103", "sm_107", "sm_110", "sm_120", "sm_121"],
+    "usr/lib/libnvjpeg.so.13": [
+        "sm_75",
+        "sm_80",
+        "sm_86",
+        "sm_89",
+        "sm_90",
+        "sm_100",
+        "sm_103",
+        "sm_107",
+        "sm_110",
+        "sm_120",
+        "sm_121",
+    ],
     "usr/lib/libover.so": ["sm_121a"],  # layer3 replaces layer1's sm_110a build
     "opt/opaque/libnew.so": ["sm_121f"],  # opt/opaque was emptied (opaque whiteout), then refilled
 }
@@ -85,8 +97,9 @@ def _context(root: Path) -> None:
         else:
             shutil.copyfile(source, root / name)
     (root / "rmtool.c").write_text(RM_TOOL)
-    subprocess.run(["gcc", "-static", "-O2", "-o", str(root / "rmtool"), str(root / "rmtool.c")],
-                   check=True)
+    subprocess.run(
+        ["gcc", "-static", "-O2", "-o", str(root / "rmtool"), str(root / "rmtool.c")], check=True
+    )
     (root / "Dockerfile").write_text(DOCKERFILE)
 
 
@@ -102,8 +115,10 @@ def _image(work: Path) -> str:
     tag = f"edgevllm-test/archinspect:{digest.hexdigest()[:12]}"
     if not engine.image_exists(tag):
         lines: list[str] = []
-        rc = engine.build(BuildOptions(context=context, dockerfile=context / "Dockerfile", tags=[tag]),
-                          lines.append)
+        rc = engine.build(
+            BuildOptions(context=context, dockerfile=context / "Dockerfile", tags=[tag]),
+            lines.append,
+        )
         assert rc == 0, "\n".join(lines[-30:])
     return tag
 
@@ -143,12 +158,15 @@ def test_gzip_and_zstd_tarballs(saved, tmp_path):
 def _publish(image: str, folder: Path):
     from edgevllm.image.publish import PublishOptions, publish
 
-    return publish(DockerEngine(), PublishOptions(image=image, out_dir=folder, name="arch",
-                                                  part_size=1 << 20, threads=1))
+    return publish(
+        DockerEngine(),
+        PublishOptions(image=image, out_dir=folder, name="arch", part_size=1 << 20, threads=1),
+    )
 
 
-@pytest.mark.parametrize("fault,needle", [("missing", "part is missing"),
-                                          ("flipped", "sha256 mismatch")])
+@pytest.mark.parametrize(
+    "fault,needle", [("missing", "part is missing"), ("flipped", "sha256 mismatch")]
+)
 def test_damaged_parts_fail_as_inv_load_fails(image, tmp_path, fault, needle):
     """verify --tarball reads parts through the reader inv load uses: same error, same code."""
     from edgevllm.image.publish import load
@@ -197,19 +215,26 @@ def _repack(saved: Path, out: Path, codec, old_layout: bool) -> Path:
     with tarfile.open(out, "w") as tar:
         for index, layer in enumerate(layers):
             blob = codec(_plain(blobs[layer]))
-            name = f"{index:02d}layer/layer.tar" if old_layout else \
-                f"blobs/sha256/{hashlib.sha256(blob).hexdigest()}"
+            name = (
+                f"{index:02d}layer/layer.tar"
+                if old_layout
+                else f"blobs/sha256/{hashlib.sha256(blob).hexdigest()}"
+            )
             _add(tar, name, blob)
             names.append(name)
         _add(tar, "manifest.json", json.dumps([{"Config": "c.json", "Layers": names}]).encode())
     return out
 
 
-@pytest.mark.parametrize("codec,old_layout", [
-    (lambda b: zstandard.ZstdCompressor().compress(b), False),
-    (gzip.compress, False),
-    (lambda b: b, True),
-], ids=["oci-zstd-layers", "oci-gzip-layers", "old-layer-tar"])
+@pytest.mark.parametrize(
+    "codec,old_layout",
+    [
+        (lambda b: zstandard.ZstdCompressor().compress(b), False),
+        (gzip.compress, False),
+        (lambda b: b, True),
+    ],
+    ids=["oci-zstd-layers", "oci-gzip-layers", "old-layer-tar"],
+)
 def test_layer_formats(saved, tmp_path, codec, old_layout):
     repacked = _repack(saved, tmp_path / "repacked.tar", codec, old_layout)
     assert _arches(scan_tarball(repacked)) == EXPECTED
@@ -254,7 +279,7 @@ def test_missing_image_and_bad_tarballs(tmp_path):
         _add(tar, "usr/lib/data.bin", bytes(range(256)) * 400)
     squeezed = gzip.compress(plain.getvalue())
     broken = tmp_path / "broken.tar.gz"
-    broken.write_bytes(squeezed[:len(squeezed) // 2])
+    broken.write_bytes(squeezed[: len(squeezed) // 2])
     with pytest.raises(IntegrityError, match="gzip stream is truncated"):
         scan_tarball(broken)
 

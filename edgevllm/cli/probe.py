@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 
-from edgevllm.kernel import console
-from edgevllm.engine.docker import DockerEngine
-from edgevllm.kernel.errors import ConfigError, ProbeError
 from edgevllm.cli._common import cli_task
+from edgevllm.engine.docker import DockerEngine
+from edgevllm.kernel import console
+from edgevllm.kernel.errors import ConfigError, ProbeError
 from edgevllm.kernel.kv import split_csv
 
 

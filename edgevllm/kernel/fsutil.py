@@ -55,7 +55,8 @@ def atomic_write_json(final: Path | str, obj: object) -> Path:
 
 @contextlib.contextmanager
 def atomic_dir(final: Path | str) -> Iterator[Path]:
-    """Yield a temporary folder beside ``final``; it replaces ``final`` only if the block succeeds."""
+    """Yield a temporary folder beside ``final``; it replaces ``final`` only if the block
+    succeeds."""
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))

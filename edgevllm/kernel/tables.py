@@ -1,4 +1,5 @@
-"""Tables for people (rich, on stdout): targets, mods outcomes. JSON output lives with each module."""
+"""Tables for people (rich, on stdout): targets, mods outcomes. JSON output lives with each
+module."""
 
 from __future__ import annotations
 

@@ -25,10 +25,10 @@ class Flag:
 
     name: str
     help: str
-    field: str | None = None   # dotted spec path ("vllm.pr"); None: not a spec field
-    kind: str = "str"          # str | int | bool | list | csv | pairs
+    field: str | None = None  # dotted spec path ("vllm.pr"); None: not a spec field
+    kind: str = "str"  # str | int | bool | list | csv | pairs
     default: Any = None
-    const: Any = None          # a bool flag that sets its field to this value (--compile)
+    const: Any = None  # a bool flag that sets its field to this value (--compile)
 
     @property
     def option(self) -> str:
@@ -40,24 +40,55 @@ class Flag:
 
 
 SOURCE_FLAGS: tuple[Flag, ...] = (
-    Flag("vllm_repo", "vLLM repository: URL, OWNER/REPO or local path (default: upstream)",
-         "vllm.repo"),
+    Flag(
+        "vllm_repo",
+        "vLLM repository: URL, OWNER/REPO or local path (default: upstream)",
+        "vllm.repo",
+    ),
     Flag("vllm_ref", "tag, branch or full SHA to build (default: the pinned release)", "vllm.ref"),
-    Flag("vllm_pr", "build a PR's head: N or https://github.com/OWNER/REPO/pull/N (a fork's PR "
-         "URL builds the fork)", "vllm.pr"),
-    Flag("cherry_pick", "apply onto the base, in order (repeatable): N, PR URL, full SHA, "
-         "REPO#N, REPO@SHA", "vllm.cherry_picks", "list"),
-    Flag("allow_doc_conflicts", "resolve conflicts that are only in docs/tests by keeping the "
-         "base's side", "vllm.allow_doc_conflicts", "bool", False),
-    Flag("flashinfer_version", "FlashInfer version from PyPI (default: the target's pin)",
-         "flashinfer.version"),
-    Flag("flashinfer_repo", "build FlashInfer from this repository instead of PyPI",
-         "flashinfer.source.repo"),
-    Flag("flashinfer_ref", "FlashInfer tag/branch/SHA when built from source",
-         "flashinfer.source.ref"),
-    Flag("flashinfer_pr", "build FlashInfer from a PR's head (N or PR URL)", "flashinfer.source.pr"),
-    Flag("flashinfer_cherry_pick", "PR/SHA to apply onto FlashInfer (repeatable, in order)",
-         "flashinfer.source.cherry_picks", "list"),
+    Flag(
+        "vllm_pr",
+        "build a PR's head: N or https://github.com/OWNER/REPO/pull/N (a fork's PR "
+        "URL builds the fork)",
+        "vllm.pr",
+    ),
+    Flag(
+        "cherry_pick",
+        "apply onto the base, in order (repeatable): N, PR URL, full SHA, REPO#N, REPO@SHA",
+        "vllm.cherry_picks",
+        "list",
+    ),
+    Flag(
+        "allow_doc_conflicts",
+        "resolve conflicts that are only in docs/tests by keeping the base's side",
+        "vllm.allow_doc_conflicts",
+        "bool",
+        False,
+    ),
+    Flag(
+        "flashinfer_version",
+        "FlashInfer version from PyPI (default: the target's pin)",
+        "flashinfer.version",
+    ),
+    Flag(
+        "flashinfer_repo",
+        "build FlashInfer from this repository instead of PyPI",
+        "flashinfer.source.repo",
+    ),
+    Flag(
+        "flashinfer_ref",
+        "FlashInfer tag/branch/SHA when built from source",
+        "flashinfer.source.ref",
+    ),
+    Flag(
+        "flashinfer_pr", "build FlashInfer from a PR's head (N or PR URL)", "flashinfer.source.pr"
+    ),
+    Flag(
+        "flashinfer_cherry_pick",
+        "PR/SHA to apply onto FlashInfer (repeatable, in order)",
+        "flashinfer.source.cherry_picks",
+        "list",
+    ),
 )
 
 SPEC_FLAGS: tuple[Flag, ...] = (
@@ -66,39 +97,91 @@ SPEC_FLAGS: tuple[Flag, ...] = (
     Flag("lock", "rebuild exactly what a lock file pins (fetching every source by SHA)"),
 )
 
-BUILD_FLAGS: tuple[Flag, ...] = SPEC_FLAGS + SOURCE_FLAGS + (
-    Flag("mod", "apply only these mods (repeatable or comma-separated; default: the target's "
-         "list)", "mods", "csv"),
-    Flag("add_mod", "add a mod to the target's default list (repeatable)", "add_mods", "csv"),
-    Flag("no_mod", "drop a mod from the list (repeatable)", "remove_mods", "csv"),
-    Flag("max_jobs", "parallel compile jobs (default: the target's, sized for its memory)",
-         "max_jobs", "int"),
-    Flag("nvcc_threads", "threads per nvcc job", "nvcc_threads", "int"),
-    Flag("image_repo", "image repository (default edgevllm/vllm)", "image_repo"),
-    Flag("tag", "extra image tag (repeatable); the immutable tag comes from the lock", "tags",
-         "list"),
-    Flag("build_arg", "KEY=VALUE passed to the build (repeatable; never a secret)", "build_args",
-         "pairs"),
-    Flag("env", "KEY=VALUE runtime environment variable (repeatable)", "env", "pairs"),
-    Flag("package", "NAME=VERSION pin for the runtime (repeatable)", "packages", "pairs"),
-    Flag("compile_cache", "name of the compiler cache (default ccache-<target>); a new name "
-         "compiles from an empty cache", "compile_cache"),
-    Flag("wheelhouse", "a folder of wheels pip may install from (for air-gapped builds)",
-         "wheelhouse"),
-    Flag("offline", "install only from --wheelhouse (no index)", "offline", "bool", False),
-    Flag("platform", "override the target's docker platform (e.g. linux/amd64 for a test build)",
-         "platform"),
-    Flag("mode", "compile | prebuilt | precompiled (default: chosen from the other flags; "
-         "preflight says which and why)", "mode"),
-    Flag("vllm_wheel", "prebuilt: install this released vLLM and its locked closure, nothing "
-         "compiled: a version (0.33.0), a local .whl or a URL", "vllm_wheel"),
-    Flag("override", "resolver override for the closure, e.g. 'certifi>=2026.10.18' "
-         "(repeatable)", "overrides", "list"),
-    Flag("base_image", "base image for every stage, replacing the target's (e.g. where nvcr.io "
-         "is unreachable)", "base_image"),
-    Flag("compile", "compile vLLM even when the change is Python-only (by default a Python-only "
-         "PR or pick reuses the compiled kernels of the release below it)", "mode", "bool",
-         False, const="compile"),
+BUILD_FLAGS: tuple[Flag, ...] = (
+    SPEC_FLAGS
+    + SOURCE_FLAGS
+    + (
+        Flag(
+            "mod",
+            "apply only these mods (repeatable or comma-separated; default: the target's list)",
+            "mods",
+            "csv",
+        ),
+        Flag("add_mod", "add a mod to the target's default list (repeatable)", "add_mods", "csv"),
+        Flag("no_mod", "drop a mod from the list (repeatable)", "remove_mods", "csv"),
+        Flag(
+            "max_jobs",
+            "parallel compile jobs (default: the target's, sized for its memory)",
+            "max_jobs",
+            "int",
+        ),
+        Flag("nvcc_threads", "threads per nvcc job", "nvcc_threads", "int"),
+        Flag("image_repo", "image repository (default edgevllm/vllm)", "image_repo"),
+        Flag(
+            "tag",
+            "extra image tag (repeatable); the immutable tag comes from the lock",
+            "tags",
+            "list",
+        ),
+        Flag(
+            "build_arg",
+            "KEY=VALUE passed to the build (repeatable; never a secret)",
+            "build_args",
+            "pairs",
+        ),
+        Flag("env", "KEY=VALUE runtime environment variable (repeatable)", "env", "pairs"),
+        Flag("package", "NAME=VERSION pin for the runtime (repeatable)", "packages", "pairs"),
+        Flag(
+            "compile_cache",
+            "name of the compiler cache (default ccache-<target>); a new name "
+            "compiles from an empty cache",
+            "compile_cache",
+        ),
+        Flag(
+            "wheelhouse",
+            "a folder of wheels pip may install from (for air-gapped builds)",
+            "wheelhouse",
+        ),
+        Flag("offline", "install only from --wheelhouse (no index)", "offline", "bool", False),
+        Flag(
+            "platform",
+            "override the target's docker platform (e.g. linux/amd64 for a test build)",
+            "platform",
+        ),
+        Flag(
+            "mode",
+            "compile | prebuilt | precompiled (default: chosen from the other flags; "
+            "preflight says which and why)",
+            "mode",
+        ),
+        Flag(
+            "vllm_wheel",
+            "prebuilt: install this released vLLM and its locked closure, nothing "
+            "compiled: a version (0.33.0), a local .whl or a URL",
+            "vllm_wheel",
+        ),
+        Flag(
+            "override",
+            "resolver override for the closure, e.g. 'certifi>=2026.10.18' (repeatable)",
+            "overrides",
+            "list",
+        ),
+        Flag(
+            "base_image",
+            "base image for every stage, replacing the target's (e.g. where nvcr.io "
+            "is unreachable)",
+            "base_image",
+        ),
+        Flag(
+            "compile",
+            "compile vLLM even when the change is Python-only (by default a Python-only "
+            "PR or pick reuses the compiled kernels of the release below it)",
+            "mode",
+            "bool",
+            False,
+            const="compile",
+        ),
+    )
 )
 
 OUT_FLAG = Flag("out", "where locks, logs, wheels and contexts go", default="out")
@@ -192,8 +275,10 @@ def _resolve_pr(section: dict, source: str, repo_flag: str) -> None:
         return
     given = section.get("repo")
     if given and normalize_repo(given) != pr_repo:
-        raise SpecError(f"--{source}-pr '{raw}' is a PR of another repository than "
-                        f"{repo_flag} {given}; give one of them")
+        raise SpecError(
+            f"--{source}-pr '{raw}' is a PR of another repository than "
+            f"{repo_flag} {given}; give one of them"
+        )
     section["repo"] = pr_repo
 
 

@@ -76,10 +76,14 @@ def _fallback_contains(spec: str, version: str) -> bool:
         else:
             want = _release(want_text)
             ok = {
-                "==": have == want, "!=": have != want, ">=": have >= want, "<=": have <= want,
-                ">": have > want, "<": have < want,
-                "~=": have >= want and have[: max(1, want_text.count("."))] ==
-                want[: max(1, want_text.count("."))],
+                "==": have == want,
+                "!=": have != want,
+                ">=": have >= want,
+                "<=": have <= want,
+                ">": have > want,
+                "<": have < want,
+                "~=": have >= want
+                and have[: max(1, want_text.count("."))] == want[: max(1, want_text.count("."))],
             }[op]
         if not ok:
             return False
@@ -97,7 +101,7 @@ def version_in(spec: str, version: str) -> bool:
     return specifier_set(spec).contains(version_cls(version), prereleases=True)
 
 
-# --- the environment -------------------------------------------------------------------------------
+# --- the environment -----------------------------------------------------------------------------
 def _norm(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
@@ -109,8 +113,14 @@ class StepFailed(Exception):
 class Env:
     """The Python environment mods are applied to: installed distributions and how to run pip."""
 
-    def __init__(self, site_packages: list[str], python: str, find_links: list[str],
-                 no_index: bool, env_file: Path | None):
+    def __init__(
+        self,
+        site_packages: list[str],
+        python: str,
+        find_links: list[str],
+        no_index: bool,
+        env_file: Path | None,
+    ):
         self.site_packages = site_packages
         self.python = python
         self.find_links = find_links
@@ -158,11 +168,15 @@ class Env:
     def run_python(self, code: str, env: dict[str, str]) -> subprocess.CompletedProcess:
         """Run ``code`` with the target interpreter, the site folders on its path."""
         prelude = "import site\n" + "".join(f"site.addsitedir({d!r})\n" for d in self.site_packages)
-        return subprocess.run([self.python, "-c", prelude + code], capture_output=True, text=True,
-                              env=dict(os.environ, **env))
+        return subprocess.run(
+            [self.python, "-c", prelude + code],
+            capture_output=True,
+            text=True,
+            env=dict(os.environ, **env),
+        )
 
 
-# --- step kinds ------------------------------------------------------------------------------------
+# --- step kinds ----------------------------------------------------------------------------------
 class Context:
     """What a step sees: the environment, the plan folder (read-only), the mod being applied."""
 
@@ -214,12 +228,15 @@ def plan_replacements(text: str, replacements: list[dict], where: str) -> tuple[
         count = int(rep.get("count", 1))
         scope = f" in class {rep['in_class']}" if rep.get("in_class") else ""
         if rep["replacement"] in segment and rep["anchor"] not in segment.replace(
-                rep["replacement"], ""):
+            rep["replacement"], ""
+        ):
             notes.append("already")
             continue
         found = segment.count(rep["anchor"])
         if found != count:
-            what = "missing anchor" if found == 0 else f"anchor found {found} times, expected {count}"
+            what = (
+                "missing anchor" if found == 0 else f"anchor found {found} times, expected {count}"
+            )
             raise StepFailed(f"file {where}: {what}{scope}: {_short(rep['anchor'])}")
         text = text[:start] + segment.replace(rep["anchor"], rep["replacement"]) + text[end:]
         notes.append("changed")
@@ -299,8 +316,9 @@ def _write_atomic(path: Path, data: bytes, mode: int | None = None) -> None:
     tmp = path.with_name(f".{path.name}.edgevllm-tmp-{os.getpid()}")
     try:
         tmp.write_bytes(data)
-        old_mode = mode if mode is not None else (path.stat().st_mode & 0o7777 if path.exists()
-                                                  else 0o644)
+        old_mode = (
+            mode if mode is not None else (path.stat().st_mode & 0o7777 if path.exists() else 0o644)
+        )
         os.chmod(tmp, old_mode)
         os.replace(tmp, path)
     finally:
@@ -352,13 +370,16 @@ def step_pip_install(ctx: Context, step: dict) -> tuple[str, str]:
     if missing:
         raise ctx.fail(f"pip install finished but {', '.join(missing)} is not satisfied")
     return "applied", "installed " + ", ".join(reqs) + (
-        f" (constraints: {', '.join(pinned)})" if pinned else "")
+        f" (constraints: {', '.join(pinned)})" if pinned else ""
+    )
 
 
 def _file_hash(path: Path) -> str | None:
     if not path.is_file():
         return None
-    return base64.urlsafe_b64encode(hashlib.sha256(path.read_bytes()).digest()).rstrip(b"=").decode()
+    return (
+        base64.urlsafe_b64encode(hashlib.sha256(path.read_bytes()).digest()).rstrip(b"=").decode()
+    )
 
 
 def _wrong_copies(dist: im.Distribution, over: im.Distribution | None) -> list[str]:
@@ -387,8 +408,10 @@ def step_dist_files(ctx: Context, step: dict) -> tuple[str, str]:
     package = step["package"]
     version = step.get("version") or ctx.env.version(step.get("version_from", ""))
     if not version:
-        raise ctx.fail(f"cannot tell which {package} version to use: "
-                       f"{step.get('version_from')} is not installed")
+        raise ctx.fail(
+            f"cannot tell which {package} version to use: "
+            f"{step.get('version_from')} is not installed"
+        )
     dists = ctx.env.dists()
     dist, over = dists.get(_norm(package)), dists.get(_norm(step.get("over", "")))
     if dist is not None and dist.version == version:
@@ -403,8 +426,9 @@ def step_dist_files(ctx: Context, step: dict) -> tuple[str, str]:
     dist = ctx.env.dists().get(_norm(package))
     left = _wrong_copies(dist, over) if dist else ["(not installed)"]
     if left:
-        raise ctx.fail(f"{package} {version}: {len(left)} file(s) are still not its own copy, "
-                       f"e.g. {left[0]}")
+        raise ctx.fail(
+            f"{package} {version}: {len(left)} file(s) are still not its own copy, e.g. {left[0]}"
+        )
     return "applied", f"{package} {version}: wrote {changed} file(s) from its wheel into {root}"
 
 
@@ -472,8 +496,11 @@ def step_files(ctx: Context, step: dict) -> tuple[str, str]:
     dest = _dest_path(ctx, step)
     if not source.exists():
         raise ctx.fail(f"data {step['source']} is missing from the plan")
-    pairs = ([(source, dest)] if source.is_file() else
-             [(f, dest / f.relative_to(source)) for f in sorted(source.rglob("*")) if f.is_file()])
+    pairs = (
+        [(source, dest)]
+        if source.is_file()
+        else [(f, dest / f.relative_to(source)) for f in sorted(source.rglob("*")) if f.is_file()]
+    )
     changed = 0
     for src, dst in pairs:
         data = src.read_bytes()
@@ -540,8 +567,9 @@ def step_library_link(ctx: Context, step: dict) -> tuple[str, str]:
         link = folder / name
         if link.exists():
             continue
-        versioned = sorted(folder.glob(step["pattern"]), key=lambda p: _release(
-            p.name[len(name):].lstrip(".")))[-1]
+        versioned = sorted(
+            folder.glob(step["pattern"]), key=lambda p: _release(p.name[len(name) :].lstrip("."))
+        )[-1]
         try:
             os.symlink(versioned.name, link)
         except OSError as exc:
@@ -569,13 +597,15 @@ def _register_with_loader(ctx: Context, dirs: list[Path], name: str) -> str:
     """A new link in a folder the loader caches (e.g. /usr/local/cuda/lib64) is found only
     after ldconfig runs; a folder it does not know is added under /etc/ld.so.conf.d first.
     Needs root (an image build is); elsewhere the failure says what to set instead."""
-    ldconfig = shutil.which("ldconfig") or ("/sbin/ldconfig" if os.path.exists("/sbin/ldconfig")
-                                            else None)
+    ldconfig = shutil.which("ldconfig") or (
+        "/sbin/ldconfig" if os.path.exists("/sbin/ldconfig") else None
+    )
     conf_dir = Path("/etc/ld.so.conf.d")
     hint = f"add {dirs[0]} to LD_LIBRARY_PATH"
     if ldconfig is None or not os.access(conf_dir, os.W_OK):
-        raise ctx.fail(f"{name} was linked but does not resolve and ldconfig cannot be run "
-                       f"here; {hint}")
+        raise ctx.fail(
+            f"{name} was linked but does not resolve and ldconfig cannot be run here; {hint}"
+        )
     conf = conf_dir / f"edgevllm-{ctx.mod['name']}.conf"
     text = "".join(f"{d}\n" for d in dirs)
     if not conf.is_file() or conf.read_text() != text:
@@ -599,8 +629,9 @@ def step_env(ctx: Context, step: dict) -> tuple[str, str]:
         return "already-applied", f"in {env_file}: {text}"
     current.update(pairs)
     env_file.parent.mkdir(parents=True, exist_ok=True)
-    _write_atomic(env_file, "".join(f"{k}={v}\n" for k, v in sorted(current.items())).encode(),
-                  0o644)
+    _write_atomic(
+        env_file, "".join(f"{k}={v}\n" for k, v in sorted(current.items())).encode(), 0o644
+    )
     return "applied", f"written to {env_file}: {text}"
 
 
@@ -645,7 +676,7 @@ def mod_env(mod: dict) -> dict[str, str]:
     return env
 
 
-# --- applying a plan -------------------------------------------------------------------------------
+# --- applying a plan -----------------------------------------------------------------------------
 def _range_miss(env: Env, applies_to: dict) -> str | None:
     """Why ``applies_to`` excludes this environment (names the version), or None."""
     for package, spec in (applies_to or {}).items():
@@ -672,8 +703,13 @@ def apply_mod(env: Env, plan_dir: Path, mod: dict) -> dict:
     ranged = set(mod.get("applies_to") or {})
     seen = {p: env.version(p) for p in _packages_named(mod)}
     packages = {p: v for p, v in seen.items() if v is not None or p in ranged}
-    result = {"name": mod["name"], "version": mod.get("version", ""), "packages": packages,
-              "env": mod_env(mod), "steps": []}
+    result = {
+        "name": mod["name"],
+        "version": mod.get("version", ""),
+        "packages": packages,
+        "env": mod_env(mod),
+        "steps": [],
+    }
     miss = _range_miss(env, mod.get("applies_to") or {})
     if miss:
         return dict(result, outcome="not-applicable", detail=miss)
@@ -691,8 +727,9 @@ def apply_mod(env: Env, plan_dir: Path, mod: dict) -> dict:
                 result["steps"].append(entry)
                 return dict(result, outcome="failed", detail=str(exc))
             except Exception as exc:  # a bug or an odd environment: still one line, still failed
-                message = f"mod {mod['name']}: step {index} ({step['kind']}): " \
-                          f"{type(exc).__name__}: {exc}"
+                message = (
+                    f"mod {mod['name']}: step {index} ({step['kind']}): {type(exc).__name__}: {exc}"
+                )
                 entry.update(outcome="failed", detail=message)
                 result["steps"].append(entry)
                 return dict(result, outcome="failed", detail=message)
@@ -721,8 +758,10 @@ def apply_plan(plan: dict, plan_dir: Path, env: Env, only: list[str] | None = No
         known = {m["name"] for m in mods}
         unknown = [n for n in only if n not in known]
         if unknown:
-            raise SystemExit(f"error: unknown mod '{unknown[0]}' (the plan has: "
-                             f"{', '.join(sorted(known)) or 'none'})")
+            raise SystemExit(
+                f"error: unknown mod '{unknown[0]}' (the plan has: "
+                f"{', '.join(sorted(known)) or 'none'})"
+            )
         mods = [m for m in mods if m["name"] in only]
     results = [apply_mod(env, plan_dir, mod) for mod in mods]
     return {
@@ -761,12 +800,22 @@ def main(argv: list[str] | None = None) -> int:
     apply = sub.add_parser("apply", help="apply the mods of a plan")
     apply.add_argument("--plan", required=True, type=Path)
     apply.add_argument("--record", type=Path, help="write the JSON record here (atomically)")
-    apply.add_argument("--env-file", type=Path,
-                       help="merge runtime env vars here (default: mods.env beside --record)")
-    apply.add_argument("--no-env-file", action="store_true",
-                       help="write no env file (env steps only report the variables)")
-    apply.add_argument("--site-packages", action="append", default=[],
-                       help="apply to the distributions in this folder (default: this Python)")
+    apply.add_argument(
+        "--env-file",
+        type=Path,
+        help="merge runtime env vars here (default: mods.env beside --record)",
+    )
+    apply.add_argument(
+        "--no-env-file",
+        action="store_true",
+        help="write no env file (env steps only report the variables)",
+    )
+    apply.add_argument(
+        "--site-packages",
+        action="append",
+        default=[],
+        help="apply to the distributions in this folder (default: this Python)",
+    )
     apply.add_argument("--mod", action="append", default=[], help="only this mod (repeatable)")
     apply.add_argument("--pip-find-links", action="append", default=[])
     apply.add_argument("--pip-no-index", action="store_true")
@@ -779,8 +828,13 @@ def main(argv: list[str] | None = None) -> int:
     env_file = args.env_file or (args.record.parent / "mods.env" if args.record else None)
     if args.no_env_file:
         env_file = None
-    env = Env([str(Path(p).resolve()) for p in args.site_packages], sys.executable,
-              args.pip_find_links, args.pip_no_index, env_file)
+    env = Env(
+        [str(Path(p).resolve()) for p in args.site_packages],
+        sys.executable,
+        args.pip_find_links,
+        args.pip_no_index,
+        env_file,
+    )
     record = apply_plan(plan, args.plan.resolve().parent, env, args.mod or None)
     if args.record:
         write_record(args.record, record)

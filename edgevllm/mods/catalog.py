@@ -21,8 +21,8 @@ from pydantic import Field, field_validator, model_validator
 
 from edgevllm.kernel.errors import ManifestError, ModConflictError, ModNotForTargetError
 from edgevllm.kernel.fsutil import atomic_write_json
-from edgevllm.model.modselect import MANIFEST, check_mod_names, mod_folders
 from edgevllm.kernel.schema import Strict, load_model
+from edgevllm.model.modselect import MANIFEST, check_mod_names, mod_folders
 
 _NAME = r"^[a-z0-9][a-z0-9-]*$"
 

@@ -17,11 +17,11 @@ from importlib import resources
 from typing import Any, Iterable
 
 from edgevllm.engine.docker import DockerEngine, RunOptions
+from edgevllm.kernel import labels
 from edgevllm.kernel.errors import EngineError, ProbeError
 from edgevllm.model.lock import LOCK_IMAGE_PATH
 from edgevllm.probe.result import ABSENT, FAIL, PASS, WARN, ProbeResult
 from edgevllm.probe.target import DEFAULT_COMPONENTS, ProbeTarget, probe_target
-from edgevllm.kernel import labels
 
 MARKER = "@@EDGEVLLM-PROBE@@ "
 PROBE_LABEL = labels.PROBE

@@ -25,8 +25,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from edgevllm.engine.docker import DockerEngine, RunOptions
-from edgevllm.kernel import console
+from edgevllm.kernel import console, labels
 from edgevllm.kernel.errors import ClusterError, EdgeVllmError, ImageNotFoundError
+from edgevllm.kernel.poll import poll
 from edgevllm.serve.launch import (
     LABEL_CLUSTER,
     LABEL_ROLE,
@@ -36,8 +37,6 @@ from edgevllm.serve.launch import (
     run_options,
 )
 from edgevllm.serve.recipes import Rendered
-from edgevllm.kernel import labels
-from edgevllm.kernel.poll import poll
 
 LABEL_NODE = labels.NODE
 LABEL_NETWORK = labels.NETWORK

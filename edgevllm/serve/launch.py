@@ -22,12 +22,11 @@ from pathlib import Path
 import yaml
 
 from edgevllm.engine.docker import DockerEngine, RunOptions
-from edgevllm.kernel import console
+from edgevllm.kernel import console, labels
 from edgevllm.kernel.errors import EdgeVllmError, RecipeError
 from edgevllm.kernel.fsutil import atomic_write_text
-from edgevllm.serve.recipes import BuildRef, Rendered
-from edgevllm.kernel import labels
 from edgevllm.kernel.poll import poll
+from edgevllm.serve.recipes import BuildRef, Rendered
 
 LABEL_RECIPE = labels.RECIPE
 LABEL_CLUSTER = labels.CLUSTER

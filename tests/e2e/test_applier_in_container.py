@@ -31,8 +31,10 @@ def engine() -> DockerEngine:
 
 
 def run(engine, image, volumes, script: str) -> tuple[int, str]:
-    proc = engine.run(RunOptions(image=image, remove=True, volumes=volumes,
-                                 command=["sh", "-c", script]), timeout=600)
+    proc = engine.run(
+        RunOptions(image=image, remove=True, volumes=volumes, command=["sh", "-c", script]),
+        timeout=600,
+    )
     return proc.returncode, (proc.stdout + proc.stderr).decode(errors="replace")
 
 
@@ -41,22 +43,40 @@ def test_gb10_mod_applied_in_container_read_only_plan(engine, tmp_path):
 
     image = python_image(engine, "amd64")
     # The image has no numpy: the site carries cutlass-dsl's run-time imports too.
-    site = working_copy(site_with("cutlass-4.4.2-base-cu13-numpy", [
-        wheel("nvidia-cutlass-dsl==4.4.2", platform=False),
-        wheel("nvidia-cutlass-dsl-libs-cu13==4.4.2"), wheel("nvidia-cutlass-dsl-libs-base==4.4.2"),
-        *cuda_bindings_wheels(), wheel("numpy==2.2.6", tag="manylinux_2_17_x86_64"),
-        wheel("typing-extensions==4.15.0", platform=False)]), tmp_path / "site")
+    site = working_copy(
+        site_with(
+            "cutlass-4.4.2-base-cu13-numpy",
+            [
+                wheel("nvidia-cutlass-dsl==4.4.2", platform=False),
+                wheel("nvidia-cutlass-dsl-libs-cu13==4.4.2"),
+                wheel("nvidia-cutlass-dsl-libs-base==4.4.2"),
+                *cuda_bindings_wheels(),
+                wheel("numpy==2.2.6", tag="manylinux_2_17_x86_64"),
+                wheel("typing-extensions==4.15.0", platform=False),
+            ],
+        ),
+        tmp_path / "site",
+    )
     stage_mods(["cutlass-dsl-gb10"], "spark", tmp_path / "stage")
     wheelhouse = wheel("nvidia-cutlass-dsl-libs-cu13==4.4.2").parent
     out = tmp_path / "out"
     out.mkdir()
-    apply = ("python3 /edgevllm-mods/applier.py apply --plan /edgevllm-mods/plan.json "
-             "--site-packages /site --pip-find-links /wheelhouse --pip-no-index "
-             "--record /opt/edgevllm/{}.json")
-    code, output = run(engine, image, [f"{tmp_path / 'stage'}:/edgevllm-mods:ro",
-                                       f"{site}:/site", f"{wheelhouse}:/wheelhouse:ro",
-                                       f"{out}:/opt/edgevllm"],
-                       apply.format("first") + " && " + apply.format("second"))
+    apply = (
+        "python3 /edgevllm-mods/applier.py apply --plan /edgevllm-mods/plan.json "
+        "--site-packages /site --pip-find-links /wheelhouse --pip-no-index "
+        "--record /opt/edgevllm/{}.json"
+    )
+    code, output = run(
+        engine,
+        image,
+        [
+            f"{tmp_path / 'stage'}:/edgevllm-mods:ro",
+            f"{site}:/site",
+            f"{wheelhouse}:/wheelhouse:ro",
+            f"{out}:/opt/edgevllm",
+        ],
+        apply.format("first") + " && " + apply.format("second"),
+    )
     assert code == 0, output
     first = json.loads((out / "first.json").read_text())
     second = json.loads((out / "second.json").read_text())
@@ -72,20 +92,27 @@ def test_failed_mod_exits_non_zero_in_container(engine, tmp_path):
     from edgevllm.mods.catalog import stage_mods
 
     image = python_image(engine, "amd64")
-    site = working_copy(site_with("flashinfer-0.6.11", [
-        wheel("flashinfer-python==0.6.11", platform=False)]), tmp_path / "site")
+    site = working_copy(
+        site_with("flashinfer-0.6.11", [wheel("flashinfer-python==0.6.11", platform=False)]),
+        tmp_path / "site",
+    )
     kernel = next(site.glob("flashinfer/gemm/kernels/dense_blockscaled_gemm_sm120_b12x.py"))
     text = kernel.read_text().replace('if sm_version != "sm_120":', "if sm_version is None:")
     kernel.unlink()
     kernel.write_text(text)
     stage_mods(["flashinfer-sm121"], "spark", tmp_path / "stage")
-    code, output = run(engine, image, [f"{tmp_path / 'stage'}:/edgevllm-mods:ro",
-                                       f"{site}:/site", f"{tmp_path}:/out"],
-                       "python3 /edgevllm-mods/applier.py apply --plan /edgevllm-mods/plan.json "
-                       "--site-packages /site --record /out/mods.json")
+    code, output = run(
+        engine,
+        image,
+        [f"{tmp_path / 'stage'}:/edgevllm-mods:ro", f"{site}:/site", f"{tmp_path}:/out"],
+        "python3 /edgevllm-mods/applier.py apply --plan /edgevllm-mods/plan.json "
+        "--site-packages /site --record /out/mods.json",
+    )
     assert code == 1
-    assert "error: mod flashinfer-sm121: flashinfer-python 0.6.11: file /site/flashinfer/gemm/" \
-           "kernels/dense_blockscaled_gemm_sm120_b12x.py: missing anchor" in output
+    assert (
+        "error: mod flashinfer-sm121: flashinfer-python 0.6.11: file /site/flashinfer/gemm/"
+        "kernels/dense_blockscaled_gemm_sm120_b12x.py: missing anchor" in output
+    )
     assert json.loads((tmp_path / "mods.json").read_text())["ok"] is False
 
 
@@ -100,22 +127,50 @@ def test_library_link_registers_an_unknown_folder_with_ldconfig(engine, tmp_path
         (libs / "libcudart.so.13").write_bytes(z.read("nvidia/cu13/lib/libcudart.so.13"))
     stage = tmp_path / "stage"
     stage.mkdir()
-    shutil.copy(Path(__file__).parents[2] / "edgevllm" / "mods" / "applier.py", stage / "applier.py")
-    plan = {"format": 1, "target": "thor", "mods": [{"name": "cudart", "version": "1", "steps": [
-        {"kind": "library_link", "name": "libcudart.so", "pattern": "libcudart.so.[0-9]*",
-         "dirs": ["/opt/libs"], "packages": []},
-        {"kind": "verify", "python": "import ctypes; ctypes.CDLL('libcudart.so'); print('ok')"}]}]}
+    shutil.copy(
+        Path(__file__).parents[2] / "edgevllm" / "mods" / "applier.py", stage / "applier.py"
+    )
+    plan = {
+        "format": 1,
+        "target": "thor",
+        "mods": [
+            {
+                "name": "cudart",
+                "version": "1",
+                "steps": [
+                    {
+                        "kind": "library_link",
+                        "name": "libcudart.so",
+                        "pattern": "libcudart.so.[0-9]*",
+                        "dirs": ["/opt/libs"],
+                        "packages": [],
+                    },
+                    {
+                        "kind": "verify",
+                        "python": "import ctypes; ctypes.CDLL('libcudart.so'); print('ok')",
+                    },
+                ],
+            }
+        ],
+    }
     (stage / "plan.json").write_text(json.dumps(plan))
-    apply = ("python3 /edgevllm-mods/applier.py apply --plan /edgevllm-mods/plan.json "
-             "--record /out/{}.json")
-    code, output = run(engine, image, [f"{stage}:/edgevllm-mods:ro", f"{libs}:/opt/libs",
-                                       f"{tmp_path}:/out"],
-                       apply.format("first") + " && " + apply.format("second"))
+    apply = (
+        "python3 /edgevllm-mods/applier.py apply --plan /edgevllm-mods/plan.json "
+        "--record /out/{}.json"
+    )
+    code, output = run(
+        engine,
+        image,
+        [f"{stage}:/edgevllm-mods:ro", f"{libs}:/opt/libs", f"{tmp_path}:/out"],
+        apply.format("first") + " && " + apply.format("second"),
+    )
     assert code == 0, output
     first = outcome(json.loads((tmp_path / "first.json").read_text()), "cudart")
     assert first["outcome"] == "applied"
-    assert "registered /opt/libs with the loader (/etc/ld.so.conf.d/edgevllm-cudart.conf)" in \
-        first["steps"][0]["detail"]
+    assert (
+        "registered /opt/libs with the loader (/etc/ld.so.conf.d/edgevllm-cudart.conf)"
+        in first["steps"][0]["detail"]
+    )
     assert first["steps"][1]["outcome"] == "passed"
     second = outcome(json.loads((tmp_path / "second.json").read_text()), "cudart")
     assert second["outcome"] == "already-applied"

@@ -34,7 +34,9 @@ SOURCE = """
 __global__ void scale(float *x, float a) { x[threadIdx.x] *= a; }
 __global__ void shift(float *x, float b) { x[threadIdx.x] += b; }
 __global__ void square(float *x) { x[threadIdx.x] = x[threadIdx.x] * x[threadIdx.x]; }
-extern "C" void run_all(float *x) { scale<<<1, 32>>>(x, 2.f); shift<<<1, 32>>>(x, 1.f); square<<<1, 32>>>(x); }
+extern "C" void run_all(float *x) {
+  scale<<<1, 32>>>(x, 2.f); shift<<<1, 32>>>(x, 1.f); square<<<1, 32>>>(x);
+}
 """
 OTHER_SOURCE = """
 __global__ void other(int *y) { y[threadIdx.x] ^= 7; }
@@ -52,20 +54,30 @@ def _sass(sm: str) -> list[str]:
 
 # name → nvcc flags (shared object unless the name ends in .o)
 VARIANTS: dict[str, list[str]] = {
-    **{f"sm_{sm}": _sass(sm) for sm in ("110", "110a", "110f", "121", "121a", "121f", "120a", "120f")},
+    **{
+        f"sm_{sm}": _sass(sm)
+        for sm in ("110", "110a", "110f", "121", "121a", "121f", "120a", "120f")
+    },
     "ptx_compute_110": _gencode("compute_110", "compute_110"),
     "ptx_compute_121a": _gencode("compute_121a", "compute_121a"),
-    "multi_gencode": _sass("110a") + _sass("121a") + _sass("120f") + _gencode("compute_121", "compute_121"),
+    "multi_gencode": _sass("110a")
+    + _sass("121a")
+    + _sass("120f")
+    + _gencode("compute_121", "compute_121"),
     "lz4": ["--compress-mode=speed"] + _sass("110a") + _gencode("compute_110", "compute_110"),
-    "uncompressed": ["--compress-mode=none"] + _sass("121a") + _gencode("compute_121a", "compute_121a"),
+    "uncompressed": ["--compress-mode=none"]
+    + _sass("121a")
+    + _gencode("compute_121a", "compute_121a"),
     "rdc.o": ["-rdc=true"] + _sass("121a") + _sass("110f"),
 }
 
 
 def require_nvcc() -> Path:
     if not os.access(NVCC, os.X_OK):
-        raise AssertionError(f"nvcc not found at {NVCC}: install the CUDA 13.0 toolkit "
-                             "(or set EDGEVLLM_NVCC) to build the test libraries")
+        raise AssertionError(
+            f"nvcc not found at {NVCC}: install the CUDA 13.0 toolkit "
+            "(or set EDGEVLLM_NVCC) to build the test libraries"
+        )
     return NVCC
 
 
@@ -146,9 +158,13 @@ def cuobjdump_binary() -> Path:
 
 # Fatbins compressed for sure: nvcc skips compressing small entries unless told to compress all.
 COMPRESSED_VARIANTS: dict[str, list[str]] = {
-    "zstd": ["-Xfatbin=-compress-all"] + _sass("121a") + _sass("110f")
+    "zstd": ["-Xfatbin=-compress-all"]
+    + _sass("121a")
+    + _sass("110f")
     + _gencode("compute_121a", "compute_121a"),
-    "lz4": ["-Xfatbin=-compress-all", "--compress-mode=speed"] + _sass("121a") + _sass("110f")
+    "lz4": ["-Xfatbin=-compress-all", "--compress-mode=speed"]
+    + _sass("121a")
+    + _sass("110f")
     + _gencode("compute_121a", "compute_121a"),
 }
 
@@ -177,8 +193,12 @@ def compressed_libs() -> dict[str, Path]:
 
 
 # Real aarch64 wheels from PyPI that the verify tests read (downloaded once, cached).
-WHEEL_TAGS = ["manylinux_2_28_aarch64", "manylinux_2_24_aarch64", "manylinux2014_aarch64",
-              "manylinux_2_17_aarch64"]
+WHEEL_TAGS = [
+    "manylinux_2_28_aarch64",
+    "manylinux_2_24_aarch64",
+    "manylinux2014_aarch64",
+    "manylinux_2_17_aarch64",
+]
 VLLM_033 = "vllm==0.33.0"
 VLLM_023 = "vllm==0.23.0"
 TORCH_214 = "torch==2.14.0"
@@ -198,7 +218,8 @@ def real_wheel(spec: str) -> Path:
             f"{exc}; these tests read the real aarch64 wheel from PyPI: allow access to "
             "pypi.org or pre-fill $EDGEVLLM_TEST_CACHE (pip download --no-deps "
             "--only-binary=:all: "
-            f"--platform manylinux_2_28_aarch64 --python-version 3.12 {spec})") from None
+            f"--platform manylinux_2_28_aarch64 --python-version 3.12 {spec})"
+        ) from None
 
 
 def _verify_sources_key() -> str:

@@ -50,8 +50,9 @@ def _cache_key(spec: str, platform_tags: Sequence[str], python_version: str | No
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def _pip_download(spec: str, platform_tags: Sequence[str], python_version: str | None,
-                  dest: Path) -> None:
+def _pip_download(
+    spec: str, platform_tags: Sequence[str], python_version: str | None, dest: Path
+) -> None:
     argv = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(dest)]
     if platform_tags or python_version:
         argv.append("--only-binary=:all:")
@@ -65,8 +66,12 @@ def _pip_download(spec: str, platform_tags: Sequence[str], python_version: str |
         raise DownloadFailed(f"pip download {spec} failed ({last}); check network access to PyPI")
 
 
-def pypi_download(spec: str, platform_tags: Sequence[str] = (), python_version: str | None = None,
-                  dest_cache: Path | None = None) -> Path:
+def pypi_download(
+    spec: str,
+    platform_tags: Sequence[str] = (),
+    python_version: str | None = None,
+    dest_cache: Path | None = None,
+) -> Path:
     """Download one wheel/sdist for ``spec`` (e.g. ``"nvidia-nvjpeg==13.3.2.43"``) and return it.
 
     ``platform_tags``: pip ``--platform`` values (e.g. ``["manylinux_2_28_aarch64"]``); empty means
@@ -82,7 +87,9 @@ def pypi_download(spec: str, platform_tags: Sequence[str] = (), python_version: 
             try:
                 _pip_download(spec, platform_tags, python_version, tmp)
                 if len(list(tmp.iterdir())) != 1:
-                    raise DownloadFailed(f"pip download {spec} gave {len(list(tmp.iterdir()))} files")
+                    raise DownloadFailed(
+                        f"pip download {spec} gave {len(list(tmp.iterdir()))} files"
+                    )
                 tmp.chmod(0o755)
                 os.replace(tmp, slot)
             finally:
