@@ -171,7 +171,7 @@ class RooflineUnknown(BenchError):
     """The checkpoint's layout is not one the roofline knows: it says so instead of guessing."""
 
 
-# --- arch verification: specific causes (added with edgevllm/archinspect) ----------------------
+# --- arch verification: specific causes (edgevllm/verify) ------------------------------------
 class NotElfError(VerifyError):
     """A file given to verify is not an ELF shared object."""
 
