@@ -65,7 +65,10 @@ def bench_image(engine: DockerEngine) -> str:
     with tempfile.TemporaryDirectory(dir=cache_root(), prefix="bench-ctx-") as tmp:
         context = Path(tmp)
         for wheel in wheels:
-            os.link(wheel, context / wheel.name)  # same filesystem: no 3 GB copy
+            try:
+                os.link(wheel, context / wheel.name)  # same filesystem: no 3 GB copy
+            except OSError:
+                shutil.copy2(wheel, context / wheel.name)
         (context / "Dockerfile").write_text(DOCKERFILE.format(base=base))
         lines: list[str] = []
         code = engine.build(BuildOptions(context=context, dockerfile=context / "Dockerfile",
