@@ -13,12 +13,11 @@ from edgevllm.kernel.errors import BenchError
 from edgevllm.kernel.kv import split_csv
 
 _BENCH_HELP = {
-    "recipe": "recipe to start and benchmark (inv recipes); or give --url",
-    "url": "benchmark a running server (http://host:port) instead of starting a recipe",
-    "model": "--url: the model name the server serves (default: ask /v1/models)",
-    "tokenizer": "--url: tokenizer folder or HF id for prompts (default: --model)",
-    "client-python": "--url: a python with vLLM installed that runs the client (default python3)",
-    "client-container": "--url: run the client inside this container (the server's image)",
+    "what": "a recipe to start (inv recipes), or the URL of a running server (http://host:port)",
+    "model": "URL: the model name the server serves (default: ask /v1/models)",
+    "tokenizer": "URL: tokenizer folder or HF id for prompts (default: --model)",
+    "client-python": "URL: a python with vLLM installed that runs the client (default python3)",
+    "client-container": "URL: run the client inside this container (the server's image)",
     "concurrency": "comma list (default 1,2,4,8,16)",
     "lengths": "input:output token lengths, comma list (default 1024:128)",
     "sweep": "recipe placeholder values (repeatable): --sweep num_speculative_tokens=8,10,12",
@@ -31,12 +30,13 @@ _BENCH_HELP = {
     "target": "device (thor, spark): its memory bandwidth gives the roofline",
     "roofline": "model folder or HF id whose safetensors headers give the roofline",
     "out": "record folder (default out/bench)",
-    "report": "print a table for these records (and compare them) instead of measuring",
+    "report": "WHAT is a record (out/bench/*.json): print its table and plot, measure nothing",
+    "compare": "--report: further records to set beside the first (repeatable)",
     "png": "--report: the plot's path (default: beside the first record, .png)",
     "engine": "docker engine for a recipe: local, a context name or ssh://host",
     "wait": "seconds to wait for the recipe's server to be healthy (default 1800)",
     "build": "build the recipe's image if the engine lacks it",
-    "health-timeout": "--url: seconds to wait for /health (default 60)",
+    "health-timeout": "URL: seconds to wait for /health (default 60)",
 }
 
 
@@ -96,19 +96,22 @@ def _report(paths: list[str], png: str | None) -> None:
     console.info(f"plot: {out}")
 
 
-@cli_task(help=_BENCH_HELP, iterable=["sweep", "set_", "report"], auto_shortflags=False)
-def bench(c, recipe=None, url=None, model=None, tokenizer=None, client_python="python3",
+@cli_task(help=_BENCH_HELP, iterable=["sweep", "set_", "compare"], positional=["what"],
+          auto_shortflags=False)
+def bench(c, what, model=None, tokenizer=None, client_python="python3",
           client_container=None, concurrency="1,2,4,8,16", lengths="1024:128", sweep=None,
           set_=None, repeats=3, rounds=4, seed=0, prompt_file=None, warmup=2, target=None,
-          roofline=None, out="out/bench", report=None, png=None, engine=None, wait=1800,
-          build=False, health_timeout=60):
-    """Benchmark a recipe's server (or --url) with vLLM's own client; --report compares runs."""
+          roofline=None, out="out/bench", report=False, compare=None, png=None, engine=None,
+          wait=1800, build=False, health_timeout=60):
+    """Benchmark a recipe's server or a URL with vLLM's own client; --report compares records.
+
+    inv bench RECIPE | inv bench http://HOST:PORT | inv bench --report A.json [--compare B.json]
+    """
     from edgevllm.perf.sweep import SweepPlan
 
     if report:
-        return _report(list(report), png)
-    if bool(recipe) == bool(url):
-        raise BenchError("say what to benchmark: inv bench RECIPE, or inv bench --url URL")
+        return _report([what, *(compare or [])], png)
+    url = what if what.startswith(("http://", "https://")) else None
     plan = SweepPlan(concurrency=_ints(str(concurrency), "--concurrency"),
                      lengths=_lengths(lengths), repeats=_ints(str(repeats), "--repeats")[0],
                      rounds=_ints(str(rounds), "--rounds")[0], seed=int(seed),
@@ -119,7 +122,7 @@ def bench(c, recipe=None, url=None, model=None, tokenizer=None, client_python="p
         record = _bench_url(url, model, tokenizer, client_python, client_container, plan,
                             target, roofline, out, engine, sweep, progress)
     else:
-        record = _bench_recipe(recipe, set_, target, sweep, plan, engine, out, wait, build,
+        record = _bench_recipe(what, set_, target, sweep, plan, engine, out, wait, build,
                                progress)
     _print_record(record)
 
@@ -132,10 +135,15 @@ def _bench_url(url, model, tokenizer, client_python, client_container, plan, tar
     from edgevllm.perf.sweep import served_model
 
     if sweep:
-        raise BenchError("--sweep restarts the server per value: give a recipe, not --url")
+        raise BenchError("--sweep restarts the server per value: give a recipe, not a URL")
     runner = (ExecRunner(engine_from(engine), client_container) if client_container
               else PythonRunner(client_python))
-    name = model or served_model(url.rstrip("/"), plan.health_timeout_s)
+    name = model
+    if not name:
+        try:
+            name = served_model(url.rstrip("/"), plan.health_timeout_s)
+        except BenchError:
+            name = "unknown"  # the sweep's health check records why
     return bench_url(url, name, tokenizer, plan, runner, Path(out), target=target,
                      bandwidth_gbps=_bandwidth(target), roofline_model=roofline,
                      progress=progress)
@@ -160,7 +168,7 @@ def _bench_recipe(recipe, sets, target, sweep, plan, engine, out, wait, build, p
 @cli_task(help={"model": "model folder, HF cache id or HF id (org/name): headers only",
                 "target": "device whose memory bandwidth divides the bytes (thor, spark)",
                 "json": "also write the figures as JSON to this file"},
-          auto_shortflags=False)
+          positional=["model"], auto_shortflags=False)
 def roofline(c, model, target=None, json_=None):
     """Bytes of weights read per decoded token and the single-stream tok/s ceiling."""
     from edgevllm.kernel.fsutil import atomic_write_text

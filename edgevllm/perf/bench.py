@@ -102,7 +102,7 @@ def device_facts(runner: ExecRunner) -> dict:
     if not text or not text.strip():
         return {"nvidia_smi": "not readable in the container"}
     values = [v.strip() for v in text.strip().splitlines()[0].split(",")]
-    return {key: value for key, value in zip(_SMI_FIELDS.split(","), values)
+    return {key: value for key, value in zip(_SMI_FIELDS.split(","), values, strict=False)
             if value and "N/A" not in value and "Not Supported" not in value}
 
 

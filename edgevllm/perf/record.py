@@ -1,10 +1,11 @@
 """Benchmark records: one JSON per run under ``out/bench/``, written atomically after each point.
 
-A record holds ``schema`` (``edgevllm-bench/1``), ``status`` (``running`` until the sweep ends,
-then ``complete``, ``interrupted``, ``unhealthy`` or ``errors`` with an ``error`` line), ``started``,
-``name`` (recipe or URL), ``target``, ``image`` (ref and digest), ``lock_sha256``, ``recipe``
-(name, rendered command, values), ``vllm_version``, ``device`` (nvidia-smi facts), ``plan``,
-``roofline`` and ``points`` (each: concurrency, lengths, labels, runs, summary).
+A record holds ``schema`` (``edgevllm-bench/1``), ``status`` (``running`` until the sweep
+ends, then ``complete``, ``interrupted``, ``unhealthy`` or ``errors`` with an ``error`` line),
+``started``, ``name`` (recipe or URL), ``target``, ``model``, ``plan``, ``roofline``,
+``vllm_version``; for a recipe, ``runs`` (per swept value: container, rendered command and values,
+image id/digests/lock sha256, nvidia-smi device facts); ``points`` (each: concurrency, lengths,
+labels, every run's figures and their summary) and ``expectations`` (met / missed).
 """
 
 from __future__ import annotations

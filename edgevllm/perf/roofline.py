@@ -27,7 +27,6 @@ from pathlib import Path
 
 from edgevllm.kernel.errors import RooflineUnknown
 
-HF_ENDPOINT = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
 _MAX_HEADER = 100 * 1024 * 1024  # the safetensors spec caps the header at 100 MB
 _EXPERT = re.compile(r"\.experts\.(\d+)\.")
 _FUSED_EXPERT = re.compile(r"\.experts\.[A-Za-z_]")
@@ -137,7 +136,8 @@ class _Source:
         return ["model.safetensors"]
 
     def _url(self, name: str) -> str:
-        return f"{HF_ENDPOINT}/{self.spec}/resolve/main/{name}"
+        endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+        return f"{endpoint}/{self.spec}/resolve/main/{name}"
 
 
 def _local_folder(spec: str) -> Path | None:

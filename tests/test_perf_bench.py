@@ -1,0 +1,74 @@
+"""inv bench without a client run: unhealthy servers, bad input, reports and regressions.
+
+The measurements themselves (vLLM's real client against the fixture server) are in
+tests/e2e/test_bench_client.py: each client start imports vLLM (~15 s), too slow for the fast loop.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from edgevllm.perf.metrics import summarise
+from edgevllm.perf.record import new_record, save_record
+from edgevllm.perf.report import compare
+from support.bench_server import BenchServer, ServerConfig
+
+
+def test_unhealthy_server_gives_one_line_and_a_record_that_says_so(tmp_path, cli):
+    with BenchServer(ServerConfig(healthy=False)) as server:
+        code, stdout, stderr = cli("bench", server.url, "--model", "m",
+                                   "--client-python", sys.executable, "--health-timeout", "2",
+                                   "--out", str(tmp_path))
+    assert code == 12, stderr
+    errors = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "not healthy after 2s" in errors[0], stderr
+    assert "Traceback" not in stderr
+    (path,) = tmp_path.glob("*.json")
+    record = json.loads(path.read_text())
+    assert record["status"] == "unhealthy" and record["points"] == []
+    assert "not healthy" in record["error"]
+
+
+def test_bad_flags_are_one_line(cli, tmp_path):
+    code, _, stderr = cli("bench", "http://127.0.0.1:9", "--lengths", "1024",
+                          "--out", str(tmp_path))
+    assert code == 12 and "error: --lengths '1024': write INPUT:OUTPUT" in stderr
+    code, _, stderr = cli("bench", "--report", str(tmp_path / "none.json"))
+    assert code == 12 and stderr.strip() == f"error: {tmp_path / 'none.json'}: no such " \
+                                            "benchmark record"
+    code, _, stderr = cli("bench", "http://127.0.0.1:9", "--sweep", "k=1,2")
+    assert code == 12 and "give a recipe, not a URL" in stderr
+
+
+def _record(tmp_path, name: str, itl_runs: list[float]):
+    runs = [{"itl_ms": v, "tok_s_stream": 1000 / v, "failed": 0} for v in itl_runs]
+    record = new_record(name)
+    record["points"] = [{"concurrency": 1, "input_len": 32, "output_len": 16, "labels": {},
+                         "runs": runs, "summary": summarise(runs)}]
+    record["status"] = "complete"
+    return save_record(record, tmp_path / f"{name}.json"), record
+
+
+def test_regression_only_when_medians_differ_by_more_than_the_spread(tmp_path):
+    _, base = _record(tmp_path, "a", [20.0, 21.0, 22.0])
+    _, noisy = _record(tmp_path, "b", [21.5, 22.5, 23.0])  # +1.5 ms, spread 2 ms: noise
+    _, slow = _record(tmp_path, "c", [30.0, 30.5, 31.0])  # +9.5 ms: regression
+    _, fast = _record(tmp_path, "d", [10.0, 10.5, 11.0])  # better: never a regression
+    verdict = {r["figure"]: r["regression"] for r in compare(base, noisy)}
+    assert verdict == {"ITL ms": False, "tok/s/stream": False}
+    verdict = {r["figure"]: r["regression"] for r in compare(base, slow)}
+    assert verdict == {"ITL ms": True, "tok/s/stream": True}
+    assert not any(r["regression"] for r in compare(base, fast))
+
+
+def test_cli_report_prints_table_comparison_and_png(tmp_path, cli):
+    a, _ = _record(tmp_path, "a", [20.0, 21.0, 22.0])
+    c, _ = _record(tmp_path, "c", [30.0, 30.5, 31.0])
+    png = tmp_path / "plot.png"
+    code, stdout, stderr = cli("bench", "--report", str(a), "--compare", str(c),
+                               "--png", str(png))
+    assert code == 0, stderr
+    assert "| a | in=32 out=16 | 1 | 47.6 [45.5-50.0]" in stdout
+    assert "| 1 | in=32 out=16 | ITL ms | 21.0 | 30.5 | +45.2% | 2.0 | REGRESSION |" in stdout
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
