@@ -21,6 +21,7 @@ import json
 import os
 import re
 import struct
+import urllib.error
 import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -119,8 +120,14 @@ class _Source:
         try:
             with urllib.request.urlopen(self._url(name), timeout=60) as resp:
                 return resp.read().decode()
-        except OSError:
-            return None
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                return None
+            raise RooflineUnknown(f"roofline unknown: {self._url(name)}: HTTP {exc.code} "
+                                  "(gated or private: set HF_TOKEN)") from None
+        except OSError as exc:
+            raise RooflineUnknown(f"roofline unknown: cannot reach {self._url(name)} "
+                                  f"({getattr(exc, 'reason', exc)})") from None
 
     def header(self, name: str) -> dict:
         if self.folder is not None:
@@ -256,18 +263,27 @@ def weights_per_token(model: str) -> Roofline:
     return count_tensors(tensors, json.loads(config_text), model)
 
 
+def _size(count: int) -> str:
+    """Decimal units (GB = 1e9 bytes), the unit memory bandwidth is quoted in."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if count >= scale:
+            return f"{count / scale:.3f} {unit}"
+    return f"{count} B"
+
+
 def format_roofline(roof: Roofline) -> str:
     """Human lines for ``inv roofline``."""
-    gb = 1e9
+    routed = (f"  routed experts {_size(roof.routed_expert_bytes_per_token)} (top-k {roof.top_k} "
+              f"of {roof.num_experts} experts: {_size(roof.routed_expert_bytes_total)} stored)"
+              if roof.num_experts else "  routed experts none")
     lines = [f"model            {roof.model}",
-             f"bytes per token  {roof.bytes_per_token / gb:.3f} GB "
-             f"({roof.bytes_per_token} bytes, {roof.tensors} tensors)",
-             f"  dense          {roof.dense_bytes / gb:.3f} GB",
-             f"  routed experts {roof.routed_expert_bytes_per_token / gb:.3f} GB "
-             f"(of {roof.routed_expert_bytes_total / gb:.3f} GB; top-k {roof.top_k} of "
-             f"{roof.num_experts})" if roof.num_experts else "  routed experts none",
-             f"  lm_head        {roof.lm_head_bytes / gb:.3f} GB",
-             f"  embedding      {roof.embedding_bytes_per_token} bytes"]
+             f"bytes per token  {_size(roof.bytes_per_token)} ({roof.bytes_per_token} bytes, "
+             f"{roof.tensors} tensors)",
+             f"  dense          {_size(roof.dense_bytes)} (attention, MLP, norms, router, "
+             "shared experts)",
+             routed,
+             f"  lm_head        {_size(roof.lm_head_bytes)}",
+             f"  embedding      {_size(roof.embedding_bytes_per_token)} (one row)"]
     if roof.ceiling_tok_s is not None:
         lines.append(f"ceiling          {roof.ceiling_tok_s:.1f} tok/s single-stream at "
                      f"{roof.bandwidth_gbps:g} GB/s")
