@@ -13,6 +13,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))  # tests/support as a package "support"
+# Published layers are cached by the publisher; on a test machine keep that cache small (a
+# real-image publish compresses ~4 GB of layers) so the suite fits the disk of a 2-core CI box.
+os.environ.setdefault("EDGEVLLM_LAYER_CACHE_MAX", str(6 << 30))
 
 
 @pytest.fixture(scope="session")
