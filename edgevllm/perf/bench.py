@@ -62,6 +62,8 @@ def bench_url(url: str, model: str, tokenizer: str | None, plan: SweepPlan,
     record = new_record(url, target=target, url=url, model=model, plan=_plan_dict(plan),
                         client=runner.where, vllm_version=runner.vllm_version(),
                         roofline=roofline_facts(roofline_model, bandwidth_gbps))
+    if isinstance(runner, ExecRunner):  # the client's container: what it runs on
+        record["device"] = device_facts(runner)
     save_record(record, path)
     server = Server(url.rstrip("/"), model, tokenizer or model, served_model_name)
     run_sweep(runner, server, plan, record, path, str(out_dir / ".results"), progress)
