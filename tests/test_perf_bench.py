@@ -72,3 +72,31 @@ def test_cli_report_prints_table_comparison_and_png(tmp_path, cli):
     assert "| a | in=32 out=16 | 1 | 47.6 [45.5-50.0]" in stdout
     assert "| 1 | in=32 out=16 | ITL ms | 21.0 | 30.5 | +45.2% | 2.0 | REGRESSION |" in stdout
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_table_shows_single_stream_as_share_of_the_roofline(tmp_path):
+    from edgevllm.perf.report import markdown
+
+    _, record = _record(tmp_path, "a", [20.0, 20.0, 20.0])  # 50 tok/s per stream
+    record["roofline"] = {"ceiling_tok_s": 80.0}
+    assert markdown([record]).splitlines()[-1].endswith("| 62% of 80 |")
+    record["roofline"] = {"unknown": "roofline unknown: no config.json"}
+    assert markdown([record]).splitlines()[-1].endswith("| unknown |")
+
+
+def test_recipe_expectations_are_met_or_missed_for_their_target(tmp_path):
+    from edgevllm.perf.expect import judge, parse_expectations
+    from edgevllm.serve.recipes import load_recipe
+
+    loaded = load_recipe("nemotron-3-nano-w4a16-b12x-spark")
+    expectations = parse_expectations(loaded.recipe.expect, "recipe")
+    _, record = _record(tmp_path, "a", [13.0, 13.4, 13.2])  # 75.8 tok/s per stream at C=1
+    record["target"] = "spark"
+    verdicts = {(v["metric"], v["concurrency"]): v["status"]
+                for v in judge(expectations, record)}
+    assert verdicts == {("tok_s_stream", 1): "met", ("tok_s_total", 16): "not measured"}
+    _, slow = _record(tmp_path, "b", [14.0, 14.2, 14.4])  # 70.4 tok/s: below 74.75
+    slow["target"] = "spark"
+    assert judge(expectations, slow)[0]["status"] == "missed"
+    slow["target"] = "thor"
+    assert judge(expectations, slow) == []
