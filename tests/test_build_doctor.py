@@ -16,7 +16,8 @@ def small_target(tmp_path, need_gb: float) -> dict[str, str]:
         for line in text.splitlines()
     )
     (folder / "thor-doctor.yaml").write_text(text + "\n")
-    return {"EDGEVLLM_TARGETS_PATH": str(folder)}
+    # EDGEVLLM_MIN_DISK_GB (set for the e2e fixtures) would replace the target's figure
+    return {"EDGEVLLM_TARGETS_PATH": str(folder), "EDGEVLLM_MIN_DISK_GB": ""}
 
 
 def test_ready_machine_reports_every_check(cli, engine, tmp_path):
