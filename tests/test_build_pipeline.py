@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from edgevllm.build.pipeline import base_image_lock
+from edgevllm.build.steps import base_image_lock
 from edgevllm.model.lock import BaseImageLock, Lock
 from edgevllm.model.spec import lock_overrides
 

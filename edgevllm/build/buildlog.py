@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-_STEP = re.compile(r"^#(\d+) \[(?:(?P<platform>linux/\S+) )?(?P<stage>[\w.-]+)(?: (?P<pos>\d+/\d+))?\] (?P<what>.*)$")
+_STEP = re.compile(r"^#(\d+) \[(?:(?P<platform>linux/\S+) )?(?P<stage>[\w.-]+)(?: "
+                   r"(?P<pos>\d+/\d+))?\] (?P<what>.*)$")
 _OUTPUT = re.compile(r"^#(\d+) (?:\d+\.\d+ )?(?P<text>.*)$")
 _ERROR = re.compile(r"^#(\d+) ERROR: (?P<why>.*)$")
 _DONE = re.compile(r"^#(\d+) (DONE|CACHED)")

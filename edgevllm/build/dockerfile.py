@@ -1,8 +1,8 @@
 """Reading a rendered Dockerfile's stages: which stages a build target needs, and their text.
 
 The compile key hashes exactly the stages the ``wheels`` target depends on (``FROM <stage>``,
-``COPY --from=<stage>``, ``RUN --mount=…,from=<stage>``), so a change to the runtime stage never looks like a
-change to the compile, and no comment banner decides where the compile ends.
+``COPY --from=<stage>``, ``RUN --mount=…,from=<stage>``), so a change to the runtime stage never
+looks like a change to the compile, and no comment banner decides where the compile ends.
 """
 
 from __future__ import annotations

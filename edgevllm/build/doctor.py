@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Callable
 
 from edgevllm.engine.docker import DockerEngine
+from edgevllm.engine.host import check_disk, check_emulation
 from edgevllm.kernel.errors import EdgeVllmError, MissingToolError
 from edgevllm.model.targets import Target
-from edgevllm.engine.host import check_disk, check_emulation
 
 
 @dataclass

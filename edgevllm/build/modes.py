@@ -8,7 +8,7 @@ prebuilt, in order (everything that can fail in seconds before anything is downl
 3. wheels    downloaded into the shared content-addressed wheelhouse (cached), checked by hash,
              assembled as the ``wheelhouse`` build context with requirements.txt (by hash)
 4. image     the runtime stage installs the closure offline with uv (--no-deps --require-hashes)
-5. checks    verify + probe, then labels and final tags, as in compile mode (``pipeline``)
+5. checks    verify + probe, then labels and final tags, as in compile mode (``steps``)
 
 ``closure_inputs`` and ``prepare_wheelhouse`` are what the precompiled mode reuses.
 """
@@ -114,7 +114,7 @@ def prepare_wheelhouse(eff: EffectiveSpec, closure: Closure, ws: Workspace,
 
 
 def prebuilt_lock(eff: EffectiveSpec, closure: Closure, staged, engine: DockerEngine) -> Lock:
-    from edgevllm.build.pipeline import base_image_lock, lock_settings
+    from edgevllm.build.steps import base_image_lock, lock_settings
 
     image = base_image_lock(eff.images.runtime, engine)
     settings = {**lock_settings(eff), "mode": "prebuilt", "overrides": list(eff.spec.overrides),
@@ -133,8 +133,8 @@ def print_preflight(eff: EffectiveSpec) -> None:
 
 def run_prebuilt(eff: EffectiveSpec, ws: Workspace, engine: DockerEngine,
                  locked: Lock | None = None) -> BuildResult:
-    from edgevllm.build.pipeline import LOCK_FILE_IN_IMAGE, stage_mods
     from edgevllm.build.render import render_dockerfile
+    from edgevllm.build.steps import LOCK_FILE_IN_IMAGE, stage_mods
 
     print_preflight(eff)
     staged = stage_mods(eff, ws)
@@ -166,18 +166,18 @@ def final_image_tags(eff: EffectiveSpec, tag: str) -> list[str]:
 
 def finish(eff, ws, engine, runner, options, lock, lock_file, final_tags, folder) -> BuildResult:
     """Runtime image → checks → labels → final tags (the same steps as compile mode's tail)."""
-    from edgevllm.build import pipeline
+    from edgevllm.build import steps
     from edgevllm.build.runner import copy_lock_beside
 
     candidate = final_tags[0] + "-unverified"
     runner.run(with_options(options, target="runtime", tags=[candidate],
-                            labels=pipeline.static_labels(eff, lock, image_tag(lock))),
+                            labels=steps.static_labels(eff, lock, image_tag(lock))),
                "runtime image (prebuilt closure)")
-    record = pipeline.read_mods_record(engine, candidate)
-    pipeline.print_mods(record)
-    verify, probe = pipeline.checks_or_skip(eff, engine, candidate, ws)
+    record = steps.read_mods_record(engine, candidate)
+    steps.print_mods(record)
+    verify, probe = steps.checks_or_skip(eff, engine, candidate, ws)
     image_id = relabel(runner, engine, candidate,
-                       pipeline.outcome_labels(record, verify, probe) | mode_labels(lock),
+                       steps.outcome_labels(record, verify, probe) | mode_labels(lock),
                        final_tags, eff.platform, ws.context)
     engine.remove_image(candidate)
     copy_lock_beside(lock_file, ws.root / "latest.lock.json")

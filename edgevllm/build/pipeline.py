@@ -1,6 +1,7 @@
 """The steps of one build, in order. ``build()`` is the entry point; each step is a function.
 
-1. sources   resolve refs/PRs to SHAs, apply cherry-picks, then source patches (seconds; fails early)
+1. sources   resolve refs/PRs to SHAs, apply cherry-picks, then source patches (seconds;
+             fails early)
 2. mods      select and stage the mods for the target (fails early on unknown/conflicting mods)
 3. lock      every input pinned; the immutable tag derives from it
 4. render    the Dockerfile and the named build contexts
@@ -15,31 +16,58 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from edgevllm.kernel import console
-from edgevllm.build.runner import (BuildResult, BuildRunner, Workspace, compile_key,
-                                   copy_lock_beside, export_wheels, preflight, relabel, timestamp,
-                                   with_options, write_context)
-from edgevllm.engine.docker import BuildOptions, DockerEngine
-from edgevllm.kernel import labels
-from edgevllm.kernel.errors import ArchGateFailed, BuildError, ProbeError
-from edgevllm.model.lock import LOCK_IMAGE_PATH, LOCK_LABEL, BaseImageLock, Lock, ModLock, image_tag, label_value, now_utc, read_lock, write_lock
-from edgevllm.build.buildreqs import BuildLayout, read_build_layout
 from edgevllm.build.render import render_dockerfile
-from edgevllm.sources.prepare import PreparedSource, SourceRequest, prepare_sources, summarize
+from edgevllm.build.runner import (
+    BuildResult,
+    BuildRunner,
+    Workspace,
+    compile_key,
+    copy_lock_beside,
+    export_wheels,
+    preflight,
+    relabel,
+    timestamp,
+    with_options,
+    write_context,
+)
+from edgevllm.build.steps import (
+    LOCK_FILE_IN_IMAGE,
+    base_image_lock,
+    build_layout,
+    checks_or_skip,
+    exported_tree,
+    lock_settings,
+    outcome_labels,
+    print_mods,
+    read_mods_record,
+    stage_mods,
+    static_labels,
+)
+from edgevllm.engine.docker import BuildOptions, DockerEngine
+from edgevllm.kernel import console
+from edgevllm.kernel.errors import BuildError
+from edgevllm.model.lock import (
+    Lock,
+    ModLock,
+    image_tag,
+    label_value,
+    now_utc,
+    read_lock,
+    write_lock,
+)
 from edgevllm.model.spec import BuildSpec, EffectiveSpec, resolve
-
-LOCK_FILE_IN_IMAGE = Path(LOCK_IMAGE_PATH).name  # the meta context is copied to labels.HOME
-
-
-def source_request(eff: EffectiveSpec, name: str = "vllm") -> SourceRequest:
-    src = eff.spec.vllm if name == "vllm" else eff.spec.flashinfer.source
-    return SourceRequest.from_cli(name=name, repo=src.repo, ref=src.ref, pr=src.pr,
-                                  cherry_picks=src.cherry_picks,
-                                  allow_doc_conflicts=src.allow_doc_conflicts)
+from edgevllm.sources.prepare import (
+    PreparedSource,
+    SourceRequest,
+    prepare_sources,
+    source_request,
+    summarize,
+)
 
 
-def prepare_all_sources(eff: EffectiveSpec, ws: Workspace,
-                        locked: Lock | None) -> dict[str, PreparedSource]:
+def prepare_all_sources(
+    eff: EffectiveSpec, ws: Workspace, locked: Lock | None
+) -> dict[str, PreparedSource]:
     """Step 1: every source tree, resolved and exported under ws.root/src/<name>."""
     names = ["vllm"] + (["flashinfer"] if eff.spec.flashinfer.source else [])
     prepared = {}
@@ -59,133 +87,81 @@ def apply_patches(eff: EffectiveSpec, prepared: PreparedSource) -> list[dict]:
 
     skipped = patches_skipped(eff.target)  # kernel_plan.code: family keeps vLLM's own arches
     tree = exported_tree(prepared)
-    outcomes = [apply_patch(patch, tree, prepared.version) for patch in load_patches()
-                if eff.target.name in patch.manifest.targets and patch.name not in skipped]
+    outcomes = [
+        apply_patch(patch, tree, prepared.version)
+        for patch in load_patches()
+        if eff.target.name in patch.manifest.targets and patch.name not in skipped
+    ]
     for outcome in outcomes:
         console.info(f"  patch {outcome['name']}: {outcome['outcome']} {outcome.get('detail', '')}")
     return outcomes
 
 
-def stage_mods(eff: EffectiveSpec, ws: Workspace):
-    from edgevllm.mods.catalog import stage_mods as stage
-
-    return stage(eff.mods, eff.target.name, ws.context / "edgevllm-mods")
-
-
-def base_image_lock(ref: str, engine: DockerEngine) -> BaseImageLock:
-    """A base image as ref + digest: pinned (``ref@sha256:...``) as given, else asked of its
-    registry (None when unknown: a local-only image, or no network)."""
-    name, at, digest = ref.partition("@")
-    if at:
-        return BaseImageLock(ref=name, digest=digest)
-    return BaseImageLock(ref=ref, digest=engine.manifest_digest(ref, timeout=60))
-
-
-def make_lock(eff: EffectiveSpec, prepared: dict[str, PreparedSource], staged,
-              patches: list[dict], build_args: dict[str, str], engine: DockerEngine) -> Lock:
-    images = {"build": base_image_lock(eff.images.build, engine),
-              "runtime": base_image_lock(eff.images.runtime, engine)}
+def make_lock(
+    eff: EffectiveSpec,
+    prepared: dict[str, PreparedSource],
+    staged,
+    patches: list[dict],
+    build_args: dict[str, str],
+    engine: DockerEngine,
+) -> Lock:
+    images = {
+        "build": base_image_lock(eff.images.build, engine),
+        "runtime": base_image_lock(eff.images.runtime, engine),
+    }
     packages = dict(eff.packages)
     if eff.torch.version:
         packages["torch"] = eff.torch.version
     mods = [ModLock(**m) for m in staged.versions]
-    mods += [ModLock(name=f"patch:{p['name']}", version=str(p.get("version", "1"))) for p in patches]
-    return Lock(created_at=now_utc(), target=eff.target.name, base_images=images,
-                vllm=prepared["vllm"].to_lock_entry(),
-                flashinfer=prepared["flashinfer"].to_lock_entry() if "flashinfer" in prepared else None,
-                packages=packages, mods=mods, build_args=build_args, settings=lock_settings(eff),
-                tags=list(eff.spec.tags))
+    mods += [
+        ModLock(name=f"patch:{p['name']}", version=str(p.get("version", "1"))) for p in patches
+    ]
+    return Lock(
+        created_at=now_utc(),
+        target=eff.target.name,
+        base_images=images,
+        vllm=prepared["vllm"].to_lock_entry(),
+        flashinfer=prepared["flashinfer"].to_lock_entry() if "flashinfer" in prepared else None,
+        packages=packages,
+        mods=mods,
+        build_args=build_args,
+        settings=lock_settings(eff),
+        tags=list(eff.spec.tags),
+    )
 
 
-def lock_settings(eff: EffectiveSpec) -> dict:
-    """What else shapes the image; ``spec.lock_overrides`` turns it back into spec fields."""
-    return {"platform": eff.platform, "python": eff.python, "apt_packages": eff.apt_packages,
-            "torch": eff.torch.model_dump(), "env": eff.env, "max_jobs": eff.max_jobs,
-            "nvcc_threads": eff.nvcc_threads,
-            "forbidden_packages": eff.target.forbidden_packages}
-
-
-def base_options(eff: EffectiveSpec, ws: Workspace, prepared: dict[str, PreparedSource],
-                 build_args: dict[str, str]) -> BuildOptions:
-    contexts = {"vllm-src": str(prepared["vllm"].tree_dir), "cmake-deps": str(ws.root / "deps"),
-                "edgevllm-mods": str(ws.context / "edgevllm-mods"),
-                "edgevllm-meta": str(ws.context / "edgevllm-meta")}
+def base_options(
+    eff: EffectiveSpec,
+    ws: Workspace,
+    prepared: dict[str, PreparedSource],
+    build_args: dict[str, str],
+) -> BuildOptions:
+    contexts = {
+        "vllm-src": str(prepared["vllm"].tree_dir),
+        "cmake-deps": str(ws.root / "deps"),
+        "edgevllm-mods": str(ws.context / "edgevllm-mods"),
+        "edgevllm-meta": str(ws.context / "edgevllm-meta"),
+    }
     if "flashinfer" in prepared:
         contexts["flashinfer-src"] = str(prepared["flashinfer"].tree_dir)
     if eff.spec.wheelhouse:
         contexts["wheelhouse"] = str(Path(eff.spec.wheelhouse).resolve())
-    return BuildOptions(context=ws.context, dockerfile=ws.context / "Dockerfile",
-                        platform=eff.platform, build_args=build_args, build_contexts=contexts)
+    return BuildOptions(
+        context=ws.context,
+        dockerfile=ws.context / "Dockerfile",
+        platform=eff.platform,
+        build_args=build_args,
+        build_contexts=contexts,
+    )
 
 
-def static_labels(eff: EffectiveSpec, lock: Lock, tag: str) -> dict[str, str]:
-    vllm = lock.vllm
-    prs = [str(p.pr) for p in vllm.picks if p.pr and not p.skipped] if vllm else []
-    return {
-        "org.opencontainers.image.created": lock.created_at or now_utc(),
-        "org.opencontainers.image.source": vllm.repo if vllm else "",
-        "org.opencontainers.image.revision": vllm.commit if vllm else "",
-        "org.opencontainers.image.version": vllm.version if vllm else "",
-        labels.VLLM_SHA: vllm.base_sha if vllm else "",
-        labels.VLLM_PR: str(vllm.pr or "") if vllm else "",
-        labels.PRS: ",".join(prs),
-        labels.MODS_VERSIONS: ",".join(f"{m.name}={m.version}" for m in lock.mods),
-        labels.TAG: tag,
-        labels.KERNEL_PLAN: json.dumps({k: lock.kernel_plan.get(k) for k in ("cuda_archs", "none")},
-                                       separators=(",", ":")),
-        labels.VLLM_RS: lock.kernel_plan.get("vllm_rs") or "not in the tree",
-        LOCK_LABEL: label_value(lock),
-    }
-
-
-def read_mods_record(engine: DockerEngine, image: str) -> dict | None:
-    from edgevllm.engine.docker import RunOptions
-
-    proc = engine.run(RunOptions(image=image, remove=True, entrypoint="cat",
-                                 command=[labels.MODS_RECORD]), timeout=120)
-    if proc.returncode != 0:
-        return None
-    return json.loads(proc.stdout.decode())
-
-
-def print_mods(record: dict | None) -> None:
-    if not record:
-        console.info("mods: none applied")
-        return
-    for mod in record.get("mods", []):
-        console.info(f"  mod {mod.get('name')}: {mod.get('outcome')}  {mod.get('detail', '')}".rstrip())
-
-
-def verify_policy(eff: EffectiveSpec):
-    """The gate: the default one, or the stock-kernel one where vLLM's kernels are a release's."""
-    from edgevllm.verify.policy import STOCK_POLICY
-
-    return None if eff.mode == "compile" else STOCK_POLICY
-
-
-def run_checks(eff: EffectiveSpec, engine: DockerEngine, image: str, ws: Workspace) -> tuple[dict, dict]:
-    """Arch verify and probe level 1; raises (leaving only the unverified tag) when either fails."""
-    from edgevllm.verify.api import verify as arch_verify
-    from edgevllm.probe import probe_level1
-
-    console.step("checks: kernel-arch coverage")
-    verdict = arch_verify(eff.target.name, image=image, engine=engine,
-                          json_out=ws.root / "verify.json", policy=verify_policy(eff))
-    verify_summary = verdict.summary_dict()
-    console.step("checks: probe level 1 (imports, torch arch list, mods record, env)")
-    probe = probe_level1(engine, image, eff.target.name, required=eff.spec.probe_required,
-                         runtime_env=eff.env)
-    probe_summary = {"passed": probe.passed, "summary": probe.summary()}
-    if not verdict.passed:
-        raise ArchGateFailed(f"{image}: kernel-arch gate failed for {eff.target.name}; "
-                             f"see {ws.root / 'verify.json'} (inv verify --image {image})")
-    if not probe.passed:
-        raise ProbeError(f"{image}: probe level 1 failed: {probe.summary()}")
-    return verify_summary, probe_summary
-
-
-def prepare(eff: EffectiveSpec, ws: Workspace, engine: DockerEngine, locked: Lock | None,
-            prepared: dict[str, PreparedSource] | None = None):
+def prepare(
+    eff: EffectiveSpec,
+    ws: Workspace,
+    engine: DockerEngine,
+    locked: Lock | None,
+    prepared: dict[str, PreparedSource] | None = None,
+):
     """Steps 1-3, all in seconds: mods (cheapest check first), sources (unless already
     ``prepared``: the mode check needed them), patches, the lock."""
     staged = stage_mods(eff, ws)
@@ -197,21 +173,19 @@ def prepare(eff: EffectiveSpec, ws: Workspace, engine: DockerEngine, locked: Loc
     lock = make_lock(eff, prepared, staged, patches, build_args, engine)
     lock.cmake_deps, lock.kernel_plan = deps, kernel_plan.summary()
     dockerfile = render_dockerfile(eff, staged.env, layout)  # rendered once per build
-    key = compile_key(dockerfile, {n: p.tree_hash for n, p in prepared.items()}
-                      | {f"cmake-dep:{n}": d.tree for n, d in deps.items()}
-                      | {"patches": json.dumps(patches, sort_keys=True)}, build_args)
+    key = compile_key(
+        dockerfile,
+        {n: p.tree_hash for n, p in prepared.items()}
+        | {f"cmake-dep:{n}": d.tree for n, d in deps.items()}
+        | {"patches": json.dumps(patches, sort_keys=True)},
+        build_args,
+    )
     return prepared, staged, lock, build_args, key, dockerfile
 
 
-def exported_tree(prepared: PreparedSource) -> Path:
-    """The exported tree of a prepared source (every source the build uses is exported)."""
-    if prepared.tree_dir is None:
-        raise BuildError(f"{prepared.name}: the source was resolved but not exported")
-    return prepared.tree_dir
-
-
-def kernel_preflight(eff: EffectiveSpec, ws: Workspace, prepared: PreparedSource,
-                     locked: Lock | None):
+def kernel_preflight(
+    eff: EffectiveSpec, ws: Workspace, prepared: PreparedSource, locked: Lock | None
+):
     """Step 1b, seconds: the kernel plan from the tree's own CMake (a needed group that gets no
     code fails here, naming the CMake line), then every repository that CMake would clone,
     fetched on the host by commit into ws.root/deps (the "cmake-deps" build context)."""
@@ -219,28 +193,27 @@ def kernel_preflight(eff: EffectiveSpec, ws: Workspace, prepared: PreparedSource
     from edgevllm.sources.cmakedeps import summarize as deps_summary
     from edgevllm.sources.plan import check_rust_env, plan_for_target
 
-    plan = plan_for_target(exported_tree(prepared), eff.target,
-                           torch_version=eff.torch.version or "", nvcc_threads=eff.nvcc_threads)
+    plan = plan_for_target(
+        exported_tree(prepared),
+        eff.target,
+        torch_version=eff.torch.version or "",
+        nvcc_threads=eff.nvcc_threads,
+    )
     check_rust_env(plan, eff.env)
     none = [g.key for g in plan.groups if g.kind == "none"]
-    console.info(f"  kernel plan: CUDA_ARCHS {';'.join(plan.cuda_archs)}; {len(plan.groups)} "
-                 f"groups, none for {eff.target.cuda_arch}: {', '.join(none) or '-'}")
+    console.info(
+        f"  kernel plan: CUDA_ARCHS {';'.join(plan.cuda_archs)}; {len(plan.groups)} "
+        f"groups, none for {eff.target.cuda_arch}: {', '.join(none) or '-'}"
+    )
     deps = fetch_cmake_deps(plan.deps, ws.root / "deps", locked.cmake_deps if locked else None)
     for line in deps_summary(deps):
         console.info(f"  {line}")
     return plan, deps
 
 
-def build_layout(prepared: PreparedSource) -> BuildLayout:
-    """What the compile stage installs and runs, read from the tree (a missing file fails here)."""
-    layout = read_build_layout(prepared.tree_dir)
-    for line in layout.summary():
-        console.info(f"  {line}")
-    return layout
-
-
-def build(spec: BuildSpec, out: Path, engine: DockerEngine | None = None,
-          lock_path: Path | None = None) -> BuildResult:
+def build(
+    spec: BuildSpec, out: Path, engine: DockerEngine | None = None, lock_path: Path | None = None
+) -> BuildResult:
     """Build (or rebuild from a lock) one image; returns where everything went."""
     engine = engine or DockerEngine()
     eff = resolve(spec)
@@ -249,8 +222,9 @@ def build(spec: BuildSpec, out: Path, engine: DockerEngine | None = None,
     return run(eff, ws, engine, lock_path=lock_path)
 
 
-def precompiled_or_sources(eff: EffectiveSpec, ws: Workspace, engine: DockerEngine,
-                           locked: Lock | None):
+def precompiled_or_sources(
+    eff: EffectiveSpec, ws: Workspace, engine: DockerEngine, locked: Lock | None
+):
     """A Python-only change (or --mode precompiled) builds over a release's kernels
     (build/precompiled.py) → (eff, None, result); otherwise (eff, prepared sources or None, None)
     and the compile goes on."""
@@ -265,12 +239,15 @@ def precompiled_or_sources(eff: EffectiveSpec, ws: Workspace, engine: DockerEngi
     return eff, prepared, precompiled.run_precompiled(eff, ws, engine, locked, prepared, check)
 
 
-def run(eff: EffectiveSpec, ws: Workspace, engine: DockerEngine,
-        lock_path: Path | None = None) -> BuildResult:
+def run(
+    eff: EffectiveSpec, ws: Workspace, engine: DockerEngine, lock_path: Path | None = None
+) -> BuildResult:
     locked = read_lock(lock_path) if lock_path else None
     if locked and locked.target and locked.target != eff.target.name:
-        raise BuildError(f"{lock_path}: the lock is for target '{locked.target}', not "
-                         f"'{eff.target.name}'; drop --target or use the matching lock")
+        raise BuildError(
+            f"{lock_path}: the lock is for target '{locked.target}', not "
+            f"'{eff.target.name}'; drop --target or use the matching lock"
+        )
     if eff.mode == "prebuilt":
         from edgevllm.build.modes import run_prebuilt
 
@@ -279,8 +256,7 @@ def run(eff: EffectiveSpec, ws: Workspace, engine: DockerEngine,
     if result is not None:
         return result
     console.step(f"mode: {eff.mode} ({eff.mode_reason})")
-    prepared, staged, lock, build_args, key, dockerfile = prepare(eff, ws, engine, locked,
-                                                                  prepared)
+    prepared, staged, lock, build_args, key, dockerfile = prepare(eff, ws, engine, locked, prepared)
     tag = image_tag(lock)
     repo = eff.spec.image_repo
     final_tags = [f"{repo}:{tag}"] + [t if ":" in t else f"{repo}:{t}" for t in eff.spec.tags]
@@ -293,25 +269,48 @@ def run(eff: EffectiveSpec, ws: Workspace, engine: DockerEngine,
     wheels = ws.wheels(key)
     compiled = export_wheels(runner, options, wheels)
     candidate = f"{repo}:{tag}-unverified"
-    runner.run(with_options(options, target="runtime", tags=[candidate],
-                            build_contexts={**options.build_contexts, "wheels": str(wheels)},
-                            labels=static_labels(eff, lock, tag)), "runtime image")
+    runner.run(
+        with_options(
+            options,
+            target="runtime",
+            tags=[candidate],
+            build_contexts={**options.build_contexts, "wheels": str(wheels)},
+            labels=static_labels(eff, lock, tag),
+        ),
+        "runtime image",
+    )
     record = read_mods_record(engine, candidate)
     print_mods(record)
     verify, probe = checks_or_skip(eff, engine, candidate, ws)
     if not verify.get("skipped"):
         verify["plan"] = plan_against_binaries(lock, ws.root / "verify.json")
-    image_id = relabel(runner, engine, candidate, outcome_labels(record, verify, probe),
-                       final_tags, eff.platform, ws.context)
+    image_id = relabel(
+        runner,
+        engine,
+        candidate,
+        outcome_labels(record, verify, probe),
+        final_tags,
+        eff.platform,
+        ws.context,
+    )
     engine.remove_image(candidate)
     copy_lock_beside(lock_file, ws.root / "latest.lock.json")
-    return BuildResult(image=final_tags[0], tags=final_tags, image_id=image_id, lock_path=lock_file,
-                       log_path=runner.log_path, wheels_dir=wheels, compiled=compiled,
-                       mods_record=record, verify=verify, probe=probe)
+    return BuildResult(
+        image=final_tags[0],
+        tags=final_tags,
+        image_id=image_id,
+        lock_path=lock_file,
+        log_path=runner.log_path,
+        wheels_dir=wheels,
+        compiled=compiled,
+        mods_record=record,
+        verify=verify,
+        probe=probe,
+    )
 
 
 def plan_against_binaries(lock: Lock, verify_json: Path) -> list[str]:
-    """"plan: 12.1a; binary: sm_121a ✔" for each planned extension that verify scanned."""
+    """ "plan: 12.1a; binary: sm_121a ✔" for each planned extension that verify scanned."""
     from edgevllm.sources.plan import compare_with_binaries
 
     planned = {n: e["arches"] for n, e in lock.kernel_plan.get("extensions", {}).items()}
@@ -325,25 +324,3 @@ def plan_against_binaries(lock: Lock, verify_json: Path) -> list[str]:
         lines.append(f"{ext}: {text} {'✔' if agrees else '✘ differs from the plan'}")
         console.info(f"  {lines[-1]}")
     return lines
-
-
-def checks_or_skip(eff: EffectiveSpec, engine: DockerEngine, image: str,
-                   ws: Workspace) -> tuple[dict, dict]:
-    if eff.spec.verify:
-        return run_checks(eff, engine, image, ws)
-    console.warn("checks skipped (--no-verify); the image's labels say so")
-    return {"skipped": True}, {"skipped": True}
-
-
-def outcome_labels(record: dict | None, verify: dict, probe: dict) -> dict[str, str]:
-    """What is only known once the image is built and checked (added config-only)."""
-    compact = {"separators": (",", ":")}
-    return {labels.MODS: json.dumps(_mods_summary(record), **compact),
-            labels.VERIFY: json.dumps(verify, **compact),
-            labels.PROBE: json.dumps(probe, **compact)}
-
-
-def _mods_summary(record: dict | None) -> list[dict]:
-    return [{"name": m.get("name"), "version": m.get("version"), "outcome": m.get("outcome")}
-            for m in (record or {}).get("mods", [])]
-

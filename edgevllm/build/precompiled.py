@@ -136,13 +136,13 @@ def precompiled_lock(eff: EffectiveSpec, vllm: PreparedSource, closure: Closure,
 
 def run_precompiled(eff: EffectiveSpec, ws: Workspace, engine: DockerEngine, locked: Lock | None,
                     prepared: dict[str, PreparedSource], check: PythonOnlyCheck) -> BuildResult:
-    from edgevllm.build import modes, pipeline
+    from edgevllm.build import modes, steps
     from edgevllm.build.render import render_dockerfile
 
     modes.print_preflight(eff)
     vllm = prepared["vllm"]
-    staged = pipeline.stage_mods(eff, ws)
-    layout = pipeline.build_layout(vllm)
+    staged = steps.stage_mods(eff, ws)
+    layout = steps.build_layout(vllm)
     try:
         closure = modes.locked_or_resolved(eff, locked, staged.pip_packages)
     except ClosureError as exc:  # e.g. a fork's release that PyPI does not have
@@ -161,7 +161,7 @@ def run_precompiled(eff: EffectiveSpec, ws: Workspace, engine: DockerEngine, loc
                                    "build-tools": _pins_key(tools)}, build_args)
     final_tags = modes.final_image_tags(eff, image_tag(lock))
     console.step(f"image {final_tags[0]}")
-    write_context(ws, dockerfile, {pipeline.LOCK_FILE_IN_IMAGE: label_value(lock) + "\n"})
+    write_context(ws, dockerfile, {steps.LOCK_FILE_IN_IMAGE: label_value(lock) + "\n"})
     lock_file = write_lock(lock, ws.root / f"{image_tag(lock)}.lock.json")
     runner = BuildRunner(engine, ws.logs / f"build-{timestamp()}.log")
     contexts = {name: str(path) for name, path in folders.items()}

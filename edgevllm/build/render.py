@@ -17,9 +17,9 @@ import jinja2
 
 from edgevllm import __version__
 from edgevllm.build.buildreqs import BuildLayout, unread_layout
+from edgevllm.kernel import labels
 from edgevllm.kernel.paths import templates_dir
 from edgevllm.model.spec import EffectiveSpec
-from edgevllm.kernel import labels
 
 TEMPLATE = "vllm.Dockerfile.j2"
 RELABEL_DOCKERFILE = "relabel.Dockerfile"

@@ -21,15 +21,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgevllm import __version__
-from edgevllm.kernel import console
 from edgevllm.build.buildlog import BuildFollower, format_elapsed
+from edgevllm.build.dockerfile import stage_text
+from edgevllm.build.render import relabel_dockerfile
 from edgevllm.engine.docker import BuildOptions, DockerEngine
+from edgevllm.engine.host import check_disk, check_emulation
+from edgevllm.kernel import console
 from edgevllm.kernel.errors import BuildError
 from edgevllm.kernel.fsutil import atomic_dir, atomic_write_json, atomic_write_text
-from edgevllm.build.render import relabel_dockerfile
 from edgevllm.model.spec import EffectiveSpec
-from edgevllm.build.dockerfile import stage_text
-from edgevllm.engine.host import check_disk, check_emulation
+
 
 @dataclass
 class BuildResult:

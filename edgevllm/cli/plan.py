@@ -54,9 +54,14 @@ def plan(c, **values):
 
 def _tree(eff, values: dict, tmp: Path) -> tuple[Path, str]:
     """The tree to evaluate: ``--tree`` as it is, or the build's sources prepared and patched."""
-    from edgevllm.build.pipeline import apply_patches, source_request
+    from edgevllm.build.pipeline import apply_patches
     from edgevllm.model.lock import read_lock
-    from edgevllm.sources.prepare import PreparedSource, SourceRequest, prepare_sources
+    from edgevllm.sources.prepare import (
+        PreparedSource,
+        SourceRequest,
+        prepare_sources,
+        source_request,
+    )
 
     if values.get("tree"):
         given = Path(values["tree"])

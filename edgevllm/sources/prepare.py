@@ -31,6 +31,7 @@ from edgevllm.model.refs import (
     parse_pr_number,
     parse_pr_url,
 )
+from edgevllm.model.spec import EffectiveSpec
 from edgevllm.sources.cherrypick import (
     EMPTY_TREE,
     ResolvedPick,
@@ -499,3 +500,18 @@ def prepare_into(
     for name, source in prepared.items():
         source.tree_dir = out_dir / name
     return lock, prepared
+
+
+def source_request(eff: EffectiveSpec, name: str = "vllm") -> SourceRequest:
+    """What a build spec asks for, as a request: vLLM, or FlashInfer built from source."""
+    src = eff.spec.vllm if name == "vllm" else eff.spec.flashinfer.source
+    if src is None:
+        raise SourceError(f"the spec builds no {name} from source")
+    return SourceRequest.from_cli(
+        name=name,
+        repo=src.repo,
+        ref=src.ref,
+        pr=src.pr,
+        cherry_picks=src.cherry_picks,
+        allow_doc_conflicts=src.allow_doc_conflicts,
+    )
