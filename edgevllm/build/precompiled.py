@@ -43,7 +43,7 @@ from edgevllm.build.runner import (
 )
 from edgevllm.engine.docker import BuildOptions, DockerEngine
 from edgevllm.kernel import console
-from edgevllm.kernel.errors import SpecError
+from edgevllm.kernel.errors import BuildError, SpecError
 from edgevllm.model.lock import (
     ClosureLock,
     KernelsFromLock,
@@ -125,6 +125,9 @@ def precompiled_lock(eff: EffectiveSpec, vllm: PreparedSource, closure: Closure,
 
     lock = prebuilt_lock(eff, closure, staged, engine)
     settings = {**lock.settings, "mode": "precompiled", "vllm_wheel": eff.spec.vllm_wheel}
+    if not (check.release and check.release_tag and check.release_commit):
+        raise BuildError("precompiled mode needs the release whose kernels are reused; "
+                         "none was found for this tree: pass --compile")
     kernels = KernelsFromLock(release=check.release, release_tag=check.release_tag,
                               release_commit=check.release_commit, wheel=wheel.filename,
                               sha256=wheel.sha256, changed=len(check.changed))
@@ -156,7 +159,7 @@ def run_precompiled(eff: EffectiveSpec, ws: Workspace, engine: DockerEngine, loc
     build_args = {"VLLM_VERSION": vllm.pep440_version, **eff.spec.build_args}
     lock = precompiled_lock(eff, vllm, closure, tools, check, wheel, staged, build_args, engine)
     dockerfile = render_dockerfile(eff, staged.env, layout,
-                                   {"release": check.release, "wheel": wheel.filename})
+                                   {"release": check.release or "", "wheel": wheel.filename})
     key = compile_key(dockerfile, {"vllm": vllm.tree_hash, "closure": _pins_key(closure),
                                    "build-tools": _pins_key(tools)}, build_args)
     final_tags = modes.final_image_tags(eff, image_tag(lock))

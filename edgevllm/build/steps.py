@@ -148,7 +148,7 @@ def exported_tree(prepared: PreparedSource) -> Path:
 
 def build_layout(prepared: PreparedSource) -> BuildLayout:
     """What the compile stage installs and runs, read from the tree (a missing file fails here)."""
-    layout = read_build_layout(prepared.tree_dir)
+    layout = read_build_layout(exported_tree(prepared))
     for line in layout.summary():
         console.info(f"  {line}")
     return layout
@@ -165,11 +165,11 @@ def checks_or_skip(
 
 def outcome_labels(record: dict | None, verify: dict, probe: dict) -> dict[str, str]:
     """What is only known once the image is built and checked (added config-only)."""
-    compact = {"separators": (",", ":")}
+    compact = (",", ":")
     return {
-        labels.MODS: json.dumps(_mods_summary(record), **compact),
-        labels.VERIFY: json.dumps(verify, **compact),
-        labels.PROBE: json.dumps(probe, **compact),
+        labels.MODS: json.dumps(_mods_summary(record), separators=compact),
+        labels.VERIFY: json.dumps(verify, separators=compact),
+        labels.PROBE: json.dumps(probe, separators=compact),
     }
 
 
