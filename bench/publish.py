@@ -37,18 +37,32 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from edgevllm.engine.docker import BuildOptions, DockerEngine  # noqa: E402
 from edgevllm.image.layercache import ZstdSettings  # noqa: E402
-from edgevllm.image.publish import (PublishOptions, human, prime_layer_cache,  # noqa: E402
-                                    publish)
+from edgevllm.image.publish import PublishOptions, human, prime_layer_cache, publish  # noqa: E402
 from support.downloads import pypi_download  # noqa: E402
 from support.images import cache_root, python_image  # noqa: E402
 
-WHEELS = ["vllm==0.33.0", "torch==2.13.0", "triton==3.8.0", "nvidia-cublas==13.1.1.3",
-          "nvidia-cudnn-cu13==9.24.0.43", "nvidia-cusparselt-cu13==0.8.1",
-          "nvidia-cufft==12.0.0.61", "nvidia-cusolver==12.0.4.66", "nvidia-cusparse==12.6.3.3",
-          "nvidia-nvjitlink==13.0.88", "nvidia-cuda-nvrtc==13.0.88"]
-PLATFORM_TAGS = ["manylinux_2_34_x86_64", "manylinux_2_28_x86_64", "manylinux_2_27_x86_64",
-                 "manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux2010_x86_64",
-                 "manylinux_2_12_x86_64"]
+WHEELS = [
+    "vllm==0.33.0",
+    "torch==2.13.0",
+    "triton==3.8.0",
+    "nvidia-cublas==13.1.1.3",
+    "nvidia-cudnn-cu13==9.24.0.43",
+    "nvidia-cusparselt-cu13==0.8.1",
+    "nvidia-cufft==12.0.0.61",
+    "nvidia-cusolver==12.0.4.66",
+    "nvidia-cusparse==12.6.3.3",
+    "nvidia-nvjitlink==13.0.88",
+    "nvidia-cuda-nvrtc==13.0.88",
+]
+PLATFORM_TAGS = [
+    "manylinux_2_34_x86_64",
+    "manylinux_2_28_x86_64",
+    "manylinux_2_27_x86_64",
+    "manylinux_2_17_x86_64",
+    "manylinux2014_x86_64",
+    "manylinux2010_x86_64",
+    "manylinux_2_12_x86_64",
+]
 DOCKERFILE = """FROM {base}
 RUN --mount=type=bind,source=.,target=/wheels \\
     python3 -m pip install --no-deps --no-compile --break-system-packages /wheels/*.whl
@@ -71,8 +85,10 @@ def bench_image(engine: DockerEngine) -> str:
                 shutil.copy2(wheel, context / wheel.name)
         (context / "Dockerfile").write_text(DOCKERFILE.format(base=base))
         lines: list[str] = []
-        code = engine.build(BuildOptions(context=context, dockerfile=context / "Dockerfile",
-                                         tags=[tag]), lines.append)
+        code = engine.build(
+            BuildOptions(context=context, dockerfile=context / "Dockerfile", tags=[tag]),
+            lines.append,
+        )
         if code != 0:
             raise SystemExit("building the bench image failed:\n" + "\n".join(lines[-20:]))
     return tag
@@ -86,17 +102,29 @@ def run_gzip_pipe(image: str, out: Path, level: int) -> tuple[float, int]:
     out.mkdir(parents=True, exist_ok=True)
     target = out / "image.tar.gz"
     start = time.perf_counter()
-    subprocess.run(["bash", "-o", "pipefail", "-c",
-                    f'docker save "$1" | gzip -{level} > "$2"', "bench", image, str(target)],
-                   check=True)
+    subprocess.run(
+        [
+            "bash",
+            "-o",
+            "pipefail",
+            "-c",
+            f'docker save "$1" | gzip -{level} > "$2"',
+            "bench",
+            image,
+            str(target),
+        ],
+        check=True,
+    )
     return time.perf_counter() - start, target.stat().st_size
 
 
-def run_publish(engine: DockerEngine, image: str, out: Path, cache: Path,
-                **options) -> tuple[float, int, dict]:
+def run_publish(
+    engine: DockerEngine, image: str, out: Path, cache: Path, **options
+) -> tuple[float, int, dict]:
     start = time.perf_counter()
-    result = publish(engine, PublishOptions(image=image, out_dir=out, force=True,
-                                            layer_cache=cache, **options))
+    result = publish(
+        engine, PublishOptions(image=image, out_dir=out, force=True, layer_cache=cache, **options)
+    )
     return time.perf_counter() - start, result.manifest["total_size"], result.manifest
 
 
@@ -111,9 +139,13 @@ print(time.perf_counter() - start, n, resource.getrusage(resource.RUSAGE_SELF).r
 
 def measure_decompression(manifest: Path) -> tuple[float, int]:
     """Check + decompress the set in a fresh process: seconds and peak RSS (bytes)."""
-    proc = subprocess.run([sys.executable, "-c", DECOMPRESS, str(manifest)], check=True,
-                          capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = subprocess.run(
+        [sys.executable, "-c", DECOMPRESS, str(manifest)],
+        check=True,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     seconds, _, rss_kib = proc.stdout.split()
     return float(seconds), int(rss_kib) * 1024
 
@@ -123,8 +155,9 @@ def one_run(engine: DockerEngine, image: str, args, tmp: Path) -> dict[str, tupl
     print(f"  load average before: {load_average()}", flush=True)
     rows["baseline"] = run_gzip_pipe(image, tmp / "gzip", args.gzip_level)
     shutil.rmtree(tmp / "gzip")
-    rows["cold via save"] = run_publish(engine, image, tmp / "save", tmp / "save-cache",
-                                        read_layer_store=False)[:2]
+    rows["cold via save"] = run_publish(
+        engine, image, tmp / "save", tmp / "save-cache", read_layer_store=False
+    )[:2]
     shutil.rmtree(tmp / "save")
     shutil.rmtree(tmp / "save-cache")
     cache = tmp / "cache"
@@ -147,8 +180,9 @@ def one_run(engine: DockerEngine, image: str, args, tmp: Path) -> dict[str, tupl
         shutil.rmtree(tmp / "primed")
         shutil.rmtree(tmp / "cache")
     if args.also_plain:
-        rows["plain"] = run_publish(engine, image, tmp / "plain", tmp / "unused",
-                                    use_layer_cache=False)[:2]
+        rows["plain"] = run_publish(
+            engine, image, tmp / "plain", tmp / "unused", use_layer_cache=False
+        )[:2]
         shutil.rmtree(tmp / "plain")
     print(f"  load average after: {load_average()}", flush=True)
     return rows
@@ -165,26 +199,36 @@ LABELS = {
 
 
 def report(image_size: int, runs: list[dict[str, tuple[float, int]]], level: int) -> None:
-    median = {key: (statistics.median(r[key][0] for r in runs),
-                    statistics.median(r[key][1] for r in runs)) for key in runs[0]}
+    median = {
+        key: (
+            statistics.median(r[key][0] for r in runs),
+            statistics.median(r[key][1] for r in runs),
+        )
+        for key in runs[0]
+    }
     base_time, base_size = median["baseline"]
     print(f"\nmedians of {len(runs)} run(s); image {human(image_size)} uncompressed")
     print(f"{'method':40} {'time s':>8} {'size':>11} {'vs gzip time':>13} {'size ratio':>11}")
-    print(f"{'docker save | gzip -' + str(level):40} {base_time:8.1f} {human(base_size):>11} "
-          f"{'1.00x':>13} {'1.000':>11}")
+    print(
+        f"{'docker save | gzip -' + str(level):40} {base_time:8.1f} {human(base_size):>11} "
+        f"{'1.00x':>13} {'1.000':>11}"
+    )
     for key, label in LABELS.items():
         if key not in median:
             continue
         seconds, size = median[key]
         size_text = human(size) if size else "-"
         ratio = f"{size / base_size:.3f}" if size else "-"
-        print(f"{label:40} {seconds:8.1f} {size_text:>11} {base_time / seconds:12.2f}x "
-              f"{ratio:>11}")
+        print(f"{label:40} {seconds:8.1f} {size_text:>11} {base_time / seconds:12.2f}x {ratio:>11}")
     seconds, rss = median["decompress"]
-    print(f"decompression memory stated in the manifest: {human(median['_memory'][1])}; "
-          f"measured: check + decompress {seconds:.1f}s, peak RSS {human(rss)}")
-    print(f"layer cache after the cold publish: {human(median['_cache'][1])}; peak RSS of the "
-          f"publishing process: {human(median['_rss'][1])}")
+    print(
+        f"decompression memory stated in the manifest: {human(median['_memory'][1])}; "
+        f"measured: check + decompress {seconds:.1f}s, peak RSS {human(rss)}"
+    )
+    print(
+        f"layer cache after the cold publish: {human(median['_cache'][1])}; peak RSS of the "
+        f"publishing process: {human(median['_rss'][1])}"
+    )
 
 
 def main() -> int:
@@ -192,10 +236,16 @@ def main() -> int:
     parser.add_argument("--image", help="measure this local image (default: the bench image)")
     parser.add_argument("--runs", type=int, default=1, help="repeat and print medians")
     parser.add_argument("--gzip-level", type=int, default=6, help="gzip level (gzip's default 6)")
-    parser.add_argument("--also-prime", action="store_true",
-                        help="also time --prime-cache and the publish that follows it")
-    parser.add_argument("--also-plain", action="store_true",
-                        help="also time the single-stream path (--no-layer-cache)")
+    parser.add_argument(
+        "--also-prime",
+        action="store_true",
+        help="also time --prime-cache and the publish that follows it",
+    )
+    parser.add_argument(
+        "--also-plain",
+        action="store_true",
+        help="also time the single-stream path (--no-layer-cache)",
+    )
     parser.add_argument("--build-only", action="store_true", help="build the bench image, stop")
     args = parser.parse_args()
     engine = DockerEngine()
@@ -210,8 +260,11 @@ def main() -> int:
         print(f"run {number + 1}/{args.runs}", flush=True)
         with tempfile.TemporaryDirectory(prefix="edgevllm-bench-publish-") as tmp:
             runs.append(one_run(engine, image, args, Path(tmp)))
-        print("  " + ", ".join(f"{k} {t:.1f}s" for k, (t, _) in runs[-1].items()
-                               if not k.startswith("_")), flush=True)
+        print(
+            "  "
+            + ", ".join(f"{k} {t:.1f}s" for k, (t, _) in runs[-1].items() if not k.startswith("_")),
+            flush=True,
+        )
     report(size, runs, args.gzip_level)
     return 0
 

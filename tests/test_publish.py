@@ -22,11 +22,18 @@ import pytest
 import zstandard
 
 from edgevllm.engine.docker import DockerEngine
-from edgevllm.kernel.errors import ConfigError, IntegrityError, PublishError
 from edgevllm.image.publish import PublishOptions, default_name, load, parse_size, publish
 from edgevllm.image.tarball import open_tarball
-from support.publish_images import (LOCK, MODS, PROBE, VERIFY, derived_image, remove_everything,
-                                    small_image)
+from edgevllm.kernel.errors import ConfigError, IntegrityError, PublishError
+from support.publish_images import (
+    LOCK,
+    MODS,
+    PROBE,
+    VERIFY,
+    derived_image,
+    remove_everything,
+    small_image,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 MiB = 1 << 20
@@ -74,7 +81,7 @@ def _removed(engine, image_id: str) -> None:
     assert not engine.image_exists(image_id)
 
 
-# --- pure functions ----------------------------------------------------------------------------
+# --- pure functions ------------------------------------------------------------------------------
 def test_parse_size_accepts_units_and_rejects_garbage():
     assert parse_size("2G") == 2 << 30
     assert parse_size("1900M") == 1900 << 20
@@ -92,7 +99,7 @@ def test_default_name_is_file_name_safe():
     assert default_name("vllm:0.11.0+cu130") == "vllm_0.11.0_cu130"
 
 
-# --- publish -----------------------------------------------------------------------------------
+# --- publish -------------------------------------------------------------------------------------
 def test_publish_writes_parts_with_checksums_and_full_manifest(engine, published):
     """Manifest keys the verify task reads; every part's sha256 and size match the files."""
     manifest = json.loads(published.manifest_path.read_text())
@@ -136,8 +143,9 @@ def test_publish_then_remove_then_load_gives_same_image(engine, image, published
 def test_gzip_publish_loads_with_plain_docker_load(engine, image, cli, tmp_path):
     """--format gz is for `docker load < x.tar.gz` users: the real docker reads it as it is."""
     image_id = engine.image_id(image)
-    code, out, err = cli("publish", "--image", image, "--out", str(tmp_path), "--format", "gz",
-                         "--name", "gz")
+    code, out, err = cli(
+        "publish", "--image", image, "--out", str(tmp_path), "--format", "gz", "--name", "gz"
+    )
     assert code == 0, err
     tarball = tmp_path / "gz.tar.gz"
     assert out.split() == [str(tarball), str(tmp_path / "gz.manifest.json")]
@@ -173,13 +181,14 @@ def test_force_replaces_a_split_set_with_one_file(engine, image, tmp_path):
 
 
 def test_publish_of_a_missing_image_is_one_line(cli, tmp_path):
-    code, out, err = cli("publish", "--image", "edgevllm-test-publish-absent:nope",
-                         "--out", str(tmp_path))
+    code, out, err = cli(
+        "publish", "--image", "edgevllm-test-publish-absent:nope", "--out", str(tmp_path)
+    )
     assert code == 4 and "image 'edgevllm-test-publish-absent:nope' not found" in err
     assert "Traceback" not in err and list(tmp_path.iterdir()) == []
 
 
-# --- refusals before anything reaches the engine -----------------------------------------------
+# --- refusals before anything reaches the engine -------------------------------------------------
 def _corrupt_flip(manifest: Path) -> None:
     part = sorted(manifest.parent.glob("*.part001"))[0]
     data = bytearray(part.read_bytes())
@@ -205,14 +214,18 @@ def _corrupt_manifest(manifest: Path) -> None:
     manifest.write_text(json.dumps(data))
 
 
-@pytest.mark.parametrize("corrupt, message", [
-    (_corrupt_flip, "sha256 mismatch"),
-    (_corrupt_truncate, "truncated or corrupt"),
-    (_corrupt_missing, "part is missing"),
-    (_corrupt_manifest, "sha256 mismatch"),
-])
-def test_damaged_sets_are_refused_before_loading(engine, image, published, cli, tmp_path,
-                                                 corrupt, message):
+@pytest.mark.parametrize(
+    "corrupt, message",
+    [
+        (_corrupt_flip, "sha256 mismatch"),
+        (_corrupt_truncate, "truncated or corrupt"),
+        (_corrupt_missing, "part is missing"),
+        (_corrupt_manifest, "sha256 mismatch"),
+    ],
+)
+def test_damaged_sets_are_refused_before_loading(
+    engine, image, published, cli, tmp_path, corrupt, message
+):
     image_id = engine.image_id(image)
     manifest = _copy_set(published, tmp_path)
     corrupt(manifest)
@@ -244,7 +257,7 @@ def test_malformed_manifest_names_the_field(published, tmp_path):
         open_tarball(manifest)
 
 
-# --- bare tarballs -----------------------------------------------------------------------------
+# --- bare tarballs -------------------------------------------------------------------------------
 def _bare_zst(engine, image: str, dest: Path) -> Path:
     with engine.save_stream([image]) as stream, open(dest, "wb") as out:
         zstandard.ZstdCompressor(level=1, write_checksum=True).copy_stream(stream, out)
@@ -291,7 +304,7 @@ def test_not_a_tarball_is_refused(cli, tmp_path):
     assert code == 10 and "neither a tar, gzip nor zstd file" in err
 
 
-# --- interrupt safety --------------------------------------------------------------------------
+# --- interrupt safety ----------------------------------------------------------------------------
 def test_ctrl_c_during_publish_leaves_nothing(python_image_amd64, tmp_path, layer_cache):
     """Ctrl-C while parts are being written: no final name, no temporary (in the output or the
     layer cache), exit 130.
@@ -302,17 +315,35 @@ def test_ctrl_c_during_publish_leaves_nothing(python_image_amd64, tmp_path, laye
     """
     out = tmp_path / "out"
     proc = subprocess.Popen(
-        [sys.executable, "-c", "from edgevllm.cli import main; main()", "publish",
-         "--image", python_image_amd64, "--out", str(out), "--part-size", "4M", "--level", "12"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO, env={**os.environ, "NO_COLOR": "1"},
-        start_new_session=True)  # its own process group, as a terminal's Ctrl-C signals it
+        [
+            sys.executable,
+            "-c",
+            "from edgevllm.cli import main; main()",
+            "publish",
+            "--image",
+            python_image_amd64,
+            "--out",
+            str(out),
+            "--part-size",
+            "4M",
+            "--level",
+            "12",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=REPO,
+        env={**os.environ, "NO_COLOR": "1"},
+        start_new_session=True,
+    )  # its own process group, as a terminal's Ctrl-C signals it
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
         temps = list(out.glob(".*.tmp-*")) if out.exists() else []
         if len(temps) >= 2:
             break
         time.sleep(0.05)
-    assert proc.poll() is None, f"publish ended before it could be interrupted: {proc.stderr.read()}"
+    assert proc.poll() is None, (
+        f"publish ended before it could be interrupted: {proc.stderr.read()}"
+    )
     os.killpg(proc.pid, signal.SIGINT)  # to publish and its `docker save` child alike
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err.decode()
@@ -324,8 +355,10 @@ def test_ctrl_c_during_publish_leaves_nothing(python_image_amd64, tmp_path, laye
 def test_gzip_set_loads_through_inv_load_and_truncation_is_caught(engine, image, tmp_path):
     """The multi-member gzip path of the reader: a whole set loads, a cut copy is refused."""
     image_id = engine.image_id(image)
-    result = publish(engine, PublishOptions(image=image, out_dir=tmp_path / "set", format="gz",
-                                            part_size=4 * MiB))
+    result = publish(
+        engine,
+        PublishOptions(image=image, out_dir=tmp_path / "set", format="gz", part_size=4 * MiB),
+    )
     assert len(result.part_paths) >= 2
     cut = tmp_path / "cut.tar.gz"
     with open(cut, "wb") as out:
@@ -339,7 +372,7 @@ def test_gzip_set_loads_through_inv_load_and_truncation_is_caught(engine, image,
     assert loaded.image_id == image_id and loaded.loaded == [image]
 
 
-# --- the layer cache ---------------------------------------------------------------------------
+# --- the layer cache -----------------------------------------------------------------------------
 class NoSaveEngine(DockerEngine):
     """The real engine with ``docker save`` taken away: a warm publish must not need it."""
 
@@ -360,13 +393,19 @@ def _members(manifest: Path) -> dict[str, bytes]:
             return {m.name: tar.extractfile(m).read() for m in tar if m.isfile()}
 
 
-def test_republish_reads_no_docker_save_and_writes_the_same_bytes(engine, image, tmp_path,
-                                                                  layer_cache):
+def test_republish_reads_no_docker_save_and_writes_the_same_bytes(
+    engine, image, tmp_path, layer_cache
+):
     cache = tmp_path / "cache"
-    cold = publish(engine, PublishOptions(image=image, out_dir=tmp_path / "a", layer_cache=cache,
-                                          read_layer_store=False))
-    warm = publish(NoSaveEngine(), PublishOptions(image=image, out_dir=tmp_path / "b",
-                                                  layer_cache=cache))
+    cold = publish(
+        engine,
+        PublishOptions(
+            image=image, out_dir=tmp_path / "a", layer_cache=cache, read_layer_store=False
+        ),
+    )
+    warm = publish(
+        NoSaveEngine(), PublishOptions(image=image, out_dir=tmp_path / "b", layer_cache=cache)
+    )
     layers = len(set(engine.image_inspect(image)["RootFS"]["Layers"]))
     assert cold.layers.saved and cold.layers.compressed_layers == layers
     assert not warm.layers.saved and warm.layers.cached_layers == layers
@@ -382,16 +421,19 @@ def test_the_archive_is_what_docker_load_and_oci_readers_expect(engine, image, p
     assert docker_manifest[0]["RepoTags"] == [image]
     config = members[docker_manifest[0]["Config"]]
     assert "sha256:" + hashlib.sha256(config).hexdigest() == inspect["Id"]
-    assert ["sha256:" + name.rsplit("/", 1)[1] for name in docker_manifest[0]["Layers"]] \
-        == inspect["RootFS"]["Layers"]
+    assert ["sha256:" + name.rsplit("/", 1)[1] for name in docker_manifest[0]["Layers"]] == inspect[
+        "RootFS"
+    ]["Layers"]
     for name, data in members.items():
         if name.startswith("blobs/sha256/"):
             assert hashlib.sha256(data).hexdigest() == name.rsplit("/", 1)[1], name
     index = json.loads(members["index.json"])
     oci = json.loads(members["blobs/sha256/" + index["manifests"][0]["digest"].split(":")[1]])
     assert oci["config"]["digest"] == inspect["Id"]
-    assert index["manifests"][0]["annotations"]["io.containerd.image.name"] \
+    assert (
+        index["manifests"][0]["annotations"]["io.containerd.image.name"]
         == f"docker.io/library/{image}"
+    )
 
 
 def test_an_image_sharing_layers_compresses_only_its_own(engine, image, tmp_path):
@@ -399,16 +441,18 @@ def test_an_image_sharing_layers_compresses_only_its_own(engine, image, tmp_path
     publish(engine, PublishOptions(image=image, out_dir=tmp_path / "base", layer_cache=cache))
     derived = derived_image(engine, image, "derived")
     try:
-        result = publish(engine, PublishOptions(image=derived, out_dir=tmp_path / "derived",
-                                                layer_cache=cache))
+        result = publish(
+            engine, PublishOptions(image=derived, out_dir=tmp_path / "derived", layer_cache=cache)
+        )
         shared = len(set(engine.image_inspect(image)["RootFS"]["Layers"]))
         assert (result.layers.cached_layers, result.layers.compressed_layers) == (shared, 1)
         image_id = engine.image_id(derived)
         _removed(engine, image_id)
         assert load(engine, result.manifest_path).image_id == image_id
     finally:
-        remove_everything(engine, engine.image_id(derived)) if engine.image_exists(derived) \
-            else None
+        remove_everything(engine, engine.image_id(derived)) if engine.image_exists(
+            derived
+        ) else None
 
 
 def test_a_corrupt_cache_entry_is_evicted_and_compressed_again(engine, image, tmp_path):
@@ -429,13 +473,15 @@ def test_prime_cache_makes_the_first_publish_warm(engine, image, cli, tmp_path):
     code, out, err = cli("publish", "--image", image, "--prime-cache", "--layer-cache", str(cache))
     assert code == 0, err
     assert "compressed into the cache" in err and list(cache.glob("configs/*.json"))
-    result = publish(NoSaveEngine(), PublishOptions(image=image, out_dir=tmp_path / "out",
-                                                    layer_cache=cache))
+    result = publish(
+        NoSaveEngine(), PublishOptions(image=image, out_dir=tmp_path / "out", layer_cache=cache)
+    )
     assert not result.layers.saved
 
 
-def test_manifest_states_the_window_and_load_says_the_memory(engine, image, published, cli,
-                                                             tmp_path):
+def test_manifest_states_the_window_and_load_says_the_memory(
+    engine, image, published, cli, tmp_path
+):
     compression = json.loads(published.manifest_path.read_text())["compression"]
     assert compression["codec"] == "zstd" and compression["long_distance_matching"] is True
     assert compression["window_log"] == 27 and compression["layout"] == "frames-per-layer"
@@ -467,8 +513,9 @@ def test_every_frame_fits_the_declared_window(published):
 def test_a_set_in_the_previous_layout_still_loads(engine, image, tmp_path):
     """A set as edgevllm wrote it before the layer cache: one zstd frame, level 3, no window
     record in the manifest. It loads as it is, and the note says the window bound."""
-    result = publish(engine, PublishOptions(image=image, out_dir=tmp_path, long=0,
-                                            use_layer_cache=False))
+    result = publish(
+        engine, PublishOptions(image=image, out_dir=tmp_path, long=0, use_layer_cache=False)
+    )
     manifest = json.loads(result.manifest_path.read_text())
     manifest["compression"] = {"level": 3, "threads": -1}
     result.manifest_path.write_text(json.dumps(manifest))
@@ -493,12 +540,21 @@ def test_the_reader_takes_the_window_its_manifest_declares_and_no_more(tmp_path)
     with pytest.raises(IntegrityError, match=r"needs a window over 128 MiB.*zstd -d --long=31"):
         with open_tarball(bare).tar_stream() as stream:
             stream.read()
-    manifest = {"schema_version": 1, "name": "w", "format": "zst",
-                "compression": {"window_log": 28},
-                "parts": [{"file": bare.name, "size": len(frame),
-                           "sha256": hashlib.sha256(frame).hexdigest()}],
-                "total_size": len(frame), "uncompressed_size": 100, "image": {}, "labels": {},
-                "tool_version": "test", "created": "2026-01-01T00:00:00Z"}
+    manifest = {
+        "schema_version": 1,
+        "name": "w",
+        "format": "zst",
+        "compression": {"window_log": 28},
+        "parts": [
+            {"file": bare.name, "size": len(frame), "sha256": hashlib.sha256(frame).hexdigest()}
+        ],
+        "total_size": len(frame),
+        "uncompressed_size": 100,
+        "image": {},
+        "labels": {},
+        "tool_version": "test",
+        "created": "2026-01-01T00:00:00Z",
+    }
     path = tmp_path / "w.manifest.json"
     path.write_text(json.dumps(manifest))
     tarset = from_manifest(path)
@@ -513,29 +569,40 @@ def test_bad_long_window_is_one_line(cli, image, tmp_path):
     assert err.count("\n") == 1 and list(tmp_path.iterdir()) == []
 
 
-# --- cold publish from the local layer store -------------------------------------------------------
+# --- cold publish from the local layer store -----------------------------------------------------
 def _require_layer_store(engine) -> None:
     from edgevllm.image.layerstore import LocalLayerStore
 
     if LocalLayerStore.find(engine) is None:
-        pytest.fail("these tests read the engine's overlay2 layer store: run them as root "
-                    "against the local default Docker engine (as .ci/run does)")
+        pytest.fail(
+            "these tests read the engine's overlay2 layer store: run them as root "
+            "against the local default Docker engine (as .ci/run does)"
+        )
 
 
 def test_cold_publish_from_the_layer_store_runs_no_docker_save(engine, image, tmp_path):
     _require_layer_store(engine)
-    via_save = publish(engine, PublishOptions(image=image, out_dir=tmp_path / "save",
-                                              layer_cache=tmp_path / "c1",
-                                              read_layer_store=False))
-    via_store = publish(NoSaveEngine(), PublishOptions(image=image, out_dir=tmp_path / "store",
-                                                       layer_cache=tmp_path / "c2"))
+    via_save = publish(
+        engine,
+        PublishOptions(
+            image=image,
+            out_dir=tmp_path / "save",
+            layer_cache=tmp_path / "c1",
+            read_layer_store=False,
+        ),
+    )
+    via_store = publish(
+        NoSaveEngine(),
+        PublishOptions(image=image, out_dir=tmp_path / "store", layer_cache=tmp_path / "c2"),
+    )
     assert via_save.layers.saved and not via_store.layers.saved and via_store.layers.from_store
     assert via_store.layers.compressed_layers == via_save.layers.compressed_layers > 0
     assert _stream_bytes(via_store) == _stream_bytes(via_save)
 
 
-def test_a_layer_store_giving_other_bytes_falls_back_to_docker_save(engine, image, tmp_path,
-                                                                     monkeypatch):
+def test_a_layer_store_giving_other_bytes_falls_back_to_docker_save(
+    engine, image, tmp_path, monkeypatch
+):
     from edgevllm.image.layerstore import LocalLayerStore
 
     _require_layer_store(engine)
@@ -547,13 +614,13 @@ def test_a_layer_store_giving_other_bytes_falls_back_to_docker_save(engine, imag
 
     monkeypatch.setattr(LocalLayerStore, "tar_blocks", flipped)
     cache = tmp_path / "cache"
-    result = publish(engine, PublishOptions(image=image, out_dir=tmp_path / "a",
-                                            layer_cache=cache))
+    result = publish(engine, PublishOptions(image=image, out_dir=tmp_path / "a", layer_cache=cache))
     assert result.layers.saved and not result.layers.from_store
     image_id = engine.image_id(image)
     _removed(engine, image_id)
     assert load(engine, result.manifest_path).image_id == image_id
     monkeypatch.undo()
-    again = publish(NoSaveEngine(), PublishOptions(image=image, out_dir=tmp_path / "b",
-                                                   layer_cache=cache))
+    again = publish(
+        NoSaveEngine(), PublishOptions(image=image, out_dir=tmp_path / "b", layer_cache=cache)
+    )
     assert _stream_bytes(again) == _stream_bytes(result), "only true bytes were cached"

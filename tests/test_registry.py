@@ -13,9 +13,15 @@ from pathlib import Path
 
 import pytest
 
+from edgevllm.image.registry import (
+    _http_manifest,
+    check_registry,
+    holds_image,
+    push,
+    remote_manifest,
+)
 from edgevllm.kernel.errors import ConfigError, EngineError, RegistryError
 from edgevllm.model.lock import image_tag, parse_lock
-from edgevllm.image.registry import _http_manifest, check_registry, holds_image, push, remote_manifest
 from support.publish_images import LOCK, remove_everything, unique_image
 from support.registry import free_port, local_registry
 
@@ -54,20 +60,27 @@ def test_push_remove_pull_gives_the_same_digest(engine, registry, images, cli):
     image = images("lock", {"io.edgevllm.lock": json.dumps(LOCK)})
     image_id = engine.image_id(image)
     tag = image_tag(parse_lock(json.dumps(LOCK)))
-    code, out, err = cli("push", "--image", image, "--registry", f"{registry}/team",
-                         "--moving-tag", "latest-spark")
+    code, out, err = cli(
+        "push", "--image", image, "--registry", f"{registry}/team", "--moving-tag", "latest-spark"
+    )
     assert code == 0, err
     lines = [line.split() for line in out.splitlines()]
     ref = f"{registry}/team/edgevllm-test-publish-lock:{tag}"
     assert lines[0][0] == ref and lines[0][2] == "pushed"
     digest = lines[0][1]
-    assert lines[1] == [f"{registry}/team/edgevllm-test-publish-lock:latest-spark", digest, "pushed"]
+    assert lines[1] == [
+        f"{registry}/team/edgevllm-test-publish-lock:latest-spark",
+        digest,
+        "pushed",
+    ]
     remove_everything(engine, image_id)
     assert not engine.image_exists(image_id)
     engine.pull(ref)
     assert engine.image_id(ref) == image_id
-    assert f"{registry}/team/edgevllm-test-publish-lock@{digest}" in \
-        engine.image_inspect(ref)["RepoDigests"]
+    assert (
+        f"{registry}/team/edgevllm-test-publish-lock@{digest}"
+        in engine.image_inspect(ref)["RepoDigests"]
+    )
 
 
 def test_pushing_the_same_image_again_is_a_no_op(engine, registry, images):
@@ -93,8 +106,9 @@ def test_immutable_tag_is_never_overwritten(engine, registry, images, cli):
     first = images("clash")
     second = images("clash")
     pushed = push(engine, first, registry, tag="v1", repo="clash")
-    code, out, err = cli("push", "--image", second, "--registry", registry, "--tag", "v1",
-                         "--repo", "clash")
+    code, out, err = cli(
+        "push", "--image", second, "--registry", registry, "--tag", "v1", "--repo", "clash"
+    )
     assert code == 10, err
     assert "already exists with digest" in err and "never overwritten" in err
     assert "Traceback" not in err and out == ""

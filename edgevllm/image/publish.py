@@ -35,18 +35,34 @@ from pathlib import Path
 from typing import IO, Callable
 
 from edgevllm import __version__
-from edgevllm.kernel import console
 from edgevllm.engine.docker import DockerEngine
+from edgevllm.image.layercache import (
+    CorruptEntry,
+    LayerCache,
+    ZstdSettings,
+    default_root,
+    max_bytes_from_env,
+)
+from edgevllm.image.layered import (
+    FrameSink,
+    LayeredStats,
+    UnexpectedSaveLayout,
+    write_from_cache,
+    write_from_save,
+    write_from_store,
+)
+from edgevllm.image.layerstore import LocalLayerStore, StoreUnusable
+from edgevllm.image.tarball import (
+    CHUNK,
+    FORMAT_SUFFIX,
+    MANIFEST_SUFFIX,
+    SCHEMA_VERSION,
+    TarballSet,
+    open_tarball,
+)
+from edgevllm.kernel import console, labels
 from edgevllm.kernel.errors import ConfigError, EngineError, IntegrityError, PublishError
 from edgevllm.kernel.fsutil import atomic_write_json
-from edgevllm.image.layercache import (CorruptEntry, LayerCache, ZstdSettings, default_root,
-                                       max_bytes_from_env)
-from edgevllm.image.layered import (FrameSink, LayeredStats, UnexpectedSaveLayout,
-                                    write_from_cache, write_from_save, write_from_store)
-from edgevllm.image.layerstore import LocalLayerStore, StoreUnusable
-from edgevllm.image.tarball import (CHUNK, FORMAT_SUFFIX, MANIFEST_SUFFIX, SCHEMA_VERSION,
-                                    TarballSet, open_tarball)
-from edgevllm.kernel import labels
 
 # Records the build leaves in the image: a label holding JSON, or a file under RECORD_DIR.
 RECORDS = {
@@ -124,13 +140,25 @@ class ByteProgress:
 
     def __enter__(self) -> "ByteProgress":
         if console.is_tty():
-            from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn,
-                                       TimeElapsedColumn, TransferSpeedColumn)
+            from rich.progress import (
+                BarColumn,
+                DownloadColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TransferSpeedColumn,
+            )
 
-            self._progress = Progress(TextColumn("{task.description}"), BarColumn(),
-                                      DownloadColumn(binary_units=True), TransferSpeedColumn(),
-                                      TimeElapsedColumn(), console=console.err_console(),
-                                      refresh_per_second=4, transient=False)
+            self._progress = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                DownloadColumn(binary_units=True),
+                TransferSpeedColumn(),
+                TimeElapsedColumn(),
+                console=console.err_console(),
+                refresh_per_second=4,
+                transient=False,
+            )
             self._progress.start()
             self._task = self._progress.add_task(self.description, total=self.total)
         return self
@@ -209,7 +237,7 @@ class PartWriter:
             self._handle.write(chunk)
             self._digest.update(chunk)
             self.parts[-1].size += len(chunk)
-            view = view[len(chunk):]
+            view = view[len(chunk) :]
         return written
 
     def flush(self) -> None:
@@ -227,7 +255,7 @@ class PartWriter:
         return [f"{self.stem}{suffix}.part{i:03d}" for i in range(len(self.parts))]
 
     def commit(self, suffix: str) -> None:
-        for part, name in zip(self.parts, self.final_names(suffix)):
+        for part, name in zip(self.parts, self.final_names(suffix), strict=True):
             part.final = self.directory / name
             os.replace(part.tmp, part.final)
             self.renamed.append(part.final)
@@ -346,8 +374,9 @@ def _records_from_files(engine: DockerEngine, ref: str, keys: list[str]) -> dict
                 for name in RECORDS[key][1]:
                     path = Path(tmp) / name
                     if path.is_file():
-                        found[key] = _json_or_none(path.read_text(errors="replace"),
-                                                   f"{RECORD_DIR}/{name} in {ref}")
+                        found[key] = _json_or_none(
+                            path.read_text(errors="replace"), f"{RECORD_DIR}/{name} in {ref}"
+                        )
                         break
     finally:
         engine.remove_container(container)
@@ -355,8 +384,9 @@ def _records_from_files(engine: DockerEngine, ref: str, keys: list[str]) -> dict
 
 
 def image_summary(inspect: dict, saved_tags: list[str]) -> dict:
-    platform = "/".join(p for p in (inspect.get("Os"), inspect.get("Architecture"),
-                                    inspect.get("Variant")) if p)
+    platform = "/".join(
+        p for p in (inspect.get("Os"), inspect.get("Architecture"), inspect.get("Variant")) if p
+    )
     return {
         "id": inspect["Id"],
         "repo_tags": saved_tags,
@@ -411,8 +441,10 @@ def _check_options(options: PublishOptions) -> None:
     if options.format not in COMPRESSORS:
         raise ConfigError(f"--format '{options.format}': use zst or gz")
     if options.long and not 10 <= options.long <= 31:
-        raise ConfigError(f"--long {options.long}: use a window log from 10 to 31 "
-                          f"(27 = 128 MiB, the default), or 0 to turn it off")
+        raise ConfigError(
+            f"--long {options.long}: use a window log from 10 to 31 "
+            f"(27 = 128 MiB, the default), or 0 to turn it off"
+        )
 
 
 def publish(engine: DockerEngine, options: PublishOptions) -> PublishResult:
@@ -440,8 +472,10 @@ def publish(engine: DockerEngine, options: PublishOptions) -> PublishResult:
             "name": name,
             "format": options.format,
             "compression": _compression_record(options, settings),
-            "parts": [{"file": final, "size": p.size, "sha256": p.sha256}
-                      for p, final in zip(writer.parts, writer.final_names(suffix))],
+            "parts": [
+                {"file": final, "size": p.size, "sha256": p.sha256}
+                for p, final in zip(writer.parts, writer.final_names(suffix), strict=True)
+            ],
             "total_size": sum(p.size for p in writer.parts),
             "uncompressed_size": uncompressed,
             "image": image_summary(inspect, _tags(refs)),
@@ -456,8 +490,9 @@ def publish(engine: DockerEngine, options: PublishOptions) -> PublishResult:
         writer.discard()
         raise
     _remove_stale_parts(out_dir, name, suffix, {p.final for p in writer.parts})
-    return PublishResult(manifest_path, manifest, [p.final for p in writer.parts],
-                         time.monotonic() - start, stats)
+    return PublishResult(
+        manifest_path, manifest, [p.final for p in writer.parts], time.monotonic() - start, stats
+    )
 
 
 def _tags(refs: list[str]) -> list[str]:
@@ -473,22 +508,29 @@ def _compression_record(options: PublishOptions, settings: ZstdSettings) -> dict
     return record
 
 
-def _write_set(engine: DockerEngine, options: PublishOptions, settings: ZstdSettings,
-               refs: list[str], inspect: dict,
-               writer: PartWriter) -> tuple[int, LayeredStats | None]:
+def _write_set(
+    engine: DockerEngine,
+    options: PublishOptions,
+    settings: ZstdSettings,
+    refs: list[str],
+    inspect: dict,
+    writer: PartWriter,
+) -> tuple[int, LayeredStats | None]:
     """The compressed stream into ``writer``: per-layer frames from the cache where possible."""
     if options.format != "zst" or not options.use_layer_cache:
         return _stream_save(engine, refs, writer, options, settings, inspect), None
     cache = LayerCache(options.layer_cache or default_root(), settings)
     try:
         try:
-            stats = write_layered(engine, cache, refs, inspect, writer, options.image,
-                                  options.read_layer_store)
+            stats = write_layered(
+                engine, cache, refs, inspect, writer, options.image, options.read_layer_store
+            )
         except CorruptEntry as exc:  # already evicted: this time the layer is compressed afresh
             console.warn(f"{exc}; publishing again")
             writer.reset()
-            stats = write_layered(engine, cache, refs, inspect, writer, options.image,
-                                  options.read_layer_store)
+            stats = write_layered(
+                engine, cache, refs, inspect, writer, options.image, options.read_layer_store
+            )
     except UnexpectedSaveLayout as exc:
         console.warn(f"{exc}; compressing the plain docker save stream instead")
         writer.reset()
@@ -497,9 +539,15 @@ def _write_set(engine: DockerEngine, options: PublishOptions, settings: ZstdSett
     return stats.uncompressed, stats
 
 
-def write_layered(engine: DockerEngine, cache: LayerCache, refs: list[str], inspect: dict,
-                  out: "PartWriter | _Discard", label: str,
-                  read_store: bool = True) -> LayeredStats:
+def write_layered(
+    engine: DockerEngine,
+    cache: LayerCache,
+    refs: list[str],
+    inspect: dict,
+    out: "PartWriter | _Discard",
+    label: str,
+    read_store: bool = True,
+) -> LayeredStats:
     """The per-layer frame stream of an image: from the cache alone when it holds the config
     and every layer, else new layers from the local layer store (when readable) or from one
     ``docker save``; new layers are cached on the way."""
@@ -510,23 +558,38 @@ def write_layered(engine: DockerEngine, cache: LayerCache, refs: list[str], insp
     if config is not None and all(layers.values()):
         total = sum(layer.compressed_size for layer in layers.values())
         with ByteProgress(f"publish {label} (cached layers)", total) as progress:
-            return write_from_cache(FrameSink(out, cache.settings.level), cache, config, layers,
-                                    diff_ids, _tags(refs), progress)
+            return write_from_cache(
+                FrameSink(out, cache.settings.level),
+                cache,
+                config,
+                layers,
+                diff_ids,
+                _tags(refs),
+                progress,
+            )
     total = int(inspect.get("Size") or 0) or None
     store = LocalLayerStore.find(engine) if read_store else None
     if store is not None:
         try:
             with ByteProgress(f"publish {label}", total) as progress:
-                return write_from_store(FrameSink(out, cache.settings.level), cache, store,
-                                        image_id, diff_ids, _tags(refs), progress)
+                return write_from_store(
+                    FrameSink(out, cache.settings.level),
+                    cache,
+                    store,
+                    image_id,
+                    diff_ids,
+                    _tags(refs),
+                    progress,
+                )
         except StoreUnusable as exc:
             console.warn(f"reading the layer store: {exc}; using docker save instead")
             out.reset()
     sink = FrameSink(out, cache.settings.level)
     with ByteProgress(f"publish {label}", total) as progress:
         with engine.save_stream(refs) as stream:
-            return write_from_save(sink, cache, CountingReader(stream, progress), image_id,
-                                   diff_ids, _tags(refs))
+            return write_from_save(
+                sink, cache, CountingReader(stream, progress), image_id, diff_ids, _tags(refs)
+            )
 
 
 class _Discard:
@@ -537,8 +600,9 @@ class _Discard:
         pass
 
 
-def prime_layer_cache(engine: DockerEngine, image: str, settings: ZstdSettings | None = None,
-                      root: Path | None = None) -> LayeredStats:
+def prime_layer_cache(
+    engine: DockerEngine, image: str, settings: ZstdSettings | None = None, root: Path | None = None
+) -> LayeredStats:
     """Compress and cache ``image``'s layers now (e.g. right after a build), so that its
     ``inv publish`` only assembles cached frames. Nothing is written outside the cache."""
     inspect = engine.image_inspect(image)
@@ -551,8 +615,14 @@ def prime_layer_cache(engine: DockerEngine, image: str, settings: ZstdSettings |
     return stats
 
 
-def _stream_save(engine: DockerEngine, refs: list[str], writer: PartWriter,
-                 options: PublishOptions, settings: ZstdSettings, inspect: dict) -> int:
+def _stream_save(
+    engine: DockerEngine,
+    refs: list[str],
+    writer: PartWriter,
+    options: PublishOptions,
+    settings: ZstdSettings,
+    inspect: dict,
+) -> int:
     compress = COMPRESSORS[options.format]
     total = int(inspect.get("Size") or 0) or None
     with ByteProgress(f"publish {options.image}", total) as progress:
@@ -571,9 +641,10 @@ def _warn_low_disk(out_dir: Path, image_size: int, options: PublishOptions) -> N
         cache = options.layer_cache or default_root()
         twice = cache.exists() and cache.stat().st_dev == out_dir.stat().st_dev
     if free < image_size * (1.2 if twice else 0.6):
-        console.warn(f"only {human(free)} free under {out_dir} for a {human(image_size)} image; "
-                     "the compressed output" + (" and the layer cache" if twice else "")
-                     + " may not fit")
+        console.warn(
+            f"only {human(free)} free under {out_dir} for a {human(image_size)} image; "
+            "the compressed output" + (" and the layer cache" if twice else "") + " may not fit"
+        )
 
 
 def _existing_outputs(out_dir: Path, name: str) -> list[Path]:
@@ -591,8 +662,10 @@ def glob_escape(text: str) -> str:
 def _refuse_existing(out_dir: Path, name: str, force: bool) -> None:
     existing = _existing_outputs(out_dir, name)
     if existing and not force:
-        raise PublishError(f"{existing[0]} already exists: pass --force to replace the set, or "
-                           "--name to publish under another name")
+        raise PublishError(
+            f"{existing[0]} already exists: pass --force to replace the set, or "
+            "--name to publish under another name"
+        )
 
 
 def _remove_stale_parts(out_dir: Path, name: str, suffix: str, keep: set) -> None:
@@ -618,8 +691,10 @@ def load(engine: DockerEngine, path: Path | str) -> LoadResult:
         with ByteProgress(f"verify {Path(tarset.describe()).name}", tarset.total_size) as progress:
             tarset.check(progress)
     else:
-        console.warn(f"{tarset.describe()}: no manifest and no .sha256 beside it, so its "
-                     "checksum could not be verified; loading it as it is")
+        console.warn(
+            f"{tarset.describe()}: no manifest and no .sha256 beside it, so its "
+            "checksum could not be verified; loading it as it is"
+        )
     if tarset.format == "zst":
         console.info(decompression_note(tarset))
     loaded = _stream_load(engine, tarset)
@@ -632,10 +707,14 @@ def decompression_note(tarset: TarballSet) -> str:
     record = (tarset.manifest.compression or {}) if tarset.manifest else {}
     if isinstance(record.get("decompression_memory"), int):
         window = human(1 << record.get("window_log", tarset.window_log))
-        return (f"decompression needs {human(record['decompression_memory'])} of memory "
-                f"(zstd window {window})")
-    return (f"decompression needs at most {human(1 << tarset.window_log)} of memory for the "
-            "zstd window (not recorded in the manifest)")
+        return (
+            f"decompression needs {human(record['decompression_memory'])} of memory "
+            f"(zstd window {window})"
+        )
+    return (
+        f"decompression needs at most {human(1 << tarset.window_log)} of memory for the "
+        "zstd window (not recorded in the manifest)"
+    )
 
 
 def _stream_load(engine: DockerEngine, tarset: TarballSet) -> list[str]:
@@ -658,5 +737,6 @@ def _check_loaded(engine: DockerEngine, tarset: TarballSet, loaded: list[str]) -
     if not loaded or ids != {expected}:
         raise IntegrityError(
             f"{tarset.describe()}: the loaded image ({', '.join(sorted(ids)) or 'none'}) is not "
-            f"the one the manifest names ({expected}); the manifest does not match its parts")
+            f"the one the manifest names ({expected}); the manifest does not match its parts"
+        )
     return expected

@@ -19,21 +19,26 @@ from dataclasses import dataclass, field
 
 import requests
 
-from edgevllm.kernel import console
 from edgevllm.engine.docker import DockerEngine
-from edgevllm.kernel.errors import ConfigError, DockerUnavailableError, LockError, RegistryError
 from edgevllm.image.publish import read_records
-from edgevllm.kernel import labels
+from edgevllm.kernel import console, labels
+from edgevllm.kernel.errors import ConfigError, DockerUnavailableError, LockError, RegistryError
 
 TAG_LABEL = labels.TAG
 _TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _REGISTRY_RE = re.compile(r"^[A-Za-z0-9.-]+(:\d+)?(/[a-z0-9]+(?:[._-][a-z0-9]+)*)*$")
 _REPO_RE = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(/[a-z0-9]+(?:[._-][a-z0-9]+)*)*$")
-INDEX_TYPES = ("application/vnd.oci.image.index.v1+json",
-               "application/vnd.docker.distribution.manifest.list.v2+json")
-MANIFEST_ACCEPT = ", ".join(INDEX_TYPES + (
-    "application/vnd.oci.image.manifest.v1+json",
-    "application/vnd.docker.distribution.manifest.v2+json"))
+INDEX_TYPES = (
+    "application/vnd.oci.image.index.v1+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+)
+MANIFEST_ACCEPT = ", ".join(
+    INDEX_TYPES
+    + (
+        "application/vnd.oci.image.manifest.v1+json",
+        "application/vnd.docker.distribution.manifest.v2+json",
+    )
+)
 
 
 @dataclass
@@ -55,27 +60,34 @@ def check_registry(registry: str) -> str:
     """``HOST[:PORT][/NAMESPACE...]``, no scheme, no tag."""
     registry = registry.strip().rstrip("/")
     if "://" in registry:
-        raise ConfigError(f"--registry '{registry}': give HOST[/NAMESPACE] without a scheme "
-                          "(e.g. ghcr.io/me or 127.0.0.1:5000/team)")
+        raise ConfigError(
+            f"--registry '{registry}': give HOST[/NAMESPACE] without a scheme "
+            "(e.g. ghcr.io/me or 127.0.0.1:5000/team)"
+        )
     host = registry.split("/")[0]
     # Without a dot or a port docker would read the host as a Docker Hub namespace.
     looks_like_host = "." in host or ":" in host or host == "localhost"
     if not _REGISTRY_RE.match(registry) or not looks_like_host:
-        raise ConfigError(f"--registry '{registry}': expected HOST[:PORT][/NAMESPACE] with a "
-                          "host that has a dot or a port (e.g. ghcr.io/me, registry:5000/team); "
-                          "namespaces are lower case")
+        raise ConfigError(
+            f"--registry '{registry}': expected HOST[:PORT][/NAMESPACE] with a "
+            "host that has a dot or a port (e.g. ghcr.io/me, registry:5000/team); "
+            "namespaces are lower case"
+        )
     return registry
 
 
 def check_tag(tag: str, flag: str) -> str:
     if not _TAG_RE.match(tag):
-        raise ConfigError(f"{flag} '{tag}': a tag is letters, digits, '_', '.' and '-' "
-                          "(at most 128, not starting with '.' or '-')")
+        raise ConfigError(
+            f"{flag} '{tag}': a tag is letters, digits, '_', '.' and '-' "
+            "(at most 128, not starting with '.' or '-')"
+        )
     return tag
 
 
 def default_repo(image: str, inspect: dict) -> str:
-    """The last path component of the image's repository: ``edgevllm/vllm-spark:x`` → ``vllm-spark``."""
+    """The last path component of the image's repository: ``edgevllm/vllm-spark:x`` →
+    ``vllm-spark``."""
     candidates = [image] if not image.startswith("sha256:") else []
     candidates += list(inspect.get("RepoTags") or [])
     for ref in candidates:
@@ -149,13 +161,17 @@ def _http_manifest(ref: str) -> bytes | None:
     try:
         response = requests.get(url, headers={"Accept": MANIFEST_ACCEPT}, timeout=30)
     except requests.RequestException as exc:
-        raise RegistryError(f"cannot reach the registry {host} ({type(exc).__name__}); "
-                            "check --registry and the network") from None
+        raise RegistryError(
+            f"cannot reach the registry {host} ({type(exc).__name__}); "
+            "check --registry and the network"
+        ) from None
     if response.status_code == 404:
         return None
     if response.status_code in (401, 403):
-        raise RegistryError(f"{host} needs a login to read {name}: install docker buildx so "
-                            "that docker's own credentials are used (docker login first)")
+        raise RegistryError(
+            f"{host} needs a login to read {name}: install docker buildx so "
+            "that docker's own credentials are used (docker login first)"
+        )
     if response.status_code != 200:
         raise RegistryError(f"{url}: HTTP {response.status_code} from the registry")
     return response.content
@@ -184,22 +200,32 @@ def holds_image(engine: DockerEngine, dest: str, raw: bytes, inspect: dict) -> b
 def _platform_child(index: dict, inspect: dict) -> str | None:
     for entry in index.get("manifests") or []:
         platform = entry.get("platform") or {}
-        if (platform.get("os"), platform.get("architecture")) == (inspect.get("Os"),
-                                                                 inspect.get("Architecture")):
+        if (platform.get("os"), platform.get("architecture")) == (
+            inspect.get("Os"),
+            inspect.get("Architecture"),
+        ):
             return entry.get("digest")
     return None
 
 
 # --- push --------------------------------------------------------------------------------------
-def push(engine: DockerEngine, image: str, registry: str, tag: str | None = None,
-         moving_tags: list[str] | tuple = (), repo: str | None = None) -> PushResult:
+def push(
+    engine: DockerEngine,
+    image: str,
+    registry: str,
+    tag: str | None = None,
+    moving_tags: list[str] | tuple = (),
+    repo: str | None = None,
+) -> PushResult:
     registry = check_registry(registry)
     inspect = engine.image_inspect(image)
     labels = (inspect.get("Config") or {}).get("Labels") or {}
     tag = tag or immutable_tag(engine, image, labels)
     if not tag:
-        raise ConfigError(f"image '{image}' carries no lock and no {TAG_LABEL} label: pass "
-                          "--tag TAG for its immutable tag")
+        raise ConfigError(
+            f"image '{image}' carries no lock and no {TAG_LABEL} label: pass "
+            "--tag TAG for its immutable tag"
+        )
     check_tag(tag, "--tag")
     for moving in moving_tags:
         check_tag(moving, "--moving-tag")
@@ -218,8 +244,9 @@ def push(engine: DockerEngine, image: str, registry: str, tag: str | None = None
     return result
 
 
-def _push_immutable(engine: DockerEngine, image: str, dest: str, tag: str,
-                    inspect: dict) -> PushedTag:
+def _push_immutable(
+    engine: DockerEngine, image: str, dest: str, tag: str, inspect: dict
+) -> PushedTag:
     ref = f"{dest}:{tag}"
     existing = remote_manifest(engine, ref)
     if existing is not None:
@@ -229,12 +256,14 @@ def _push_immutable(engine: DockerEngine, image: str, dest: str, tag: str,
         raise RegistryError(
             f"{ref} already exists with digest {_digest(existing)}, a different image than "
             f"{image} ({inspect['Id'][:19]}): an immutable tag is never overwritten; rebuild "
-            "from a new lock or push with another --tag")
+            "from a new lock or push with another --tag"
+        )
     engine.tag(image, ref)
     console.step(f"pushing {ref}")
     digest = engine.push(ref)
     after = remote_manifest(engine, ref)
     if after is None or _digest(after) != digest:
-        raise RegistryError(f"{ref}: the registry does not return the pushed digest {digest}; "
-                            "check the registry")
+        raise RegistryError(
+            f"{ref}: the registry does not return the pushed digest {digest}; check the registry"
+        )
     return PushedTag(ref, digest, "pushed")

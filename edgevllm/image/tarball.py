@@ -83,8 +83,10 @@ def read_manifest(path: Path) -> ManifestModel:
         raise IntegrityError(f"{path}: not a tarball manifest (expected a JSON object)")
     model = parse_model(ManifestModel, data, str(path), IntegrityError)
     if model.schema_version != SCHEMA_VERSION:
-        raise IntegrityError(f"{path}: schema_version {model.schema_version} is not supported "
-                             f"(this edgevllm reads {SCHEMA_VERSION}); upgrade edgevllm")
+        raise IntegrityError(
+            f"{path}: schema_version {model.schema_version} is not supported "
+            f"(this edgevllm reads {SCHEMA_VERSION}); upgrade edgevllm"
+        )
     if model.format not in ("zst", "gz"):
         raise IntegrityError(f"{path}: field 'format': '{model.format}' is not zst or gz")
     if not model.parts:
@@ -129,8 +131,9 @@ class TarballSet:
     @property
     def decompression_memory(self) -> int | None:
         """Bytes one decoder needs, as the manifest states it (None: not stated)."""
-        stated = (self.manifest.compression or {}).get("decompression_memory") \
-            if self.manifest else None
+        stated = (
+            (self.manifest.compression or {}).get("decompression_memory") if self.manifest else None
+        )
         return stated if isinstance(stated, int) else None
 
     @property
@@ -156,7 +159,8 @@ class TarballSet:
             if digest.hexdigest() != part.sha256:
                 raise IntegrityError(
                     f"{part.path}: sha256 mismatch (part {index + 1} of {len(self.parts)}): the "
-                    "file is corrupt; copy it again from the source")
+                    "file is corrupt; copy it again from the source"
+                )
         self.checked = True
 
     @contextlib.contextmanager
@@ -180,12 +184,15 @@ class TarballSet:
 
 def _check_present(part: Part) -> None:
     if not part.path.is_file():
-        raise IntegrityError(f"{part.path}: part is missing; copy every part listed in the "
-                             "manifest into the same folder")
+        raise IntegrityError(
+            f"{part.path}: part is missing; copy every part listed in the "
+            "manifest into the same folder"
+        )
     if part.size is not None and part.path.stat().st_size != part.size:
         raise IntegrityError(
             f"{part.path}: size {part.path.stat().st_size} bytes, the manifest says {part.size}: "
-            "the file is truncated or corrupt; copy it again")
+            "the file is truncated or corrupt; copy it again"
+        )
 
 
 class _ConcatReader(io.RawIOBase):
@@ -217,11 +224,13 @@ class _ConcatReader(io.RawIOBase):
 
     def _finish_part(self, part: Part) -> None:
         if part.size is not None and self._seen != part.size:
-            raise IntegrityError(f"{part.path}: changed while being read ({self._seen} bytes, "
-                                 f"expected {part.size})")
+            raise IntegrityError(
+                f"{part.path}: changed while being read ({self._seen} bytes, expected {part.size})"
+            )
         if part.sha256 and self._digest.hexdigest() != part.sha256:
-            raise IntegrityError(f"{part.path}: sha256 mismatch: the file is corrupt; copy it "
-                                 "again from the source")
+            raise IntegrityError(
+                f"{part.path}: sha256 mismatch: the file is corrupt; copy it again from the source"
+            )
 
     def readinto(self, buffer) -> int:
         while self._handle is not None:
@@ -246,8 +255,7 @@ class _ConcatReader(io.RawIOBase):
 class _DecompressReader(io.RawIOBase):
     """Decompresses zstd (all frames, checksummed, truncation detected) or gzip (all members)."""
 
-    def __init__(self, raw: IO[bytes], fmt: str, label: str,
-                 window_log: int = DEFAULT_WINDOW_LOG):
+    def __init__(self, raw: IO[bytes], fmt: str, label: str, window_log: int = DEFAULT_WINDOW_LOG):
         self._label = label
         self._chunks = _decompressed_chunks(raw, fmt, label, window_log)
         self._pending = memoryview(b"")
@@ -267,8 +275,9 @@ class _DecompressReader(io.RawIOBase):
         return count
 
 
-def _decompressed_chunks(raw: IO[bytes], fmt: str, label: str,
-                         window_log: int = DEFAULT_WINDOW_LOG) -> Iterator[bytes]:
+def _decompressed_chunks(
+    raw: IO[bytes], fmt: str, label: str, window_log: int = DEFAULT_WINDOW_LOG
+) -> Iterator[bytes]:
     if fmt == "zst":
         yield from _zstd_chunks(raw, label, window_log)
     elif fmt == "gz":
@@ -278,8 +287,9 @@ def _decompressed_chunks(raw: IO[bytes], fmt: str, label: str,
             yield block
 
 
-def _zstd_chunks(raw: IO[bytes], label: str, window_log: int = DEFAULT_WINDOW_LOG
-                 ) -> Iterator[bytes]:
+def _zstd_chunks(
+    raw: IO[bytes], label: str, window_log: int = DEFAULT_WINDOW_LOG
+) -> Iterator[bytes]:
     # decompressobj() rather than stream_reader(): the latter ends silently on a truncated frame.
     # The window limit is what the manifest declares: a frame asking for more is refused.
     dctx = zstandard.ZstdDecompressor(max_window_size=1 << window_log)
@@ -292,7 +302,12 @@ def _zstd_chunks(raw: IO[bytes], label: str, window_log: int = DEFAULT_WINDOW_LO
                 if out:
                     yield out
                 if obj.eof:  # a frame ended; what follows starts the next frame
-                    data, obj, fed, frames = obj.unused_data, dctx.decompressobj(), False, frames + 1
+                    data, obj, fed, frames = (
+                        obj.unused_data,
+                        dctx.decompressobj(),
+                        False,
+                        frames + 1,
+                    )
                 else:
                     data = b""
     except zstandard.ZstdError as exc:
@@ -300,11 +315,16 @@ def _zstd_chunks(raw: IO[bytes], label: str, window_log: int = DEFAULT_WINDOW_LO
             raise IntegrityError(
                 f"{label}: a zstd frame needs a window over {1 << window_log >> 20} MiB (the most "
                 "its manifest declares, else zstd's default); decompress it with "
-                "'zstd -d --long=31'") from None
-        raise IntegrityError(f"{label}: the zstd stream is corrupt ({exc}); copy it again") from None
+                "'zstd -d --long=31'"
+            ) from None
+        raise IntegrityError(
+            f"{label}: the zstd stream is corrupt ({exc}); copy it again"
+        ) from None
     if fed or not frames:
-        raise IntegrityError(f"{label}: the zstd stream is truncated (it ends inside a frame); "
-                             "copy it again or check that every part is there")
+        raise IntegrityError(
+            f"{label}: the zstd stream is truncated (it ends inside a frame); "
+            "copy it again or check that every part is there"
+        )
 
 
 def _gzip_chunks(raw: IO[bytes], label: str) -> Iterator[bytes]:
@@ -313,10 +333,14 @@ def _gzip_chunks(raw: IO[bytes], label: str) -> Iterator[bytes]:
         while block := reader.read(CHUNK):
             yield block
     except EOFError:
-        raise IntegrityError(f"{label}: the gzip stream is truncated; copy it again or check "
-                             "that every part is there") from None
+        raise IntegrityError(
+            f"{label}: the gzip stream is truncated; copy it again or check "
+            "that every part is there"
+        ) from None
     except (gzip.BadGzipFile, zlib.error, OSError) as exc:
-        raise IntegrityError(f"{label}: the gzip stream is corrupt ({exc}); copy it again") from None
+        raise IntegrityError(
+            f"{label}: the gzip stream is corrupt ({exc}); copy it again"
+        ) from None
 
 
 # --- finding the parts -------------------------------------------------------------------------
@@ -336,11 +360,15 @@ def open_tarball(path: Path | str) -> TarballSet:
     if sibling is not None:
         return from_manifest(sibling)
     if not path.is_file():
-        raise IntegrityError(f"{path}: no such file; pass a manifest (*.manifest.json) or a "
-                             "tarball (.tar, .tar.gz, .tar.zst)")
+        raise IntegrityError(
+            f"{path}: no such file; pass a manifest (*.manifest.json) or a "
+            "tarball (.tar, .tar.gz, .tar.zst)"
+        )
     if _PART_RE.match(path.name):
-        raise IntegrityError(f"{path}: a part of a split tarball, but its manifest is not beside "
-                             "it; copy <name>.manifest.json into the same folder")
+        raise IntegrityError(
+            f"{path}: a part of a split tarball, but its manifest is not beside "
+            "it; copy <name>.manifest.json into the same folder"
+        )
     return TarballSet([Part(path, None, _sidecar_sha256(path))], sniff_format(path))
 
 
@@ -392,5 +420,7 @@ def sniff_format(path: Path) -> str:
         return "gz"
     if len(head) >= 262 and head[257:262] == b"ustar":
         return "tar"
-    raise IntegrityError(f"{path}: neither a tar, gzip nor zstd file; pass a tarball made by "
-                         "'inv publish' or 'docker save'")
+    raise IntegrityError(
+        f"{path}: neither a tar, gzip nor zstd file; pass a tarball made by "
+        "'inv publish' or 'docker save'"
+    )

@@ -27,7 +27,8 @@ MODS = [{"name": "fastsafetensors", "version": "0.3.2", "status": "applied"}]
 SMALL_DOCKERFILE = """FROM {base} AS src
 FROM scratch
 COPY --from=src /usr/lib/python3/dist-packages/ /usr/lib/python3/dist-packages/
-COPY --from=src /usr/lib/x86_64-linux-gnu/libpython3.11.so.1.0 /usr/lib/x86_64-linux-gnu/libcrypto.so.3 /usr/lib/x86_64-linux-gnu/
+COPY --from=src /usr/lib/x86_64-linux-gnu/libpython3.11.so.1.0 \\
+    /usr/lib/x86_64-linux-gnu/libcrypto.so.3 /usr/lib/x86_64-linux-gnu/
 COPY mods.json /opt/edgevllm/mods.json
 """
 
@@ -42,17 +43,29 @@ def records_labels(extra: dict[str, str] | None = None) -> dict[str, str]:
     return {**labels, **(extra or {})}
 
 
-def _build(engine: DockerEngine, dockerfile_text: str, files: dict[str, bytes], tag: str,
-           labels: dict[str, str]) -> str:
+def _build(
+    engine: DockerEngine,
+    dockerfile_text: str,
+    files: dict[str, bytes],
+    tag: str,
+    labels: dict[str, str],
+) -> str:
     with tempfile.TemporaryDirectory(prefix=PREFIX) as tmp:
         context = Path(tmp)
         (context / "Dockerfile").write_text(dockerfile_text)
         for name, data in files.items():
             (context / name).write_bytes(data)
         lines: list[str] = []
-        code = engine.build(BuildOptions(context=context, dockerfile=context / "Dockerfile",
-                                         platform="linux/amd64", tags=[tag], labels=labels),
-                            lines.append)
+        code = engine.build(
+            BuildOptions(
+                context=context,
+                dockerfile=context / "Dockerfile",
+                platform="linux/amd64",
+                tags=[tag],
+                labels=labels,
+            ),
+            lines.append,
+        )
         if code != 0:
             raise RuntimeError(f"building {tag} failed:\n" + "\n".join(lines[-30:]))
     return tag

@@ -41,14 +41,18 @@ def free_port() -> int:
 def local_registry() -> Iterator[str]:
     binary = shutil.which("docker-registry") or shutil.which("registry")
     if binary is None:
-        raise RuntimeError("the registry tests need a Docker registry server: "
-                           "apt-get install docker-registry (Debian)")
+        raise RuntimeError(
+            "the registry tests need a Docker registry server: "
+            "apt-get install docker-registry (Debian)"
+        )
     with tempfile.TemporaryDirectory(prefix="edgevllm-test-registry-") as tmp:
         port = free_port()
         config = Path(tmp) / "config.yml"
         config.write_text(CONFIG.format(root=Path(tmp) / "storage", port=port))
         log = open(Path(tmp) / "registry.log", "wb")
-        proc = subprocess.Popen([binary, "serve", str(config)], stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [binary, "serve", str(config)], stdout=log, stderr=subprocess.STDOUT
+        )
         try:
             _wait_ready(proc, port, Path(tmp) / "registry.log")
             yield f"127.0.0.1:{port}"
