@@ -192,7 +192,8 @@ def check_index(url: str, timeout: float = 15) -> None:
         reason = type(exc).__name__
         raise IndexUnreachable(
             f"package index {url} is unreachable ({reason}); offline, rebuild from a lock whose "
-            "wheels are cached (inv build --lock LOCK), or point --index-url at a mirror") from None
+            "wheels are cached (inv build --lock LOCK), or set the target's torch.index_url to "
+            "a mirror") from None
 
 
 def resolve_closure(requirements: list[str], *, platform: str, python_version: str,
