@@ -4,6 +4,7 @@ message saying what to install; nothing is skipped silently."""
 from __future__ import annotations
 
 import os
+import signal
 import shutil
 import subprocess
 import sys
@@ -16,6 +17,11 @@ sys.path.insert(0, str(REPO / "tests"))  # tests/support as a package "support"
 # Published layers are cached by the publisher; on a test machine keep that cache small (a
 # real-image publish compresses ~4 GB of layers) so the suite fits the disk of a 2-core CI box.
 os.environ.setdefault("EDGEVLLM_LAYER_CACHE_MAX", str(6 << 30))
+# A shell starts a background job with SIGINT ignored, and a child process inherits that: the
+# Ctrl-C tests would then signal processes that cannot hear it. A handler (not "ignore") is reset
+# to the default in every child, so the commands under test react to SIGINT as in a terminal.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")

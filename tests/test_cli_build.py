@@ -59,7 +59,8 @@ def test_too_little_disk(cli, tmp_path, engine):
         "huge",
         "--out",
         str(tmp_path / "out"),
-        env={"EDGEVLLM_TARGETS_PATH": str(tmp_path)},
+        # EDGEVLLM_MIN_DISK_GB (set for the e2e fixtures) would replace the target's figure
+        env={"EDGEVLLM_TARGETS_PATH": str(tmp_path), "EDGEVLLM_MIN_DISK_GB": ""},
     )
     assert_one_line(code, stderr, 3, "GB free under")
 

@@ -229,6 +229,15 @@ def json_file(path, keep_data):
     return facts
 
 
+def has_module(name):
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 JIT_KERNEL = "__global__ void edgevllm_probe(float* x) { x[0] = 1.0f; }\n"
 
 
@@ -290,7 +299,9 @@ def main(argv):
     if facts["imports"].get("fastsafetensors", {}).get("ok"):
         cudart = os.environ.get("FASTSAFETENSORS_CUDART_LIB") or "libcudart.so"
         facts["cudart"] = dlopen_facts(cudart)
-    if facts["imports"].get("flashinfer", {}).get("ok"):
+    if facts["imports"].get("flashinfer", {}).get("ok") and has_module("flashinfer.jit"):
+        # FlashInfer compiles its kernels at run time (flashinfer.jit); a build without a JIT
+        # (a stand-in, or one that ships every kernel) needs no toolchain in the image.
         facts["jit"] = jit_facts(args.target_arch, args.import_timeout)
     if "vllm" in args.component:
         facts["vllm_extensions"] = extension_facts("vllm", args.import_timeout)
