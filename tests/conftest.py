@@ -4,8 +4,8 @@ message saying what to install; nothing is skipped silently."""
 from __future__ import annotations
 
 import os
-import signal
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
