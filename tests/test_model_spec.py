@@ -133,3 +133,16 @@ def test_every_flag_with_a_field_names_a_real_spec_field():
                 ),
                 None,
             )
+
+
+def test_publish_cache_is_a_build_step_not_an_image_input():
+    """--publish-cache reaches the spec, but nothing that shapes the image (the lock's settings,
+    hence the immutable tag) depends on it."""
+    from edgevllm.build.steps import lock_settings
+
+    overrides = spec_overrides({"publish_cache": True})
+    assert overrides == {"publish_cache": True}
+    primed = resolve(load_spec("spark", overrides=overrides))
+    plain = resolve(load_spec("spark"))
+    assert primed.spec.publish_cache and not plain.spec.publish_cache
+    assert lock_settings(primed) == lock_settings(plain)

@@ -30,6 +30,7 @@ from support.publish_images import (
     MODS,
     PROBE,
     VERIFY,
+    NoSaveEngine,
     derived_image,
     remove_everything,
     small_image,
@@ -373,13 +374,6 @@ def test_gzip_set_loads_through_inv_load_and_truncation_is_caught(engine, image,
 
 
 # --- the layer cache -----------------------------------------------------------------------------
-class NoSaveEngine(DockerEngine):
-    """The real engine with ``docker save`` taken away: a warm publish must not need it."""
-
-    def save_stream(self, refs):
-        raise AssertionError(f"docker save {refs} was called")
-
-
 def _stream_bytes(result) -> bytes:
     return b"".join(path.read_bytes() for path in result.part_paths)
 

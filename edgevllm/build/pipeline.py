@@ -38,6 +38,7 @@ from edgevllm.build.steps import (
     exported_tree,
     lock_settings,
     outcome_labels,
+    prime_publish_cache,
     print_mods,
     read_mods_record,
     stage_mods,
@@ -219,7 +220,10 @@ def build(
     eff = resolve(spec)
     ws = Workspace(out / eff.target.name)
     preflight(eff, engine, out)
-    return run(eff, ws, engine, lock_path=lock_path)
+    result = run(eff, ws, engine, lock_path=lock_path)
+    if eff.spec.publish_cache:
+        result.publish_cache = prime_publish_cache(engine, result.image)
+    return result
 
 
 def precompiled_or_sources(

@@ -44,6 +44,7 @@ class BuildResult:
     mods_record: dict | None = None
     verify: dict | None = None
     probe: dict | None = None
+    publish_cache: dict | None = None  # set when the build primed the publish layer cache
 
 
 @dataclass
@@ -172,7 +173,8 @@ def summary_json(result: BuildResult) -> dict:
         "image": result.image, "tags": result.tags, "image_id": result.image_id,
         "lock": str(result.lock_path), "log": str(result.log_path),
         "compiled": result.compiled, "mods": result.mods_record, "verify": result.verify,
-        "probe": result.probe, "tool_version": __version__,
+        "probe": result.probe, "publish_cache": result.publish_cache,
+        "tool_version": __version__,
     }
 
 

@@ -47,6 +47,22 @@ def cli_task(*task_args, **task_kwargs) -> Callable:
     return decorate
 
 
+def flag_task(flags, *extra: inspect.Parameter, help_extra: dict[str, str]) -> Callable:
+    """A ``cli_task`` whose options are ``flags`` from the flag table (plus ``extra``
+    parameters): the task body receives them as ``**values``."""
+    from edgevllm.model.flags import help_for, iterable_for, signature
+
+    def decorate(fn: Callable) -> Callable:
+        fn.__signature__ = signature(flags, *extra)  # type: ignore[attr-defined]
+        return cli_task(
+            help={**help_for(flags), **help_extra},
+            iterable=iterable_for(flags),
+            auto_shortflags=False,
+        )(fn)
+
+    return decorate
+
+
 def _flags_not_positionals(fn: Callable, positional: list[str]
                            ) -> tuple[inspect.Signature, list[str]]:
     """The task's signature where each required argument not named ``positional`` is a flag

@@ -5,17 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from edgevllm.cli._common import cli_task
+from edgevllm.cli._common import cli_task, flag_task
 from edgevllm.kernel import console
-from edgevllm.model.flags import (
-    BUILD_FLAGS,
-    OUT_FLAG,
-    help_for,
-    iterable_for,
-    param,
-    signature,
-    spec_overrides,
-)
+from edgevllm.model.flags import BUILD_FLAGS, OUT_FLAG, param, spec_overrides
 
 
 def spec_from_flags(values: dict, verify: bool = True):
@@ -34,20 +26,6 @@ def spec_from_flags(values: dict, verify: bool = True):
     return load_spec(target, spec, overrides)
 
 
-def _flag_task(flags, *extra, help_extra: dict[str, str]):
-    """A task whose options are ``flags`` from the table (plus ``extra`` parameters)."""
-
-    def decorate(fn):
-        fn.__signature__ = signature(flags, *extra)
-        return cli_task(
-            help={**help_for(flags), **help_extra},
-            iterable=iterable_for(flags),
-            auto_shortflags=False,
-        )(fn)
-
-    return decorate
-
-
 @cli_task(help={"as_json": "print the targets as JSON"})
 def targets(c, as_json=False):
     """List the build targets (one YAML file each under targets/)."""
@@ -61,7 +39,7 @@ def targets(c, as_json=False):
         print_targets(found)
 
 
-@_flag_task(
+@flag_task(
     BUILD_FLAGS,
     param("out", "out/render"),
     help_extra={"out": "folder for the Dockerfile and build context"},
@@ -74,7 +52,7 @@ def render(c, **values):
     console.info(f"wrote {written}")
 
 
-@_flag_task(
+@flag_task(
     BUILD_FLAGS,
     param("out", "out"),
     param("verify", True),

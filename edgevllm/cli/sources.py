@@ -5,101 +5,66 @@ from __future__ import annotations
 
 import json
 
-from edgevllm.cli._common import cli_task
+from edgevllm.cli._common import flag_task
 from edgevllm.kernel import console
 from edgevllm.kernel.errors import ConfigError
-from edgevllm.kernel.kv import split_csv
 from edgevllm.kernel.labels import LOCK_FILENAME
-from edgevllm.model.flags import SOURCE_FLAGS, help_for
+from edgevllm.model.flags import SOURCE_FLAGS, param, spec_overrides
 
-_HELP = {
-    **help_for(f for f in SOURCE_FLAGS if f.name != "flashinfer_version"),  # PyPI only
-    "out": f"folder for the prepared trees (<out>/vllm, <out>/flashinfer) and "
-    f"<out>/{LOCK_FILENAME}",
-    "dry-run": "print the plan and exit; nothing is fetched or written",
-    "lock": "rebuild the sources of this lock file exactly (by SHA)",
-    "target": "target name recorded in the lock (thor, spark, ...)",
-}
+# The build's source flags, less FlashInfer's PyPI version (no source tree to prepare).
+TASK_FLAGS = tuple(f for f in SOURCE_FLAGS if f.name != "flashinfer_version")
 
 
-def build_requests(
-    vllm_repo=None,
-    vllm_ref=None,
-    vllm_pr=None,
-    cherry_pick=None,
-    allow_doc_conflicts=False,
-    flashinfer_repo=None,
-    flashinfer_ref=None,
-    flashinfer_pr=None,
-    flashinfer_cherry_pick=None,
-) -> list:
-    """Requests from flag values; FlashInfer only when one of its flags is given."""
+def build_requests(values: dict) -> list:
+    """Requests from flag values, parsed as ``inv build`` parses them (the flag table's
+    ``spec_overrides``); FlashInfer only when one of its flags is given."""
+    from edgevllm.model.spec import DEFAULT_VLLM_REF
     from edgevllm.sources.prepare import SourceRequest
 
-    if not (vllm_repo or vllm_ref or vllm_pr):  # the same default as `inv build`
-        from edgevllm.model.spec import DEFAULT_VLLM_REF
-
-        vllm_ref = DEFAULT_VLLM_REF
-    requests = [
+    data = spec_overrides(values, TASK_FLAGS)
+    vllm = data.get("vllm") or {"ref": DEFAULT_VLLM_REF}  # the same default as `inv build`
+    sections = {"vllm": vllm}
+    if "source" in data.get("flashinfer", {}):
+        sections["flashinfer"] = data["flashinfer"]["source"]
+    return [
         SourceRequest.from_cli(
-            "vllm", vllm_repo, vllm_ref, vllm_pr, split_csv(cherry_pick), allow_doc_conflicts
+            name,
+            section.get("repo"),
+            section.get("ref"),
+            section.get("pr"),
+            section.get("cherry_picks"),
+            bool(section.get("allow_doc_conflicts")),
         )
+        for name, section in sections.items()
     ]
-    if flashinfer_repo or flashinfer_ref or flashinfer_pr or flashinfer_cherry_pick:
-        requests.append(
-            SourceRequest.from_cli(
-                "flashinfer",
-                flashinfer_repo,
-                flashinfer_ref,
-                flashinfer_pr,
-                split_csv(flashinfer_cherry_pick),
-                allow_doc_conflicts,
-            )
-        )
-    return requests
 
 
-@cli_task(
-    help={k.replace("_", "-"): v for k, v in _HELP.items()},
-    iterable=["cherry_pick", "flashinfer_cherry_pick"],
-    auto_shortflags=False,
+@flag_task(
+    TASK_FLAGS,
+    param("out"),
+    param("dry_run", False),
+    param("lock"),
+    param("target"),
+    help_extra={
+        "out": f"folder for the prepared trees (<out>/vllm, <out>/flashinfer) and "
+        f"<out>/{LOCK_FILENAME}",
+        "dry_run": "print the plan and exit; nothing is fetched or written",
+        "lock": "rebuild the sources of this lock file exactly (by SHA)",
+        "target": "target name recorded in the lock (thor, spark, ...)",
+    },
 )
-def sources(
-    c,
-    vllm_repo=None,
-    vllm_ref=None,
-    vllm_pr=None,
-    cherry_pick=None,
-    allow_doc_conflicts=False,
-    flashinfer_repo=None,
-    flashinfer_ref=None,
-    flashinfer_pr=None,
-    flashinfer_cherry_pick=None,
-    out=None,
-    dry_run=False,
-    lock=None,
-    target=None,
-):
+def sources(c, **values):
     """Resolve and prepare source trees and write their lock, without building an image."""
     from edgevllm.model.lock import image_tag, lock_hash, read_lock
     from edgevllm.model.targets import load_target
     from edgevllm.sources.prepare import prepare_into, requests_from_lock, summarize
 
+    out, lock, target = values.get("out"), values.get("lock"), values.get("target")
     if target is not None:
         load_target(target)  # an unknown target fails here, naming the known ones
     base_lock = None
     if lock:
-        flags = [
-            vllm_repo,
-            vllm_ref,
-            vllm_pr,
-            cherry_pick,
-            flashinfer_repo,
-            flashinfer_ref,
-            flashinfer_pr,
-            flashinfer_cherry_pick,
-        ]
-        if any(flags):
+        if any(values.get(f.name) for f in TASK_FLAGS if f.kind != "bool"):
             raise ConfigError(
                 "--lock rebuilds exactly what the lock records; drop the "
                 "--vllm-*/--flashinfer-*/--cherry-pick flags"
@@ -112,18 +77,8 @@ def sources(
             )
         requests = requests_from_lock(base_lock)
     else:
-        requests = build_requests(
-            vllm_repo,
-            vllm_ref,
-            vllm_pr,
-            cherry_pick,
-            allow_doc_conflicts,
-            flashinfer_repo,
-            flashinfer_ref,
-            flashinfer_pr,
-            flashinfer_cherry_pick,
-        )
-    if dry_run:
+        requests = build_requests(values)
+    if values.get("dry_run"):
         for request in requests:
             for line in request.plan():
                 print(line)

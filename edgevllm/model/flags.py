@@ -54,9 +54,10 @@ SOURCE_FLAGS: tuple[Flag, ...] = (
     ),
     Flag(
         "cherry_pick",
-        "apply onto the base, in order (repeatable): N, PR URL, full SHA, REPO#N, REPO@SHA",
+        "apply onto the base, in order (repeatable or comma-separated): N, PR URL, full SHA, "
+        "REPO#N, REPO@SHA",
         "vllm.cherry_picks",
-        "list",
+        "csv",
     ),
     Flag(
         "allow_doc_conflicts",
@@ -85,9 +86,9 @@ SOURCE_FLAGS: tuple[Flag, ...] = (
     ),
     Flag(
         "flashinfer_cherry_pick",
-        "PR/SHA to apply onto FlashInfer (repeatable, in order)",
+        "PR/SHA to apply onto FlashInfer (repeatable or comma-separated, in order)",
         "flashinfer.source.cherry_picks",
-        "list",
+        "csv",
     ),
 )
 
@@ -171,6 +172,14 @@ BUILD_FLAGS: tuple[Flag, ...] = (
             "base image for every stage, replacing the target's (e.g. where nvcr.io "
             "is unreachable)",
             "base_image",
+        ),
+        Flag(
+            "publish_cache",
+            "after the checks, compress the image's layers into the publish layer cache "
+            "(costs about one cold publish now; the first inv publish needs no docker save)",
+            "publish_cache",
+            "bool",
+            False,
         ),
         Flag(
             "compile",

@@ -83,6 +83,9 @@ class BuildSpec(Strict):
     # starts from an empty cache, e.g. to measure a truly cold compile.
     compile_cache: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]+$")
     probe_required: list[str] | None = None
+    # After the checks pass, compress the image's layers into the publish layer cache, so the
+    # first `inv publish` assembles cached frames (no docker save). Does not change the image.
+    publish_cache: bool = False
 
     @field_validator("env", "build_args")
     @classmethod

@@ -19,6 +19,8 @@ import tarfile
 import pytest
 
 from e2e.conftest import PR_BROKEN, PR_MARKER, hermetic_spec, write_spec
+from edgevllm.image.publish import PublishOptions, publish
+from support.publish_images import NoSaveEngine
 
 pytestmark = pytest.mark.e2e
 
@@ -205,12 +207,28 @@ def test_spark_sm121a_rebuild_and_lock(spark_spec, engine, tmp_path, cli):
         "--no-verify",
         "--image-repo",
         spark_spec["image_repo"],
+        "--publish-cache",
+        "--json",
+        str(tmp_path / "again.json"),
+        env={"EDGEVLLM_LAYER_CACHE": str(tmp_path / "layers")},
         timeout=1800,
     )
     assert code == 0, stderr[-3000:]
     relocked = read_lock(next((tmp_path / "again" / "spark").glob("*.lock.json")))
     assert relocked.vllm.tree == read_lock(first.lock_path).vllm.tree
     assert stdout.strip() == first.tags[0]
+    # --publish-cache: the layers are compressed at build time, so the first publish of the
+    # image assembles cached frames and never calls docker save.
+    primed = json.loads((tmp_path / "again.json").read_text())["publish_cache"]
+    assert primed["compressed_layers"] + primed["cached_layers"] > 0, primed
+    assert "publish cache:" in stderr
+    published = publish(
+        NoSaveEngine(),
+        PublishOptions(
+            image=first.tags[0], out_dir=tmp_path / "pub", layer_cache=tmp_path / "layers"
+        ),
+    )
+    assert not published.layers.saved and published.layers.compressed_layers == 0
 
 
 def test_compile_failure_names_stage_and_tags_nothing(spark_spec, engine, tmp_path):

@@ -69,10 +69,12 @@ def require_program(name: str, install_hint: str) -> str:
     return path
 
 
-def _debootstrap(arch: str, tarball: Path) -> None:
+def debootstrap_rootfs(arch: str, suite: str, packages: list[str], tarball: Path) -> None:
+    """A minbase Debian ``suite`` rootfs for ``arch`` with ``packages``, as a tarball (written
+    under a temporary name, renamed when complete). The one debootstrap of the test images."""
     require_program("debootstrap", "apt-get install debootstrap (bash .ci/install-engine.sh)")
     if os.geteuid() != 0:
-        raise RuntimeError("building the test base image needs root (debootstrap)")
+        raise RuntimeError("building a test base image needs root (debootstrap)")
     with tempfile.TemporaryDirectory(dir=cache_root(), prefix="rootfs-") as tmp:
         rootfs = Path(tmp) / "rootfs"
         subprocess.run(
@@ -80,8 +82,8 @@ def _debootstrap(arch: str, tarball: Path) -> None:
                 "debootstrap",
                 f"--arch={arch}",
                 "--variant=minbase",
-                f"--include={','.join(PACKAGES)}",
-                SUITE,
+                f"--include={','.join(packages)}",
+                suite,
                 str(rootfs),
                 MIRROR,
             ],
@@ -105,7 +107,7 @@ def python_image(engine: DockerEngine, arch: str) -> str:
             return tag
         tarball = cache_root() / f"rootfs-{SUITE}-{arch}-{_key(SUITE, PACKAGES)}.tar"
         if not tarball.exists():
-            _debootstrap(arch, tarball)
+            debootstrap_rootfs(arch, SUITE, PACKAGES, tarball)
         engine.import_rootfs(
             tarball,
             tag,

@@ -24,6 +24,13 @@ VERIFY = {"target": "spark", "passed": True, "libraries": 12, "failures": 0}
 PROBE = {"level": 1, "passed": True, "vllm": "0.0.0+test"}
 MODS = [{"name": "fastsafetensors", "version": "0.3.2", "status": "applied"}]
 
+class NoSaveEngine(DockerEngine):
+    """The real engine with ``docker save`` taken away: a warm publish must not need it."""
+
+    def save_stream(self, refs):
+        raise AssertionError(f"docker save {refs} was called")
+
+
 SMALL_DOCKERFILE = """FROM {base} AS src
 FROM scratch
 COPY --from=src /usr/lib/python3/dist-packages/ /usr/lib/python3/dist-packages/

@@ -10,37 +10,13 @@ engine under a tag that encodes its inputs.
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import tempfile
-from pathlib import Path
-
 from edgevllm.engine.docker import DockerEngine
 
-from .images import MIRROR, _key, cache_root, image_lock, require_program
+from .images import _key, cache_root, debootstrap_rootfs, image_lock
 
 SUITE = "trixie"
 PACKAGES = ["python3", "python3-venv", "g++", "ca-certificates"]
 PYTHON = "python3.13"
-
-
-def _debootstrap(arch: str, tarball: Path) -> None:
-    require_program("debootstrap", "apt-get install debootstrap (bash .ci/install-engine.sh)")
-    if os.geteuid() != 0:
-        raise RuntimeError("building the trixie test base image needs root (debootstrap)")
-    with tempfile.TemporaryDirectory(dir=cache_root(), prefix="rootfs-") as tmp:
-        rootfs = Path(tmp) / "rootfs"
-        subprocess.run(
-            ["debootstrap", f"--arch={arch}", "--variant=minbase",
-             f"--include={','.join(PACKAGES)}", SUITE, str(rootfs), MIRROR],
-            check=True, stdout=subprocess.DEVNULL)
-        for junk in ("var/cache/apt/archives", "var/lib/apt/lists"):
-            shutil.rmtree(rootfs / junk, ignore_errors=True)
-        partial = tarball.with_name(tarball.name + ".partial")
-        subprocess.run(["tar", "-C", str(rootfs), "--numeric-owner", "-cf", str(partial), "."],
-                       check=True)
-        os.replace(partial, tarball)
 
 
 def trixie_python_image(engine: DockerEngine, arch: str = "amd64") -> str:
@@ -52,7 +28,7 @@ def trixie_python_image(engine: DockerEngine, arch: str = "amd64") -> str:
             return tag
         tarball = cache_root() / f"rootfs-{SUITE}-{arch}-{key}.tar"
         if not tarball.exists():
-            _debootstrap(arch, tarball)
+            debootstrap_rootfs(arch, SUITE, PACKAGES, tarball)
         engine.import_rootfs(
             tarball, tag, platform=f"linux/{arch}",
             changes=['CMD ["/bin/bash"]',

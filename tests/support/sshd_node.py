@@ -14,16 +14,14 @@ import os
 import shutil
 import stat
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
 from edgevllm.engine.docker import DockerEngine, RunOptions
 
-from .images import _key, cache_root, image_lock, require_program
+from .images import _key, cache_root, debootstrap_rootfs, image_lock, require_program
 
 SUITE = "bookworm"
-MIRROR = "http://deb.debian.org/debian"
 PACKAGES = ["openssh-server", "rsync", "ca-certificates", "procps"]
 ENGINE_BINARIES = {"dockerd": "/usr/sbin/dockerd", "containerd": "/usr/bin/containerd",
                    "runc": "/usr/sbin/runc",
@@ -42,25 +40,10 @@ def sshd_node_image(engine: DockerEngine) -> str:
             return tag
         tarball = cache_root() / f"rootfs-sshd-{SUITE}-{_key(SUITE, PACKAGES)}.tar"
         if not tarball.exists():
-            _debootstrap(tarball)
+            debootstrap_rootfs("amd64", SUITE, PACKAGES, tarball)
         engine.import_rootfs(tarball, tag, platform="linux/amd64", changes=[
             "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"])
     return tag
-
-
-def _debootstrap(tarball: Path) -> None:
-    require_program("debootstrap", "apt-get install debootstrap (bash .ci/install-engine.sh)")
-    with tempfile.TemporaryDirectory(dir=cache_root(), prefix="rootfs-") as tmp:
-        rootfs = Path(tmp) / "rootfs"
-        subprocess.run(["debootstrap", "--arch=amd64", "--variant=minbase",
-                        f"--include={','.join(PACKAGES)}", SUITE, str(rootfs), MIRROR],
-                       check=True, stdout=subprocess.DEVNULL)
-        for junk in ("var/cache/apt/archives", "var/lib/apt/lists"):
-            shutil.rmtree(rootfs / junk, ignore_errors=True)
-        partial = tarball.with_name(tarball.name + ".partial")
-        subprocess.run(["tar", "-C", str(rootfs), "--numeric-owner", "-cf", str(partial), "."],
-                       check=True)
-        os.replace(partial, tarball)
 
 
 def _engine_mounts() -> list[str]:
