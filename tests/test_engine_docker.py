@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import shlex
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -59,6 +61,42 @@ def test_binfmt_missing_for_a_cross_build(tmp_path, monkeypatch):
         host.check_emulation("linux/arm64")
     (tmp_path / "qemu-aarch64").write_text("enabled\ninterpreter /usr/bin/qemu-aarch64-static\n")
     host.check_emulation("linux/arm64")
+
+
+def test_an_old_qemu_is_a_warning_naming_the_fix(tmp_path, monkeypatch):
+    """The version comes from the handler's own interpreter (``--version`` of its target, since
+    the binfmt name refuses it). A stand-in prints qemu 7.2's banner; the real handler's qemu
+    must agree with what its binary says."""
+    monkeypatch.setattr(host, "BINFMT_DIR", tmp_path)
+    monkeypatch.setattr(host, "host_arch", lambda: "amd64")
+    old = tmp_path / "qemu-old"
+    old.write_text("#!/bin/sh\necho 'qemu-aarch64 version 7.2.22 (Debian 1:7.2+dfsg-7)'\n")
+    old.chmod(0o755)
+    (tmp_path / "qemu-aarch64").write_text(f"enabled\ninterpreter {old}\nflags: PF\n")
+    assert host.emulator_version("linux/arm64") == (7, 2)
+    warning = host.slow_emulation("linux/arm64")
+    assert warning and "qemu 7.2" in warning and "qemu-user-static/trixie" in warning
+    assert host.slow_emulation("linux/arm64", remote_engine=True) is None
+    assert host.slow_emulation("linux/amd64") is None  # native: nothing is emulated
+    (tmp_path / "qemu-aarch64").write_text("enabled\ninterpreter /nonexistent/qemu\n")
+    assert host.emulator_version("linux/arm64") is None
+    assert host.slow_emulation("linux/arm64") is None
+
+
+def test_the_registered_qemu_version_is_read_from_its_binary(monkeypatch):
+    monkeypatch.setattr(host, "host_arch", lambda: "amd64")
+    handler = host.BINFMT_DIR / "qemu-aarch64"
+    if not handler.exists():
+        pytest.fail("no qemu-aarch64 binfmt handler: bash .ci/install-engine.sh registers it")
+    interpreter = next(
+        ln.split(None, 1)[1] for ln in handler.read_text().splitlines()
+        if ln.startswith("interpreter ")
+    )
+    banner = subprocess.run(
+        [os.path.realpath(interpreter), "--version"], capture_output=True, text=True
+    ).stdout
+    major, minor = host.emulator_version("linux/arm64")
+    assert f"version {major}.{minor}." in banner
 
 
 def test_unknown_image_is_one_line(engine):

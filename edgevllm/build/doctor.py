@@ -14,8 +14,15 @@ from pathlib import Path
 from typing import Callable
 
 from edgevllm.engine.docker import DockerEngine
-from edgevllm.engine.host import check_disk, check_emulation
-from edgevllm.kernel.errors import EdgeVllmError, MissingToolError
+from edgevllm.engine.host import (
+    check_disk,
+    check_emulation,
+    emulator_version,
+    host_arch,
+    platform_arch,
+    slow_emulation,
+)
+from edgevllm.kernel.errors import BinfmtMissingError, EdgeVllmError, MissingToolError
 from edgevllm.model.targets import Target
 
 
@@ -69,12 +76,23 @@ def run_checks(target: Target, out: Path, engine: DockerEngine) -> list[Finding]
         check_emulation(target.platform, engine.is_remote)
         return target.platform
 
+    def emulation_speed() -> str:
+        slow = slow_emulation(target.platform, engine.is_remote)
+        if slow:
+            raise BinfmtMissingError(slow)
+        if engine.is_remote or platform_arch(target.platform) == host_arch():
+            return "no emulation"
+        version = emulator_version(target.platform)
+        return f"qemu {version[0]}.{version[1]}" if version else "qemu version unknown"
+
     def disk() -> str:
         check_disk(out, target.min_disk_gb)
         return f">= {target.min_disk_gb:g} GB free under {out}"
 
     findings = [_check("docker daemon", daemon), _check("docker buildx", buildx),
-                _check("emulation / platform", platform), _check("disk", disk), _check("git", _git)]
+                _check("emulation / platform", platform),
+                _check("emulation speed", emulation_speed, warn_only=True),
+                _check("disk", disk), _check("git", _git)]
     if findings[0].status == "ok":
         findings.append(_check("docker compose", lambda: _compose(engine), warn_only=True))
         for ref in dict.fromkeys([target.images.build, target.images.runtime]):

@@ -25,7 +25,7 @@ from edgevllm.build.buildlog import BuildFollower, format_elapsed
 from edgevllm.build.dockerfile import stage_text
 from edgevllm.build.render import relabel_dockerfile
 from edgevllm.engine.docker import BuildOptions, DockerEngine
-from edgevllm.engine.host import check_disk, check_emulation
+from edgevllm.engine.host import check_disk, check_emulation, slow_emulation
 from edgevllm.kernel import console
 from edgevllm.kernel.errors import BuildError
 from edgevllm.kernel.fsutil import atomic_dir, atomic_write_json, atomic_write_text
@@ -67,6 +67,9 @@ def preflight(eff: EffectiveSpec, engine: DockerEngine, out: Path) -> None:
     engine.check_daemon()
     engine.check_buildx()
     check_emulation(eff.platform, engine.is_remote)
+    slow = slow_emulation(eff.platform, engine.is_remote)
+    if slow:
+        console.warn(slow)
     prebuilt = eff.mode == "prebuilt"
     check_disk(out, eff.target.prebuilt.min_disk_gb if prebuilt else eff.target.min_disk_gb)
 
