@@ -88,6 +88,15 @@ def _wheel_count(lock_path: Path) -> int:
     return len(closure)
 
 
+def _emulator(platform: str) -> str:
+    from edgevllm.engine.host import emulator_version, host_arch, platform_arch
+
+    if platform_arch(platform) == host_arch():
+        return "native"
+    version = emulator_version(platform)
+    return f"qemu {version[0]}.{version[1]}" if version else "qemu (version unknown)"
+
+
 def one_target(target: str, args, engine, base: str, python: str, work: Path) -> dict:
     from edgevllm.build.pipeline import build
 
@@ -104,7 +113,8 @@ def one_target(target: str, args, engine, base: str, python: str, work: Path) ->
            "image_bytes": size, "verify": (cold.verify or {}).get("summary"),
            "probe": (cold.probe or {}).get("summary"), "publish_s": round(publish_s, 1),
            "publish_bytes": publish_bytes, "republish_s": round(republish_s, 1),
-           "wheels": _wheel_count(cold.lock_path), "image": cold.image}
+           "wheels": _wheel_count(cold.lock_path), "emulator": _emulator(args.platform),
+           "image": cold.image}
     if not args.keep:
         for tag in set(cold.tags + warm.tags):
             subprocess.run(["docker", "rmi", "-f", tag], capture_output=True)
@@ -129,7 +139,7 @@ def main() -> int:
         print(f"{r['target']:8} {r['platform']:12} {r['cold_s']:8.1f} {r['warm_s']:8.1f} "
               f"{r['warm_over_cold']:9.3f} {r['image_bytes'] / 1e9:9.2f} {r['publish_s']:9.1f} "
               f"{r['republish_s']:8.1f} "
-              f"{r['publish_bytes'] / 1e9:7.2f}  {r['verify']}")
+              f"{r['publish_bytes'] / 1e9:7.2f}  {r['emulator']}; {r['verify']}")
     return 0
 
 
