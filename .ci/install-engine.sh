@@ -37,7 +37,8 @@ for p in binfmt-support debootstrap docker-registry zstd rsync openssh-client; d
   dpkg -s "$p" >/dev/null 2>&1 || need_pkgs+=("$p")
 done
 # qemu >= 8, from trixie where the host's is older: bookworm's qemu 7.2 emulates Python about 4x
-# slower than trixie's 10.0 (byte-compiling the real vLLM closure: 33 min against about 6).
+# slower than trixie's 10.0 (byte-compiling the real vLLM closure: 33 min against 8), and the real
+# torch 2.14 did not import under it.
 qemu_version=$(dpkg-query -W -f='${Version}' qemu-user-static 2>/dev/null || true)
 if [ -z "$qemu_version" ] || dpkg --compare-versions "$qemu_version" lt 1:8; then
   need_pkgs+=(qemu-user-static/trixie qemu-user/trixie qemu-user-binfmt/trixie)

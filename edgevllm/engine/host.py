@@ -52,7 +52,8 @@ def check_emulation(platform: str, remote_engine: bool = False) -> None:
 
 # qemu before 8 emulates Python about 4x slower than qemu 10: byte-compiling the same stdlib slice
 # took 7.7 s under 7.2 and 1.9 s under 10.0 here, and the byte-compile step of vLLM 0.33.0's closure
-# 33 min under 7.2 against about 6 min under 10.0 (docs/build-modes.md).
+# 33 min under 7.2 against 8 min under 10.0; under 7.2 the probe's `import torch` (2.14) failed
+# (docs/build-modes.md).
 FAST_QEMU = (8, 0)
 
 
@@ -83,7 +84,8 @@ def slow_emulation(platform: str, remote_engine: bool = False) -> str | None:
     if version is None or version >= FAST_QEMU:
         return None
     return (f"qemu {version[0]}.{version[1]} emulates {platform} about 4x slower than qemu 10 "
-            "(a prebuilt vLLM image: 35 min instead of 9 for its install step): install "
+            "(a prebuilt vLLM image: 35 min instead of 10 for its install step) and could not "
+            "import torch 2.14 in the probe: install "
             "qemu-user-static >= 8 (Debian: apt-get install qemu-user-static/trixie, then "
             "bash .ci/install-engine.sh re-registers binfmt)")
 
