@@ -54,7 +54,11 @@ COPY layer1/ /
 COPY layer2/ /
 RUN ["/rmtool", "/opt/doomed/libgone.so", "/opt/gone_dir", "-m", "/opt/opaque"]
 COPY layer3/ /
+RUN ["/rmtool"]
 """
+# The last step changes nothing: its layer is an empty tar (1024 zero bytes), as for thor's
+# `pip uninstall flashinfer-cubin` when the closure has none; verify must stack it, not call the
+# archive incomplete (it did, on the real thor image).
 EXPECTED = {  # path → SASS arches once the layers are stacked
     f"{SITE}/vllm/_C.abi3.so": ["sm_121a"],
     f"{SITE}/torch/lib/libtorch_cuda.so": ["sm_120f"],

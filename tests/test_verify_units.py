@@ -125,3 +125,32 @@ def test_demangling_with_and_without_binutils(monkeypatch, path_env):
         == "cutlass_3x_gemm_sm90_fp8"
     assert short_name("_ZN7cutlass13device_kernelINS_4gemm6kernel13GemmUniversalIJiEEEEvv") == \
         "GemmUniversal"
+
+
+def test_an_empty_layer_is_stacked_not_missing():
+    """A step that changed nothing leaves an empty tar as its layer; the archive is complete."""
+    import io
+    import json
+    import tarfile
+
+    from edgevllm.verify.sources import scan_tar_stream
+
+    def tar_of(members: dict[str, bytes]) -> bytes:
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+            for name, data in members.items():
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+        return buffer.getvalue()
+
+    empty = tar_of({})
+    assert not any(empty)  # only zero blocks: no ustar header to recognise it by
+    layers = {"blobs/sha256/a": tar_of({"etc/hostname": b"x\n"}), "blobs/sha256/e": empty}
+    manifest = [{"Config": "c.json", "Layers": ["blobs/sha256/a", "blobs/sha256/e"]}]
+    archive = tar_of({**layers, "manifest.json": json.dumps(manifest).encode()})
+    assert scan_tar_stream(io.BytesIO(archive), "test") == []
+    manifest[0]["Layers"].append("blobs/sha256/gone")
+    broken = tar_of({**layers, "manifest.json": json.dumps(manifest).encode()})
+    with pytest.raises(Exception, match="blobs/sha256/gone named in the image manifest is missing"):
+        scan_tar_stream(io.BytesIO(broken), "test")

@@ -61,9 +61,15 @@ def unpacked(head: bytes, stream: IO[bytes]) -> IO[bytes] | None:
     elif head.startswith(_ZSTD):
         plain = zstandard.ZstdDecompressor().stream_reader(stream, read_across_frames=True)
     else:
-        return stream if head[257:262] == b"ustar" else None
+        return stream if _is_tar(head) else None
     inner_head, inner = sniff(plain)
-    return inner if inner_head[257:262] == b"ustar" else None
+    return inner if _is_tar(inner_head) else None
+
+
+def _is_tar(head: bytes) -> bool:
+    """A ustar header, or a zero block: an empty archive (the layer of a step that changed
+    nothing, e.g. ``RUN pip uninstall`` of an absent package, is 1024 zero bytes)."""
+    return head[257:262] == b"ustar" or (len(head) == 512 and not any(head))
 
 
 class ParseStream(contextlib.AbstractContextManager):
