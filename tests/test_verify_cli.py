@@ -133,3 +133,23 @@ def test_disagreement_is_described():
     assert disagreement(parser, parser) is None
     other = Listing(elf=("sm_110", "sm_120"), ptx=("sm_121f",))
     assert "extra ['sm_120'], lacks ['sm_121a']" in disagreement(parser, other)
+
+
+@pytest.mark.parametrize("mode,stock", [("prebuilt", True), ("precompiled", True),
+                                        ("compile", False)])
+def test_an_image_of_stock_kernels_is_judged_by_the_stock_gate(engine, tmp_path, mode, stock):
+    """`inv verify --image` uses the gate the image's build used: its lock label says whether
+    the kernels are a release's (prebuilt, precompiled) or compiled for the target."""
+    from edgevllm.cli.verify import _policy_for_image
+    from edgevllm.engine.docker import BuildOptions
+    from edgevllm.kernel.labels import LOCK
+    from edgevllm.verify.policy import STOCK_POLICY
+
+    (tmp_path / "Dockerfile").write_text("FROM scratch\nCOPY Dockerfile /\n")
+    tag = f"edgevllm-test/verify-mode:{mode}"
+    lines: list[str] = []
+    options = BuildOptions(context=tmp_path, dockerfile=tmp_path / "Dockerfile", tags=[tag],
+                           labels={LOCK: json.dumps({"mode": mode})})
+    assert engine.build(options, lines.append) == 0, "\n".join(lines[-20:])
+    assert (_policy_for_image(tag) == STOCK_POLICY) is stock
+    assert _policy_for_image("edgevllm-test/verify-mode:absent") is None

@@ -24,11 +24,36 @@ def verify(c, target, image=None, tarball=None, path=None, json=None, cuobjdump=
     from edgevllm.verify import print_verdict
     from edgevllm.verify import verify as run_verify
 
+    policy = policy or _policy_for_image(image)
     verdict = run_verify(target, image=image, tarball=tarball, path=path, policy=policy,
                          cuobjdump=cuobjdump, json_out=json)
     print_verdict(verdict)
     if not verdict.passed:
         raise ArchGateFailed(f"arch gate failed for {verdict.target}: {_why(verdict)}")
+
+
+def _policy_for_image(image: str | None):
+    """The stock-kernel gate for an image whose lock says its kernels are a release's (prebuilt,
+    precompiled): the gate its build used. None (the default gate) for anything else."""
+    if not image:
+        return None
+    import json
+
+    from edgevllm.engine.docker import DockerEngine
+    from edgevllm.kernel import console
+    from edgevllm.kernel.errors import EdgeVllmError
+    from edgevllm.kernel.labels import LOCK
+    from edgevllm.verify.policy import STOCK_POLICY
+
+    try:
+        mode = json.loads(DockerEngine().image_labels(image).get(LOCK) or "{}").get("mode")
+    except (EdgeVllmError, ValueError, AttributeError):
+        return None  # the scan itself reports a missing image
+    if mode not in ("prebuilt", "precompiled"):
+        return None
+    console.info(f"policy: the stock-kernel gate (the image's lock says mode {mode}: its "
+                 "kernels are a release's); --policy picks another")
+    return STOCK_POLICY
 
 
 def _why(verdict) -> str:
