@@ -42,7 +42,9 @@ def sdist_upstream(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("vllm-sdist-upstream")
     with tarfile.open(pypi_sdist("vllm", VLLM)) as tar:
-        tar.extractall(root / "src", filter="data")
+        # Extraction filters came with Python 3.12 (and 3.11.4); Debian 12's 3.11.2 has none.
+        safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+        tar.extractall(root / "src", **safe)
     tree = root / "src" / f"vllm-{VLLM}"
     upstream = make_upstream_repo(root, tree)
     git(upstream.path, "tag", "-d", "v0.1.0")
