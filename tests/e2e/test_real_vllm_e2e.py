@@ -173,6 +173,9 @@ def test_publish_and_load_the_real_image(real_build, engine, cli, tmp_path):
                                    env={"EDGEVLLM_LAYER_CACHE": str(tmp_path / "layers")})
         assert code == 0, stderr[-3000:]
         manifest = [line for line in stdout.splitlines() if line.endswith(".manifest.json")][-1]
+        # The load needs only the set: the layer cache (~4 GB) goes first, so the disk never
+        # holds the cache, the set and the loaded layers at once (a 2-core CI disk filled up).
+        shutil.rmtree(tmp_path / "layers")
         removed = subprocess.run(["docker", "rmi", result["image"]], capture_output=True,
                                  text=True)
         assert removed.returncode == 0, removed.stderr
