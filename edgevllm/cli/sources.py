@@ -39,6 +39,28 @@ def build_requests(values: dict) -> list:
     ]
 
 
+def _requests_and_lock(values: dict):
+    """(requests, the lock they come from or None): a --lock rebuilds exactly what it records,
+    so it takes no source flag and no other target."""
+    from edgevllm.model.lock import read_lock
+    from edgevllm.sources.prepare import requests_from_lock
+
+    lock, target = values.get("lock"), values.get("target")
+    if not lock:
+        return build_requests(values), None
+    if any(values.get(f.name) for f in TASK_FLAGS if f.kind != "bool"):
+        raise ConfigError(
+            "--lock rebuilds exactly what the lock records; drop the "
+            "--vllm-*/--flashinfer-*/--cherry-pick flags"
+        )
+    base_lock = read_lock(lock)
+    if target and base_lock.target and target != base_lock.target:
+        raise ConfigError(
+            f"--target {target} differs from the lock's target {base_lock.target}; drop --target"
+        )
+    return requests_from_lock(base_lock), base_lock
+
+
 @flag_task(
     TASK_FLAGS,
     param("out"),
@@ -55,29 +77,14 @@ def build_requests(values: dict) -> list:
 )
 def sources(c, **values):
     """Resolve and prepare source trees and write their lock, without building an image."""
-    from edgevllm.model.lock import image_tag, lock_hash, read_lock
+    from edgevllm.model.lock import image_tag, lock_hash
     from edgevllm.model.targets import load_target
-    from edgevllm.sources.prepare import prepare_into, requests_from_lock, summarize
+    from edgevllm.sources.prepare import prepare_into, summarize
 
-    out, lock, target = values.get("out"), values.get("lock"), values.get("target")
+    out, target = values.get("out"), values.get("target")
     if target is not None:
         load_target(target)  # an unknown target fails here, naming the known ones
-    base_lock = None
-    if lock:
-        if any(values.get(f.name) for f in TASK_FLAGS if f.kind != "bool"):
-            raise ConfigError(
-                "--lock rebuilds exactly what the lock records; drop the "
-                "--vllm-*/--flashinfer-*/--cherry-pick flags"
-            )
-        base_lock = read_lock(lock)
-        if target and base_lock.target and target != base_lock.target:
-            raise ConfigError(
-                f"--target {target} differs from the lock's target {base_lock.target}; drop "
-                f"--target"
-            )
-        requests = requests_from_lock(base_lock)
-    else:
-        requests = build_requests(values)
+    requests, base_lock = _requests_and_lock(values)
     if values.get("dry_run"):
         for request in requests:
             for line in request.plan():
