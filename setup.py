@@ -2,7 +2,7 @@
 
 A non-editable install (``pip install .``) has no checkout beside the package, so the folders
 edgevllm reads as data (targets, mods, recipes, patches, dockerfiles) are copied into the wheel
-as ``edgevllm/_data/``; ``edgevllm.kernel.paths.project_root`` finds them there.
+as ``edgevllm/_data/``; ``edgevllm.common.paths.project_root`` finds them there.
 """
 
 import shutil

@@ -117,9 +117,9 @@ def main() -> int:
 
 
 def run(args) -> int:
-    from edgevllm.model.targets import load_target
     from edgevllm.sources.cmakedeps import fetch_cmake_deps, summarize
     from edgevllm.sources.plan import plan_for_target
+    from edgevllm.specs.targets import load_target
     from edgevllm.verify.api import scan_path
 
     target, out = load_target(args.target), Path(args.out).resolve()

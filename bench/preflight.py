@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from edgevllm.kernel.errors import CherryPickConflictError  # noqa: E402
+from edgevllm.common.errors import CherryPickConflictError  # noqa: E402
 from edgevllm.sources.prepare import SourceRequest, prepare_sources  # noqa: E402
 from support.gitfixtures import add_pr, commit_to_branch, make_upstream_repo  # noqa: E402
 

@@ -35,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from edgevllm.engine.docker import BuildOptions, DockerEngine  # noqa: E402
+from edgevllm.containers.docker import BuildOptions, DockerEngine  # noqa: E402
 from edgevllm.image.layercache import ZstdSettings  # noqa: E402
 from edgevllm.image.publish import PublishOptions, human, prime_layer_cache, publish  # noqa: E402
 from support.downloads import pypi_download  # noqa: E402

@@ -59,7 +59,7 @@ def base_image(args, engine) -> tuple[str, str]:
 
 
 def spec_for(target: str, args, base: str, python: str):
-    from edgevllm.model.spec import spec_from_dict
+    from edgevllm.specs.buildspec import spec_from_dict
 
     # PyPI's torch 2.14.0 is the cu130 build; the target's torch index is unreachable here.
     return spec_from_dict({
@@ -89,7 +89,7 @@ def _wheel_count(lock_path: Path) -> int:
 
 
 def _emulator(platform: str) -> str:
-    from edgevllm.engine.host import emulator_version, host_arch, platform_arch
+    from edgevllm.containers.host import emulator_version, host_arch, platform_arch
 
     if platform_arch(platform) == host_arch():
         return "native"
@@ -98,7 +98,7 @@ def _emulator(platform: str) -> str:
 
 
 def one_target(target: str, args, engine, base: str, python: str, work: Path) -> dict:
-    from edgevllm.build.pipeline import build
+    from edgevllm.builder.pipeline import build
 
     spec = spec_for(target, args, base, python)
     cold, cold_s = timed(lambda: build(spec, work / "out", engine))
@@ -123,7 +123,7 @@ def one_target(target: str, args, engine, base: str, python: str, work: Path) ->
 
 def main() -> int:
     args = parse_args()
-    from edgevllm.engine.docker import DockerEngine
+    from edgevllm.containers.docker import DockerEngine
 
     engine = DockerEngine()
     base, python = base_image(args, engine)

@@ -33,9 +33,9 @@ def main() -> int:
     args = parser.parse_args()
 
     from e2e.conftest import FIXTURE_TREE, KERNELS, hermetic_spec
-    from edgevllm.build.pipeline import build
-    from edgevllm.engine.docker import DockerEngine
-    from edgevllm.model.spec import spec_from_dict
+    from edgevllm.builder.pipeline import build
+    from edgevllm.containers.docker import DockerEngine
+    from edgevllm.specs.buildspec import spec_from_dict
     from support.gitfixtures import commit_to_branch, make_upstream_repo
     from support.images import cuda_image
 

@@ -27,7 +27,7 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 @pytest.fixture(scope="session")
 def engine():
     """The real Docker engine (bash .ci/install-engine.sh installs and starts it)."""
-    from edgevllm.engine.docker import DockerEngine
+    from edgevllm.containers.docker import DockerEngine
 
     eng = DockerEngine()
     proc = (

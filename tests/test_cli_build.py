@@ -45,7 +45,7 @@ def test_daemon_not_running(cli):
 
 
 def test_too_little_disk(cli, tmp_path, engine):
-    from edgevllm.kernel.paths import data_dirs
+    from edgevllm.common.paths import data_dirs
 
     text = (data_dirs("targets")[0] / "thor.yaml").read_text()
     (tmp_path / "huge.yaml").write_text(

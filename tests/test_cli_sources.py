@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from edgevllm.cli.flags import SOURCE_FLAGS, spec_overrides
 from edgevllm.cli.sources import TASK_FLAGS, build_requests
-from edgevllm.kernel.errors import SpecError
-from edgevllm.model.flags import SOURCE_FLAGS, spec_overrides
-from edgevllm.model.spec import load_spec, resolve
+from edgevllm.common.errors import SpecError
 from edgevllm.sources.prepare import source_request
+from edgevllm.specs.buildspec import load_spec, resolve
 
 CASES = [
     {},

@@ -12,11 +12,11 @@ PACKAGE = Path(__file__).resolve().parents[1] / "edgevllm"
 
 # Bottom to top. A package's modules may import any package in its own layer or below.
 LAYERS: list[tuple[str, ...]] = [
-    ("kernel",),
-    ("engine",),
-    ("model",),
+    ("common",),
+    ("containers",),
+    ("specs",),
     ("sources", "mods", "verify", "probe", "image"),
-    ("build",),
+    ("builder",),
     ("serve",),
     ("perf",),
     ("cli",),

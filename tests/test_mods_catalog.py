@@ -16,17 +16,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-from edgevllm.kernel.errors import (
+from edgevllm.common.errors import (
     ManifestError,
     ModConflictError,
     ModNotForTargetError,
     UnknownModError,
 )
-from edgevllm.kernel.paths import project_root
-from edgevllm.model.modselect import select_mod_names
-from edgevllm.model.spec import load_spec, resolve
-from edgevllm.model.targets import load_target
+from edgevllm.common.paths import project_root
 from edgevllm.mods import catalog as M
+from edgevllm.specs.buildspec import load_spec, resolve
+from edgevllm.specs.modselect import select_mod_names
+from edgevllm.specs.targets import load_target
 from support.modenv import outcome, stage_and_apply
 
 
@@ -386,7 +386,7 @@ def test_tune_moe_dry_run_builds_the_docker_command(tmp_path):
 
 def test_tune_moe_ingests_the_result_atomically(tmp_path):
     """The tuner's output is a stand-in file (tuning needs the device's GPU)."""
-    from edgevllm.kernel.errors import ModError
+    from edgevllm.common.errors import ModError
     from edgevllm.mods.tunemoe import ingest
 
     out, configs = tmp_path / "out", tmp_path / "configs"

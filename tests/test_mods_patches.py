@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from edgevllm.kernel.errors import ManifestError, ModFailedError
+from edgevllm.common.errors import ManifestError, ModFailedError
 from edgevllm.mods.patches import apply_source_patches
 from support.sdists import pypi_sdist, sdist_members
 

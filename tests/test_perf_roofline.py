@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from edgevllm.kernel.errors import RooflineUnknown
+from edgevllm.common.errors import RooflineUnknown
 from edgevllm.perf.roofline import weights_per_token
 
 SIZES = {"BF16": 2, "F32": 4, "U8": 1, "F8_E4M3": 1}

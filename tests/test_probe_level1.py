@@ -198,7 +198,7 @@ def test_bad_image_fails_with_each_reason(engine, images):
 
 @pytest.mark.e2e
 def test_image_without_the_interpreter_is_a_probe_error(engine, images):
-    from edgevllm.kernel.errors import ProbeError
+    from edgevllm.common.errors import ProbeError
 
     with pytest.raises(ProbeError, match="needs /nonexistent/python3 on its PATH"):
         probe_level1(engine, images["good"], spark(), python="/nonexistent/python3")
@@ -207,7 +207,7 @@ def test_image_without_the_interpreter_is_a_probe_error(engine, images):
 
 @pytest.mark.e2e
 def test_missing_image_is_an_engine_error(engine):
-    from edgevllm.kernel.errors import ImageNotFoundError
+    from edgevllm.common.errors import ImageNotFoundError
 
     with pytest.raises(ImageNotFoundError):
         probe_level1(engine, "edgevllm-test-probe-l1:does-not-exist", spark())

@@ -150,7 +150,7 @@ def test_failing_chat_completion_fails(engine, image):
 
 
 def test_target_without_model_is_a_config_error(engine, image):
-    from edgevllm.kernel.errors import ConfigError
+    from edgevllm.common.errors import ConfigError
 
     with pytest.raises(ConfigError, match="probe.level2_model"):
         probe_level2(engine, image, thor(level2_model=None), settings=settings())
@@ -219,7 +219,7 @@ def gone_after_probe(engine, container: str) -> bool:
 
 
 def test_missing_image_is_reported_before_anything_starts(engine):
-    from edgevllm.kernel.errors import ImageNotFoundError
+    from edgevllm.common.errors import ImageNotFoundError
 
     container = name()
     with pytest.raises(ImageNotFoundError, match="not found"):

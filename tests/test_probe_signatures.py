@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from edgevllm.kernel.errors import ManifestError
+from edgevllm.common.errors import ManifestError
 from edgevllm.probe.signatures import load_catalogue, match_log, parse_catalogue
 
 # Lines as users saw them (seeds/thor-nemotron-nano-itl-forum-report.txt, spark blog, DFlash guide,

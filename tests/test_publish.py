@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from edgevllm.engine.docker import DockerEngine
+from edgevllm.common.errors import ConfigError, IntegrityError, PublishError
+from edgevllm.containers.docker import DockerEngine
 from edgevllm.image.publish import PublishOptions, default_name, load, parse_size, publish
 from edgevllm.image.tarball import open_tarball
-from edgevllm.kernel.errors import ConfigError, IntegrityError, PublishError
 from support.publish_images import (
     LOCK,
     MODS,

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from edgevllm.common.errors import ConfigError, EngineError, RegistryError
 from edgevllm.image.registry import (
     _http_manifest,
     check_registry,
@@ -20,8 +21,7 @@ from edgevllm.image.registry import (
     push,
     remote_manifest,
 )
-from edgevllm.kernel.errors import ConfigError, EngineError, RegistryError
-from edgevllm.model.lock import image_tag, parse_lock
+from edgevllm.specs.lock import image_tag, parse_lock
 from support.publish_images import LOCK, remove_everything, unique_image
 from support.registry import free_port, local_registry
 

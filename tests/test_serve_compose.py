@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from edgevllm.kernel.errors import RecipeError
+from edgevllm.common.errors import RecipeError
 from edgevllm.serve.launch import write_compose
 from edgevllm.serve.recipes import all_recipes, parse_recipe, render
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from edgevllm.engine.docker import DockerEngine
-from edgevllm.kernel.errors import RecipeError
+from edgevllm.common.errors import RecipeError
+from edgevllm.containers.docker import DockerEngine
 from edgevllm.serve.cluster import Cluster, ClusterOptions, Node
 from edgevllm.serve.launch import serve
 from edgevllm.serve.recipe_import import convert_file, import_dir, import_file

@@ -10,9 +10,8 @@ import shlex
 
 import pytest
 
-from edgevllm.engine.docker import DockerEngine, RunOptions
-from edgevllm.kernel.errors import RecipeError
-from edgevllm.model.targets import load_target
+from edgevllm.common.errors import RecipeError
+from edgevllm.containers.docker import DockerEngine, RunOptions
 from edgevllm.serve.entry import fraction, with_fraction
 from edgevllm.serve.launch import (
     LABEL_MEMORY,
@@ -22,6 +21,7 @@ from edgevllm.serve.launch import (
     serve,
 )
 from edgevllm.serve.recipes import parse_recipe, render
+from edgevllm.specs.targets import load_target
 
 GIB = 2**30
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from edgevllm.kernel.errors import RecipeError
-from edgevllm.model.spec import load_spec_file
+from edgevllm.common.errors import RecipeError
 from edgevllm.serve.recipe_import import convert, import_file
 from edgevllm.serve.recipes import all_recipes, load_recipe, parse_recipe, parse_sets, render
+from edgevllm.specs.buildspec import load_spec_file
 
 REPO = Path(__file__).resolve().parent.parent
 SEED_RECIPES = {

@@ -12,8 +12,8 @@ import shlex
 
 import pytest
 
-from edgevllm.engine.docker import DockerEngine
-from edgevllm.kernel.errors import RecipeError
+from edgevllm.common.errors import RecipeError
+from edgevllm.containers.docker import DockerEngine
 from edgevllm.serve.cluster import Cluster, ClusterOptions, Node
 from edgevllm.serve.launch import (
     LABEL_RECIPE,
@@ -231,7 +231,7 @@ def test_resolve_image_by_tag_on_the_real_engine(engine, python_image_amd64):
 
 
 def test_parse_nodes_engines_addresses_and_per_node_env():
-    from edgevllm.kernel.errors import ClusterError
+    from edgevllm.common.errors import ClusterError
     from edgevllm.serve.cluster import parse_nodes
 
     nodes = parse_nodes(["local", "ssh://me@spark2", "ctx3"], ["10.0.0.1", "10.0.0.2", "10.0.0.3"],
@@ -247,9 +247,9 @@ def test_parse_nodes_engines_addresses_and_per_node_env():
 
 
 def test_build_on_demand_reaches_the_build_module(engine):
-    """--build with a missing image loads the recipe's build spec through edgevllm.build's inputs
+    """--build with a missing image loads the recipe's build spec through edgevllm.builder's inputs
     (a missing spec file stops it there, before any build starts)."""
-    from edgevllm.kernel.errors import SpecError
+    from edgevllm.common.errors import SpecError
 
     recipe = parse_recipe({"name": "edgevllm-test-recipes-build", "description": "d",
                            "targets": ["thor"], "status": {"thor": "untested"},

@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from edgevllm.kernel.errors import CherryPickConflictError
+from edgevllm.common.errors import CherryPickConflictError
 from edgevllm.sources.cherrypick import is_doc_path
 from edgevllm.sources.gitcache import GitMirror
 from edgevllm.sources.prepare import SourceRequest, prepare_sources

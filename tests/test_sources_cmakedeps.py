@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from edgevllm.kernel.errors import LockError, RefNotFoundError, SourceError
+from edgevllm.common.errors import LockError, RefNotFoundError, SourceError
 from edgevllm.sources.cmakedeps import ENV_FILE, env_file_text, fetch_cmake_deps
 from edgevllm.sources.plan import CMakeDep, evaluate_plan
 from support.gitfixtures import (  # noqa: F401

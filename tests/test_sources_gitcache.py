@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from edgevllm.kernel.errors import RefNotFoundError, SourceError
-from edgevllm.model.refs import normalize_repo, parse_commit_url, parse_pr_url, repo_key
+from edgevllm.common.errors import RefNotFoundError, SourceError
 from edgevllm.sources.gitcache import GitMirror
+from edgevllm.specs.refs import normalize_repo, parse_commit_url, parse_pr_url, repo_key
 from support.gitfixtures import (  # noqa: F401
     PR_CLEAN,
     PR_MISSING,

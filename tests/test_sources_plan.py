@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from edgevllm.kernel.errors import PlanError, PlanGapError
-from edgevllm.model.targets import load_target
+from edgevllm.common.errors import PlanError, PlanGapError
 from edgevllm.mods.patches import apply_source_patches
 from edgevllm.sources.plan import (
     arch_kind,
@@ -27,6 +26,7 @@ from edgevllm.sources.plan import (
     plan_for_target,
     torch_gencode_flags,
 )
+from edgevllm.specs.targets import load_target
 from support.gitfixtures import assert_one_error_line, git_cache, make_upstream_repo, run_cli  # noqa: F401
 from support.sdists import sdist_tree_cached
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from edgevllm.sources.precompiled import compiled_paths, mode_for_tree, python_only_change
 from edgevllm.sources.prepare import SourceRequest, prepare_sources
+from edgevllm.sources.pythononly import compiled_paths, mode_for_tree, python_only_change
 from support.gitfixtures import add_pr, commit_to_branch, make_upstream_repo
 
 TREE = {

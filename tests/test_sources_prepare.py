@@ -13,8 +13,7 @@ import shutil
 
 import pytest
 
-from edgevllm.kernel.errors import LockError, RefNotFoundError, SourceError
-from edgevllm.model.lock import LOCK_FILENAME, image_tag, lock_hash, read_lock, write_lock
+from edgevllm.common.errors import LockError, RefNotFoundError, SourceError
 from edgevllm.sources.prepare import (
     PickRequest,
     SourceRequest,
@@ -23,6 +22,7 @@ from edgevllm.sources.prepare import (
     requests_from_lock,
     summarize,
 )
+from edgevllm.specs.lock import LOCK_FILENAME, image_tag, lock_hash, read_lock, write_lock
 from support.gitfixtures import (  # noqa: F401
     PR_CLEAN,
     PR_CODE_CONFLICT,

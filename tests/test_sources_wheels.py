@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from edgevllm.kernel.errors import ConfigError, SpecError
+from edgevllm.common.errors import ConfigError, SpecError
 from edgevllm.sources import wheels
 from edgevllm.sources.wheels import (
     Closure,
@@ -204,7 +204,7 @@ def test_uv_is_never_asked_to_fetch_an_interpreter():
 # --- modes in the spec ---------------------------------------------------------------------------
 
 def test_mode_is_chosen_with_a_reason_and_bad_combinations_are_refused():
-    from edgevllm.model.spec import load_spec, resolve
+    from edgevllm.specs.buildspec import load_spec, resolve
 
     eff = resolve(load_spec("spark", None, {"vllm_wheel": "0.33.0"}))
     assert eff.mode == "prebuilt" and "--vllm-wheel 0.33.0" in eff.mode_reason
@@ -219,7 +219,7 @@ def test_mode_is_chosen_with_a_reason_and_bad_combinations_are_refused():
 
 
 def test_flags_reach_the_spec():
-    from edgevllm.model.flags import spec_overrides
+    from edgevllm.cli.flags import spec_overrides
 
     data = spec_overrides({"vllm_wheel": "0.33.0", "override": ["certifi>=2026.10.18"],
                            "base_image": "img:1", "mode": "prebuilt"})
@@ -228,8 +228,8 @@ def test_flags_reach_the_spec():
 
 
 def test_prebuilt_dockerfile_installs_the_closure_offline_by_hash():
-    from edgevllm.build.render import render_dockerfile
-    from edgevllm.model.spec import load_spec, resolve
+    from edgevllm.builder.render import render_dockerfile
+    from edgevllm.specs.buildspec import load_spec, resolve
 
     text = render_dockerfile(resolve(load_spec("thor", None, {"vllm_wheel": "0.33.0"})))
     runtime = text[text.index("##### runtime"):]
@@ -242,8 +242,8 @@ def test_prebuilt_dockerfile_installs_the_closure_offline_by_hash():
 
 
 def test_prebuilt_overrides_come_from_target_mods_and_user():
-    from edgevllm.build.modes import NEVER, closure_overrides
-    from edgevllm.model.spec import load_spec, resolve
+    from edgevllm.builder.mode_prebuilt import NEVER, closure_overrides
+    from edgevllm.specs.buildspec import load_spec, resolve
 
     eff = resolve(load_spec("thor", None, {"vllm_wheel": "0.33.0",
                                            "overrides": ["certifi>=2026.10.18"],

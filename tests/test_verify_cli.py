@@ -141,8 +141,8 @@ def test_an_image_of_stock_kernels_is_judged_by_the_stock_gate(engine, tmp_path,
     """`inv verify --image` uses the gate the image's build used: its lock label says whether
     the kernels are a release's (prebuilt, precompiled) or compiled for the target."""
     from edgevllm.cli.verify import _policy_for_image
-    from edgevllm.engine.docker import BuildOptions
-    from edgevllm.kernel.labels import LOCK
+    from edgevllm.common.labels import LOCK
+    from edgevllm.containers.docker import BuildOptions
     from edgevllm.verify.policy import STOCK_POLICY
 
     (tmp_path / "Dockerfile").write_text("FROM scratch\nCOPY Dockerfile /\n")

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from edgevllm.kernel.errors import ConfigError, PolicyError, UnknownTargetError
-from edgevllm.model.targets import resolve_cuda_target as resolve_target
+from edgevllm.common.errors import ConfigError, PolicyError, UnknownTargetError
+from edgevllm.specs.targets import resolve_cuda_target as resolve_target
 from edgevllm.verify import judge, load_policy, parse_arch, scan_file
 from edgevllm.verify.compat import library_level
 from edgevllm.verify.library import LibraryReport

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from edgevllm.kernel.errors import CorruptBinaryError, NotElfError
+from edgevllm.common.errors import CorruptBinaryError, NotElfError
 from edgevllm.verify import scan_file, scan_path
 from edgevllm.verify.cuobjdump import disagreement, expected_listing, run_cuobjdump
 from edgevllm.verify.elf import fatbin_sections

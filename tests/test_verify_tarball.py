@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from edgevllm.engine.docker import BuildOptions, DockerEngine
-from edgevllm.kernel.errors import ArchGateFailed, ImageNotFoundError, IntegrityError
+from edgevllm.common.errors import ArchGateFailed, ImageNotFoundError, IntegrityError
+from edgevllm.containers.docker import BuildOptions, DockerEngine
 from edgevllm.verify import scan_image, scan_tarball, verify, verify_image
 from support.cuda_libs import aarch64_cuda_lib, cuobjdump_binary, nvcc_libs
 

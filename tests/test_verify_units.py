@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from edgevllm.model.cuda import CudaArch
+from edgevllm.specs.cuda import CudaArch
 from edgevllm.verify import judge, load_policy, scan_file, verify
 from edgevllm.verify.diff import diff_sources
 from edgevllm.verify.library import inspect_buffer
@@ -133,7 +133,7 @@ def test_an_empty_layer_is_stacked_not_missing():
     import json
     import tarfile
 
-    from edgevllm.verify.sources import scan_tar_stream
+    from edgevllm.verify.readers import scan_tar_stream
 
     def tar_of(members: dict[str, bytes]) -> bytes:
         buffer = io.BytesIO()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from edgevllm.model.cuda import CudaArch
+from edgevllm.specs.cuda import CudaArch
 from edgevllm.verify import verify
 from edgevllm.verify.cuobjdump import expected_listing, run_cuobjdump
 from edgevllm.verify.diff import compare

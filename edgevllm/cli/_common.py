@@ -8,8 +8,8 @@ from typing import Callable
 
 from invoke import Exit, task
 
-from edgevllm.kernel import console
-from edgevllm.kernel.errors import ConfigError, EdgeVllmError
+from edgevllm.common import console
+from edgevllm.common.errors import ConfigError, EdgeVllmError
 
 
 def cli_task(*task_args, **task_kwargs) -> Callable:
@@ -50,7 +50,7 @@ def cli_task(*task_args, **task_kwargs) -> Callable:
 def flag_task(flags, *extra: inspect.Parameter, help_extra: dict[str, str]) -> Callable:
     """A ``cli_task`` whose options are ``flags`` from the flag table (plus ``extra``
     parameters): the task body receives them as ``**values``."""
-    from edgevllm.model.flags import help_for, iterable_for, signature
+    from edgevllm.cli.flags import help_for, iterable_for, signature
 
     def decorate(fn: Callable) -> Callable:
         fn.__signature__ = signature(flags, *extra)  # type: ignore[attr-defined]

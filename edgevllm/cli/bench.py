@@ -8,9 +8,9 @@ from pathlib import Path
 from invoke import Exit
 
 from edgevllm.cli._common import cli_task
-from edgevllm.kernel import console
-from edgevllm.kernel.errors import BenchError
-from edgevllm.kernel.kv import split_csv
+from edgevllm.common import console
+from edgevllm.common.errors import BenchError
+from edgevllm.common.kv import split_csv
 
 _BENCH_HELP = {
     "what": "a recipe to start (inv recipes), or the URL of a running server (http://host:port)",
@@ -63,7 +63,7 @@ def _lengths(text: str) -> list[tuple[int, int]]:
 def _bandwidth(target: str | None) -> float | None:
     if not target:
         return None
-    from edgevllm.model.targets import load_target
+    from edgevllm.specs.targets import load_target
 
     return load_target(target).memory_bandwidth_gbps
 
@@ -171,7 +171,7 @@ def _bench_recipe(recipe, sets, target, sweep, plan, engine, out, wait, build, p
           positional=["model"], auto_shortflags=False)
 def roofline(c, model, target=None, json_=None):
     """Bytes of weights read per decoded token and the single-stream tok/s ceiling."""
-    from edgevllm.kernel.fsutil import atomic_write_text
+    from edgevllm.common.fsutil import atomic_write_text
     from edgevllm.perf.roofline import format_roofline, weights_per_token
 
     roof = weights_per_token(model)

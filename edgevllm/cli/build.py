@@ -6,14 +6,14 @@ import json
 from pathlib import Path
 
 from edgevllm.cli._common import cli_task, flag_task
-from edgevllm.kernel import console
-from edgevllm.model.flags import BUILD_FLAGS, OUT_FLAG, param, spec_overrides
+from edgevllm.cli.flags import BUILD_FLAGS, OUT_FLAG, param, spec_overrides
+from edgevllm.common import console
 
 
 def spec_from_flags(values: dict, verify: bool = True):
     """The build spec that ``--spec``/``--lock``/``--target`` and the other flags describe."""
-    from edgevllm.model.lock import read_lock
-    from edgevllm.model.spec import load_spec, lock_overrides, spec_from_dict
+    from edgevllm.specs.buildspec import load_spec, lock_overrides, spec_from_dict
+    from edgevllm.specs.lock import read_lock
 
     overrides = spec_overrides(values)
     if not verify:
@@ -29,8 +29,8 @@ def spec_from_flags(values: dict, verify: bool = True):
 @cli_task(help={"as_json": "print the targets as JSON"})
 def targets(c, as_json=False):
     """List the build targets (one YAML file each under targets/)."""
-    from edgevllm.kernel.tables import print_targets
-    from edgevllm.model.targets import all_targets
+    from edgevllm.common.tables import print_targets
+    from edgevllm.specs.targets import all_targets
 
     found = all_targets()
     if as_json:
@@ -46,7 +46,7 @@ def targets(c, as_json=False):
 )
 def render(c, **values):
     """Render the Dockerfile and build context for inspection (no build, no network)."""
-    from edgevllm.build.renderout import render_to
+    from edgevllm.builder.renderout import render_to
 
     written = render_to(spec_from_flags(values), Path(values.get("out") or "out/render"))
     console.info(f"wrote {written}")
@@ -65,8 +65,8 @@ def render(c, **values):
 )
 def build(c, **values):
     """Build an image: sources → Dockerfile → wheels → runtime image → checks → tags."""
-    from edgevllm.build.pipeline import build as run_build
-    from edgevllm.build.runner import write_summary
+    from edgevllm.builder.pipeline import build as run_build
+    from edgevllm.builder.runner import write_summary
 
     build_spec = spec_from_flags(values, verify=values.get("verify", True))
     lock = values.get("lock")
@@ -84,10 +84,10 @@ def build(c, **values):
 def doctor(c, target="spark", out="out"):
     """Check that this machine can build for a target: engine, buildx, emulation, disk, git,
     registry."""
-    from edgevllm.build.doctor import run_checks
-    from edgevllm.engine.docker import DockerEngine
-    from edgevllm.kernel.errors import MissingToolError
-    from edgevllm.model.targets import load_target
+    from edgevllm.builder.doctor import run_checks
+    from edgevllm.common.errors import MissingToolError
+    from edgevllm.containers.docker import DockerEngine
+    from edgevllm.specs.targets import load_target
 
     findings = run_checks(load_target(target), Path(out), DockerEngine())
     for finding in findings:

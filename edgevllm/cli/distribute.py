@@ -6,9 +6,9 @@ import os
 from pathlib import Path
 
 from edgevllm.cli._common import cli_task
-from edgevllm.kernel import console
-from edgevllm.kernel.errors import RecipeError
-from edgevllm.kernel.kv import split_csv
+from edgevllm.common import console
+from edgevllm.common.errors import RecipeError
+from edgevllm.common.kv import split_csv
 
 _NODES = "nodes: ssh://[user@]host[:port], comma-separated or repeated"
 
@@ -30,7 +30,7 @@ def _report(results, what: str) -> None:
 def copy_image(c, image, to=None, engine=None):
     """Stream an image to every node in parallel; skip nodes with the same image id; verify."""
     from edgevllm.cli.recipes import engine_from
-    from edgevllm.engine.docker import DockerEngine
+    from edgevllm.containers.docker import DockerEngine
     from edgevllm.serve.distribute import copy_image as copy
 
     nodes = split_csv(to)

@@ -6,9 +6,9 @@ import json as jsonlib
 from pathlib import Path
 
 from edgevllm.cli._common import cli_task
-from edgevllm.kernel import console
-from edgevllm.kernel.errors import ConfigError, ModFailedError
-from edgevllm.kernel.kv import split_csv
+from edgevllm.common import console
+from edgevllm.common.errors import ConfigError, ModFailedError
+from edgevllm.common.kv import split_csv
 
 
 @cli_task(
@@ -107,8 +107,7 @@ def tune_moe(
     dry_run=False,
 ):
     """Tune the fused-MoE kernel in an image on the device; store the JSON in the config mod."""
-    from edgevllm.engine.docker import DockerEngine
-    from edgevllm.model.targets import load_target
+    from edgevllm.containers.docker import DockerEngine
     from edgevllm.mods.catalog import get_mod
     from edgevllm.mods.tunemoe import (
         MOE_MOD,
@@ -118,6 +117,7 @@ def tune_moe(
         scratch_dir,
         tune,
     )
+    from edgevllm.specs.targets import load_target
 
     device = load_target(target).device_name
     configs = get_mod(MOE_MOD).folder / "configs"

@@ -14,9 +14,9 @@ import tempfile
 from pathlib import Path
 
 from edgevllm.cli._common import cli_task
-from edgevllm.kernel import console
-from edgevllm.kernel.errors import ConfigError
-from edgevllm.model.flags import SOURCE_FLAGS, SPEC_FLAGS, help_for, iterable_for, param, signature
+from edgevllm.cli.flags import SOURCE_FLAGS, SPEC_FLAGS, help_for, iterable_for, param, signature
+from edgevllm.common import console
+from edgevllm.common.errors import ConfigError
 
 PLAN_FLAGS = SPEC_FLAGS + tuple(f for f in SOURCE_FLAGS if not f.name.startswith("flashinfer"))
 
@@ -35,9 +35,9 @@ def _task(fn):
 def plan(c, **values):
     """Kernel plan: every kernel group and extension, and the arches it gets for the target."""
     from edgevllm.cli.build import spec_from_flags
-    from edgevllm.kernel.fsutil import atomic_write_text
-    from edgevllm.model.spec import resolve
+    from edgevllm.common.fsutil import atomic_write_text
     from edgevllm.sources.plan import check_target, plan_for_target, print_plan
+    from edgevllm.specs.buildspec import resolve
 
     eff = resolve(spec_from_flags(values))
     with tempfile.TemporaryDirectory(prefix="edgevllm-plan-") as tmp:
@@ -54,14 +54,14 @@ def plan(c, **values):
 
 def _tree(eff, values: dict, tmp: Path) -> tuple[Path, str]:
     """The tree to evaluate: ``--tree`` as it is, or the build's sources prepared and patched."""
-    from edgevllm.build.pipeline import apply_patches
-    from edgevllm.model.lock import read_lock
+    from edgevllm.builder.pipeline import apply_patches
     from edgevllm.sources.prepare import (
         PreparedSource,
         SourceRequest,
         prepare_sources,
         source_request,
     )
+    from edgevllm.specs.lock import read_lock
 
     if values.get("tree"):
         given = Path(values["tree"])

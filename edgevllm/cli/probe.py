@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 
 from edgevllm.cli._common import cli_task
-from edgevllm.engine.docker import DockerEngine
-from edgevllm.kernel import console
-from edgevllm.kernel.errors import ConfigError, ProbeError
-from edgevllm.kernel.kv import split_csv
+from edgevllm.common import console
+from edgevllm.common.errors import ConfigError, ProbeError
+from edgevllm.common.kv import split_csv
+from edgevllm.containers.docker import DockerEngine
 
 
 @cli_task(

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgevllm.cli._common import cli_task
-from edgevllm.kernel.kv import split_csv
+from edgevllm.common.kv import split_csv
 
 
 @cli_task(
@@ -45,7 +45,7 @@ def publish(
     prime_cache=False,
 ):
     """Save an image as compressed, checksummed tarball part(s) plus a manifest."""
-    from edgevllm.kernel import console
+    from edgevllm.common import console
 
     if prime_cache:
         return _prime(image, level, threads, long, layer_cache)
@@ -87,7 +87,7 @@ def publish(
 
 
 def _prime(image, level, threads, long, layer_cache) -> None:
-    from edgevllm.kernel import console
+    from edgevllm.common import console
 
     require(image=image)
     from edgevllm.image.layercache import ZstdSettings
@@ -109,8 +109,8 @@ def _prime(image, level, threads, long, layer_cache) -> None:
 )
 def load(c, path):
     """Check every part's sha256, then stream the image into the engine; prints the loaded tags."""
+    from edgevllm.common import console
     from edgevllm.image.publish import load as run_load
-    from edgevllm.kernel import console
 
     result = run_load(_engine(), Path(path))
     console.info(
@@ -145,7 +145,7 @@ def push(c, image=None, registry=None, tag=None, moving_tag=None, repo=None):
 
 def require(**flags) -> None:
     """Required flags are checked here, not by Invoke, so that `inv publish --help` still works."""
-    from edgevllm.kernel.errors import ConfigError
+    from edgevllm.common.errors import ConfigError
 
     for name, value in flags.items():
         if value in (None, ""):
@@ -155,6 +155,6 @@ def require(**flags) -> None:
 
 
 def _engine():
-    from edgevllm.engine.docker import DockerEngine
+    from edgevllm.containers.docker import DockerEngine
 
     return DockerEngine()

@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 
 from edgevllm.cli._common import cli_task
-from edgevllm.engine.docker import DockerEngine
-from edgevllm.kernel import console
-from edgevllm.kernel.errors import RecipeError
-from edgevllm.kernel.kv import split_csv
+from edgevllm.common import console
+from edgevllm.common.errors import RecipeError
+from edgevllm.common.kv import split_csv
+from edgevllm.containers.docker import DockerEngine
 
 _ENGINE = "docker engine: 'local' (default), a docker context name or a URL (ssh://user@host)"
 _COMMON = {

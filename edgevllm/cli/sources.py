@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 
 from edgevllm.cli._common import flag_task
-from edgevllm.kernel import console
-from edgevllm.kernel.errors import ConfigError
-from edgevllm.kernel.labels import LOCK_FILENAME
-from edgevllm.model.flags import SOURCE_FLAGS, param, spec_overrides
+from edgevllm.cli.flags import SOURCE_FLAGS, param, spec_overrides
+from edgevllm.common import console
+from edgevllm.common.errors import ConfigError
+from edgevllm.common.labels import LOCK_FILENAME
 
 # The build's source flags, less FlashInfer's PyPI version (no source tree to prepare).
 TASK_FLAGS = tuple(f for f in SOURCE_FLAGS if f.name != "flashinfer_version")
@@ -18,8 +18,8 @@ TASK_FLAGS = tuple(f for f in SOURCE_FLAGS if f.name != "flashinfer_version")
 def build_requests(values: dict) -> list:
     """Requests from flag values, parsed as ``inv build`` parses them (the flag table's
     ``spec_overrides``); FlashInfer only when one of its flags is given."""
-    from edgevllm.model.spec import DEFAULT_VLLM_REF
     from edgevllm.sources.prepare import SourceRequest
+    from edgevllm.specs.buildspec import DEFAULT_VLLM_REF
 
     data = spec_overrides(values, TASK_FLAGS)
     vllm = data.get("vllm") or {"ref": DEFAULT_VLLM_REF}  # the same default as `inv build`
@@ -42,8 +42,8 @@ def build_requests(values: dict) -> list:
 def _requests_and_lock(values: dict):
     """(requests, the lock they come from or None): a --lock rebuilds exactly what it records,
     so it takes no source flag and no other target."""
-    from edgevllm.model.lock import read_lock
     from edgevllm.sources.prepare import requests_from_lock
+    from edgevllm.specs.lock import read_lock
 
     lock, target = values.get("lock"), values.get("target")
     if not lock:
@@ -77,9 +77,9 @@ def _requests_and_lock(values: dict):
 )
 def sources(c, **values):
     """Resolve and prepare source trees and write their lock, without building an image."""
-    from edgevllm.model.lock import image_tag, lock_hash
-    from edgevllm.model.targets import load_target
     from edgevllm.sources.prepare import prepare_into, summarize
+    from edgevllm.specs.lock import image_tag, lock_hash
+    from edgevllm.specs.targets import load_target
 
     out, target = values.get("out"), values.get("target")
     if target is not None:

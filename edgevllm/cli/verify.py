@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from edgevllm.cli._common import cli_task
-from edgevllm.kernel.errors import ArchGateFailed, ConfigError
+from edgevllm.common.errors import ArchGateFailed, ConfigError
 
 
 @cli_task(help={
@@ -39,10 +39,10 @@ def _policy_for_image(image: str | None):
         return None
     import json
 
-    from edgevllm.engine.docker import DockerEngine
-    from edgevllm.kernel import console
-    from edgevllm.kernel.errors import EdgeVllmError
-    from edgevllm.kernel.labels import LOCK
+    from edgevllm.common import console
+    from edgevllm.common.errors import EdgeVllmError
+    from edgevllm.common.labels import LOCK
+    from edgevllm.containers.docker import DockerEngine
     from edgevllm.verify.policy import STOCK_POLICY
 
     try:

@@ -30,8 +30,8 @@ from typing import IO, Iterator
 
 import zstandard
 
-from edgevllm.kernel.fsutil import atomic_write_bytes, atomic_write_json
-from edgevllm.kernel.paths import cache_dir
+from edgevllm.common.fsutil import atomic_write_bytes, atomic_write_json
+from edgevllm.common.paths import cache_dir
 
 DEFAULT_MAX_BYTES = 32 << 30
 COPY_CHUNK = 8 << 20

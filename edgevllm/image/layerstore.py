@@ -20,7 +20,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from edgevllm.engine.docker import DockerEngine
+from edgevllm.containers.docker import DockerEngine
 
 READ_CHUNK = 1 << 20
 

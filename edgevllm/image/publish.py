@@ -35,7 +35,10 @@ from pathlib import Path
 from typing import IO, Callable
 
 from edgevllm import __version__
-from edgevllm.engine.docker import DockerEngine
+from edgevllm.common import console, labels
+from edgevllm.common.errors import ConfigError, EngineError, IntegrityError, PublishError
+from edgevllm.common.fsutil import atomic_write_json
+from edgevllm.containers.docker import DockerEngine
 from edgevllm.image.layercache import (
     CorruptEntry,
     LayerCache,
@@ -60,9 +63,6 @@ from edgevllm.image.tarball import (
     TarballSet,
     open_tarball,
 )
-from edgevllm.kernel import console, labels
-from edgevllm.kernel.errors import ConfigError, EngineError, IntegrityError, PublishError
-from edgevllm.kernel.fsutil import atomic_write_json
 
 # Records the build leaves in the image: a label holding JSON, or a file under RECORD_DIR.
 RECORDS = {

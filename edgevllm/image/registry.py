@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 
 import requests
 
-from edgevllm.engine.docker import DockerEngine
+from edgevllm.common import console, labels
+from edgevllm.common.errors import ConfigError, DockerUnavailableError, LockError, RegistryError
+from edgevllm.containers.docker import DockerEngine
 from edgevllm.image.publish import read_records
-from edgevllm.kernel import console, labels
-from edgevllm.kernel.errors import ConfigError, DockerUnavailableError, LockError, RegistryError
 
 TAG_LABEL = labels.TAG
 _TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
@@ -113,7 +113,7 @@ def immutable_tag(engine: DockerEngine, image: str, labels: dict[str, str]) -> s
 
 def _tag_from_lock(lock_json: object) -> str | None:
     try:
-        from edgevllm.model.lock import image_tag, parse_lock
+        from edgevllm.specs.lock import image_tag, parse_lock
     except ImportError:  # the lock module is optional here: fall back to the label
         return None
     try:

@@ -28,8 +28,8 @@ from typing import IO, Any, Callable, Iterator
 import zstandard
 from pydantic import BaseModel, ConfigDict
 
-from edgevllm.kernel.errors import IntegrityError
-from edgevllm.kernel.schema import parse_model
+from edgevllm.common.errors import IntegrityError
+from edgevllm.common.schema import parse_model
 
 SCHEMA_VERSION = 1
 MANIFEST_SUFFIX = ".manifest.json"

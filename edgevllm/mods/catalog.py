@@ -19,10 +19,10 @@ from typing import Annotated, Literal, Union
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import Field, field_validator, model_validator
 
-from edgevllm.kernel.errors import ManifestError, ModConflictError, ModNotForTargetError
-from edgevllm.kernel.fsutil import atomic_write_json
-from edgevllm.kernel.schema import Strict, load_model
-from edgevllm.model.modselect import MANIFEST, check_mod_names, mod_folders
+from edgevllm.common.errors import ManifestError, ModConflictError, ModNotForTargetError
+from edgevllm.common.fsutil import atomic_write_json
+from edgevllm.common.schema import Strict, load_model
+from edgevllm.specs.modselect import MANIFEST, check_mod_names, mod_folders
 
 _NAME = r"^[a-z0-9][a-z0-9-]*$"
 
@@ -394,7 +394,7 @@ def read_record(path: Path) -> dict:
 
 # --- applying to an existing environment (inv mods-apply) --------------------------------------
 def default_mod_names(target_name: str) -> list[str]:
-    from edgevllm.model.targets import load_target
+    from edgevllm.specs.targets import load_target
 
     return list(load_target(target_name).default_mods)
 
@@ -409,7 +409,7 @@ def apply_to_environment(target_name: str, mod_names: list[str], site_packages: 
     import sys
     import tempfile
 
-    from edgevllm.kernel.errors import ModError, ModFailedError
+    from edgevllm.common.errors import ModError, ModFailedError
 
     names = mod_names or default_mod_names(target_name)
     with tempfile.TemporaryDirectory(prefix="edgevllm-mods-") as tmp:

@@ -17,10 +17,10 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 from pydantic import Field, field_validator, model_validator
 
-from edgevllm.kernel.errors import ManifestError, ModFailedError
-from edgevllm.kernel.fsutil import atomic_write_text
-from edgevllm.kernel.paths import data_dirs
-from edgevllm.kernel.schema import Strict, check_regex, load_model
+from edgevllm.common.errors import ManifestError, ModFailedError
+from edgevllm.common.fsutil import atomic_write_text
+from edgevllm.common.paths import data_dirs
+from edgevllm.common.schema import Strict, check_regex, load_model
 from edgevllm.mods.applier import StepFailed, apply_unified_diff, plan_replacements
 from edgevllm.mods.catalog import Replacement
 

@@ -17,9 +17,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgevllm.engine.docker import DockerEngine, RunOptions
-from edgevllm.kernel.errors import ConfigError, ModError
-from edgevllm.kernel.fsutil import atomic_write_text
+from edgevllm.common.errors import ConfigError, ModError
+from edgevllm.common.fsutil import atomic_write_text
+from edgevllm.containers.docker import DockerEngine, RunOptions
 
 MOE_MOD = "fused-moe-configs"
 CONFIG_KEYS = {"BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps",

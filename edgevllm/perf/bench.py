@@ -16,9 +16,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
-from edgevllm.engine.docker import DockerEngine
-from edgevllm.kernel import labels
-from edgevllm.kernel.errors import BenchError, RecipeError, RooflineUnknown
+from edgevllm.common import labels
+from edgevllm.common.errors import BenchError, RecipeError, RooflineUnknown
+from edgevllm.containers.docker import DockerEngine
 from edgevllm.perf.client import ClientRunner, ExecRunner
 from edgevllm.perf.expect import judge, parse_expectations
 from edgevllm.perf.record import new_record, record_path, save_record

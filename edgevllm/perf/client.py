@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, Sequence
 
-from edgevllm.engine.docker import DockerEngine
-from edgevllm.kernel.errors import BenchError
+from edgevllm.common.errors import BenchError
+from edgevllm.containers.docker import DockerEngine
 
 CLIENT_CODE = (
     "import sys\n"

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from pydantic import Field, ValidationError, model_validator
 
-from edgevllm.kernel.errors import BenchError
-from edgevllm.kernel.schema import Strict, describe_validation_error
+from edgevllm.common.errors import BenchError
+from edgevllm.common.schema import Strict, describe_validation_error
 from edgevllm.perf.metrics import SUMMARISED
 
 

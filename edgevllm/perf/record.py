@@ -15,8 +15,8 @@ import re
 import time
 from pathlib import Path
 
-from edgevllm.kernel.errors import BenchError
-from edgevllm.kernel.fsutil import atomic_write_json
+from edgevllm.common.errors import BenchError
+from edgevllm.common.fsutil import atomic_write_json
 
 SCHEMA = "edgevllm-bench/1"
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
-from edgevllm.kernel.fsutil import atomic_write_bytes
+from edgevllm.common.fsutil import atomic_write_bytes
 from edgevllm.perf.metrics import spread
 
 # figure, label, higher is better

@@ -26,7 +26,7 @@ import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from edgevllm.kernel.errors import RooflineUnknown
+from edgevllm.common.errors import RooflineUnknown
 
 _MAX_HEADER = 100 * 1024 * 1024  # the safetensors spec caps the header at 100 MB
 _EXPERT = re.compile(r"\.experts\.(\d+)\.")

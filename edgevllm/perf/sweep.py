@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-from edgevllm.kernel.errors import BenchError
+from edgevllm.common.errors import BenchError
 from edgevllm.perf.client import ClientArgs, ClientRunner, run_once
 from edgevllm.perf.metrics import figures, summarise
 from edgevllm.perf.record import save_record

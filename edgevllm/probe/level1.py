@@ -16,12 +16,12 @@ import uuid
 from importlib import resources
 from typing import Any, Iterable
 
-from edgevllm.engine.docker import DockerEngine, RunOptions
-from edgevllm.kernel import labels
-from edgevllm.kernel.errors import EngineError, ProbeError
-from edgevllm.model.lock import LOCK_IMAGE_PATH
+from edgevllm.common import labels
+from edgevllm.common.errors import EngineError, ProbeError
+from edgevllm.containers.docker import DockerEngine, RunOptions
 from edgevllm.probe.result import ABSENT, FAIL, PASS, WARN, ProbeResult
 from edgevllm.probe.target import DEFAULT_COMPONENTS, ProbeTarget, probe_target
+from edgevllm.specs.lock import LOCK_IMAGE_PATH
 
 MARKER = "@@EDGEVLLM-PROBE@@ "
 PROBE_LABEL = labels.PROBE
@@ -68,8 +68,8 @@ def collect_facts(engine: DockerEngine, image: str, target: ProbeTarget, compone
 # -- judging ---------------------------------------------------------------------------------------
 def arch_coverage(target_arch: str, arch_list: Iterable[str]) -> tuple[str, list[str]]:
     """How ``arch_list`` covers the target (``12.1a``): native, compatible, ptx or none, and the
-    arches reaching that level. The rules are ``edgevllm.model.cuda``'s (the one owner)."""
-    from edgevllm.model.cuda import arch_list_coverage, parse_device
+    arches reaching that level. The rules are ``edgevllm.specs.cuda``'s (the one owner)."""
+    from edgevllm.specs.cuda import arch_list_coverage, parse_device
 
     found, matched = arch_list_coverage(parse_device(target_arch), arch_list)
     return ("ptx" if found == "ptx-jit" else found), matched

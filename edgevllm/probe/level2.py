@@ -21,8 +21,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
-from edgevllm.engine.docker import DockerEngine, RunOptions
-from edgevllm.kernel.poll import poll
+from edgevllm.common.poll import poll
+from edgevllm.containers.docker import DockerEngine, RunOptions
 from edgevllm.probe.level1 import PROBE_LABEL
 from edgevllm.probe.result import FAIL, PASS, WARN, ProbeResult
 from edgevllm.probe.signatures import Match, load_catalogue, match_log
@@ -207,7 +207,7 @@ def probe_level2(engine: DockerEngine, image: str, target: Any, model: str | Non
     settings = settings or ServeSettings()
     model = model or tgt.level2_model
     if not model:
-        from edgevllm.kernel.errors import ConfigError
+        from edgevllm.common.errors import ConfigError
 
         raise ConfigError(f"target '{tgt.name}' has no probe.level2_model: pass --model")
     args = list(tgt.serve_args if serve_args is None else serve_args)

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edgevllm.kernel.fsutil import atomic_write_text
+from edgevllm.common.fsutil import atomic_write_text
 
 PASS, WARN, FAIL, ABSENT = "pass", "warn", "fail", "absent"
 STATUSES = (PASS, WARN, FAIL, ABSENT)

@@ -11,8 +11,8 @@ from typing import Iterable, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, field_validator
 
-from edgevllm.kernel.errors import ManifestError
-from edgevllm.kernel.schema import check_regex, parse_model
+from edgevllm.common.errors import ManifestError
+from edgevllm.common.schema import check_regex, parse_model
 
 CATALOGUE = "signatures.yaml"
 

@@ -1,7 +1,7 @@
 """What the probe needs to know about a target, read from the target definition.
 
 The probe reads only a few target fields (name, cuda_arch, device_name, runtime_env and the
-``probe`` section). ``probe_target`` accepts a target name (loaded by ``edgevllm.model.targets``),
+``probe`` section). ``probe_target`` accepts a target name (loaded by ``edgevllm.specs.targets``),
 the ``Target`` object it returns, or a plain mapping (tests).
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from edgevllm.kernel.errors import UnknownTargetError
+from edgevllm.common.errors import UnknownTargetError
 
 # What level 1 looks at when the target names nothing else: vLLM and the libraries it
 # loads on these devices (CuTe DSL is the `cutlass` package of nvidia-cutlass-dsl).
@@ -53,8 +53,8 @@ def _from_object(obj: Any) -> ProbeTarget:
 
 
 def _load_by_name(name: str) -> Any:
-    """The target from targets/*.yaml through ``edgevllm.model.targets`` (the one loader)."""
-    from edgevllm.model.targets import load_target
+    """The target from targets/*.yaml through ``edgevllm.specs.targets`` (the one loader)."""
+    from edgevllm.specs.targets import load_target
 
     return load_target(name)
 

@@ -24,10 +24,10 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from edgevllm.engine.docker import DockerEngine, RunOptions
-from edgevllm.kernel import console, labels
-from edgevllm.kernel.errors import ClusterError, EdgeVllmError, ImageNotFoundError
-from edgevllm.kernel.poll import poll
+from edgevllm.common import console, labels
+from edgevllm.common.errors import ClusterError, EdgeVllmError, ImageNotFoundError
+from edgevllm.common.poll import poll
+from edgevllm.containers.docker import DockerEngine, RunOptions
 from edgevllm.serve.launch import (
     LABEL_CLUSTER,
     LABEL_ROLE,

@@ -27,14 +27,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from edgevllm.engine.docker import DockerEngine
-from edgevllm.kernel import console
-from edgevllm.kernel.errors import (
+from edgevllm.common import console
+from edgevllm.common.errors import (
     EdgeVllmError,
     EngineError,
     MissingToolError,
     RecipeError,
 )
+from edgevllm.containers.docker import DockerEngine
 
 CHUNK = 1 << 20
 _REPO_ID = re.compile(r"^[\w.-]+/[\w.-]+$")

@@ -21,11 +21,11 @@ from pathlib import Path
 
 import yaml
 
-from edgevllm.engine.docker import DockerEngine, RunOptions
-from edgevllm.kernel import console, labels
-from edgevllm.kernel.errors import EdgeVllmError, RecipeError
-from edgevllm.kernel.fsutil import atomic_write_text
-from edgevllm.kernel.poll import poll
+from edgevllm.common import console, labels
+from edgevllm.common.errors import EdgeVllmError, RecipeError
+from edgevllm.common.fsutil import atomic_write_text
+from edgevllm.common.poll import poll
+from edgevllm.containers.docker import DockerEngine, RunOptions
 from edgevllm.serve.recipes import BuildRef, Rendered
 
 LABEL_RECIPE = labels.RECIPE
@@ -242,17 +242,17 @@ def check_pinned_digest(ref: str, inspect: dict, where: str) -> None:
 def build_on_demand(build: BuildRef, recipe: str, engine: DockerEngine | None = None) -> str:
     """Build the recipe's image with the build module and return the tag it produced.
 
-    The only place that calls into ``edgevllm.build`` (developed separately): if that module or
+    The only place that calls into ``edgevllm.builder`` (developed separately): if that module or
     its entry point is missing, the user gets one line saying how to build by hand instead.
     """
     what = f"--spec {build.spec}" if build.spec else f"--lock {build.lock}"
     try:
-        from edgevllm.build.pipeline import build as run_build
-        from edgevllm.kernel.paths import cache_dir, project_root
-        from edgevllm.model.lock import read_lock
-        from edgevllm.model.spec import load_spec_file, lock_overrides, spec_from_dict
+        from edgevllm.builder.pipeline import build as run_build
+        from edgevllm.common.paths import cache_dir, project_root
+        from edgevllm.specs.buildspec import load_spec_file, lock_overrides, spec_from_dict
+        from edgevllm.specs.lock import read_lock
     except ImportError:
-        raise RecipeError(f"recipe {recipe}: building on demand needs edgevllm.build, which this "
+        raise RecipeError(f"recipe {recipe}: building on demand needs edgevllm.builder, which this "
                           f"checkout lacks; run 'inv build {what}' and set image: to its tag") \
             from None
     root = project_root()

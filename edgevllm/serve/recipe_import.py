@@ -32,10 +32,10 @@ from pathlib import Path
 
 import yaml
 
-from edgevllm.kernel.errors import EdgeVllmError, RecipeError
-from edgevllm.kernel.fsutil import atomic_write_bytes, atomic_write_text
-from edgevllm.kernel.paths import project_root
-from edgevllm.kernel.schema import read_yaml
+from edgevllm.common.errors import EdgeVllmError, RecipeError
+from edgevllm.common.fsutil import atomic_write_bytes, atomic_write_text
+from edgevllm.common.paths import project_root
+from edgevllm.common.schema import read_yaml
 from edgevllm.serve.recipes import FILES_DIR, parse_recipe, valid_image_ref
 
 KNOWN = {"recipe_version", "name", "description", "model", "container", "command", "defaults",

@@ -30,10 +30,10 @@ import jinja2.meta
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from edgevllm.kernel.errors import RecipeError
-from edgevllm.kernel.paths import data_dirs, project_root
-from edgevllm.kernel.schema import Strict, describe_validation_error, parse_model, read_yaml
-from edgevllm.model.targets import LaunchDefaults
+from edgevllm.common.errors import RecipeError
+from edgevllm.common.paths import data_dirs, project_root
+from edgevllm.common.schema import Strict, describe_validation_error, parse_model, read_yaml
+from edgevllm.specs.targets import LaunchDefaults
 
 SCHEMA_VERSION = 1
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
@@ -509,8 +509,8 @@ def render(loaded: LoadedRecipe | Recipe, overrides: dict[str, object] | None = 
 
 def merged_launch(target: str, overrides: LaunchOverrides) -> LaunchDefaults:
     """The target's launch defaults with the recipe's overrides (null removes an entry)."""
-    from edgevllm.kernel.errors import UnknownTargetError
-    from edgevllm.model.targets import load_target
+    from edgevllm.common.errors import UnknownTargetError
+    from edgevllm.specs.targets import load_target
 
     try:
         base = load_target(target).launch.model_dump()

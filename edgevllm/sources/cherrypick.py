@@ -23,10 +23,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgevllm.kernel.errors import CherryPickConflictError, LockError, SourceError
-from edgevllm.model.lock import PickLock
-from edgevllm.model.refs import display_repo
+from edgevllm.common.errors import CherryPickConflictError, LockError, SourceError
 from edgevllm.sources.gitcache import GitMirror, last_line, out
+from edgevllm.specs.lock import PickLock
+from edgevllm.specs.refs import display_repo
 
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 DOC_DIRS = frozenset({"docs", "doc", "tests", "test"})

@@ -18,14 +18,14 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from edgevllm.kernel.errors import LockError, RefNotFoundError, SourceError
-from edgevllm.kernel.fsutil import atomic_dir
-from edgevllm.kernel.labels import CMAKE_DEPS_ENV, CMAKE_DEPS_MOUNT
-from edgevllm.model.lock import CMakeDepLock
-from edgevllm.model.refs import display_repo
+from edgevllm.common.errors import LockError, RefNotFoundError, SourceError
+from edgevllm.common.fsutil import atomic_dir
+from edgevllm.common.labels import CMAKE_DEPS_ENV, CMAKE_DEPS_MOUNT
 from edgevllm.sources.cherrypick import tree_of
 from edgevllm.sources.gitcache import GitMirror
 from edgevllm.sources.plan import CMakeDep
+from edgevllm.specs.lock import CMakeDepLock
+from edgevllm.specs.refs import display_repo
 
 ENV_FILE = CMAKE_DEPS_ENV
 MOUNT_POINT = CMAKE_DEPS_MOUNT   # where the build stage mounts the "cmake-deps" context

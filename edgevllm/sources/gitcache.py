@@ -21,9 +21,9 @@ import subprocess
 from pathlib import Path
 from typing import Iterator
 
-from edgevllm.kernel import paths
-from edgevllm.kernel.errors import MissingToolError, RefNotFoundError, SourceError
-from edgevllm.model.refs import display_repo, is_full_sha, looks_like_sha, normalize_repo, repo_key
+from edgevllm.common import paths
+from edgevllm.common.errors import MissingToolError, RefNotFoundError, SourceError
+from edgevllm.specs.refs import display_repo, is_full_sha, looks_like_sha, normalize_repo, repo_key
 
 # Messages in git's stderr that mean "that ref/commit is not there" rather than "cannot reach".
 _MISSING_MARKERS = (

@@ -31,7 +31,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from edgevllm.kernel.errors import MissingToolError, PlanError, PlanGapError
+from edgevllm.common.errors import MissingToolError, PlanError, PlanGapError
 
 PRELUDE = Path(__file__).with_name("plan_prelude.cmake")
 OVERRIDES = Path(__file__).with_name("plan_overrides.cmake")
@@ -573,7 +573,7 @@ def print_plan(plan: KernelPlan, title: str = "") -> None:
     """The plan as a rich table on stdout: one row per group, then one per CUDA extension."""
     from rich.table import Table
 
-    from edgevllm.kernel.console import out_console
+    from edgevllm.common.console import out_console
 
     table = Table(title=title or f"kernel plan for {plan.arch_list} (CUDA {plan.cuda_version}): "
                   f"CUDA_ARCHS = {';'.join(plan.cuda_archs) or 'none'}", title_justify="left")

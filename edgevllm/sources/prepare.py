@@ -18,20 +18,8 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from edgevllm.kernel.errors import LockError, RefNotFoundError, SourceError
-from edgevllm.kernel.fsutil import atomic_dir
-from edgevllm.model.lock import PickLock, SourceLock
-from edgevllm.model.refs import (
-    display_repo,
-    is_full_sha,
-    looks_like_sha,
-    normalize_repo,
-    parse_commit_url,
-    parse_pr_arg,
-    parse_pr_number,
-    parse_pr_url,
-)
-from edgevllm.model.spec import EffectiveSpec
+from edgevllm.common.errors import LockError, RefNotFoundError, SourceError
+from edgevllm.common.fsutil import atomic_dir
 from edgevllm.sources.cherrypick import (
     EMPTY_TREE,
     ResolvedPick,
@@ -43,6 +31,18 @@ from edgevllm.sources.cherrypick import (
     tree_of,
 )
 from edgevllm.sources.gitcache import GitMirror, out
+from edgevllm.specs.buildspec import EffectiveSpec
+from edgevllm.specs.lock import PickLock, SourceLock
+from edgevllm.specs.refs import (
+    display_repo,
+    is_full_sha,
+    looks_like_sha,
+    normalize_repo,
+    parse_commit_url,
+    parse_pr_arg,
+    parse_pr_number,
+    parse_pr_url,
+)
 
 DEFAULT_REPOS = {
     "vllm": "https://github.com/vllm-project/vllm.git",
@@ -482,7 +482,7 @@ def prepare_into(
     ``out_dir`` appears only when every source is prepared and the lock written; an error leaves
     an older ``out_dir`` untouched and nothing new under its name. Returns (lock, prepared by name).
     """
-    from edgevllm.model.lock import LOCK_FILENAME, Lock, now_utc, write_lock
+    from edgevllm.specs.lock import LOCK_FILENAME, Lock, now_utc, write_lock
 
     out_dir = Path(out_dir)
     lock = base_lock.model_copy(deep=True) if base_lock is not None else Lock(target=target)

@@ -30,8 +30,8 @@ from urllib.parse import unquote, urlparse
 from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
-from edgevllm.kernel.errors import ConfigError, MissingToolError, SourceError
-from edgevllm.kernel.fsutil import atomic_dir, atomic_write_text, sha256_file
+from edgevllm.common.errors import ConfigError, MissingToolError, SourceError
+from edgevllm.common.fsutil import atomic_dir, atomic_write_text, sha256_file
 
 PYPI = "https://pypi.org/simple"
 DEFAULT_GLIBC = "2_34"   # llguidance 1.7 has no x86_64 wheel below manylinux_2_31
@@ -308,7 +308,7 @@ class Wheelhouse:
 
     def __init__(self, root: Path | None = None):
         if root is None:
-            from edgevllm.kernel.paths import cache_dir
+            from edgevllm.common.paths import cache_dir
 
             root = cache_dir("wheelhouse")
         self.root = Path(root)

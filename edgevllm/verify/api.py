@@ -15,10 +15,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from edgevllm.kernel.errors import ArchGateFailed, ConfigError, CorruptBinaryError, NotElfError
+from edgevllm.common.errors import ArchGateFailed, ConfigError, CorruptBinaryError, NotElfError
 from edgevllm.verify.judge import Verdict, judge
 from edgevllm.verify.library import LibraryReport, group_cubins, inspect_buffer
-from edgevllm.verify.sources import (
+from edgevllm.verify.readers import (
     inspect_file,
     scan_directory,
     scan_image_stream,
@@ -88,7 +88,7 @@ def scan_source(source: dict, engine, inspect: Inspect) -> tuple[str, list[Libra
     kind, value = next(iter(given.items()))
     if kind == "image":
         if engine is None:
-            from edgevllm.engine.docker import DockerEngine
+            from edgevllm.containers.docker import DockerEngine
             engine = DockerEngine()
         return f"image {value}", scan_image(engine, value, inspect)
     if kind == "tarball":
@@ -123,7 +123,7 @@ def verify(target: str, *, image: str | None = None, tarball: Path | str | None 
 
     Returns the verdict whether or not it passed; writes ``json_out`` atomically when given.
     """
-    from edgevllm.model.targets import resolve_cuda_target
+    from edgevllm.specs.targets import resolve_cuda_target
     from edgevllm.verify.policy import load_policy
     from edgevllm.verify.report import check_json_target, write_json
 

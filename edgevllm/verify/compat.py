@@ -1,5 +1,5 @@
 """Levels of fatbin entries, units and libraries on a device. The rules themselves live in
-``edgevllm.model.cuda`` (the one owner); this module only applies them to parsed entries.
+``edgevllm.specs.cuda`` (the one owner); this module only applies them to parsed entries.
 
 A *unit* is one fatbin container (one translation unit, or one raw ``.cubin`` file). A unit is
 as good as its best entry; a library's weakest-unit ``library_level`` is as good as its worst
@@ -8,9 +8,9 @@ unit, and ``unit_levels`` gives every unit's level for coverage counts.
 
 from __future__ import annotations
 
-from edgevllm.kernel.errors import ConfigError
-from edgevllm.model import cuda
-from edgevllm.model.cuda import LEVELS, CudaArch, best, meets, worst
+from edgevllm.common.errors import ConfigError
+from edgevllm.specs import cuda
+from edgevllm.specs.cuda import LEVELS, CudaArch, best, meets, worst
 from edgevllm.verify.fatbin import FatbinEntry
 
 __all__ = ["LEVELS", "CudaArch", "best", "meets", "worst", "parse_arch", "entry_level",

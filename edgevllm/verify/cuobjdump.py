@@ -24,7 +24,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from edgevllm.kernel.errors import CuobjdumpMismatch, CuobjdumpNotFoundError
+from edgevllm.common.errors import CuobjdumpMismatch, CuobjdumpNotFoundError
 from edgevllm.verify.fatbin import FatbinEntry
 from edgevllm.verify.library import LibraryReport, inspect_buffer
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 
-from edgevllm.kernel.errors import CorruptBinaryError
+from edgevllm.common.errors import CorruptBinaryError
 
 _LOCAL = threading.local()  # a ZstdDecompressor must not be shared between threads
 

@@ -82,7 +82,7 @@ def diff_sources(target: str, old: str, new: str, policy=None, engine=None) -> D
 
 
 def print_diff(diff: Diff) -> None:
-    from edgevllm.kernel.console import out_console
+    from edgevllm.common.console import out_console
 
     console = out_console()
     console.print(f"coverage for {diff.target}: {diff.old_source} → {diff.new_source}",

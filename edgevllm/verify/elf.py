@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import struct
 
-from edgevllm.kernel.errors import CorruptBinaryError, NotElfError
+from edgevllm.common.errors import CorruptBinaryError, NotElfError
 
 ELF_MAGIC = b"\x7fELF"
 FATBIN_SECTIONS = (".nv_fatbin", "__nv_relfatbin")

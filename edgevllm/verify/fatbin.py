@@ -12,7 +12,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
-from edgevllm.kernel.errors import CorruptBinaryError
+from edgevllm.common.errors import CorruptBinaryError
 from edgevllm.verify.decompress import payload_bytes
 from edgevllm.verify.elf import cubin_sm, fatbin_sections_at, is_elf
 

@@ -13,7 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from edgevllm.model.cuda import LEVELS, CudaArch, meets, worst
+from edgevllm.specs.cuda import LEVELS, CudaArch, meets, worst
 from edgevllm.verify.compat import unit_levels
 from edgevllm.verify.library import LibraryReport, short_path
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from edgevllm.kernel.errors import VerifyError
+from edgevllm.common.errors import VerifyError
 from edgevllm.verify.fatbin import FatbinEntry, parse_library
 
 # Shared objects (libfoo.so, libfoo.so.13, _C.abi3.so), relocatable objects and raw cubins.
@@ -91,7 +91,7 @@ def inspect_buffer(path: str, buf, target=None) -> LibraryReport:
 
 
 def _cubin_entry(buf) -> FatbinEntry:
-    from edgevllm.kernel.errors import CorruptBinaryError
+    from edgevllm.common.errors import CorruptBinaryError
     from edgevllm.verify.elf import cubin_sm, cubin_variant
 
     sm = cubin_sm(buf)

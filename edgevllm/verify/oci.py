@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from edgevllm.kernel.errors import NotATarballError
+from edgevllm.common.errors import NotATarballError
 
 JSON_BLOB_LIMIT = 4 << 20  # manifests and configs are small; layers are never JSON
 

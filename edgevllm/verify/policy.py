@@ -25,8 +25,8 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from edgevllm.kernel.errors import PolicyError
-from edgevllm.kernel.schema import parse_model
+from edgevllm.common.errors import PolicyError
+from edgevllm.common.schema import parse_model
 
 Requirement = Literal["native", "compatible", "ptx-jit", "report"]
 Mode = Literal["every-unit", "coverage", "report"]

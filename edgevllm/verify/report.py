@@ -15,9 +15,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from edgevllm.kernel.console import out_console
-from edgevllm.kernel.errors import ConfigError
-from edgevllm.kernel.fsutil import atomic_write_json
+from edgevllm.common.console import out_console
+from edgevllm.common.errors import ConfigError
+from edgevllm.common.fsutil import atomic_write_json
 from edgevllm.verify.demangle import short_name
 from edgevllm.verify.judge import NO_GPU_CODE, LibraryVerdict, Verdict
 from edgevllm.verify.library import short_path

@@ -14,7 +14,7 @@ from typing import IO
 
 import zstandard
 
-from edgevllm.kernel.errors import NotATarballError
+from edgevllm.common.errors import NotATarballError
 
 _GZIP, _ZSTD = b"\x1f\x8b", b"\x28\xb5\x2f\xfd"
 

@@ -24,7 +24,7 @@ FLASHINFER_TREE = Path(__file__).parent / "fixtures" / "fake-flashinfer"
 KERNELS = "csrc/kernels.cu"
 
 # The fixture builds need a few GB, not the 60 GB a real vLLM compile asks of the host; the
-# disk check itself is tested in tests/test_build_doctor.py.
+# disk check itself is tested in tests/test_builder_doctor.py.
 os.environ.setdefault("EDGEVLLM_MIN_DISK_GB", "8")
 PR_MARKER = 1      # changes the compiled marker string to "pr-1"
 PR_BROKEN = 2      # breaks the CUDA source: the compile stage must fail

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from edgevllm.engine.docker import DockerEngine, RunOptions
+from edgevllm.containers.docker import DockerEngine, RunOptions
 from support.images import python_image
 from support.modenv import cuda_bindings_wheels, outcome, site_with, wheel, working_copy
 

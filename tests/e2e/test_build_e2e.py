@@ -26,7 +26,7 @@ pytestmark = pytest.mark.e2e
 
 
 def run_in(engine, image: str, *command: str) -> str:
-    from edgevllm.engine.docker import RunOptions
+    from edgevllm.containers.docker import RunOptions
 
     proc = engine.run(RunOptions(image=image, remove=True, command=list(command)), timeout=300)
     assert proc.returncode == 0, proc.stderr.decode()
@@ -145,7 +145,7 @@ def test_thor_no_wheel_in_any_layer(thor_build, engine, cuda_image_arm64):
 
 
 def test_thor_labels_lock_and_mods_record(thor_build, engine):
-    from edgevllm.model.lock import read_lock
+    from edgevllm.specs.lock import read_lock
 
     result, _ = thor_build
     labels = engine.image_labels(result["image"])
@@ -175,9 +175,9 @@ def spark_spec(cuda_image_amd64, fake_upstream, wheelhouse):
 
 
 def test_spark_sm121a_rebuild_and_lock(spark_spec, engine, tmp_path, cli):
-    from edgevllm.build.pipeline import build
-    from edgevllm.model.lock import read_lock
-    from edgevllm.model.spec import spec_from_dict
+    from edgevllm.builder.pipeline import build
+    from edgevllm.specs.buildspec import spec_from_dict
+    from edgevllm.specs.lock import read_lock
     from edgevllm.verify.api import scan_image
 
     first = build(spec_from_dict(spark_spec), tmp_path, engine)
@@ -232,9 +232,9 @@ def test_spark_sm121a_rebuild_and_lock(spark_spec, engine, tmp_path, cli):
 
 
 def test_compile_failure_names_stage_and_tags_nothing(spark_spec, engine, tmp_path):
-    from edgevllm.build.pipeline import build
-    from edgevllm.kernel.errors import BuildError
-    from edgevllm.model.spec import spec_from_dict
+    from edgevllm.builder.pipeline import build
+    from edgevllm.common.errors import BuildError
+    from edgevllm.specs.buildspec import spec_from_dict
 
     spec = {
         **spark_spec,
@@ -255,10 +255,10 @@ def test_wrong_arch_fails_the_gate_and_is_not_tagged(
     """A target that asks for GB10 (12.1a) but compiles 12.0a, the silent-12.0 failure users hit:
     sm_120a SASS does not run on GB10, so the arch gate fails and only the -unverified tag
     exists."""
-    from edgevllm.build.pipeline import build
-    from edgevllm.kernel.errors import ArchGateFailed
-    from edgevllm.kernel.paths import data_dirs
-    from edgevllm.model.spec import spec_from_dict
+    from edgevllm.builder.pipeline import build
+    from edgevllm.common.errors import ArchGateFailed
+    from edgevllm.common.paths import data_dirs
+    from edgevllm.specs.buildspec import spec_from_dict
 
     text = (data_dirs("targets")[0] / "spark.yaml").read_text()
     # No needed kernel groups: the preflight would stop this build in seconds
@@ -310,9 +310,9 @@ def test_failed_mod_never_yields_an_image(
 ):
     """A mod whose anchor is missing fails the runtime stage; the message names the mod, the
     package version, the file and the anchor; no image is tagged, not even as unverified."""
-    from edgevllm.build.pipeline import build
-    from edgevllm.kernel.errors import BuildError
-    from edgevllm.model.spec import spec_from_dict
+    from edgevllm.builder.pipeline import build
+    from edgevllm.common.errors import BuildError
+    from edgevllm.specs.buildspec import spec_from_dict
 
     (tmp_path / "mods" / "broken-edit").mkdir(parents=True)
     (tmp_path / "mods" / "broken-edit" / "manifest.yaml").write_text(BROKEN_MOD)
@@ -341,9 +341,9 @@ def test_flashinfer_built_from_source_is_locked_and_native(
     """The second source path: FlashInfer from a git repo is resolved and locked on the host, built
     in its own stage for FLASHINFER_CUDA_ARCH_LIST, installed from the exported wheels, and gated
     by the arch policy (FlashInfer's libraries must run on the target)."""
-    from edgevllm.build.pipeline import build
-    from edgevllm.model.lock import read_lock
-    from edgevllm.model.spec import spec_from_dict
+    from edgevllm.builder.pipeline import build
+    from edgevllm.specs.buildspec import spec_from_dict
+    from edgevllm.specs.lock import read_lock
     from edgevllm.verify.api import scan_image
 
     spec = {
@@ -436,7 +436,7 @@ def test_ctrl_c_during_the_compile_leaves_nothing_under_a_final_name(
 def wait_for_marker(logs, marker: str, proc, timeout_s: float) -> bool:
     """True once a build log under ``logs`` holds ``marker`` (the build's raw output goes there);
     False when the build process ends first or the deadline passes."""
-    from edgevllm.kernel.poll import poll
+    from edgevllm.common.poll import poll
 
     def seen() -> bool | None:
         if proc.poll() is not None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from edgevllm.kernel.errors import ClusterError
+from edgevllm.common.errors import ClusterError
 from edgevllm.serve.cluster import Cluster, ClusterOptions, Node, count_ray_nodes, teardown
 from edgevllm.serve.recipes import parse_recipe, render
 

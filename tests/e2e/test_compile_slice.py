@@ -23,10 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from edgevllm.model.targets import load_target
 from edgevllm.mods.patches import apply_source_patches
 from edgevllm.sources.plan import compare_with_binaries, plan_for_target
 from edgevllm.sources.prepare import SourceRequest, prepare_sources
+from edgevllm.specs.targets import load_target
 from edgevllm.verify.api import scan_path
 from support import downloads
 from support.cuda_libs import require_nvcc

@@ -100,7 +100,7 @@ def precompiled_build(engine, cli, real_env, trixie, sdist_upstream, tmp_path_fa
 
 
 def in_image(engine, image: str, script: str) -> str:
-    from edgevllm.engine.docker import RunOptions
+    from edgevllm.containers.docker import RunOptions
 
     proc = engine.run(RunOptions(image=image, remove=True, network="none",
                                  command=["python3", "-c", script]), timeout=600)
@@ -128,7 +128,7 @@ def test_python_only_pr_picks_precompiled_and_says_so(precompiled_build):
 
 
 def test_lock_records_mode_wheel_hash_and_release(precompiled_build):
-    from edgevllm.model.lock import read_lock
+    from edgevllm.specs.lock import read_lock
 
     result, _, _ = precompiled_build
     lock = read_lock(result["lock"])
@@ -154,7 +154,7 @@ def test_image_has_the_pr_over_the_release(precompiled_build, engine):
 
 
 def test_kernel_libraries_are_byte_identical_to_the_release_wheel(precompiled_build, engine):
-    from edgevllm.model.lock import read_lock
+    from edgevllm.specs.lock import read_lock
     from support.downloads import test_cache_dir
 
     result, _, _ = precompiled_build
@@ -176,8 +176,8 @@ def test_kernel_libraries_are_byte_identical_to_the_release_wheel(precompiled_bu
 
 
 def test_labels_say_precompiled_and_name_the_release_wheel(precompiled_build, engine):
-    from edgevllm.kernel import labels
-    from edgevllm.model.lock import read_lock
+    from edgevllm.common import labels
+    from edgevllm.specs.lock import read_lock
 
     result, _, _ = precompiled_build
     lock = read_lock(result["lock"])

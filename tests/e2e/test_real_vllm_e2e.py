@@ -33,7 +33,7 @@ CERTIFI = "certifi>=2026.10.18"
 
 
 def in_image(engine, image: str, script: str, timeout: float = 600) -> str:
-    from edgevllm.engine.docker import RunOptions
+    from edgevllm.containers.docker import RunOptions
 
     proc = engine.run(RunOptions(image=image, remove=True, network="none",
                                  command=["python3", "-c", script]), timeout=timeout)
@@ -78,7 +78,7 @@ def test_preflight_names_the_mode_and_why(real_build):
 
 
 def test_lock_pins_every_installed_wheel_by_hash(real_build, engine):
-    from edgevllm.model.lock import read_lock
+    from edgevllm.specs.lock import read_lock
 
     result, _, _ = real_build
     lock = read_lock(result["lock"])
@@ -189,7 +189,7 @@ def test_publish_and_load_the_real_image(real_build, engine, cli, tmp_path):
 
 
 def test_lock_rebuild_reinstalls_the_same_hashes(real_build, cli, real_env, engine):
-    from edgevllm.model.lock import read_lock
+    from edgevllm.specs.lock import read_lock
 
     result, out, _ = real_build
     rebuild = out / "rebuild"

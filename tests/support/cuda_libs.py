@@ -224,7 +224,7 @@ def real_wheel(spec: str) -> Path:
 
 def _verify_sources_key() -> str:
     """Changes whenever the scanner, the rules or the default policy change."""
-    import edgevllm.model.cuda as cuda
+    import edgevllm.specs.cuda as cuda
     import edgevllm.verify as verify_pkg
 
     digest = hashlib.sha256()

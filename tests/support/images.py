@@ -20,7 +20,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from edgevllm.engine.docker import BuildOptions, DockerEngine
+from edgevllm.containers.docker import BuildOptions, DockerEngine
 
 from .downloads import file_lock, test_cache_dir
 

@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from edgevllm.engine.docker import BuildOptions, DockerEngine
+from edgevllm.containers.docker import BuildOptions, DockerEngine
 
 from .images import python_image
 

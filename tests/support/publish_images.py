@@ -16,7 +16,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from edgevllm.engine.docker import BuildOptions, DockerEngine
+from edgevllm.containers.docker import BuildOptions, DockerEngine
 
 PREFIX = "edgevllm-test-publish-"
 LOCK = {"schema_version": 1, "target": "spark", "packages": {"torch": "2.13.0"}}

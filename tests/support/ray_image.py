@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from edgevllm.engine.docker import BuildOptions, DockerEngine
+from edgevllm.containers.docker import BuildOptions, DockerEngine
 
 from .images import _key, cache_root, image_lock, python_image
 

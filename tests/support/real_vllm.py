@@ -10,7 +10,7 @@ engine under a tag that encodes its inputs.
 
 from __future__ import annotations
 
-from edgevllm.engine.docker import DockerEngine
+from edgevllm.containers.docker import DockerEngine
 
 from .images import _key, cache_root, debootstrap_rootfs, image_lock
 

@@ -17,7 +17,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from edgevllm.engine.docker import DockerEngine, RunOptions
+from edgevllm.containers.docker import DockerEngine, RunOptions
 
 from .images import _key, cache_root, debootstrap_rootfs, image_lock, require_program
 

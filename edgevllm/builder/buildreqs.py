@@ -1,0 +1,152 @@
+"""What the compile stage installs and runs, read on the host from the prepared vLLM tree.
+
+The build stage follows the tree, not guesses: ``read_build_layout(tree)`` finds
+
+- the build requirements: ``pyproject.toml`` ``[build-system] requires`` plus the requirement
+  file vLLM keeps for CUDA builds (``requirements/build/cuda.txt`` since 0.11, earlier
+  ``requirements/build.txt``); torch and its companions are left out (the image's torch stays);
+- ``use_existing_torch.py`` (``tools/`` in 0.33.0, the root in older trees) and whether it takes
+  ``--prefix`` (strip only ``torch==``-style lines, as vLLM's own Dockerfile runs it);
+- the setuptools range the tree asks for (vLLM 0.33.0: ``<81``; torch alone pulls 84): installing
+  the requirements above with pip honours it, and it is shown in the plan;
+- whether ``setup.py`` divides ``MAX_JOBS`` by ``NVCC_THREADS`` (vLLM does), so the build passes
+  ``MAX_JOBS = jobs x nvcc_threads`` and gets exactly the target's number of compile jobs.
+
+An expected file that is missing raises ``SourceError`` naming it, before any container starts;
+the template renders what was found, with no ``if [ -f ]`` guesses. ``unread_layout()`` stands in
+where no tree is prepared (``inv render``): its values are visible placeholders.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import SpecifierSet
+
+from edgevllm.common.errors import SourceError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+# Newest layout first: the first file present is the one the tree's own build uses.
+REQUIREMENT_FILES = ("requirements/build/cuda.txt", "requirements/build.txt")
+USE_EXISTING_TORCH = ("tools/use_existing_torch.py", "use_existing_torch.py")
+# The image's torch is installed in the base stage; these must not be replaced by the build.
+TORCH_FAMILY = frozenset({"torch", "torchvision", "torchaudio", "torchcodec"})
+# vLLM's compute_num_jobs: ``num_jobs = max(1, num_jobs // nvcc_threads)``.
+_DIVIDES_JOBS = re.compile(r"//\s*nvcc_threads\b")
+
+
+@dataclass(frozen=True)
+class BuildLayout:
+    """The tree's build inputs, as paths relative to the tree and requirement strings."""
+
+    requirements_file: str
+    pyproject_requires: tuple[str, ...]
+    use_existing_torch: str
+    use_existing_torch_args: tuple[str, ...]
+    setuptools: str          # the combined specifier, e.g. ">=78.1.1,<81.0.0" ("" = any)
+    divides_jobs: bool
+
+    def max_jobs_env(self, jobs: int, nvcc_threads: int) -> int:
+        """The ``MAX_JOBS`` value that makes the tree's setup.py run ``jobs`` compile jobs."""
+        return jobs * nvcc_threads if self.divides_jobs else jobs
+
+    def summary(self) -> list[str]:
+        return [f"build requirements: {self.requirements_file} + pyproject.toml "
+                f"({len(self.pyproject_requires)} requires); setuptools{self.setuptools or ' any'}",
+                f"torch kept: {self.use_existing_torch} {' '.join(self.use_existing_torch_args)}"
+                .rstrip(),
+                "jobs: setup.py divides MAX_JOBS by NVCC_THREADS" if self.divides_jobs
+                else "jobs: setup.py uses MAX_JOBS as given"]
+
+
+def unread_layout() -> BuildLayout:
+    """Placeholders for a render without a prepared tree (the build reads the real one)."""
+    return BuildLayout(requirements_file="<build requirements of the prepared tree>",
+                       pyproject_requires=(),
+                       use_existing_torch="<use_existing_torch.py of the tree>",
+                       use_existing_torch_args=(), setuptools="", divides_jobs=True)
+
+
+def read_build_layout(tree: Path) -> BuildLayout:
+    """The build layout of the vLLM tree at ``tree``; a missing expected file raises SourceError."""
+    tree = Path(tree)
+    setup_py = _required(tree, ("setup.py",), "vLLM's setup.py")
+    requirements = _required(tree, REQUIREMENT_FILES, "vLLM's build requirement file")
+    script = _required(tree, USE_EXISTING_TORCH, "vLLM's use_existing_torch.py")
+    pyproject = _required(tree, ("pyproject.toml",), "pyproject.toml")
+    pyproject_requires = read_pyproject_requires(tree / pyproject)
+    listed = [*pyproject_requires, *read_requirement_lines(tree / requirements)]
+    script_text = (tree / script).read_text(errors="replace")
+    return BuildLayout(
+        requirements_file=requirements,
+        pyproject_requires=tuple(r for r in pyproject_requires if not is_torch_family(r)),
+        use_existing_torch=script,
+        use_existing_torch_args=("--prefix",) if "--prefix" in script_text else (),
+        setuptools=str(combined_specifier(listed, "setuptools")),
+        divides_jobs=bool(_DIVIDES_JOBS.search((tree / setup_py).read_text(errors="replace"))),
+    )
+
+
+def _required(tree: Path, candidates: tuple[str, ...], what: str) -> str:
+    for relative in candidates:
+        if (tree / relative).is_file():
+            return relative
+    names = " or ".join(candidates)
+    raise SourceError(f"{tree}: {what} is missing (looked for {names}); the build follows the "
+                      "tree, so give a vLLM tree that has it")
+
+
+def read_pyproject_requires(path: Path) -> list[str]:
+    """``[build-system] requires`` of ``path``; a malformed file raises SourceError naming it."""
+    try:
+        data = tomllib.loads(path.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise SourceError(f"{path}: not valid TOML ({exc})") from None
+    requires = data.get("build-system", {}).get("requires")
+    if not isinstance(requires, list) or not all(isinstance(r, str) for r in requires):
+        raise SourceError(f"{path}: [build-system] requires is missing or not a list of strings")
+    for text in requires:
+        _parse(text, path)
+    return list(requires)
+
+
+def read_requirement_lines(path: Path) -> list[str]:
+    """The requirement lines of a pip requirement file (comments, options and -r skipped)."""
+    lines = []
+    for raw in path.read_text(errors="replace").splitlines():
+        line = raw.split(" #", 1)[0].strip()
+        if line and not line.startswith(("#", "-")):
+            lines.append(line)
+    return lines
+
+
+def _parse(text: str, where: Path | str) -> Requirement:
+    try:
+        return Requirement(text)
+    except InvalidRequirement as exc:
+        raise SourceError(f"{where}: cannot read requirement '{text}' ({exc})") from None
+
+
+def is_torch_family(text: str) -> bool:
+    return _parse(text, "requirement").name.lower() in TORCH_FAMILY
+
+
+def combined_specifier(requirements: list[str], name: str) -> SpecifierSet:
+    """Every specifier the lines give ``name`` (markers ignored: all apply to the CUDA build)."""
+    combined = SpecifierSet()
+    for text in requirements:
+        try:
+            req = Requirement(text)
+        except InvalidRequirement:
+            continue  # read_requirement_lines is lenient; pip reports such a line itself
+        if req.name.lower() == name:
+            combined &= req.specifier
+    return combined

@@ -1,0 +1,196 @@
+"""Build modes beyond compile. ``run_prebuilt``: a released vLLM wheel and its locked closure.
+
+prebuilt, in order (everything that can fail in seconds before anything is downloaded):
+1. mods      staged first (their pip packages join the closure, so they install offline)
+2. closure   resolved on the host for the target's platform + Python (``sources.wheels``), or
+             taken from ``--lock``; overrides (torch pin, target pins, forbidden packages, the
+             user's ``--override`` / ``--package``) are resolver overrides, recorded in the lock
+3. wheels    downloaded into the shared content-addressed wheelhouse (cached), checked by hash,
+             assembled as the ``wheelhouse`` build context with requirements.txt (by hash)
+4. image     the runtime stage installs the closure offline with uv (--no-deps --require-hashes)
+5. checks    verify + probe, then labels and final tags, as in compile mode (``steps``)
+
+``closure_inputs`` and ``prepare_wheelhouse`` are what the precompiled mode reuses.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from edgevllm.builder.runner import (
+    BuildResult,
+    BuildRunner,
+    Workspace,
+    relabel,
+    timestamp,
+    with_options,
+    write_context,
+)
+from edgevllm.common import console, labels
+from edgevllm.common.errors import SpecError
+from edgevllm.containers.docker import BuildOptions, DockerEngine
+from edgevllm.sources.wheels import (
+    Closure,
+    Wheelhouse,
+    local_pin,
+    python_platform,
+    python_version_of,
+    resolve_closure,
+    uv_version,
+    vllm_requirement,
+)
+from edgevllm.specs.buildspec import EffectiveSpec, prebuilt_wheel
+from edgevllm.specs.lock import (
+    ClosureLock,
+    Lock,
+    ModLock,
+    image_tag,
+    label_value,
+    now_utc,
+    write_lock,
+)
+
+NEVER = "sys_platform == 'edgevllm-never'"   # an override with a false marker removes a package
+
+
+def closure_platform(eff: EffectiveSpec) -> tuple[str, str]:
+    """(uv --python-platform, Python version) of the image."""
+    version = python_version_of(eff.python)
+    if not version:
+        raise SpecError(f"field 'python' is '{eff.python}': a prebuilt closure resolves for one "
+                        "Python version; name it (python3.12)")
+    return python_platform(eff.platform), version
+
+
+def closure_overrides(eff: EffectiveSpec, mod_packages: list[str]) -> list[str]:
+    """The target's and the user's pins as resolver overrides, in a stable order."""
+    overrides = []
+    if eff.torch.version:
+        overrides.append(f"torch=={eff.torch.version}")
+    overrides += [f"{name}=={version}" for name, version in sorted(eff.packages.items())]
+    overrides += [m for m in mod_packages if "==" in m]
+    overrides += [f"{name} ; {NEVER}" for name in eff.target.forbidden_packages]
+    overrides += list(eff.spec.overrides)
+    return list(dict.fromkeys(overrides))
+
+
+def closure_inputs(eff: EffectiveSpec, mod_packages: list[str]) -> dict:
+    """Keyword arguments for ``resolve_closure`` (the requirement list starts with vLLM's)."""
+    platform, version = closure_platform(eff)
+    requirements = [vllm_requirement(prebuilt_wheel(eff.spec), platform, version),
+                    f"uv=={uv_version()}"] + list(mod_packages)
+    indexes = [eff.torch.index_url] if eff.torch.index_url else []
+    return {"requirements": list(dict.fromkeys(requirements)), "platform": platform,
+            "python_version": version, "overrides": closure_overrides(eff, mod_packages),
+            "indexes": indexes}
+
+
+def locked_or_resolved(eff: EffectiveSpec, locked: Lock | None, mod_packages: list[str]) -> Closure:
+    if locked is not None and locked.closure is not None:
+        console.step(f"closure: {len(locked.closure.wheels)} wheels from the lock (no resolve)")
+        return Closure.from_dict(locked.closure.model_dump())
+    inputs = closure_inputs(eff, mod_packages)
+    console.step(f"closure: resolving {', '.join(inputs['requirements'][:1])} for "
+                 f"{inputs['platform']} / Python {inputs['python_version']} (uv)")
+    for override in inputs["overrides"]:
+        console.info(f"  override {override}")
+    return resolve_closure(**inputs)
+
+
+def prepare_wheelhouse(eff: EffectiveSpec, closure: Closure, ws: Workspace,
+                       wheelhouse: Wheelhouse | None = None) -> Path:
+    """Download what is missing into the shared cache; the build context: the closure's folder
+    of links + pins, kept in the cache (``Wheelhouse.set_folder``; ``ws`` is not written)."""
+    wheelhouse = wheelhouse or Wheelhouse()
+    wheel = eff.spec.vllm_wheel or ""
+    if wheel.endswith(".whl") and not wheel.startswith(("http://", "https://")):
+        wheelhouse.add_file(Path(wheel).expanduser(), local_pin(Path(wheel).expanduser()))
+    missing = wheelhouse.missing(closure.pins)
+    size = sum(p.size or 0 for p in missing) / 1e9
+    console.step(f"wheels: {len(closure.pins)} in the closure, {len(missing)} to download "
+                 f"({size:.2f} GB) into {wheelhouse.root}")
+    wheelhouse.fetch(closure.pins)
+    return wheelhouse.assemble(closure)
+
+
+def prebuilt_lock(eff: EffectiveSpec, closure: Closure, staged, engine: DockerEngine) -> Lock:
+    from edgevllm.builder.steps import base_image_lock, lock_settings
+
+    image = base_image_lock(eff.images.runtime, engine)
+    settings = {**lock_settings(eff), "mode": "prebuilt", "overrides": list(eff.spec.overrides),
+                "vllm_wheel": prebuilt_wheel(eff.spec)}
+    top = {p.name: p.version for p in closure.pins if p.name in ("torch", *eff.packages)}
+    return Lock(created_at=now_utc(), target=eff.target.name, mode="prebuilt",
+                base_images={"build": image, "runtime": image}, packages=top,
+                mods=[ModLock(**m) for m in staged.versions], settings=settings,
+                tags=list(eff.spec.tags), closure=ClosureLock(**closure.to_dict()))
+
+
+def print_preflight(eff: EffectiveSpec) -> None:
+    console.step(f"mode: {eff.mode} ({eff.mode_reason})")
+    console.info(f"  base image: {eff.images.runtime}; platform {eff.platform}, {eff.python}")
+
+
+def run_prebuilt(eff: EffectiveSpec, ws: Workspace, engine: DockerEngine,
+                 locked: Lock | None = None) -> BuildResult:
+    from edgevllm.builder.render import render_dockerfile
+    from edgevllm.builder.steps import LOCK_FILE_IN_IMAGE, stage_mods
+
+    print_preflight(eff)
+    staged = stage_mods(eff, ws)
+    closure = locked_or_resolved(eff, locked, staged.pip_packages)
+    vllm = closure.pin("vllm")
+    console.info(f"  vllm {vllm.version if vllm else '?'}: {len(closure.pins)} wheels, "
+                 f"{closure.total_bytes() / 1e9:.2f} GB")
+    folder = prepare_wheelhouse(eff, closure, ws)
+    lock = prebuilt_lock(eff, closure, staged, engine)
+    tag = image_tag(lock)
+    final_tags = final_image_tags(eff, tag)
+    console.step(f"image {final_tags[0]}")
+    write_context(ws, render_dockerfile(eff, staged.env),
+                  {LOCK_FILE_IN_IMAGE: label_value(lock) + "\n"})
+    lock_file = write_lock(lock, ws.root / f"{tag}.lock.json")
+    runner = BuildRunner(engine, ws.logs / f"build-{timestamp()}.log")
+    options = BuildOptions(context=ws.context, dockerfile=ws.context / "Dockerfile",
+                           platform=eff.platform, build_contexts={
+                               "wheelhouse": str(folder),
+                               "edgevllm-mods": str(ws.context / "edgevllm-mods"),
+                               "edgevllm-meta": str(ws.context / "edgevllm-meta")})
+    return finish(eff, ws, engine, runner, options, lock, lock_file, final_tags, folder)
+
+
+def final_image_tags(eff: EffectiveSpec, tag: str) -> list[str]:
+    repo = eff.spec.image_repo
+    return [f"{repo}:{tag}"] + [t if ":" in t else f"{repo}:{t}" for t in eff.spec.tags]
+
+
+def finish(eff, ws, engine, runner, options, lock, lock_file, final_tags, folder) -> BuildResult:
+    """Runtime image → checks → labels → final tags (the same steps as compile mode's tail)."""
+    from edgevllm.builder import steps
+    from edgevllm.builder.runner import copy_lock_beside
+
+    candidate = final_tags[0] + "-unverified"
+    runner.run(with_options(options, target="runtime", tags=[candidate],
+                            labels=steps.static_labels(eff, lock, image_tag(lock))),
+               "runtime image (prebuilt closure)")
+    record = steps.read_mods_record(engine, candidate)
+    steps.print_mods(record)
+    verify, probe = steps.checks_or_skip(eff, engine, candidate, ws)
+    image_id = relabel(runner, engine, candidate,
+                       steps.outcome_labels(record, verify, probe) | mode_labels(lock),
+                       final_tags, eff.platform, ws.context)
+    engine.remove_image(candidate)
+    copy_lock_beside(lock_file, ws.root / "latest.lock.json")
+    return BuildResult(image=final_tags[0], tags=final_tags, image_id=image_id,
+                       lock_path=lock_file, log_path=runner.log_path, wheels_dir=folder,
+                       compiled=False, mods_record=record, verify=verify, probe=probe)
+
+
+def mode_labels(lock: Lock) -> dict[str, str]:
+    wheel = lock.closure.wheel("vllm") if lock.closure else None
+    found: dict[str, str] = {labels.MODE: lock.mode}
+    if wheel:
+        found[labels.VLLM_WHEEL_SHA] = wheel.sha256
+    if wheel and lock.vllm is None:  # precompiled: the tree's version (static labels) stays
+        found["org.opencontainers.image.version"] = wheel.version
+    return found

@@ -1,0 +1,185 @@
+"""The build driver: spec → prepared sources → Dockerfile → wheels → runtime image → checks → tags.
+
+Order matters for the user's time: everything that can fail in seconds (engine, binfmt, disk,
+sources and cherry-picks, mods) is checked before the hours-long compile starts.
+
+Outputs for one build live under ``<out>/<target>/``:
+  ``context/``          the rendered Dockerfile and the named build contexts (mods, meta)
+  ``src/vllm``          the prepared vLLM tree (resolved, picks applied, source patches applied)
+  ``wheels/<key>/``     exported wheels, keyed by every input of the compile: reused when unchanged
+  ``<tag>.lock.json``   the lock;  ``logs/build-<time>.log``  the full build log
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from edgevllm import __version__
+from edgevllm.builder.buildlog import BuildFollower, format_elapsed
+from edgevllm.builder.dockerfile import stage_text
+from edgevllm.builder.render import relabel_dockerfile
+from edgevllm.common import console
+from edgevllm.common.errors import BuildError
+from edgevllm.common.fsutil import atomic_dir, atomic_write_json, atomic_write_text
+from edgevllm.containers.docker import BuildOptions, DockerEngine
+from edgevllm.containers.host import check_disk, check_emulation, slow_emulation
+from edgevllm.specs.buildspec import EffectiveSpec
+
+
+@dataclass
+class BuildResult:
+    image: str
+    tags: list[str]
+    image_id: str
+    lock_path: Path
+    log_path: Path
+    wheels_dir: Path
+    compiled: bool  # False when the wheels were reused: nothing was recompiled
+    mods_record: dict | None = None
+    verify: dict | None = None
+    probe: dict | None = None
+    publish_cache: dict | None = None  # set when the build primed the publish layer cache
+
+
+@dataclass
+class Workspace:
+    root: Path
+
+    @property
+    def context(self) -> Path:
+        return self.root / "context"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    def wheels(self, key: str) -> Path:
+        return self.root / "wheels" / key
+
+
+def preflight(eff: EffectiveSpec, engine: DockerEngine, out: Path) -> None:
+    engine.check_daemon()
+    engine.check_buildx()
+    check_emulation(eff.platform, engine.is_remote)
+    slow = slow_emulation(eff.platform, engine.is_remote)
+    if slow:
+        console.warn(slow)
+    prebuilt = eff.mode == "prebuilt"
+    check_disk(out, eff.target.prebuilt.min_disk_gb if prebuilt else eff.target.min_disk_gb)
+
+
+def compile_key(dockerfile: str, sources: dict[str, str], build_args: dict[str, str]) -> str:
+    """Everything the wheels depend on: the stages the ``wheels`` target needs, the trees and the
+    build args."""
+    stages = stage_text(dockerfile, "wheels")
+    blob = json.dumps({"dockerfile": stages, "sources": sources, "args": build_args},
+                      sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+class BuildRunner:
+    """Runs buildx with live progress, a full log file, and one failure message naming the stage."""
+
+    def __init__(self, engine: DockerEngine, log_path: Path):
+        self.engine = engine
+        self.log_path = log_path
+
+    def run(self, options: BuildOptions, what: str) -> BuildFollower:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        # Line-buffered: the log can be followed (tail -f) while the build runs.
+        with open(self.log_path, "a", buffering=1) as log, _status(what) as update:
+            log.write(f"\n### {what}: docker {' '.join(options.argv())}\n")
+            follower = BuildFollower(log_file=log)
+            follower.on_stage = lambda v: update(f"{what}: [{v.stage}] {v.what[:90]}", follower)
+            code = self.engine.build(options, follower.feed)
+        if code != 0:
+            raise BuildError(f"{what} failed after {format_elapsed(follower.elapsed())}: "
+                             + follower.failure_message(self.log_path))
+        console.info(f"{what}: done in {format_elapsed(follower.elapsed())}")
+        return follower
+
+
+@contextlib.contextmanager
+def _status(what: str):
+    """A live one-line status (stage, elapsed) on a terminal; plain stage lines otherwise."""
+    if console.is_tty():
+        with console.err_console().status(what) as status:
+            yield lambda text, f: status.update(f"{text}  ({format_elapsed(f.elapsed())})")
+    else:
+        last: dict[str, str | None] = {"stage": None}
+
+        def update(text: str, follower: BuildFollower) -> None:
+            stage = follower.current.stage if follower.current else None
+            if stage != last["stage"]:
+                last["stage"] = stage
+                console.info(f"  {text}  (+{format_elapsed(follower.elapsed())})")
+
+        yield update
+
+
+def export_wheels(runner: BuildRunner, base: BuildOptions, dest: Path) -> bool:
+    """Build the wheels stage into ``dest`` unless it is already there; True if it compiled."""
+    if dest.is_dir() and any(dest.glob("*.whl")):
+        console.info(f"wheels: reusing {dest} (no input of the compile changed)")
+        return False
+    with atomic_dir(dest) as tmp:
+        options = with_options(base, target="wheels", output=f"type=local,dest={tmp}", tags=())
+        runner.run(options, "compile (wheels stage)")
+        if not any(tmp.glob("*.whl")):
+            raise BuildError(f"the wheels stage produced no wheel in {tmp}; see {runner.log_path}")
+    return True
+
+
+def with_options(options: BuildOptions, **changes) -> BuildOptions:
+    data = dict(options.__dict__)
+    data.update(changes)
+    return BuildOptions(**data)
+
+
+def relabel(runner: BuildRunner, engine: DockerEngine, image: str, labels: dict[str, str],
+            tags: list[str], platform: str, workdir: Path) -> str:
+    """Add post-build labels (config only) and apply the final tags; returns the image id."""
+    iid = workdir / "relabel.iid"
+    options = BuildOptions(context=workdir, dockerfile=relabel_dockerfile(), platform=platform,
+                           tags=tags, labels=labels, build_args={"IMAGE": image}, iidfile=iid)
+    runner.run(options, "labels")
+    return iid.read_text().strip()
+
+
+def timestamp() -> str:
+    return time.strftime("%Y%m%d-%H%M%S")
+
+
+def write_context(ws: Workspace, dockerfile: str, meta: dict[str, str]) -> None:
+    """The render output: Dockerfile plus the small named contexts (meta); atomically."""
+    ws.context.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(ws.context / "Dockerfile", dockerfile)
+    meta_dir = ws.context / "edgevllm-meta"
+    with atomic_dir(meta_dir) as tmp:
+        for name, text in meta.items():
+            (tmp / name).write_text(text)
+
+
+def copy_lock_beside(lock_file: Path, dest: Path) -> None:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(lock_file, dest)
+
+
+def summary_json(result: BuildResult) -> dict:
+    return {
+        "image": result.image, "tags": result.tags, "image_id": result.image_id,
+        "lock": str(result.lock_path), "log": str(result.log_path),
+        "compiled": result.compiled, "mods": result.mods_record, "verify": result.verify,
+        "probe": result.probe, "publish_cache": result.publish_cache,
+        "tool_version": __version__,
+    }
+
+
+def write_summary(result: BuildResult, path: Path) -> None:
+    atomic_write_json(path, summary_json(result))

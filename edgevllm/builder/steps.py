@@ -1,0 +1,204 @@
+"""Steps every build mode shares (compile, prebuilt, precompiled): staging mods, the lock's base
+images and settings, the image's labels, the mods record, the checks and their outcome labels.
+
+``pipeline`` runs them in order for a compile and dispatches to ``modes`` / ``precompiled``;
+those import the steps from here, so no mode imports the pipeline back.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from edgevllm.builder.buildreqs import BuildLayout, read_build_layout
+from edgevllm.builder.runner import Workspace
+from edgevllm.common import console, labels
+from edgevllm.common.errors import ArchGateFailed, BuildError, ProbeError
+from edgevllm.containers.docker import DockerEngine
+from edgevllm.sources.prepare import PreparedSource
+from edgevllm.specs.buildspec import EffectiveSpec
+from edgevllm.specs.lock import (
+    LOCK_IMAGE_PATH,
+    LOCK_LABEL,
+    BaseImageLock,
+    Lock,
+    label_value,
+    now_utc,
+)
+
+LOCK_FILE_IN_IMAGE = Path(LOCK_IMAGE_PATH).name  # the meta context is copied to labels.HOME
+
+
+def stage_mods(eff: EffectiveSpec, ws: Workspace):
+    from edgevllm.mods.catalog import stage_mods as stage
+
+    return stage(eff.mods, eff.target.name, ws.context / "edgevllm-mods")
+
+
+def base_image_lock(ref: str, engine: DockerEngine) -> BaseImageLock:
+    """A base image as ref + digest: pinned (``ref@sha256:...``) as given, else asked of its
+    registry (None when unknown: a local-only image, or no network)."""
+    name, at, digest = ref.partition("@")
+    if at:
+        return BaseImageLock(ref=name, digest=digest)
+    return BaseImageLock(ref=ref, digest=engine.manifest_digest(ref, timeout=60))
+
+
+def lock_settings(eff: EffectiveSpec) -> dict:
+    """What else shapes the image; ``spec.lock_overrides`` turns it back into spec fields."""
+    return {
+        "platform": eff.platform,
+        "python": eff.python,
+        "apt_packages": eff.apt_packages,
+        "torch": eff.torch.model_dump(),
+        "env": eff.env,
+        "max_jobs": eff.max_jobs,
+        "nvcc_threads": eff.nvcc_threads,
+        "forbidden_packages": eff.target.forbidden_packages,
+    }
+
+
+def static_labels(eff: EffectiveSpec, lock: Lock, tag: str) -> dict[str, str]:
+    vllm = lock.vllm
+    prs = [str(p.pr) for p in vllm.picks if p.pr and not p.skipped] if vllm else []
+    return {
+        "org.opencontainers.image.created": lock.created_at or now_utc(),
+        "org.opencontainers.image.source": vllm.repo if vllm else "",
+        "org.opencontainers.image.revision": vllm.commit if vllm else "",
+        "org.opencontainers.image.version": vllm.version if vllm else "",
+        labels.VLLM_SHA: vllm.base_sha if vllm else "",
+        labels.VLLM_PR: str(vllm.pr or "") if vllm else "",
+        labels.PRS: ",".join(prs),
+        labels.MODS_VERSIONS: ",".join(f"{m.name}={m.version}" for m in lock.mods),
+        labels.TAG: tag,
+        labels.KERNEL_PLAN: json.dumps(
+            {k: lock.kernel_plan.get(k) for k in ("cuda_archs", "none")}, separators=(",", ":")
+        ),
+        labels.VLLM_RS: lock.kernel_plan.get("vllm_rs") or "not in the tree",
+        LOCK_LABEL: label_value(lock),
+    }
+
+
+def read_mods_record(engine: DockerEngine, image: str) -> dict | None:
+    from edgevllm.containers.docker import RunOptions
+
+    proc = engine.run(
+        RunOptions(image=image, remove=True, entrypoint="cat", command=[labels.MODS_RECORD]),
+        timeout=120,
+    )
+    if proc.returncode != 0:
+        return None
+    return json.loads(proc.stdout.decode())
+
+
+def print_mods(record: dict | None) -> None:
+    if not record:
+        console.info("mods: none applied")
+        return
+    for mod in record.get("mods", []):
+        console.info(
+            f"  mod {mod.get('name')}: {mod.get('outcome')}  {mod.get('detail', '')}".rstrip()
+        )
+
+
+def verify_policy(eff: EffectiveSpec):
+    """The gate: the default one, or the stock-kernel one where vLLM's kernels are a release's."""
+    from edgevllm.verify.policy import STOCK_POLICY
+
+    return None if eff.mode == "compile" else STOCK_POLICY
+
+
+def run_checks(
+    eff: EffectiveSpec, engine: DockerEngine, image: str, ws: Workspace
+) -> tuple[dict, dict]:
+    """Arch verify and probe level 1; raises (leaving only the unverified tag) when either fails."""
+    from edgevllm.probe import probe_level1
+    from edgevllm.verify.api import verify as arch_verify
+
+    console.step("checks: kernel-arch coverage")
+    verdict = arch_verify(
+        eff.target.name,
+        image=image,
+        engine=engine,
+        json_out=ws.root / "verify.json",
+        policy=verify_policy(eff),
+    )
+    verify_summary = verdict.summary_dict()
+    console.step("checks: probe level 1 (imports, torch arch list, mods record, env)")
+    probe = probe_level1(
+        engine, image, eff.target.name, required=eff.spec.probe_required, runtime_env=eff.env
+    )
+    probe_summary = {"passed": probe.passed, "summary": probe.summary()}
+    if not verdict.passed:
+        raise ArchGateFailed(
+            f"{image}: kernel-arch gate failed for {eff.target.name}; "
+            f"see {ws.root / 'verify.json'} (inv verify --image {image})"
+        )
+    if not probe.passed:
+        raise ProbeError(f"{image}: probe level 1 failed: {probe.summary()}")
+    return verify_summary, probe_summary
+
+
+def exported_tree(prepared: PreparedSource) -> Path:
+    """The exported tree of a prepared source (every source the build uses is exported)."""
+    if prepared.tree_dir is None:
+        raise BuildError(f"{prepared.name}: the source was resolved but not exported")
+    return prepared.tree_dir
+
+
+def build_layout(prepared: PreparedSource) -> BuildLayout:
+    """What the compile stage installs and runs, read from the tree (a missing file fails here)."""
+    layout = read_build_layout(exported_tree(prepared))
+    for line in layout.summary():
+        console.info(f"  {line}")
+    return layout
+
+
+def checks_or_skip(
+    eff: EffectiveSpec, engine: DockerEngine, image: str, ws: Workspace
+) -> tuple[dict, dict]:
+    if eff.spec.verify:
+        return run_checks(eff, engine, image, ws)
+    console.warn("checks skipped (--no-verify); the image's labels say so")
+    return {"skipped": True}, {"skipped": True}
+
+
+def outcome_labels(record: dict | None, verify: dict, probe: dict) -> dict[str, str]:
+    """What is only known once the image is built and checked (added config-only)."""
+    compact = (",", ":")
+    return {
+        labels.MODS: json.dumps(_mods_summary(record), separators=compact),
+        labels.VERIFY: json.dumps(verify, separators=compact),
+        labels.PROBE: json.dumps(probe, separators=compact),
+    }
+
+
+def _mods_summary(record: dict | None) -> list[dict]:
+    return [
+        {"name": m.get("name"), "version": m.get("version"), "outcome": m.get("outcome")}
+        for m in (record or {}).get("mods", [])
+    ]
+
+
+def prime_publish_cache(engine: DockerEngine, image: str) -> dict:
+    """The optional last step (``--publish-cache``): the image's layers compressed into the
+    publish layer cache now, as ``inv publish`` would compress them, so its first publish only
+    assembles cached frames. The time is what the build pays for that; the image is unchanged."""
+    import time
+
+    from edgevllm.image.publish import prime_layer_cache
+
+    console.step("publish cache: compressing the image's layers for inv publish")
+    started = time.perf_counter()
+    stats = prime_layer_cache(engine, image)
+    seconds = round(time.perf_counter() - started, 1)
+    console.info(
+        f"  {stats.compressed_layers} layer(s) compressed, {stats.cached_layers} already cached, "
+        f"{seconds}s; inv publish --image {image} needs no docker save"
+    )
+    return {
+        "seconds": seconds,
+        "compressed_layers": stats.compressed_layers,
+        "cached_layers": stats.cached_layers,
+        "from_store": stats.from_store,
+    }

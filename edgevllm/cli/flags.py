@@ -1,0 +1,302 @@
+"""The one table of build flags: each flag's name, help, kind and the spec field it sets.
+
+The CLI builds its tasks' options from this table (``inv build``, ``inv render``, ``inv plan``,
+``inv sources`` share the source flags) and ``spec_overrides`` turns the parsed values into a
+partial spec dict, so a flag is spelled once. A flag whose ``field`` is None is the task's own
+(``--spec``, ``--lock``, ``--out``) and never reaches the spec.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from edgevllm.common.errors import SpecError
+from edgevllm.common.kv import parse_pairs, split_csv
+from edgevllm.specs.refs import normalize_repo, parse_pr_arg
+
+UPSTREAM_FLASHINFER = "https://github.com/flashinfer-ai/flashinfer.git"
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One command-line flag. ``name`` is the Python parameter (``vllm_pr`` → ``--vllm-pr``)."""
+
+    name: str
+    help: str
+    field: str | None = None  # dotted spec path ("vllm.pr"); None: not a spec field
+    kind: str = "str"  # str | int | bool | list | csv | pairs
+    default: Any = None
+    const: Any = None  # a bool flag that sets its field to this value (--compile)
+
+    @property
+    def option(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def repeatable(self) -> bool:
+        return self.kind in ("list", "csv", "pairs")
+
+
+SOURCE_FLAGS: tuple[Flag, ...] = (
+    Flag(
+        "vllm_repo",
+        "vLLM repository: URL, OWNER/REPO or local path (default: upstream)",
+        "vllm.repo",
+    ),
+    Flag("vllm_ref", "tag, branch or full SHA to build (default: the pinned release)", "vllm.ref"),
+    Flag(
+        "vllm_pr",
+        "build a PR's head: N or https://github.com/OWNER/REPO/pull/N (a fork's PR "
+        "URL builds the fork)",
+        "vllm.pr",
+    ),
+    Flag(
+        "cherry_pick",
+        "apply onto the base, in order (repeatable or comma-separated): N, PR URL, full SHA, "
+        "REPO#N, REPO@SHA",
+        "vllm.cherry_picks",
+        "csv",
+    ),
+    Flag(
+        "allow_doc_conflicts",
+        "resolve conflicts that are only in docs/tests by keeping the base's side",
+        "vllm.allow_doc_conflicts",
+        "bool",
+        False,
+    ),
+    Flag(
+        "flashinfer_version",
+        "FlashInfer version from PyPI (default: the target's pin)",
+        "flashinfer.version",
+    ),
+    Flag(
+        "flashinfer_repo",
+        "build FlashInfer from this repository instead of PyPI",
+        "flashinfer.source.repo",
+    ),
+    Flag(
+        "flashinfer_ref",
+        "FlashInfer tag/branch/SHA when built from source",
+        "flashinfer.source.ref",
+    ),
+    Flag(
+        "flashinfer_pr", "build FlashInfer from a PR's head (N or PR URL)", "flashinfer.source.pr"
+    ),
+    Flag(
+        "flashinfer_cherry_pick",
+        "PR/SHA to apply onto FlashInfer (repeatable or comma-separated, in order)",
+        "flashinfer.source.cherry_picks",
+        "csv",
+    ),
+)
+
+SPEC_FLAGS: tuple[Flag, ...] = (
+    Flag("target", "thor | spark (inv targets lists them)", "target"),
+    Flag("spec", "a YAML build spec; flags override its fields"),
+    Flag("lock", "rebuild exactly what a lock file pins (fetching every source by SHA)"),
+)
+
+BUILD_FLAGS: tuple[Flag, ...] = (
+    SPEC_FLAGS
+    + SOURCE_FLAGS
+    + (
+        Flag(
+            "mod",
+            "apply only these mods (repeatable or comma-separated; default: the target's list)",
+            "mods",
+            "csv",
+        ),
+        Flag("add_mod", "add a mod to the target's default list (repeatable)", "add_mods", "csv"),
+        Flag("no_mod", "drop a mod from the list (repeatable)", "remove_mods", "csv"),
+        Flag(
+            "max_jobs",
+            "parallel compile jobs (default: the target's, sized for its memory)",
+            "max_jobs",
+            "int",
+        ),
+        Flag("nvcc_threads", "threads per nvcc job", "nvcc_threads", "int"),
+        Flag("image_repo", "image repository (default edgevllm/vllm)", "image_repo"),
+        Flag(
+            "tag",
+            "extra image tag (repeatable); the immutable tag comes from the lock",
+            "tags",
+            "list",
+        ),
+        Flag(
+            "build_arg",
+            "KEY=VALUE passed to the build (repeatable; never a secret)",
+            "build_args",
+            "pairs",
+        ),
+        Flag("env", "KEY=VALUE runtime environment variable (repeatable)", "env", "pairs"),
+        Flag("package", "NAME=VERSION pin for the runtime (repeatable)", "packages", "pairs"),
+        Flag(
+            "compile_cache",
+            "name of the compiler cache (default ccache-<target>); a new name "
+            "compiles from an empty cache",
+            "compile_cache",
+        ),
+        Flag(
+            "wheelhouse",
+            "a folder of wheels pip may install from (for air-gapped builds)",
+            "wheelhouse",
+        ),
+        Flag("offline", "install only from --wheelhouse (no index)", "offline", "bool", False),
+        Flag(
+            "platform",
+            "override the target's docker platform (e.g. linux/amd64 for a test build)",
+            "platform",
+        ),
+        Flag(
+            "mode",
+            "compile | prebuilt | precompiled (default: chosen from the other flags; "
+            "preflight says which and why)",
+            "mode",
+        ),
+        Flag(
+            "vllm_wheel",
+            "prebuilt: install this released vLLM and its locked closure, nothing "
+            "compiled: a version (0.33.0), a local .whl or a URL",
+            "vllm_wheel",
+        ),
+        Flag(
+            "override",
+            "resolver override for the closure, e.g. 'certifi>=2026.10.18' (repeatable)",
+            "overrides",
+            "list",
+        ),
+        Flag(
+            "base_image",
+            "base image for every stage, replacing the target's (e.g. where nvcr.io "
+            "is unreachable)",
+            "base_image",
+        ),
+        Flag(
+            "publish_cache",
+            "after the checks, compress the image's layers into the publish layer cache "
+            "(costs about one cold publish now; the first inv publish needs no docker save)",
+            "publish_cache",
+            "bool",
+            False,
+        ),
+        Flag(
+            "compile",
+            "compile vLLM even when the change is Python-only (by default a Python-only "
+            "PR or pick reuses the compiled kernels of the release below it)",
+            "mode",
+            "bool",
+            False,
+            const="compile",
+        ),
+    )
+)
+
+OUT_FLAG = Flag("out", "where locks, logs, wheels and contexts go", default="out")
+
+
+def by_name(flags: Iterable[Flag]) -> dict[str, Flag]:
+    return {flag.name: flag for flag in flags}
+
+
+def help_for(flags: Iterable[Flag]) -> dict[str, str]:
+    return {flag.name: flag.help for flag in flags}
+
+
+def iterable_for(flags: Iterable[Flag]) -> list[str]:
+    return [flag.name for flag in flags if flag.repeatable]
+
+
+def signature(flags: Iterable[Flag], *extra: inspect.Parameter) -> inspect.Signature:
+    """The signature a task body exposes to Invoke: ``(c, <flags…>, <extra…>)``."""
+    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    params = [inspect.Parameter("c", kind)]
+    params += [inspect.Parameter(flag.name, kind, default=flag.default) for flag in flags]
+    return inspect.Signature(params + list(extra))
+
+
+def param(name: str, default: Any = None) -> inspect.Parameter:
+    return inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default)
+
+
+def _value(flag: Flag, raw: Any) -> Any:
+    if flag.kind == "int":
+        return _whole_number(raw, flag.option)
+    if flag.kind == "csv":
+        return split_csv(raw) or None
+    if flag.kind == "list":
+        return list(raw) or None
+    if flag.kind == "pairs":
+        return parse_pairs(raw, flag.option, SpecError) or None
+    if flag.kind == "bool":
+        value = True if flag.const is None else flag.const
+        return value if raw else None
+    return raw
+
+
+def _whole_number(raw: Any, option: str) -> int:
+    text = str(raw).strip()
+    if not text.isdigit():
+        raise SpecError(f"{option} '{raw}': expected a whole number")
+    return int(text)
+
+
+def _set(data: dict, path: str, value: Any) -> None:
+    *parents, leaf = path.split(".")
+    for key in parents:
+        data = data.setdefault(key, {})
+    data[leaf] = value
+
+
+def spec_overrides(values: dict[str, Any], flags: Iterable[Flag] = BUILD_FLAGS) -> dict:
+    """Flag values (as Invoke parsed them) → a partial spec dict holding only what was given.
+
+    PR flags go through the one PR parser: a PR URL of a fork sets the source's repository to
+    the fork, and a ``--*-repo`` that names another repository is refused.
+    """
+    if values.get("compile") and values.get("mode") not in (None, "", "compile"):
+        raise SpecError(f"--compile and --mode {values['mode']}: give one of them")
+    data: dict = {}
+    for flag in flags:
+        raw = values.get(flag.name)
+        if flag.field is None or flag.field == "target" or raw in (None, "", [], (), False):
+            continue
+        value = _value(flag, raw)
+        if value is not None:
+            _set(data, flag.field, value)
+    for source, repo_flag in (("vllm", "--vllm-repo"), ("flashinfer", "--flashinfer-repo")):
+        section = data.get(source, {})
+        section = section.get("source", {}) if source == "flashinfer" else section
+        if section:
+            _resolve_pr(section, source, repo_flag)
+    _source_defaults(data)
+    return data
+
+
+def _resolve_pr(section: dict, source: str, repo_flag: str) -> None:
+    if "pr" not in section:
+        return
+    raw = section["pr"]
+    pr_repo, number = parse_pr_arg(raw, f"--{source}-pr")
+    section["pr"] = number
+    if pr_repo is None:
+        return
+    given = section.get("repo")
+    if given and normalize_repo(given) != pr_repo:
+        raise SpecError(
+            f"--{source}-pr '{raw}' is a PR of another repository than "
+            f"{repo_flag} {given}; give one of them"
+        )
+    section["repo"] = pr_repo
+
+
+def _source_defaults(data: dict) -> None:
+    vllm = data.get("vllm")
+    if vllm and vllm.get("repo") and "ref" not in vllm and "pr" not in vllm:
+        vllm["ref"] = None  # a custom repo without a ref means its default branch
+    source = data.get("flashinfer", {}).get("source")
+    if source is not None:
+        source.setdefault("repo", UPSTREAM_FLASHINFER)
+        if data.get("vllm", {}).get("allow_doc_conflicts"):
+            source["allow_doc_conflicts"] = True

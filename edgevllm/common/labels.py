@@ -1,0 +1,68 @@
+"""The one table of image label names and in-image paths.
+
+Python code imports the constants; the Dockerfile template receives ``template_values()`` and
+spells nothing itself. The in-image applier and probe script are stdlib-only and run without
+edgevllm installed, so they keep literal copies: tests/test_common_labels.py holds them to this
+table.
+"""
+
+from __future__ import annotations
+
+PREFIX = "io.edgevllm."
+
+# Written by the Dockerfile (static, at build time).
+TARGET = PREFIX + "target"
+PLATFORM = PREFIX + "platform"
+ARCH_LIST = PREFIX + "arch-list"
+MODS_SELECTED = PREFIX + "mods-selected"
+MODE = PREFIX + "mode"                 # compile | prebuilt | precompiled
+# Written by the pipeline before the checks (sources and lock).
+VLLM_SHA = PREFIX + "vllm.sha"
+VLLM_PR = PREFIX + "vllm.pr"
+PRS = PREFIX + "prs"
+MODS_VERSIONS = PREFIX + "mods-versions"
+TAG = PREFIX + "tag"
+KERNEL_PLAN = PREFIX + "kernel-plan"   # CUDA_ARCHS and the groups that get nothing
+VLLM_RS = PREFIX + "vllm-rs"           # whether vLLM's Rust frontend binary is in the image
+VLLM_WHEEL_SHA = PREFIX + "vllm.wheel-sha256"   # prebuilt: the installed vLLM wheel
+LOCK = PREFIX + "lock"
+LOCK_SHA = PREFIX + "lock-sha256"
+# Written after the checks (config only): their outcomes.
+MODS = PREFIX + "mods"
+VERIFY = PREFIX + "verify"
+PROBE = PREFIX + "probe"
+# On containers started by inv serve / cluster / probe.
+RECIPE = PREFIX + "recipe"
+CLUSTER = PREFIX + "cluster"
+ROLE = PREFIX + "role"
+IMAGE = PREFIX + "image"
+MEMORY_GIB = PREFIX + "memory-gib"
+NODE = PREFIX + "node"
+NETWORK = PREFIX + "network"
+
+# Inside the image.
+HOME = "/opt/edgevllm"
+CONSTRAINTS = HOME + "/constraints.txt"
+MODS_RECORD = HOME + "/mods.json"
+MODS_ENV = HOME + "/mods.env"
+LOCK_FILENAME = "edgevllm.lock.json"        # beside prepared sources, and in the image
+LOCK_FILE = HOME + "/" + LOCK_FILENAME
+VENV = "/opt/venv"
+# Where build contexts are mounted during a build step, and run-time mounts.
+WHEELS_MOUNT = "/tmp/edgevllm-wheels"
+CMAKE_DEPS_MOUNT = "/src/deps"   # the "cmake-deps" context: what vLLM's CMake would clone
+CMAKE_DEPS_ENV = "edgevllm-deps.env"  # in that context: the *_SRC_DIR overrides, sourced
+MODS_MOUNT = "/edgevllm-mods"
+TUNE_MOUNT = "/edgevllm-tune"
+SERVE_MOUNT = "/edgevllm-serve"
+
+
+def template_values() -> dict[str, dict[str, str]]:
+    """What the Dockerfile template reads as ``labels.*`` and ``paths.*``."""
+    return {
+        "labels": {"target": TARGET, "platform": PLATFORM, "arch_list": ARCH_LIST,
+                   "mods_selected": MODS_SELECTED, "mode": MODE},
+        "paths": {"home": HOME, "constraints": CONSTRAINTS, "mods_record": MODS_RECORD,
+                  "venv": VENV, "wheels_mount": WHEELS_MOUNT, "mods_mount": MODS_MOUNT,
+                  "cmake_deps_mount": CMAKE_DEPS_MOUNT, "cmake_deps_env": CMAKE_DEPS_ENV},
+    }

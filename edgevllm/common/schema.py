@@ -1,0 +1,126 @@
+"""Loading YAML data files into pydantic models, with one-line errors that name file and field.
+
+The one formatter of validation errors: every problem in a file is reported at once, on one line,
+and a misspelt field gets a did-you-mean from the fields the model really has.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any, Iterable, Literal, TypeVar, get_args, get_origin
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from edgevllm.common.errors import ConfigError, EdgeVllmError
+
+Model = TypeVar("Model", bound=BaseModel)
+
+
+class Strict(BaseModel):
+    """Base of every data-file model: an unknown (misspelt) field is an error, never ignored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+def check_regex(value: str) -> str:
+    """A pydantic validator body: the value must compile as a regular expression."""
+    import re
+
+    try:
+        re.compile(value)
+    except re.error as exc:
+        raise ValueError(f"not a regular expression: {exc}") from None
+    return value
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """`` (did you mean 'model'?)`` for a close match among ``known``, else ``""``."""
+    close = difflib.get_close_matches(str(name), list(known), n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def _submodels(annotation: Any) -> list[type[BaseModel]]:
+    """The pydantic models inside ``X``, ``X | Y``, ``list[X]`` or ``dict[str, X]``."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [model for arg in get_args(annotation) for model in _submodels(arg)]
+
+
+def _tags(model: type[BaseModel]) -> set[str]:
+    """Literal values of a model's fields: how a discriminated union names its members."""
+    return {str(value) for field in model.model_fields.values()
+            if get_origin(field.annotation) is Literal for value in get_args(field.annotation)}
+
+
+def _fields_at(model: type[BaseModel] | None, loc: tuple) -> dict[str, Any]:
+    """The fields of the model that ``loc`` (a pydantic error location) points into."""
+    candidates = [model] if model is not None else []
+    for part in loc:
+        if not isinstance(part, str):
+            continue  # a list index or dict position stays on the same model
+        owner = next((m for m in candidates if part in m.model_fields), None)
+        if owner is not None:
+            candidates = _submodels(owner.model_fields[part].annotation)
+        else:  # a union member's tag (``env`` in ``steps.0.env.bogus``) or a dict key
+            candidates = [m for m in candidates if part in _tags(m)] or candidates
+    return dict(candidates[0].model_fields) if len(candidates) == 1 else {}
+
+
+def describe_validation_error(exc: ValidationError, model: type[BaseModel] | None = None) -> str:
+    """Every problem, on one line: ``field 'a.b': message; unknown field 'modle' (did you mean
+    'model'?)``. A required field that a misspelt one explains is not reported twice."""
+    errors = exc.errors()
+    unknown = [e for e in errors if e.get("type") == "extra_forbidden"]
+    explained: set[tuple] = set()
+    parts = []
+    for error in unknown:
+        loc = tuple(error.get("loc", ()))
+        known = _fields_at(model, loc[:-1])
+        hint = did_you_mean(str(loc[-1]), known)
+        if hint:
+            explained.add(loc[:-1] + (hint.split("'")[1],))
+        parts.append(f"unknown field '{_dotted(loc)}'{hint or _known_list(known)}")
+    for error in errors:
+        loc = tuple(error.get("loc", ()))
+        if error in unknown or (error.get("type") == "missing" and loc in explained):
+            continue
+        parts.append(f"field '{_dotted(loc) or '(top level)'}': {error.get('msg', 'invalid')}")
+    return "; ".join(parts)
+
+
+def _dotted(loc: tuple) -> str:
+    return ".".join(str(part) for part in loc)
+
+
+def _known_list(known: dict[str, Any]) -> str:
+    return f" (known: {', '.join(sorted(known))})" if 0 < len(known) <= 12 else ""
+
+
+def read_yaml(path: Path, error: type[EdgeVllmError] = ConfigError) -> object:
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise error(f"{path}: cannot read ({exc.strerror}); check the path") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise error(f"{path}:{where}: {problem}; fix the YAML syntax") from None
+
+
+def parse_model(model: type[Model], data: object, source: str,
+                error: type[EdgeVllmError] = ConfigError) -> Model:
+    if not isinstance(data, dict):
+        raise error(f"{source}: expected a mapping of fields, got {type(data).__name__}")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise error(f"{source}: {describe_validation_error(exc, model)}") from None
+
+
+def load_model(model: type[Model], path: Path, error: type[EdgeVllmError] = ConfigError) -> Model:
+    return parse_model(model, read_yaml(path, error), str(path), error)

@@ -1,0 +1,102 @@
+"""Checks of the machine a build runs on, apart from the engine: emulation for a foreign
+platform, free disk. The engine only talks to the daemon; these only read the host."""
+
+from __future__ import annotations
+
+import os
+import platform as host_platform
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+from edgevllm.common.errors import BinfmtMissingError, DiskSpaceError
+
+# Machine names as `uname -m` prints them → docker platform architectures.
+_HOST_ARCH = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
+# Docker architecture → the binfmt_misc handler that runs it under emulation.
+_BINFMT_HANDLER = {"arm64": "qemu-aarch64", "amd64": "qemu-x86_64"}
+
+
+def host_arch() -> str:
+    machine = host_platform.machine().lower()
+    return _HOST_ARCH.get(machine, machine)
+
+
+def platform_arch(platform: str) -> str:
+    """``linux/arm64`` → ``arm64``."""
+    parts = platform.split("/")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+# Where the kernel lists binfmt_misc handlers (a module value so tests can point it elsewhere).
+BINFMT_DIR = Path("/proc/sys/fs/binfmt_misc")
+
+
+def check_emulation(platform: str, remote_engine: bool = False) -> None:
+    """A foreign platform needs a binfmt_misc handler (qemu-user-static) on a local engine."""
+    arch = platform_arch(platform)
+    if arch == host_arch() or remote_engine:
+        return
+    handler = _BINFMT_HANDLER.get(arch)
+    if handler is None:
+        return
+    try:
+        enabled = (BINFMT_DIR / handler).read_text().splitlines()[0].strip() == "enabled"
+    except (OSError, IndexError):
+        enabled = False
+    if not enabled:
+        raise BinfmtMissingError(
+            f"building {platform} on a {host_arch()} host needs emulation: install "
+            f"qemu-user-static and binfmt-support, then run 'update-binfmts --enable {handler}'")
+
+
+# qemu before 8 emulates Python about 4x slower than qemu 10: byte-compiling the same stdlib slice
+# took 7.7 s under 7.2 and 1.9 s under 10.0 here, and the byte-compile step of vLLM 0.33.0's closure
+# 33 min under 7.2 against 8 min under 10.0; under 7.2 the probe's `import torch` (2.14) failed
+# (docs/build-modes.md).
+FAST_QEMU = (8, 0)
+
+
+def emulator_version(platform: str) -> tuple[int, int] | None:
+    """(major, minor) of the qemu that binfmt_misc runs ``platform`` with; None when unknown."""
+    handler = _BINFMT_HANDLER.get(platform_arch(platform))
+    try:
+        lines = (BINFMT_DIR / handler).read_text().splitlines() if handler else []
+    except OSError:
+        return None
+    interpreter = next((ln.split(None, 1)[1] for ln in lines if ln.startswith("interpreter ")), "")
+    if not interpreter:
+        return None
+    try:  # the binfmt name refuses --version ("has to be run using binfmt"); its target does not
+        proc = subprocess.run([os.path.realpath(interpreter), "--version"], capture_output=True,
+                              text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    found = re.search(r"version (\d+)\.(\d+)", proc.stdout)
+    return (int(found[1]), int(found[2])) if found else None
+
+
+def slow_emulation(platform: str, remote_engine: bool = False) -> str | None:
+    """A warning line when ``platform`` is emulated by a qemu older than ``FAST_QEMU``."""
+    if platform_arch(platform) == host_arch() or remote_engine:
+        return None
+    version = emulator_version(platform)
+    if version is None or version >= FAST_QEMU:
+        return None
+    return (f"qemu {version[0]}.{version[1]} emulates {platform} about 4x slower than qemu 10 "
+            "(a prebuilt vLLM image: 35 min instead of 10 for its install step) and could not "
+            "import torch 2.14 in the probe: install "
+            "qemu-user-static >= 8 (Debian: apt-get install qemu-user-static/trixie, then "
+            "bash .ci/install-engine.sh re-registers binfmt)")
+
+
+def check_disk(path: Path, need_gb: float) -> None:
+    """Free space under ``path`` for a build; ``EDGEVLLM_MIN_DISK_GB`` replaces the target's
+    figure when you know the build is smaller (a prebuilt image, a test fixture)."""
+    need_gb = float(os.environ.get("EDGEVLLM_MIN_DISK_GB") or need_gb)
+    path.mkdir(parents=True, exist_ok=True)
+    free_gb = shutil.disk_usage(path).free / 1e9
+    if free_gb < need_gb:
+        raise DiskSpaceError(
+            f"only {free_gb:.1f} GB free under {path}, this needs about {need_gb:.0f} GB: "
+            "free disk space or prune Docker (docker builder prune)")

@@ -1,0 +1,286 @@
+"""The build spec: one typed, validated object describing what to build.
+
+It comes from CLI flags, a YAML spec file (flags override the file), or a lock. ``resolve()``
+merges it with its target's defaults into the ``EffectiveSpec`` the renderer and driver use.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from edgevllm.common.errors import SpecError
+from edgevllm.common.schema import Strict, parse_model
+from edgevllm.specs.modselect import select_mod_names
+from edgevllm.specs.targets import BaseImages, Target, TorchSource, load_target
+
+UPSTREAM_VLLM = "https://github.com/vllm-project/vllm.git"
+UPSTREAM_FLASHINFER = "https://github.com/flashinfer-ai/flashinfer.git"
+# A recent vLLM release that builds for both targets with CUDA 13.0 (pins torch 2.14.0,
+# flashinfer 0.7.2.post1, cutlass-dsl 4.8.0). Spark needs the keep-12.1a CMake patch with it.
+DEFAULT_VLLM_REF = "v0.33.0"
+DEFAULT_IMAGE_REPO = "edgevllm/vllm"
+
+
+class SourceSpec(Strict):
+    """A git source: a repo (URL, ``owner/name`` or local path) at a ref, a PR head, plus picks."""
+
+    repo: str = UPSTREAM_VLLM
+    ref: str | None = None
+    pr: int | None = Field(default=None, ge=1)
+    cherry_picks: list[str] = Field(default_factory=list)
+    allow_doc_conflicts: bool = False
+
+    def describe(self) -> str:
+        where = f"PR #{self.pr}" if self.pr else (self.ref or "default branch")
+        picks = f" + {len(self.cherry_picks)} pick(s)" if self.cherry_picks else ""
+        return f"{self.repo} @ {where}{picks}"
+
+
+class FlashInferSpec(Strict):
+    """FlashInfer from PyPI (``version``; default: the target's pin) or built from ``source``."""
+
+    version: str | None = None
+    source: SourceSpec | None = None
+
+
+BuildMode = Literal["compile", "prebuilt", "precompiled"]
+
+
+class BuildSpec(Strict):
+    target: str
+    # compile: vLLM from source for the target's arches; prebuilt: a released wheel and its locked
+    # closure, nothing compiled; precompiled: a Python-only tree over a release's kernels.
+    # None: chosen from the other fields (choose_mode says which and why).
+    mode: BuildMode | None = None
+    vllm_wheel: str | None = None  # prebuilt: a version, a local .whl or a URL
+    overrides: list[str] = Field(default_factory=list)  # resolver overrides (uv --override)
+    base_image: str | None = None  # replaces the target's base image(s)
+    vllm: SourceSpec = Field(default_factory=lambda: SourceSpec(ref=DEFAULT_VLLM_REF))
+    flashinfer: FlashInferSpec = Field(default_factory=FlashInferSpec)
+    # Pins over the target's; a null value drops the target's pin of that package.
+    packages: dict[str, str | None] = Field(default_factory=dict)
+    mods: list[str] | None = None
+    add_mods: list[str] = Field(default_factory=list)
+    remove_mods: list[str] = Field(default_factory=list)
+    max_jobs: int | None = Field(default=None, ge=1)
+    nvcc_threads: int | None = Field(default=None, ge=1)
+    image_repo: str = DEFAULT_IMAGE_REPO
+    tags: list[str] = Field(default_factory=list)
+    build_args: dict[str, str] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default_factory=dict)
+    images: BaseImages | None = None
+    torch: TorchSource | None = None
+    apt_packages: list[str] | None = None
+    python: str | None = None
+    platform: str | None = None
+    wheelhouse: str | None = None
+    offline: bool = False
+    verify: bool = True
+    # BuildKit cache-mount id of the compiler cache (default ccache-<target>); a new name
+    # starts from an empty cache, e.g. to measure a truly cold compile.
+    compile_cache: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]+$")
+    probe_required: list[str] | None = None
+    # After the checks pass, compress the image's layers into the publish layer cache, so the
+    # first `inv publish` assembles cached frames (no docker save). Does not change the image.
+    publish_cache: bool = False
+
+    @field_validator("env", "build_args")
+    @classmethod
+    def _no_secrets(cls, value: dict[str, str]) -> dict[str, str]:
+        # Env values become image ENV, build args reach the log and the lock label: a token in
+        # either would ship with the image. Secrets are given at run time (recipes pass them by
+        # name).
+        from edgevllm.specs.lock import _SECRET_RE
+
+        bad = sorted(k for k in value if _SECRET_RE.search(k))
+        if bad:
+            raise ValueError(
+                f"{', '.join(bad)} looks like a secret; never bake a secret into an "
+                "image: pass it when the container runs (inv serve passes HF_TOKEN by name)"
+            )
+        return value
+
+    @field_validator("image_repo")
+    @classmethod
+    def _repo(cls, value: str) -> str:
+        if not value or value != value.lower() or " " in value:
+            raise ValueError("must be a lower-case image repository such as edgevllm/vllm")
+        return value
+
+
+class EffectiveSpec(Strict):
+    """A spec with every default filled in from its target: what the renderer sees."""
+
+    spec: BuildSpec
+    target: Target
+    platform: str
+    images: BaseImages
+    torch: TorchSource
+    apt_packages: list[str]
+    python: str
+    packages: dict[str, str]
+    mods: list[str]
+    max_jobs: int
+    nvcc_threads: int
+    env: dict[str, str]
+    mode: BuildMode = "compile"
+    mode_reason: str = ""
+
+
+def choose_mode(spec: BuildSpec) -> tuple[BuildMode, str]:
+    """The build mode and why (preflight prints both)."""
+    if spec.mode == "compile" and spec.vllm_wheel:
+        raise SpecError(
+            "field 'vllm_wheel' installs a released wheel: it needs mode prebuilt "
+            "(or precompiled), not compile"
+        )
+    if spec.mode:
+        return spec.mode, f"mode {spec.mode} asked for"
+    if spec.vllm_wheel:
+        return "prebuilt", (
+            f"--vllm-wheel {spec.vllm_wheel}: the released wheel and its locked "
+            "closure; nothing is compiled"
+        )
+    return "compile", "vLLM compiled from source for the target's arch list"
+
+
+def prebuilt_wheel(spec: BuildSpec) -> str:
+    """The wheel a prebuilt build installs: --vllm-wheel, else the pinned release's version."""
+    return spec.vllm_wheel or DEFAULT_VLLM_REF.lstrip("v")
+
+
+def base_images(spec: BuildSpec, target: Target, mode: str) -> BaseImages:
+    """--base-image / spec.images / the target's images for this mode, in that order."""
+    if spec.base_image:
+        return BaseImages(build=spec.base_image, runtime=spec.base_image)
+    if spec.images:
+        return spec.images
+    if mode in ("prebuilt", "precompiled"):
+        return BaseImages(build=target.prebuilt.image, runtime=target.prebuilt.image)
+    return target.images
+
+
+def load_spec_file(path: Path, overrides: dict | None = None) -> BuildSpec:
+    """A YAML spec file, with CLI values in ``overrides`` taking precedence."""
+    from edgevllm.common.schema import read_yaml
+
+    data = read_yaml(path, SpecError)
+    if not isinstance(data, dict):
+        raise SpecError(f"{path}: expected a mapping of spec fields")
+    merged = _deep_merge(data, overrides or {})
+    return parse_model(BuildSpec, merged, str(path), SpecError)
+
+
+def spec_from_dict(data: dict, source: str = "command line") -> BuildSpec:
+    return parse_model(BuildSpec, data, source, SpecError)
+
+
+def _deep_merge(base: dict, top: dict) -> dict:
+    out = dict(base)
+    for key, value in top.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def resolve(spec: BuildSpec) -> EffectiveSpec:
+    target = load_target(spec.target)
+    packages = dict(target.packages)
+    if spec.flashinfer.version:
+        packages["flashinfer-python"] = spec.flashinfer.version
+    if spec.flashinfer.source:
+        packages.pop("flashinfer-python", None)
+    for name, version in spec.packages.items():
+        if version is None:
+            packages.pop(name, None)
+        else:
+            packages[name] = version.lstrip("=")  # --package NAME==VER reads as NAME=VER too
+    if spec.offline and not spec.wheelhouse:
+        raise SpecError("field 'offline': an offline build needs 'wheelhouse' (a folder of wheels)")
+    mode, reason = choose_mode(spec)
+    prebuilt = mode in ("prebuilt", "precompiled")  # both install a released wheel's closure
+    if prebuilt and spec.wheelhouse:
+        raise SpecError(
+            f"field 'wheelhouse': a {mode} build makes its own wheelhouse from the "
+            "locked closure; drop --wheelhouse/--offline"
+        )
+    default_apt = target.prebuilt.apt_packages if prebuilt else target.apt_packages
+    return EffectiveSpec(
+        spec=spec,
+        target=target,
+        mode=mode,
+        mode_reason=reason,
+        platform=spec.platform or target.platform,
+        images=base_images(spec, target, mode),
+        torch=spec.torch if spec.torch is not None else target.torch,
+        apt_packages=spec.apt_packages if spec.apt_packages is not None else default_apt,
+        python=spec.python or (target.prebuilt.python if prebuilt else target.python),
+        packages=packages,
+        mods=select_mod_names(target.default_mods, spec.mods, spec.add_mods, spec.remove_mods),
+        max_jobs=spec.max_jobs or target.max_jobs,
+        nvcc_threads=spec.nvcc_threads or target.nvcc_threads,
+        env={**target.runtime_env, **spec.env},
+    )
+
+
+def load_spec(
+    target: str | None = None, spec_file: str | None = None, overrides: dict | None = None
+) -> BuildSpec:
+    """The spec from a file and/or CLI values; ``target`` is required one way or the other."""
+    overrides = {k: v for k, v in (overrides or {}).items() if v not in (None, [], {})}
+    if target:
+        overrides["target"] = target
+    if spec_file:
+        return load_spec_file(Path(spec_file), overrides)
+    if "target" not in overrides:
+        raise SpecError(
+            "no target given: pass --target thor|spark (inv targets lists them) or --spec FILE"
+        )
+    return spec_from_dict(overrides)
+
+
+def lock_overrides(lock, target: str | None = None) -> dict:
+    """Spec fields that rebuild ``lock`` (its sources are pinned by the pipeline, by SHA).
+
+    Packages are the lock's exact set: a target pin the lock does not have is dropped (null).
+    """
+    name = target or lock.target
+    images = lock.base_images
+    settings = dict(lock.settings)
+    packages: dict = {k: v for k, v in lock.packages.items() if k != "torch"}
+    for pinned in load_target(name).packages:
+        packages.setdefault(pinned, None)
+    data = {
+        "target": name,
+        "packages": packages,
+        "mods": [m.name for m in lock.mods if not m.name.startswith("patch:")],
+        "build_args": {k: v for k, v in lock.build_args.items() if k != "VLLM_VERSION"},
+    }
+    for key in (
+        "platform",
+        "python",
+        "apt_packages",
+        "torch",
+        "env",
+        "max_jobs",
+        "nvcc_threads",
+        "mode",
+        "vllm_wheel",
+        "overrides",
+    ):
+        if key in settings:
+            data[key] = settings[key]
+    if "build" in images and "runtime" in images:
+        # A recorded digest pins the base exactly: the rebuild uses the very same base image.
+        data["images"] = {
+            stage: f"{images[stage].ref}@{images[stage].digest}"
+            if images[stage].digest
+            else images[stage].ref
+            for stage in ("build", "runtime")
+        }
+    return data

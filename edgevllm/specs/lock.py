@@ -1,0 +1,289 @@
+"""The lock: every input of a build, pinned, so that the image can be rebuilt exactly.
+
+A lock is JSON (or YAML, by file suffix) written atomically. It records the tool version, the
+target, the base images (digests where known), each source (repo, base SHA, every cherry-pick with
+its head SHA, merge-base and the sha256 of the applied diff, the tree hash of the prepared tree),
+the repositories vLLM's CMake would clone (commit and tree hash), the kernel plan, pinned package
+versions, mods and build arguments.
+
+``lock_hash`` is the sha256 of a canonical JSON rendering of everything that determines the image;
+``created_at`` and user ``tags`` are left out, so the same inputs always give the same hash and the
+same deterministic tag (``image_tag``).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import re
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from edgevllm import __version__
+from edgevllm.common import labels
+from edgevllm.common.errors import LockError
+from edgevllm.common.fsutil import atomic_write_text
+from edgevllm.common.schema import parse_model
+
+SCHEMA_VERSION = 1
+LOCK_FILENAME = labels.LOCK_FILENAME
+LOCK_LABEL = labels.LOCK  # image label holding the compact lock JSON
+LOCK_HASH_LABEL = labels.LOCK_SHA  # image label holding lock_hash()
+LOCK_IMAGE_PATH = labels.LOCK_FILE  # where the lock lives inside the image
+
+_UNHASHED = {"created_at", "tags"}
+_SECRET_RE = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|CREDENTIAL)", re.I)
+_TAG_BAD = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PickLock(_Model):
+    """One cherry-pick, as applied (or skipped) onto a source's base."""
+
+    spec: str  # as the user wrote it: "40082", a URL, a SHA
+    kind: Literal["pr", "commit"]
+    repo: str  # where the pick was fetched from
+    pr: Optional[int] = None
+    head_sha: str  # the PR head (or the commit) that was applied
+    merge_base: str  # diff base: merge-base with upstream default branch / parent
+    diff_sha256: str  # sha256 of the applied diff (git diff --binary --full-index)
+    skipped: bool = False  # already contained in the base
+    reason: str = ""  # why skipped, or which doc conflicts kept the base side
+    commit: Optional[str] = None  # the commit this pick made in the prepared tree
+    resolved_paths: list[str] = Field(default_factory=list)  # doc/test conflicts resolved to base
+
+
+class SourceLock(_Model):
+    """One source tree (vLLM, FlashInfer) resolved to commits."""
+
+    name: str
+    repo: str
+    ref: Optional[str] = None  # what was asked for (branch/tag/SHA), for the record
+    pr: Optional[int] = None  # set when the base is a PR's head
+    base_sha: str
+    picks: list[PickLock] = Field(default_factory=list)
+    commit: str  # the prepared commit (base + picks)
+    tree: str  # git tree hash of the prepared commit: the content hash
+    version: str  # derived from tags (git describe) or the short SHA
+    submodules: dict[str, str] = Field(default_factory=dict)  # path -> commit, when exported
+
+    @field_validator("base_sha", "commit", "tree")
+    @classmethod
+    def _full_sha(cls, value: str) -> str:
+        if not re.fullmatch(r"[0-9a-f]{40}([0-9a-f]{24})?", value):
+            raise ValueError("must be a full lowercase hex SHA")
+        return value
+
+
+class CMakeDepLock(_Model):
+    """A repository the vLLM tree's CMake would clone at configure time, fetched on the host."""
+
+    repo: str
+    ref: str  # the tree's GIT_TAG (a tag, branch or SHA)
+    commit: str  # what ref resolved to
+    tree: str  # git tree hash of that commit
+    env_var: str  # the tree's *_SRC_DIR override the build sets
+    declared_at: str = ""  # file:line of the FetchContent call
+    submodules: dict[str, str] = Field(default_factory=dict)  # path -> commit, exported too
+
+    @field_validator("commit", "tree")
+    @classmethod
+    def _full_sha(cls, value: str) -> str:
+        if not re.fullmatch(r"[0-9a-f]{40}([0-9a-f]{24})?", value):
+            raise ValueError("must be a full lowercase hex SHA")
+        return value
+
+
+class BaseImageLock(_Model):
+    ref: str  # e.g. nvcr.io/nvidia/cuda:13.0.0-devel-ubuntu24.04
+    digest: Optional[str] = None  # sha256:... when known
+
+
+class ModLock(_Model):
+    name: str
+    version: str
+
+
+class WheelLock(_Model):
+    """One wheel of a prebuilt closure: installed only if its bytes have this sha256."""
+
+    name: str
+    version: str
+    filename: str
+    sha256: str
+    url: str = ""
+    size: Optional[int] = None
+
+    @field_validator("sha256")
+    @classmethod
+    def _hex(cls, value: str) -> str:
+        if not re.fullmatch(r"[0-9a-f]{64}", value):
+            raise ValueError("must be a 64-digit lowercase hex sha256")
+        return value
+
+
+class ClosureLock(_Model):
+    """A prebuilt build's whole dependency closure, resolved for one platform and Python."""
+
+    python_platform: str  # e.g. aarch64-manylinux_2_34
+    python_version: str
+    requirements: list[str] = Field(default_factory=list)
+    overrides: list[str] = Field(default_factory=list)  # resolver overrides, target's and user's
+    indexes: list[str] = Field(default_factory=list)
+    wheels: list[WheelLock] = Field(default_factory=list)
+
+    def wheel(self, name: str) -> Optional[WheelLock]:
+        return next((w for w in self.wheels if w.name == name), None)
+
+
+class KernelsFromLock(_Model):
+    """A precompiled build: the release whose compiled libraries the tree was installed over."""
+
+    release: str  # "0.33.0"
+    release_tag: str  # "v0.33.0"
+    release_commit: str  # the tag's commit (the diff is against it)
+    wheel: str  # the release wheel's file name
+    sha256: str  # its bytes (also pinned in ``closure``)
+    changed: int = 0  # files the tree changes against the release
+
+
+class Lock(_Model):
+    schema_version: int = SCHEMA_VERSION
+    tool_version: str = __version__
+    created_at: Optional[str] = None  # informational; not part of the hash
+    target: Optional[str] = None
+    base_images: dict[str, BaseImageLock] = Field(default_factory=dict)  # stage -> image
+    vllm: Optional[SourceLock] = None
+    flashinfer: Optional[SourceLock] = None
+    packages: dict[str, str] = Field(default_factory=dict)  # name -> pinned version
+    mods: list[ModLock] = Field(default_factory=list)
+    build_args: dict[str, str] = Field(default_factory=dict)
+    # What vLLM's CMake would clone, fetched on the host and passed in (the compile is offline).
+    cmake_deps: dict[str, CMakeDepLock] = Field(default_factory=dict)
+    # The kernel plan (edgevllm/sources/plan.py): arches per kernel group and extension.
+    kernel_plan: dict[str, Any] = Field(default_factory=dict)
+    # The other inputs that shape the image (platform, python, apt packages, torch source, runtime
+    # env, compile jobs), so that `inv build --lock` needs nothing but the lock.
+    settings: dict[str, Any] = Field(default_factory=dict)
+    tags: list[str] = Field(default_factory=list)  # user tags; not hashed
+    mode: Literal["compile", "prebuilt", "precompiled"] = "compile"
+    closure: Optional[ClosureLock] = None  # prebuilt/precompiled: every wheel, by sha256
+    # precompiled: the tree's [build-system] requires (pinned like the closure, build stage only)
+    # and the release whose kernels were reused.
+    build_closure: Optional[ClosureLock] = None
+    kernels_from: Optional[KernelsFromLock] = None
+
+    @field_validator("build_args")
+    @classmethod
+    def _no_secrets(cls, value: dict[str, str]) -> dict[str, str]:
+        # A lock travels into an image label: a token in it would be published with the image.
+        bad = sorted(k for k in value if _SECRET_RE.search(k))
+        if bad:
+            raise ValueError(
+                f"{', '.join(bad)} looks like a secret; pass secrets as build secrets, not build "
+                f"args"
+            )
+        return value
+
+    def sources(self) -> dict[str, SourceLock]:
+        return {
+            name: src for name, src in (("vllm", self.vllm), ("flashinfer", self.flashinfer)) if src
+        }
+
+
+def now_utc() -> str:
+    return (
+        _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    )
+
+
+def canonical_json(lock: Lock) -> str:
+    data = lock.model_dump(mode="json", exclude=_UNHASHED)
+    if data.get("closure") is None and data.get("mode") == "compile":
+        del data["closure"], data["mode"]  # compile locks hash as they did before modes
+    for key in ("build_closure", "kernels_from"):  # only precompiled locks have them
+        if data.get(key) is None:
+            data.pop(key, None)
+    for key in ("cmake_deps", "kernel_plan"):  # locks of trees without them hash as before
+        if not data.get(key):
+            data.pop(key, None)
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
+def lock_hash(lock: Lock) -> str:
+    """sha256 (hex) of the canonical JSON of everything that determines the image."""
+    return hashlib.sha256(canonical_json(lock).encode()).hexdigest()
+
+
+def _tag_part(text: str) -> str:
+    return _TAG_BAD.sub("-", text).strip("-.") or "unknown"
+
+
+def image_tag(lock: Lock) -> str:
+    """``<vllm-version>-<target>-<hash12>``: the same lock always gives the same tag."""
+    wheel = lock.closure.wheel("vllm") if lock.closure else None
+    version = lock.vllm.version if lock.vllm else (wheel.version if wheel else "novllm")
+    tag = f"{_tag_part(version)}-{_tag_part(lock.target or 'any')}-{lock_hash(lock)[:12]}"
+    if len(tag) > 128:  # docker's limit; keep the hash, shorten the version
+        tag = tag[len(tag) - 128 :].lstrip("-.")
+    return tag
+
+
+def label_value(lock: Lock) -> str:
+    """Compact JSON for the image label (full lock, created_at included)."""
+    return json.dumps(lock.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+
+
+def lock_to_text(lock: Lock, path: Path | str | None = None) -> str:
+    data = lock.model_dump(mode="json")
+    if path is not None and Path(path).suffix.lower() in (".yaml", ".yml"):
+        return yaml.safe_dump(data, sort_keys=True)
+    return json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+
+def write_lock(lock: Lock, path: Path | str) -> Path:
+    """Write atomically; YAML when the name ends in .yaml/.yml, JSON otherwise."""
+    path = Path(path)
+    if "lock" not in path.name:
+        raise LockError(f"{path}: a lock file's name must contain 'lock' (e.g. {LOCK_FILENAME})")
+    return atomic_write_text(path, lock_to_text(lock, path))
+
+
+def parse_lock(text: str, origin: str = "<lock>", yaml_syntax: bool = False) -> Lock:
+    try:
+        data = yaml.safe_load(text) if yaml_syntax else json.loads(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        where = f"line {exc.lineno}" if isinstance(exc, json.JSONDecodeError) else "syntax"
+        raise LockError(
+            f"{origin}: not valid {'YAML' if yaml_syntax else 'JSON'} ({where}); regenerate it "
+            f"with inv sources"
+        ) from None
+    if not isinstance(data, dict):
+        raise LockError(
+            f"{origin}: not a lock (expected a mapping); regenerate it with inv sources"
+        )
+    version = data.get("schema_version")
+    if isinstance(version, int) and version > SCHEMA_VERSION:
+        raise LockError(
+            f"{origin}: schema_version {version} is newer than this edgevllm supports "
+            f"({SCHEMA_VERSION}); upgrade edgevllm"
+        )
+    return parse_model(Lock, data, str(origin), LockError)
+
+
+def read_lock(path: Path | str) -> Lock:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise LockError(f"{path}: lock file not found; check the path given to --lock") from None
+    except OSError as exc:
+        raise LockError(f"{path}: cannot read the lock ({exc.strerror})") from None
+    return parse_lock(text, str(path), yaml_syntax=path.suffix.lower() in (".yaml", ".yml"))

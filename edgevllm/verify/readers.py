@@ -1,0 +1,265 @@
+"""Where libraries come from: a folder, a wheel, a (compressed, split) tarball, or an image.
+
+Folders are walked and each candidate (``.so``/``.so.N``/``.o``/``.cubin``) is mmapped, several
+files at once (zstd and page faults release the GIL). A ``.whl`` is read as the zip it is: each
+candidate member is inflated in memory, nothing is unpacked to disk.
+
+Tarballs are streamed, never extracted: docker-save archives (old ``<id>/layer.tar`` or OCI
+``blobs/sha256/...`` layers, themselves plain, gzip or zstd) are read layer by layer, each
+library parsed as it passes, then the layers are stacked in ``manifest.json`` order (or in an
+OCI ``index.json``'s, see oci.py) so that whiteouts (``.wh.``) hide deleted files and later
+layers override earlier ones. A tarball with neither is taken as a plain root filesystem
+(``docker export``). Memory peak: the largest single library.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import mmap
+import os
+import tarfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Callable
+
+from edgevllm.common.errors import NotATarballError
+from edgevllm.verify.elf import is_elf
+from edgevllm.verify.library import LibraryReport, inspect_buffer, is_library_name
+from edgevllm.verify.oci import JSON_BLOB_LIMIT, oci_layers
+from edgevllm.verify.streams import ParseStream, sniff, unpacked
+
+Inspect = Callable[[str, object], LibraryReport]
+_WHITEOUT, _OPAQUE = ".wh.", ".wh..wh..opq"
+
+
+def scan_directory(root: Path, inspect: Inspect = inspect_buffer) -> list[LibraryReport]:
+    """Every ELF library and cubin under ``root`` (symlinks are not followed, so none is
+    counted twice), in path order."""
+    files = []
+    for folder, dirs, names in os.walk(root):
+        dirs.sort()
+        for name in sorted(names):
+            if not is_library_name(name):  # most files of a tree: no Path object, no stat
+                continue
+            full = Path(folder, name)
+            if not full.is_symlink() and full.is_file():
+                files.append(full)
+    labels = [str(full.relative_to(root)) for full in files]
+    inspect_all = functools.partial(_inspect_or_unreadable, inspect=inspect)
+    if len(files) < 8:
+        results = list(map(inspect_all, files, labels))
+    else:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=min(8, (os.cpu_count() or 2) * 2)) as pool:
+            results = list(pool.map(inspect_all, files, labels))
+    return [report for report in results if report is not None]
+
+
+def scan_wheel(wheel: Path, inspect: Inspect = inspect_buffer) -> list[LibraryReport]:
+    """Every ELF library and cubin inside a wheel (a zip), read without unpacking to disk."""
+    import zipfile
+
+    reports = []
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            for info in archive.infolist():
+                if info.is_dir() or not is_library_name(info.filename):
+                    continue
+                report = _wheel_member(archive, info, inspect)
+                if report is not None:
+                    reports.append(report)
+    except (zipfile.BadZipFile, OSError, EOFError) as exc:
+        raise NotATarballError(f"{wheel}: not a readable wheel (zip) file ({exc}); download it "
+                               "again") from None
+    return sorted(reports, key=lambda r: r.path)
+
+
+_CUBIN_HEAD = 16384  # a raw cubin's ELF header and ptxas note (its arch) lie in its first bytes
+
+
+def _wheel_member(archive, info, inspect: Inspect) -> LibraryReport | None:
+    """One zip member; a raw cubin is only inflated as far as its header and arch note, unless
+    the inspector needs whole files (cuobjdump)."""
+    from edgevllm.verify.elf import is_cuda_elf
+
+    with archive.open(info) as member:
+        head = member.read(64)
+        if not is_elf(head):
+            return None
+        whole = getattr(inspect, "whole_files", False)
+        if is_cuda_elf(head) and not whole:
+            report = inspect(info.filename, head + member.read(_CUBIN_HEAD - len(head)))
+            report.size = info.file_size
+            return report
+        return inspect(info.filename, _read_rest(member, head, info.file_size))
+
+
+def _read_rest(member, head: bytes, size: int) -> bytearray:
+    """The whole member in one buffer of its final size (no second copy of a 300 MB library)."""
+    buf = bytearray(max(size, len(head)))
+    buf[:len(head)] = head
+    view, got = memoryview(buf), len(head)
+    while got < size:
+        count = member.readinto(view[got:got + (16 << 20)])  # zip reads copy: keep them small
+        if not count:
+            break
+        got += count
+    view.release()
+    return buf if got == len(buf) else buf[:got]
+
+
+def _inspect_or_unreadable(path: Path, label: str, inspect: Inspect) -> LibraryReport | None:
+    """An unreadable file is a table row too: it must not stop the scan."""
+    try:
+        return inspect_file(path, label, inspect)
+    except OSError as exc:
+        return LibraryReport(path=label, size=0, status=f"corrupt: cannot read ({exc.strerror})")
+
+
+def inspect_file(path: Path, label: str, inspect: Inspect = inspect_buffer) -> LibraryReport | None:
+    """One file on disk through mmap; ``None`` when it is not ELF (e.g. a linker script)."""
+    with open(path, "rb") as handle:
+        if not is_elf(handle.read(4)):
+            return None
+        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:
+            return inspect(label, view)
+
+
+@dataclass
+class Layer:
+    libraries: dict[str, LibraryReport] = field(default_factory=dict)
+    present: set[str] = field(default_factory=set)  # every non-directory path in the layer
+    whiteouts: list[str] = field(default_factory=list)
+    opaque: list[str] = field(default_factory=list)
+
+
+def _clean(name: str) -> str:
+    while name.startswith("./"):
+        name = name[2:]
+    return name.lstrip("/")
+
+
+def _add_member(layer: Layer, tar: tarfile.TarFile, member: tarfile.TarInfo,
+                inspect: Inspect) -> None:
+    path = _clean(member.name)
+    folder, _, base = path.rpartition("/")
+    if base == _OPAQUE:
+        layer.opaque.append(folder)
+    elif base.startswith(_WHITEOUT):
+        layer.whiteouts.append(f"{folder}/{base[len(_WHITEOUT):]}".lstrip("/"))
+    elif not member.isdir():
+        layer.present.add(path)
+        if member.isfile() and is_library_name(base):
+            _read_library(layer, tar, member, path, inspect)
+
+
+def _read_library(layer: Layer, tar: tarfile.TarFile, member, path: str, inspect: Inspect) -> None:
+    handle = tar.extractfile(member)
+    head = handle.read(4)
+    if is_elf(head):
+        layer.libraries[path] = inspect(path, head + handle.read())
+
+
+def scan_layer(stream: IO[bytes], inspect: Inspect) -> Layer:
+    layer = Layer()
+    with tarfile.open(fileobj=stream, mode="r|") as tar:
+        for member in tar:
+            _add_member(layer, tar, member, inspect)
+    return layer
+
+
+def _is_layer_name(name: str) -> bool:
+    return name.endswith("/layer.tar") or name.startswith("blobs/")
+
+
+@dataclass
+class _Outer:
+    layers: dict[str, Layer] = field(default_factory=dict)
+    rootfs: Layer = field(default_factory=Layer)
+    manifest: list | None = None
+    index: dict | None = None  # OCI index.json, used when there is no manifest.json
+    json_blobs: dict[str, bytes] = field(default_factory=dict)
+
+
+def _outer_member(state: _Outer, tar: tarfile.TarFile, member, inspect: Inspect) -> None:
+    name = _clean(member.name)
+    small = member.isfile() and member.size <= JSON_BLOB_LIMIT
+    if name in ("manifest.json", "index.json") and small:
+        setattr(state, name[:-5], _json_or_none(tar.extractfile(member).read()))
+    elif member.isfile() and _is_layer_name(name):
+        head, stream = sniff(tar.extractfile(member))
+        inner = unpacked(head, stream)
+        if inner is not None:
+            state.layers[name] = scan_layer(inner, inspect)
+        elif head.startswith(b"{") and member.size <= JSON_BLOB_LIMIT:
+            state.json_blobs[name] = stream.read()
+    else:
+        _add_member(state.rootfs, tar, member, inspect)
+
+
+def _json_or_none(data: bytes):
+    """A top-level manifest.json / index.json, or None when it is some other file of that name."""
+    try:
+        return json.loads(data)
+    except ValueError:
+        return None
+
+
+def scan_tar_stream(stream: IO[bytes], label: str,
+                    inspect: Inspect = inspect_buffer) -> list[LibraryReport]:
+    """Scan a docker-save archive or a root-filesystem tarball from a byte stream."""
+    state = _Outer()
+    with ParseStream(label):
+        head, raw = sniff(stream)
+        plain = unpacked(head, raw)
+        if plain is None:
+            raise NotATarballError(f"{label}: not a tar archive (expected .tar, .tar.gz, .tar.zst "
+                                   "or split .tar.zst.partNNN from 'inv publish')")
+        with tarfile.open(fileobj=plain, mode="r|") as tar:
+            for member in tar:
+                _outer_member(state, tar, member, inspect)
+    return _stack(state, label)
+
+
+def _layer_order(state: _Outer, label: str) -> list[str] | None:
+    if isinstance(state.manifest, list) and state.manifest and state.layers:
+        return state.manifest[0].get("Layers", [])
+    if isinstance(state.index, dict) and state.layers:
+        return oci_layers(state.index, state.json_blobs, label)
+    return None
+
+
+def _stack(state: _Outer, label: str) -> list[LibraryReport]:
+    order = _layer_order(state, label)
+    if order is None:
+        return sorted(state.rootfs.libraries.values(), key=lambda r: r.path)
+    files: dict[str, LibraryReport] = {}
+    for name in order:
+        layer = state.layers.get(_clean(name))
+        if layer is None:
+            raise NotATarballError(f"{label}: layer {name} named in the image manifest is missing; "
+                                   "the archive is incomplete, save it again")
+        _apply(files, layer)
+    return sorted(files.values(), key=lambda r: r.path)
+
+
+def _apply(files: dict[str, LibraryReport], layer: Layer) -> None:
+    """Stack one layer on the files below it (OCI whiteout semantics)."""
+    for folder in layer.opaque:
+        for path in [p for p in files if p.startswith(folder + "/")]:
+            del files[path]
+    for gone in layer.whiteouts:
+        for path in [p for p in files if p == gone or p.startswith(gone + "/")]:
+            del files[path]
+    for path in layer.present:
+        files.pop(path, None)
+    files.update(layer.libraries)
+
+
+def scan_image_stream(engine, ref: str, inspect: Inspect = inspect_buffer) -> list[LibraryReport]:
+    """``docker save`` piped straight into the tar scanner; raises ImageNotFoundError first."""
+    engine.image_inspect(ref)
+    with engine.save_stream([ref]) as stream:
+        return scan_tar_stream(stream, f"image {ref}", inspect)

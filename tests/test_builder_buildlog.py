@@ -1,0 +1,42 @@
+"""Following buildx plain progress: stages, cached steps, and a failure naming its stage."""
+
+from __future__ import annotations
+
+from edgevllm.builder.buildlog import BuildFollower
+
+SAMPLE = """\
+#1 [internal] load build definition from Dockerfile
+#1 DONE 0.0s
+#5 [base 2/4] RUN python3 -m venv /opt/venv
+#5 CACHED
+#7 [linux/arm64 build 1/1] RUN --mount=type=bind,from=vllm-src,target=/src/vllm,rw cd /src/vllm && pip wheel .
+#7 0.512 nvcc: /usr/local/cuda/bin/nvcc -gencode arch=compute_110a,code=sm_110a
+#7 3.101 csrc/kernels.cu(40): error: this declaration has no storage class or type specifier
+#7 3.102 1 error detected in the compilation of "csrc/kernels.cu".
+#7 ERROR: process "/bin/sh -c cd /src/vllm && pip wheel ." did not complete successfully: exit code: 1
+------
+ > [build 1/1] RUN ...:
+------
+"""
+
+
+def test_failure_names_the_stage_and_shows_its_lines(tmp_path):
+    follower = BuildFollower()
+    for line in SAMPLE.splitlines():
+        follower.feed(line)
+    message = follower.failure_message(tmp_path / "build.log")
+    assert message.startswith("stage 'build' failed at: RUN --mount=type=bind,from=vllm-src")
+    assert "kernels.cu(40): error" in message
+    assert "exit code: 1" in message and str(tmp_path / "build.log") in message
+    assert follower.vertices[5].cached and not follower.ran("base")
+
+
+def test_log_file_gets_every_line_and_ran_counts_executed_steps(tmp_path):
+    log = tmp_path / "log"
+    with open(log, "w") as handle:
+        follower = BuildFollower(log_file=handle)
+        for line in ["#3 [build 1/1] RUN make", "#3 1.0 ok", "#3 DONE 1.0s"]:
+            follower.feed(line)
+    assert log.read_text().count("\n") == 3
+    assert [v.what for v in follower.ran("build")] == ["RUN make"]
+    assert follower.failed_vertex() is None

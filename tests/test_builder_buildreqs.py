@@ -1,0 +1,117 @@
+"""The build stage follows the tree: build requirements, use_existing_torch.py and jobs read from
+real vLLM sdists (0.33.0 and 0.20.2 from PyPI, cached) and rendered without any ``if [ -f ]``."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from packaging.specifiers import SpecifierSet
+
+from edgevllm.builder.buildreqs import read_build_layout
+from edgevllm.builder.render import render_dockerfile
+from edgevllm.common.errors import SourceError
+from edgevllm.specs.buildspec import load_spec, resolve
+from support.sdists import pypi_sdist, sdist_members
+
+FAKE_VLLM = Path(__file__).parent / "e2e" / "fixtures" / "fake-vllm"
+FILES_033 = ["setup.py", "pyproject.toml", "requirements/build/cuda.txt",
+             "requirements/cuda.txt", "requirements/common.txt", "tools/use_existing_torch.py"]
+FILES_020 = ["setup.py", "pyproject.toml", "requirements/build/cuda.txt", "use_existing_torch.py"]
+
+
+@pytest.fixture(scope="module")
+def tree_033(tmp_path_factory) -> Path:
+    return sdist_members(pypi_sdist("vllm", "0.33.0"), FILES_033,
+                         tmp_path_factory.mktemp("vllm-0.33.0"))
+
+
+@pytest.fixture()
+def tree_copy(tree_033, tmp_path) -> Path:
+    return Path(shutil.copytree(tree_033, tmp_path / "tree"))
+
+
+def test_033_layout_is_read_from_the_tree(tree_033):
+    layout = read_build_layout(tree_033)
+    assert layout.requirements_file == "requirements/build/cuda.txt"
+    assert layout.use_existing_torch == "tools/use_existing_torch.py"
+    assert layout.use_existing_torch_args == ("--prefix",)
+    names = {r.split(">")[0].split("=")[0].strip() for r in layout.pyproject_requires}
+    # setup.py imports these three at module level; --no-build-isolation installs nothing itself.
+    assert {"packaging", "setuptools-scm", "setuptools-rust"} <= names
+    assert "torch" not in names, "the image's torch must stay"
+    allowed = SpecifierSet(layout.setuptools)
+    assert "80.9.0" in allowed and "84.2.1" not in allowed, layout.setuptools
+
+
+def test_033_jobs_are_multiplied_because_setup_py_divides(tree_033):
+    layout = read_build_layout(tree_033)
+    assert layout.divides_jobs
+    assert layout.max_jobs_env(12, 2) == 24   # spark: 12 compile jobs of 2 nvcc threads
+
+
+def test_020_keeps_use_existing_torch_at_the_root(tmp_path):
+    from packaging.specifiers import SpecifierSet
+
+    tree = sdist_members(pypi_sdist("vllm", "0.20.2"), FILES_020, tmp_path)
+    layout = read_build_layout(tree)
+    assert layout.use_existing_torch == "use_existing_torch.py"
+    assert layout.use_existing_torch_args == ("--prefix",)
+    assert layout.requirements_file == "requirements/build/cuda.txt"
+    assert "81.0.0" not in SpecifierSet(layout.setuptools)
+
+
+def test_old_layout_of_the_fixture_tree():
+    layout = read_build_layout(FAKE_VLLM)
+    assert layout.requirements_file == "requirements/build.txt"
+    assert layout.use_existing_torch == "use_existing_torch.py"
+    assert layout.max_jobs_env(2, 2) == 4
+
+
+@pytest.mark.parametrize("missing, named", [
+    ("tools/use_existing_torch.py", "use_existing_torch.py"),
+    ("requirements/build/cuda.txt", "requirements/build/cuda.txt or requirements/build.txt"),
+    ("pyproject.toml", "pyproject.toml"),
+    ("setup.py", "setup.py"),
+])
+def test_a_missing_expected_file_fails_naming_it(tree_copy, missing, named):
+    (tree_copy / missing).unlink()
+    with pytest.raises(SourceError) as failure:
+        read_build_layout(tree_copy)
+    message = str(failure.value)
+    assert named in message and "\n" not in message
+
+
+def test_broken_pyproject_is_named(tree_copy):
+    (tree_copy / "pyproject.toml").write_text("[build-system\nrequires = [")
+    with pytest.raises(SourceError, match="pyproject.toml: not valid TOML"):
+        read_build_layout(tree_copy)
+
+
+def test_rendered_build_stage_follows_the_033_tree(tree_033):
+    text = render_dockerfile(resolve(load_spec("spark")), layout=read_build_layout(tree_033))
+    build = text.split("FROM base AS build", 1)[1].split("#####", 1)[0]
+    assert "if [ -f" not in build
+    assert "python tools/use_existing_torch.py --prefix" in build
+    assert "-r requirements/build/cuda.txt" in build
+    assert "'setuptools>=77.0.3,<81.0.0'" in build and "'setuptools-rust>=1.9.0'" in build
+    assert "MAX_JOBS=24" in build and "NVCC_THREADS=2" in build
+
+
+def test_rendered_use_existing_torch_really_strips_torch_pins(tree_copy):
+    """The command the template renders, run on the real tree: torch pins go, setuptools stays."""
+    layout = read_build_layout(tree_copy)
+    subprocess.run([sys.executable, layout.use_existing_torch, *layout.use_existing_torch_args],
+                   cwd=tree_copy, check=True, capture_output=True)
+    build_reqs = (tree_copy / layout.requirements_file).read_text()
+    assert "torch==" not in build_reqs and "setuptools>=78.1.1,<81.0.0" in build_reqs
+    assert read_build_layout(tree_copy).setuptools == layout.setuptools
+
+
+def test_render_without_a_tree_shows_placeholders():
+    text = render_dockerfile(resolve(load_spec("thor")))
+    assert "<build requirements of the prepared tree>" in text
+    assert "MAX_JOBS=16" in text   # thor: 8 jobs x 2 threads

@@ -1,0 +1,134 @@
+"""The engine abstraction: exact command lines, and one-line errors when something is missing."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from edgevllm.common.errors import BinfmtMissingError, DockerUnavailableError, ImageNotFoundError
+from edgevllm.containers import host
+from edgevllm.containers.docker import BuildOptions, DockerEngine, RunOptions
+
+
+def test_run_argv_keeps_secret_values_out():
+    options = RunOptions(
+        image="img:1",
+        command=["vllm", "serve", "m", "--x", '{"a": 1}'],
+        env={"A": "1"},
+        env_names=["HF_TOKEN"],
+        ports=["8000:8000"],
+        runtime="nvidia",
+        ipc="host",
+        name="n",
+        detach=True,
+    )
+    line = DockerEngine(context="spark2").command_line(options.argv())
+    assert line.startswith("docker --context spark2 run -d --name n --ipc host --runtime nvidia")
+    assert "-e HF_TOKEN " in line and "-e A=1" in line
+    assert shlex.split(line)[-1] == '{"a": 1}'
+
+
+def test_build_argv_has_contexts_platform_and_output():
+    options = BuildOptions(
+        context=Path("/ctx"),
+        dockerfile=Path("/ctx/Dockerfile"),
+        target="wheels",
+        platform="linux/arm64",
+        build_contexts={"vllm-src": "/src"},
+        output="type=local,dest=/out",
+    )
+    argv = options.argv()
+    assert argv[:2] == ["buildx", "build"] and "--load" not in argv
+    assert argv[argv.index("--build-context") + 1] == "vllm-src=/src"
+    assert argv[argv.index("--platform") + 1] == "linux/arm64"
+
+
+def test_missing_binary_and_unreachable_daemon():
+    with pytest.raises(DockerUnavailableError, match="not found on PATH: install Docker"):
+        DockerEngine(binary="docker-that-does-not-exist").check_daemon()
+    with pytest.raises(DockerUnavailableError, match="cannot reach the Docker daemon"):
+        DockerEngine(host="unix:///nonexistent/docker.sock").check_daemon()
+
+
+def test_binfmt_missing_for_a_cross_build(tmp_path, monkeypatch):
+    monkeypatch.setattr(host, "BINFMT_DIR", tmp_path)
+    monkeypatch.setattr(host, "host_arch", lambda: "amd64")
+    with pytest.raises(BinfmtMissingError, match="update-binfmts --enable qemu-aarch64"):
+        host.check_emulation("linux/arm64")
+    (tmp_path / "qemu-aarch64").write_text("enabled\ninterpreter /usr/bin/qemu-aarch64-static\n")
+    host.check_emulation("linux/arm64")
+
+
+def test_an_old_qemu_is_a_warning_naming_the_fix(tmp_path, monkeypatch):
+    """The version comes from the handler's own interpreter (``--version`` of its target, since
+    the binfmt name refuses it). A stand-in prints qemu 7.2's banner; the real handler's qemu
+    must agree with what its binary says."""
+    monkeypatch.setattr(host, "BINFMT_DIR", tmp_path)
+    monkeypatch.setattr(host, "host_arch", lambda: "amd64")
+    old = tmp_path / "qemu-old"
+    old.write_text("#!/bin/sh\necho 'qemu-aarch64 version 7.2.22 (Debian 1:7.2+dfsg-7)'\n")
+    old.chmod(0o755)
+    (tmp_path / "qemu-aarch64").write_text(f"enabled\ninterpreter {old}\nflags: PF\n")
+    assert host.emulator_version("linux/arm64") == (7, 2)
+    warning = host.slow_emulation("linux/arm64")
+    assert warning and "qemu 7.2" in warning and "qemu-user-static/trixie" in warning
+    assert host.slow_emulation("linux/arm64", remote_engine=True) is None
+    assert host.slow_emulation("linux/amd64") is None  # native: nothing is emulated
+    (tmp_path / "qemu-aarch64").write_text("enabled\ninterpreter /nonexistent/qemu\n")
+    assert host.emulator_version("linux/arm64") is None
+    assert host.slow_emulation("linux/arm64") is None
+
+
+def test_the_registered_qemu_version_is_read_from_its_binary(monkeypatch):
+    monkeypatch.setattr(host, "host_arch", lambda: "amd64")
+    handler = host.BINFMT_DIR / "qemu-aarch64"
+    if not handler.exists():
+        pytest.fail("no qemu-aarch64 binfmt handler: bash .ci/install-engine.sh registers it")
+    interpreter = next(
+        ln.split(None, 1)[1] for ln in handler.read_text().splitlines()
+        if ln.startswith("interpreter ")
+    )
+    banner = subprocess.run(
+        [os.path.realpath(interpreter), "--version"], capture_output=True, text=True
+    ).stdout
+    major, minor = host.emulator_version("linux/arm64")
+    assert f"version {major}.{minor}." in banner
+
+
+def test_unknown_image_is_one_line(engine):
+    with pytest.raises(ImageNotFoundError, match="image 'edgevllm-test/nope:0' not found"):
+        engine.image_inspect("edgevllm-test/nope:0")
+
+
+def test_start_does_not_change_the_callers_options(engine):
+    from edgevllm.common.errors import EngineError
+    from edgevllm.containers.docker import RunOptions
+
+    options = RunOptions(image="edgevllm-test/nope:0", command=["true"])
+    with pytest.raises(EngineError):
+        engine.start(options)  # no such image: the call fails, the options stay as given
+    assert options.detach is False
+
+
+def test_every_daemon_call_has_a_deadline(monkeypatch):
+    """A hung daemon is one error line naming the call, never a hang."""
+    import subprocess
+
+    from edgevllm.common.errors import EngineError
+
+    seen = []
+
+    def hang(argv, **kwargs):
+        seen.append(kwargs.get("timeout"))
+        raise subprocess.TimeoutExpired(argv, kwargs.get("timeout") or 0)
+
+    monkeypatch.setattr(subprocess, "run", hang)
+    with pytest.raises(EngineError, match="docker images timed out"):
+        DockerEngine(binary="sh").images("x")
+    with pytest.raises(EngineError, match="docker version timed out"):
+        DockerEngine(binary="sh").check_daemon()
+    assert all(t is not None and t > 0 for t in seen)

@@ -1,0 +1,174 @@
+"""The lock model: JSON/YAML round trips, atomic writes, a stable hash, deterministic tags, and
+one-line errors for missing, malformed and newer lock files. Pure data; no git, no Docker."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from edgevllm.common.errors import LockError
+from edgevllm.specs.lock import (
+    LOCK_FILENAME,
+    BaseImageLock,
+    Lock,
+    ModLock,
+    PickLock,
+    SourceLock,
+    image_tag,
+    label_value,
+    lock_hash,
+    parse_lock,
+    read_lock,
+    write_lock,
+)
+
+SHA_A, SHA_B, SHA_C, SHA_D = ("a" * 40, "b" * 40, "c" * 40, "d" * 40)
+DOCKER_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+
+
+def sample_lock(**overrides) -> Lock:
+    pick = PickLock(
+        spec="40082",
+        kind="pr",
+        repo="https://github.com/vllm-project/vllm.git",
+        pr=40082,
+        head_sha=SHA_B,
+        merge_base=SHA_C,
+        diff_sha256="e" * 64,
+        commit=SHA_D,
+    )
+    vllm = SourceLock(
+        name="vllm",
+        repo="https://github.com/vllm-project/vllm.git",
+        ref="v0.20.1",
+        base_sha=SHA_A,
+        picks=[pick],
+        commit=SHA_D,
+        tree=SHA_C,
+        version="0.20.1",
+    )
+    fields = dict(
+        target="spark",
+        created_at="2026-11-22T00:00:00Z",
+        base_images={
+            "devel": BaseImageLock(
+                ref="nvcr.io/nvidia/cuda:13.0.0-devel-ubuntu24.04", digest="sha256:" + "1" * 64
+            )
+        },
+        vllm=vllm,
+        packages={"torch": "2.10.0+cu130", "nvidia-cutlass-dsl-libs-cu13": "4.4.2"},
+        mods=[ModLock(name="nvfp4-b12x", version="1.0.0")],
+        build_args={"MAX_JOBS": "8"},
+        tags=["mine:latest"],
+    )
+    fields.update(overrides)
+    return Lock(**fields)
+
+
+@pytest.mark.parametrize("name", [LOCK_FILENAME, "spark.lock.yaml", "nested/dir/build-lock.yml"])
+def test_round_trip_json_and_yaml(tmp_path, name):
+    lock = sample_lock()
+    path = write_lock(lock, tmp_path / name)
+    assert read_lock(path) == lock
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporaries left behind
+    if name.endswith(".json"):
+        assert json.loads(path.read_text())["schema_version"] == 1
+
+
+def test_lock_file_name_must_contain_lock(tmp_path):
+    with pytest.raises(LockError, match="must contain 'lock'"):
+        write_lock(sample_lock(), tmp_path / "build.json")
+    assert not (tmp_path / "build.json").exists()
+
+
+def test_hash_ignores_creation_time_and_user_tags():
+    a = sample_lock()
+    b = sample_lock(created_at="2030-01-01T00:00:00Z", tags=["other:tag"])
+    assert lock_hash(a) == lock_hash(b) and image_tag(a) == image_tag(b)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"target": "thor"},
+        {"packages": {"torch": "2.10.1"}},
+        {"mods": []},
+        {"build_args": {"MAX_JOBS": "4"}},
+        {
+            "base_images": {
+                "devel": BaseImageLock(ref="nvcr.io/nvidia/cuda:13.0.1-devel-ubuntu24.04")
+            }
+        },
+    ],
+)
+def test_hash_and_tag_follow_every_input(change):
+    assert lock_hash(sample_lock(**change)) != lock_hash(sample_lock())
+    assert image_tag(sample_lock(**change)) != image_tag(sample_lock())
+
+
+def test_hash_follows_a_moved_pick_head():
+    lock = sample_lock()
+    moved = lock.model_copy(deep=True)
+    moved.vllm.picks[0].head_sha = SHA_A
+    assert lock_hash(moved) != lock_hash(lock)
+
+
+def test_image_tag_is_deterministic_and_valid():
+    lock = sample_lock()
+    tag = image_tag(lock)
+    assert tag == f"0.20.1-spark-{lock_hash(lock)[:12]}"
+    assert image_tag(Lock.model_validate_json(label_value(lock))) == tag
+    odd = sample_lock(target=None)
+    odd.vllm.version = "0.20.1+5.gabcdef012345"
+    assert DOCKER_TAG.match(image_tag(odd)) and image_tag(odd).startswith(
+        "0.20.1-5.gabcdef012345-any-"
+    )
+    odd.vllm.version = "9" * 200
+    assert DOCKER_TAG.match(image_tag(odd)) and image_tag(odd).endswith(lock_hash(odd)[:12])
+
+
+def test_label_value_is_the_whole_lock():
+    lock = sample_lock()
+    assert Lock.model_validate_json(label_value(lock)) == lock
+
+
+def test_secrets_are_refused_in_build_args():
+    with pytest.raises(ValueError, match="HF_TOKEN looks like a secret"):
+        sample_lock(build_args={"HF_TOKEN": "hf_x"})
+
+
+def test_missing_lock_file(tmp_path):
+    with pytest.raises(LockError, match="lock file not found; check the path given to --lock"):
+        read_lock(tmp_path / "nope.lock.json")
+
+
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ("{not json", "not valid JSON (line 1)"),
+        ("[1, 2]", "expected a mapping"),
+        ('{"schema_version": 99}', "schema_version 99 is newer"),
+        ('{"vllm": {"name": "vllm"}}', "field 'vllm.repo': Field required"),
+        ('{"surprise": 1}', "unknown field 'surprise'"),
+    ],
+)
+def test_malformed_locks_fail_with_one_line_naming_the_field(text, needle):
+    with pytest.raises(LockError) as err:
+        parse_lock(text, "x.lock.json")
+    assert str(err.value).startswith("x.lock.json: ") and needle in str(err.value)
+
+
+def test_short_shas_are_refused_in_a_lock():
+    data = json.loads(sample_lock().model_dump_json())
+    data["vllm"]["base_sha"] = "abc1234"
+    with pytest.raises(LockError, match="field 'vllm.base_sha'.*full lowercase hex SHA"):
+        parse_lock(json.dumps(data), "x.lock.json")
+
+
+def test_yaml_lock_errors_name_the_file(tmp_path):
+    path = tmp_path / "bad.lock.yaml"
+    path.write_text("vllm: [unclosed\n")
+    with pytest.raises(LockError, match="bad.lock.yaml: not valid YAML"):
+        read_lock(path)
