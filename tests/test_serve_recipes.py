@@ -255,7 +255,7 @@ def test_import_file_writes_a_loadable_recipe(tmp_path, cli):
         import_file(source, out)
 
 
-def test_imported_literal_jinja_text_is_kept_raw():
+def test_imported_literal_jinja_text_is_kept_literal():
     data = {**V1, "command": "vllm serve m --chat-template '{{% if x %}}'", "defaults": {}}
     args = convert(data, "v.yaml").recipe["serve"]["args"]
     recipe = parse_recipe({**convert(data, "v.yaml").recipe}, "c")

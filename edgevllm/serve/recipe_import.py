@@ -41,11 +41,12 @@ from edgevllm.serve.recipes import FILES_DIR, parse_recipe, valid_image_ref
 KNOWN = {"recipe_version", "name", "description", "model", "container", "command", "defaults",
          "env", "mods", "build_args", "solo_only", "cluster_only"}
 _SENTINEL = "\x00{}\x00"
-_JINJA_OPEN = re.compile(r"\{[{%#]")
+_JINJA_OPEN = re.compile(r"\{(?=[{%#]|$)")
 # vLLM CLI flags that exist only with an eugr mod's patch → the mod that adds them.
 MOD_FLAGS = {"--gpu-memory-utilization-gb": "gpu-mem-util-gb"}
 # Argument values that name a file a mod drops into the container (chat templates, plugins...).
 _FILE_VALUE = re.compile(r"^[\w./-]+\.(jinja2?|py|json|txt|patch|ya?ml)$")
+_FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _MOD_PATH = re.compile(r"(?:^|/)mods/([\w.-]+)/")
 
 
@@ -107,7 +108,7 @@ def convert(data: object, source: str) -> ImportResult:
         "model": model,
         "defaults": {"port": 8000, "hf_cache": "~/.cache/huggingface", **defaults},
         "serve": {"command": serve_command, "args": args},
-        "env": {str(k): str(v) for k, v in (data.get("env") or {}).items()},
+        "env": {str(k): escape_template(str(v)) for k, v in (data.get("env") or {}).items()},
         "container": container,
         "topology": topology,
     }
@@ -150,6 +151,9 @@ def command_tokens(command: str, source: str, notes: list[str]) -> tuple[list[st
         pieces.append(literal)  # str.format's {{ and }} are single braces here already
         if name is None:
             continue
+        if not _FIELD_NAME.match(name):
+            raise RecipeError(f"{source}: field 'command': placeholder '{{{name}}}' is not a plain "
+                              "name (letters, digits, '_'); rename it")
         if spec or conversion:
             notes.append(f"placeholder '{{{name}:{spec}}}' lost its format spec/conversion")
         fields.append(name)
@@ -169,11 +173,16 @@ def _jinja_token(token: str, fields: list[str]) -> str:
     for index, part in enumerate(parts):
         if index % 2:
             out.append("{{ " + fields[int(part)] + " }}")
-        elif _JINJA_OPEN.search(part):
-            out.append("{% raw %}" + part + "{% endraw %}")  # literal text that looks like Jinja
         else:
-            out.append(part)
+            out.append(escape_template(part))
     return "".join(out)
+
+
+def escape_template(text: str) -> str:
+    """eugr's literal text as a template that renders to itself: every ``{`` that would open a
+    Jinja tag (``{{``, ``{%``, ``{#``, or a trailing ``{`` that a placeholder follows) becomes the
+    expression ``{{ '{' }}``. Not ``{% raw %}``: the text itself could close it."""
+    return _JINJA_OPEN.sub("{{ '{' }}", text)
 
 
 def split_serve(tokens: list[str], model: object, notes: list[str]) -> tuple[list, list, str]:

@@ -1,0 +1,116 @@
+"""Recipe templates, rendered in a sandbox: a recipe is data from others, never code.
+
+Templates see plain values (strings, numbers, booleans) under plain names, ``{% if %}`` /
+``{% for %}`` and the filters in ``FILTERS``. Everything that reaches a Python object is refused:
+attribute access of any kind (``x.__class__``, ``cycler.__init__``), calls of anything but a
+listed filter, Jinja's global helpers (``cycler``, ``joiner``, ``namespace``, ``range``, ``lipsum``)
+and ``*``/``**`` that would build gigabyte strings. The environment of the process is never a
+template value, so no expression can print ``HF_TOKEN``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import jinja2
+import jinja2.meta
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from edgevllm.common.errors import RecipeError
+from edgevllm.serve.recipe_schema import Recipe
+
+# The filters recipes use (or may: numbers and lists turned into flag text); none can call code.
+FILTERS = ("default", "d", "lower", "upper", "trim", "replace", "int", "float", "string",
+           "join", "length", "first", "last", "abs", "round", "min", "max")
+_MAX_TEXT = 64 * 1024  # no argument, env value or path of a launch is longer
+
+
+class RecipeSandbox(ImmutableSandboxedEnvironment):
+    """Jinja's immutable sandbox, narrowed to names and filters: no attributes, no calls."""
+
+    intercepted_binops = frozenset({"*", "**"})
+
+    def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
+        return False  # recipe values are scalars: no attribute of any object is data
+
+    def is_safe_callable(self, obj: Any) -> bool:
+        return False  # filters are applied by Jinja itself, never through this check
+
+    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        if isinstance(left, str) or isinstance(right, str):
+            raise jinja2.sandbox.SecurityError(f"'{operator}' on text is not allowed")
+        if operator == "**" and abs(right) > 64:
+            raise jinja2.sandbox.SecurityError("exponent too large")
+        return super().call_binop(context, operator, left, right)
+
+
+def environment() -> RecipeSandbox:
+    # StrictUndefined: a placeholder nobody defined is an error, never an empty string.
+    env = RecipeSandbox(undefined=jinja2.StrictUndefined, keep_trailing_newline=False,
+                        autoescape=False)
+    env.globals.clear()
+    env.filters = {name: env.filters[name] for name in FILTERS}
+    return env
+
+
+def check_templates(recipe: Recipe, source: str) -> None:
+    """Syntax errors and unknown filters in any template are reported at load time."""
+    env = environment()
+    for where, text in templates(recipe):
+        try:
+            jinja2.meta.find_undeclared_variables(env.parse(text))  # compiles: finds filters
+        except jinja2.TemplateAssertionError as exc:  # an unknown filter or test
+            raise RecipeError(f"{source}: field '{where}': template error: {exc.message}; "
+                              f"filters allowed: {', '.join(FILTERS)}") from None
+        except jinja2.TemplateSyntaxError as exc:
+            raise RecipeError(f"{source}: field '{where}': template error: {exc.message}") from None
+
+
+def templates(recipe: Recipe) -> list[tuple[str, str]]:
+    items = [(f"serve.args[{i}]", a) for i, a in enumerate(recipe.serve.args)]
+    items += [(f"serve.command[{i}]", a) for i, a in enumerate(recipe.serve.command)]
+    items += [(f"env.{k}", str(v)) for k, v in recipe.env.items()]
+    items += [(f"container.ports[{i}]", p) for i, p in enumerate(recipe.container.ports)]
+    items += [(f"container.volumes[{i}]", v) for i, v in enumerate(recipe.container.volumes)]
+    items += [("health.port", recipe.health.port), ("health.path", recipe.health.path)]
+    items += [("image", recipe.image)] if recipe.image else []
+    if recipe.build:
+        items += [("build.spec" if recipe.build.spec else "build.lock",
+                   str(recipe.build.spec or recipe.build.lock))]
+    return items
+
+
+def placeholders(recipe: Recipe) -> set[str]:
+    """Every name the recipe's templates read (a --set may supply one that has no default)."""
+    env = environment()
+    names: set[str] = set()
+    for _, text in templates(recipe):
+        names |= jinja2.meta.find_undeclared_variables(env.parse(text))
+    return names
+
+
+def render_text(text: str, values: dict[str, object], where: str, source: str) -> str:
+    try:
+        out = environment().from_string(text).render(_plain(values))
+    except jinja2.UndefinedError as exc:
+        name = re.search(r"'([^']+)' is undefined", str(exc))
+        key = name.group(1) if name else str(exc)
+        raise RecipeError(f"{source}: field '{where}': placeholder '{key}' is not defined; add it "
+                          f"under defaults or pass --set {key}=VALUE") from None
+    except jinja2.sandbox.SecurityError as exc:
+        raise RecipeError(f"{source}: field '{where}': not allowed in a recipe template ({exc}); "
+                          "templates read plain names and the filters "
+                          f"{', '.join(FILTERS)}") from None
+    except (jinja2.TemplateError, TypeError, ValueError, OverflowError) as exc:
+        raise RecipeError(f"{source}: field '{where}': template error: {exc}") from None
+    if len(out) > _MAX_TEXT:
+        raise RecipeError(f"{source}: field '{where}': renders to {len(out)} characters (at most "
+                          f"{_MAX_TEXT}); shorten the template")
+    return out
+
+
+def _plain(values: dict[str, object]) -> dict[str, object]:
+    """Only plain data reaches a template: anything else is its text."""
+    plain = (str, int, float, bool, type(None))
+    return {k: v if isinstance(v, plain) else str(v) for k, v in values.items()}

@@ -1,0 +1,75 @@
+"""The values recipe templates see: ``defaults``, topology and model, with ``--set`` overrides.
+
+``--set key=value`` values are YAML scalars (``0.8`` is a number, ``true`` a bool); a key the
+recipe neither defaults nor reads is refused, and a name listed in ``required`` takes its value
+from ``defaults`` or ``--set`` only.
+"""
+
+from __future__ import annotations
+
+import difflib
+
+import yaml
+
+from edgevllm.common.errors import RecipeError
+from edgevllm.serve.recipe_render import placeholders
+from edgevllm.serve.recipe_schema import RESERVED, Recipe
+
+
+def parse_sets(items: list[str] | None) -> dict[str, object]:
+    """``key=value`` pairs; values are YAML scalars (``0.8`` is a number, ``true`` a bool)."""
+    out: dict[str, object] = {}
+    for item in items or []:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise RecipeError(f"--set '{item}': expected key=value, e.g. --set port=9000")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        if isinstance(value, (dict, list)):
+            value = raw  # JSON such as a speculative config stays the string it was given
+        out[key] = value
+    return out
+
+
+def template_values(recipe: Recipe, overrides: dict[str, object] | None = None,
+                    source: str = "recipe", clustered: bool = False) -> dict[str, object]:
+    """``defaults`` + topology + model, with ``--set`` overrides applied; unknown keys refused.
+
+    ``clustered``: the values of the recipe's clustered form (``topology.cluster``).
+    """
+    overrides = dict(overrides or {})
+    known = set(recipe.defaults) | set(RESERVED) | placeholders(recipe)
+    unknown = sorted(k for k in overrides if k not in known)
+    if unknown:
+        raise RecipeError(f"--set {unknown[0]}: {source} has no such key; settable keys: "
+                          f"{', '.join(sorted(known))}")
+    target = overrides.get("target", recipe.targets[0])
+    if target not in recipe.targets:
+        raise RecipeError(f"{source}: target '{target}' is not one of this recipe's targets "
+                          f"({', '.join(recipe.targets)})")
+    topo = recipe.topology.cluster if clustered and recipe.topology.cluster else recipe.topology
+    values: dict[str, object] = {
+        "model": recipe.model, "image": recipe.image, "target": target,
+        "tensor_parallel": topo.tensor_parallel,
+        "pipeline_parallel": topo.pipeline_parallel,
+        "nodes": topo.nodes,
+        "port": 8000, "hf_cache": "~/.cache/huggingface",
+    }
+    values.update(recipe.defaults)
+    values.update(overrides)
+    _check_required(recipe, overrides, source)
+    return values
+
+
+def _check_required(recipe: Recipe, overrides: dict[str, object], source: str) -> None:
+    """A required placeholder takes its value from defaults or --set, never from topology."""
+    for name in recipe.required:
+        if name in overrides or recipe.defaults.get(name) is not None:
+            continue
+        close = difflib.get_close_matches(name, list(recipe.defaults), n=1, cutoff=0.75)
+        hint = f" (defaults has '{close[0]}': a misspelling?)" if close else ""
+        raise RecipeError(f"{source}: field 'required': placeholder '{name}' has no value{hint}; "
+                          f"add it under defaults or pass --set {name}=VALUE")

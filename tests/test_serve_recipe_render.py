@@ -1,0 +1,100 @@
+"""Recipe templates render in a sandbox (real Jinja2): no expression reaches a Python object, runs
+a command or reads the environment; eugr's literal text is escaped, never wrapped in raw."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from edgevllm.common.errors import RecipeError
+from edgevllm.serve.recipe_import import convert, escape_template
+from edgevllm.serve.recipe_render import render_text
+from edgevllm.serve.recipes import parse_recipe, render
+
+SECRET = "hf_sandboxsecretvalue0123456789"
+HOSTILE = [
+    "{{ cycler.__init__.__globals__.os.system('touch owned') }}",
+    "{{ joiner.__init__.__globals__.os.system('touch owned') }}",
+    "{{ namespace.__init__.__globals__.os.environ }}",
+    "{{ model.__class__.__mro__[1].__subclasses__() }}",
+    "{{ model['__class__'] }}",
+    "{{ model|attr('__class__') }}",
+    "{{ self._TemplateReference__context }}",
+    "{{ lipsum.__globals__ }}",
+    "{{ range(10) }}",
+    "{{ 'a' * 1000000000 }}",
+    "{{ 2 ** 1000000000 }}",
+    "{{ model.upper() }}",
+    "{% for c in ''.__class__.__subclasses__() %}{{ c }}{% endfor %}",
+    "{{ model|format }}",
+]
+
+
+def recipe(arg: str) -> dict:
+    return {"name": "t", "description": "d", "targets": ["thor"], "status": {"thor": "untested"},
+            "image": "edgevllm/vllm:thor", "model": "org/m", "defaults": {"n": 2, "s": "x"},
+            "serve": {"args": [arg]}}
+
+
+@pytest.mark.parametrize("arg", HOSTILE)
+def test_a_hostile_template_is_one_recipe_error_and_runs_nothing(arg, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_TOKEN", SECRET)
+    with pytest.raises(RecipeError) as info:
+        render(parse_recipe(recipe(arg), "hostile.yaml"))
+    message = str(info.value)
+    assert "\n" not in message and "serve.args[0]" in message
+    assert SECRET not in message
+    assert not (tmp_path / "owned").exists()
+
+
+def test_the_cli_gives_one_error_line_and_no_side_effect(tmp_path, cli):
+    path = tmp_path / "evil.yaml"
+    path.write_text(yaml.safe_dump(recipe(HOSTILE[0])))
+    code, out, err = cli("serve", str(path), "--dry-run", cwd=tmp_path,
+                         env={"HF_TOKEN": SECRET})
+    assert code == 11, err
+    assert err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
+    assert "Traceback" not in err and SECRET not in out + err
+    assert not (tmp_path / "owned").exists()
+
+
+def test_no_template_value_comes_from_the_environment(monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", SECRET)
+    for name in ("HF_TOKEN", "environ", "os", "config", "request"):
+        with pytest.raises(RecipeError, match="is not defined"):
+            render_text("{{ %s }}" % name, {}, "env.X", "t")
+
+
+def test_names_filters_and_conditions_still_render():
+    text = "{% if n > 1 %}--tp={{ n|int + 1 }}{% endif %} {{ s|upper|default('y') }} {{ m|lower }}"
+    assert render_text(text, {"n": 2, "s": "x", "m": "A/B"}, "f", "t") == "--tp=3 X a/b"
+
+
+@pytest.mark.parametrize("literal", [
+    "{% endraw %}{{ cycler.__init__.__globals__.os.system('touch owned') }}{% raw %}",
+    "{{ x }}", "{% if a %}", "{# c #}", "{{{", "a{", "}}", "{ {%",
+])
+def test_escaped_eugr_text_renders_to_itself(literal):
+    assert render_text(escape_template(literal), {}, "f", "t") == literal
+
+
+def test_an_eugr_command_closing_raw_runs_nothing(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    smuggled = "{% endraw %}{{ cycler.__init__.__globals__.os.system('touch owned') }}"
+    eugr_text = smuggled.replace("{", "{{").replace("}", "}}")  # str.format's literal braces
+    data = {"name": "x", "container": "vllm-node", "defaults": {"port": 8000},
+            "command": f'vllm serve m --port {{port}} --chat-template "{eugr_text}"'}
+    converted = convert(data, "eugr.yaml").recipe
+    rendered = render(parse_recipe(converted, "c"))
+    assert rendered.command[-1] == smuggled
+    assert not Path("owned").exists()
+
+
+def test_an_eugr_placeholder_that_is_not_a_name_is_refused():
+    data = {"name": "x", "container": "vllm-node",
+            "command": "vllm serve m --x {cycler.__init__.__globals__}"}
+    with pytest.raises(RecipeError, match="not a plain name"):
+        convert(data, "eugr.yaml")
