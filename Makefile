@@ -37,7 +37,7 @@ test: venv engine lint
 test-fast: venv
 	$(BIN)/python -m pytest -m "not e2e" -q $(PYTEST_ARGS)
 
-# ruff (pyflakes, isort, bugbear, 100 columns) on everything; mypy on kernel, engine, model, build.
+# ruff (pyflakes, isort, bugbear, 100 columns) and mypy on every package.
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/mypy

@@ -63,7 +63,7 @@ def mods_apply(
             pip_no_index,
         )
     except ModFailedError as exc:
-        print(getattr(exc, "table", ""), end="")
+        print(exc.table, end="")
         raise
     print(table, end="")
     env = {

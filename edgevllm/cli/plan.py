@@ -16,7 +16,7 @@ from pathlib import Path
 from edgevllm.cli._common import cli_task
 from edgevllm.cli.flags import SOURCE_FLAGS, SPEC_FLAGS, help_for, iterable_for, param, signature
 from edgevllm.common import console
-from edgevllm.common.errors import ConfigError
+from edgevllm.common.errors import ConfigError, SourceError
 
 PLAN_FLAGS = SPEC_FLAGS + tuple(f for f in SOURCE_FLAGS if not f.name.startswith("flashinfer"))
 
@@ -70,11 +70,13 @@ def _tree(eff, values: dict, tmp: Path) -> tuple[Path, str]:
         copy = tmp / "vllm"
         shutil.copytree(given, copy, symlinks=True)
         apply_patches(eff, PreparedSource(name="vllm", repo=str(given), base_sha="", commit="",
-                                          tree_hash="", version=None, tree_dir=copy))
+                                          tree_hash="", version="", tree_dir=copy))
         return copy, str(given)
     locked = read_lock(values["lock"]).vllm if values.get("lock") else None
     request = SourceRequest.from_lock_entry(locked) if locked else source_request(eff)
     console.step(f"sources: {'; '.join(request.plan())}")
     prepared = prepare_sources(request, tmp / "vllm")
     apply_patches(eff, prepared)
+    if prepared.tree_dir is None:
+        raise SourceError(f"vllm {prepared.commit[:12]}: prepared, but not exported to a folder")
     return prepared.tree_dir, f"vllm {prepared.version} ({prepared.commit[:12]})"

@@ -37,13 +37,14 @@ def probe(c, image, target, level=1, model=None, json=None, timeout=None, port=N
           volume=None, context=None):
     """Probe an image: level 1 imports and build facts; level 2 serves a model and reads the log."""
     from edgevllm.probe import ServeSettings, probe_level1, probe_level2
+    from edgevllm.probe.level1 import LEVEL1_TIMEOUT_S
 
     engine = DockerEngine(context=context)
     level = int(level)
     if level == 1:
-        kwargs = {"timeout": float(timeout)} if timeout else {}
         required = split_csv(require) or None
-        result = probe_level1(engine, image, target, required=required, **kwargs)
+        result = probe_level1(engine, image, target, required=required,
+                              timeout=float(timeout) if timeout else LEVEL1_TIMEOUT_S)
     elif level == 2:
         # HF_TOKEN goes by name: its value stays out of argv, labels and the result.
         settings = ServeSettings(gpus=None if gpus in (None, "", "none") else gpus,

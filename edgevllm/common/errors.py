@@ -113,7 +113,11 @@ class ModError(EdgeVllmError):
 
 
 class ModFailedError(ModError):
-    pass
+    """A mod failed; ``table`` is the applier's outcome table (printed before the error line)."""
+
+    def __init__(self, message: str, record: dict | None = None, table: str = ""):
+        super().__init__(message)
+        self.record, self.table = record, table
 
 
 class ModConflictError(ConfigError):

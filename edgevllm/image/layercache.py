@@ -32,6 +32,7 @@ import zstandard
 
 from edgevllm.common.fsutil import atomic_write_bytes, atomic_write_json
 from edgevllm.common.paths import cache_dir
+from edgevllm.common.streams import ByteWriter
 
 DEFAULT_MAX_BYTES = 32 << 30
 COPY_CHUNK = 8 << 20
@@ -140,7 +141,7 @@ class LayerCache:
         return CachedLayer(diff_id, record["size"], record["compressed_size"],
                            record["compressed_sha256"], blob)
 
-    def copy_out(self, layer: CachedLayer, sink: IO[bytes]) -> None:
+    def copy_out(self, layer: CachedLayer, sink: ByteWriter) -> None:
         """Write the entry's frames to ``sink``, re-checking their sha256 as they pass."""
         digest, copied = hashlib.sha256(), 0
         with open(layer.blob, "rb") as handle:
@@ -163,9 +164,9 @@ class LayerCache:
         ``EntryWriter.finish`` was given the matching uncompressed sha256."""
         self.layers_dir.mkdir(parents=True, exist_ok=True)
         tmp = self.layers_dir / f".{_hex(diff_id)}.tmp-{os.getpid()}-{time.monotonic_ns()}"
-        writer = EntryWriter(self, diff_id, size, tmp)
         try:
-            with open(tmp, "wb") as writer.handle:
+            with open(tmp, "wb") as handle:
+                writer = EntryWriter(self, diff_id, size, tmp, handle)
                 yield writer
             writer.commit()
         finally:
@@ -220,9 +221,9 @@ class LayerCache:
 class EntryWriter:
     """Receives one layer's compressed frames (``write``) and keeps their size and sha256."""
 
-    def __init__(self, cache: LayerCache, diff_id: str, size: int, tmp: Path):
+    def __init__(self, cache: LayerCache, diff_id: str, size: int, tmp: Path, handle: IO[bytes]):
         self.cache, self.diff_id, self.size, self.tmp = cache, diff_id, size, tmp
-        self.handle: IO[bytes] | None = None
+        self.handle = handle
         self.compressed_size = 0
         self._digest = hashlib.sha256()
         self.verified = False

@@ -29,6 +29,7 @@ from typing import IO, Callable
 
 import zstandard
 
+from edgevllm.common.streams import ByteReader, ByteWriter, as_binary_io
 from edgevllm.image.layercache import CachedLayer, LayerCache
 from edgevllm.image.layerstore import LocalLayerStore, StoreUnusable, chain_ids
 
@@ -58,7 +59,7 @@ class FrameSink:
     """Writes the archive: plain bytes are gathered and flushed as one small frame before any
     layer's frames go out; ``uncompressed`` counts the tar's bytes."""
 
-    def __init__(self, out: IO[bytes], level: int):
+    def __init__(self, out: ByteWriter, level: int):
         self.out, self.uncompressed = out, 0
         self._small = zstandard.ZstdCompressor(level=level, write_checksum=True)
         self._pending = bytearray()
@@ -72,7 +73,7 @@ class FrameSink:
             self.out.write(self._small.compress(bytes(self._pending)))
             self._pending.clear()
 
-    def frames(self, uncompressed_size: int) -> IO[bytes]:
+    def frames(self, uncompressed_size: int) -> ByteWriter:
         """Where a layer's frames go (after the pending bytes have been flushed)."""
         self.flush()
         self.uncompressed += uncompressed_size
@@ -124,7 +125,8 @@ def write_metadata(sink: FrameSink, config: bytes, diff_ids: list[str],
         "layers": [{"mediaType": OCI_LAYER, "digest": d, "size": layer_sizes[d]}
                    for d in diff_ids],
     }, separators=(",", ":")).encode()
-    entry = {"mediaType": OCI_MANIFEST, "digest": _digest(oci_manifest), "size": len(oci_manifest)}
+    manifest_digest = _digest(oci_manifest)
+    entry = {"mediaType": OCI_MANIFEST, "digest": manifest_digest, "size": len(oci_manifest)}
     manifests = [{**entry, "annotations": {"io.containerd.image.name": normalized_ref(ref),
                                            "org.opencontainers.image.ref.name":
                                                ref.rpartition(":")[2]}}
@@ -133,7 +135,7 @@ def write_metadata(sink: FrameSink, config: bytes, diff_ids: list[str],
     docker_manifest = [{"Config": BLOB_PREFIX + _hex(config_digest), "RepoTags": refs or None,
                         "Layers": [BLOB_PREFIX + _hex(d) for d in diff_ids]}]
     _file(sink, BLOB_PREFIX + _hex(config_digest), config)
-    _file(sink, BLOB_PREFIX + _hex(entry["digest"]), oci_manifest)
+    _file(sink, BLOB_PREFIX + _hex(manifest_digest), oci_manifest)
     _file(sink, "index.json", json.dumps(index, separators=(",", ":")).encode())
     _file(sink, "manifest.json", json.dumps(docker_manifest, separators=(",", ":")).encode())
     _file(sink, "oci-layout", b'{"imageLayoutVersion":"1.0.0"}')
@@ -164,7 +166,7 @@ def write_from_cache(sink: FrameSink, cache: LayerCache, config: bytes,
 
 
 class _Counting:
-    def __init__(self, out: IO[bytes], on_bytes: Callable[[int], None]):
+    def __init__(self, out: ByteWriter, on_bytes: Callable[[int], None]):
         self.out, self.on_bytes = out, on_bytes
 
     def write(self, data) -> int:
@@ -185,7 +187,7 @@ def write_from_save(sink: FrameSink, cache: LayerCache, save: IO[bytes], image_i
             if not member.isfile() or not member.name.startswith(BLOB_PREFIX):
                 continue
             if digest == image_id:
-                config = tar.extractfile(member).read()
+                config = _member(tar, member).read()
             elif digest in wanted and digest not in stats.layer_sizes:
                 _layer_from_save(sink, cache, tar, member, digest, stats)
     while save.read(CHUNK):  # the end-of-archive padding: docker save must not hit a closed pipe
@@ -209,12 +211,20 @@ def _layer_from_save(sink: FrameSink, cache: LayerCache, tar: tarfile.TarFile,
         cache.copy_out(cached, sink.frames(member.size))  # its bytes in the save go unread
         stats.cached_layers += 1
     else:
-        source = tar.extractfile(member)
+        source = _member(tar, member)
         if not _compress_layer(sink, cache, diff_id, member.size,
                                iter(lambda: source.read(CHUNK), b"")):
             raise UnexpectedSaveLayout(f"layer {diff_id}: docker save gave other bytes")
         stats.compressed_layers += 1
     sink.add(padding(member.size))
+
+
+def _member(tar: tarfile.TarFile, member: tarfile.TarInfo) -> ByteReader:
+    """A regular file's bytes in the save stream (tarfile gives None for other kinds)."""
+    source = tar.extractfile(member)
+    if source is None:
+        raise UnexpectedSaveLayout(f"{member.name}: not a regular file in docker save")
+    return source
 
 
 def _compress_layer(sink: FrameSink, cache: LayerCache, diff_id: str, size: int,
@@ -225,7 +235,8 @@ def _compress_layer(sink: FrameSink, cache: LayerCache, diff_id: str, size: int,
     with cache.entry_writer(diff_id, size) as entry:
         digest = hashlib.sha256()
         compressor = cache.settings.compressor(size)
-        with compressor.stream_writer(_Tee(out, entry), size=size, closefd=False) as writer:
+        tee = as_binary_io(_Tee(out, entry))
+        with compressor.stream_writer(tee, size=size, closefd=False) as writer:
             for block in blocks:
                 digest.update(block)
                 writer.write(block)
@@ -273,7 +284,7 @@ def _counted(blocks, on_bytes: Callable[[int], None]):
 
 
 class _Tee:
-    def __init__(self, *outs):
+    def __init__(self, *outs: ByteWriter):
         self.outs = outs
 
     def write(self, data) -> int:

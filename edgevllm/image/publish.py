@@ -32,12 +32,13 @@ import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Callable
+from typing import IO, TYPE_CHECKING, Callable
 
 from edgevllm import __version__
 from edgevllm.common import console, labels
 from edgevllm.common.errors import ConfigError, EngineError, IntegrityError, PublishError
 from edgevllm.common.fsutil import atomic_write_json
+from edgevllm.common.streams import as_binary_io
 from edgevllm.containers.docker import DockerEngine
 from edgevllm.image.layercache import (
     CorruptEntry,
@@ -63,6 +64,9 @@ from edgevllm.image.tarball import (
     TarballSet,
     open_tarball,
 )
+
+if TYPE_CHECKING:  # rich is imported only when a terminal shows the bar
+    from rich.progress import Progress, TaskID
 
 # Records the build leaves in the image: a label holding JSON, or a file under RECORD_DIR.
 RECORDS = {
@@ -135,8 +139,8 @@ class ByteProgress:
         self.description, self.total, self.done = description, total, 0
         self._line_every, self._start = line_every, time.monotonic()
         self._last_line = self._start
-        self._progress = None
-        self._task = None
+        self._progress: Progress | None = None
+        self._task: TaskID | None = None
 
     def __enter__(self) -> "ByteProgress":
         if console.is_tty():
@@ -149,7 +153,7 @@ class ByteProgress:
                 TransferSpeedColumn,
             )
 
-            self._progress = Progress(
+            progress = Progress(
                 TextColumn("{task.description}"),
                 BarColumn(),
                 DownloadColumn(binary_units=True),
@@ -159,13 +163,14 @@ class ByteProgress:
                 refresh_per_second=4,
                 transient=False,
             )
-            self._progress.start()
-            self._task = self._progress.add_task(self.description, total=self.total)
+            progress.start()
+            self._progress = progress
+            self._task = progress.add_task(self.description, total=self.total)
         return self
 
     def __call__(self, count: int) -> None:
         self.done += count
-        if self._progress is not None:
+        if self._progress is not None and self._task is not None:
             self._progress.update(self._task, completed=self.done)
         elif time.monotonic() - self._last_line >= self._line_every:
             self._last_line = time.monotonic()
@@ -204,13 +209,14 @@ class PartWriter:
         self._digest = hashlib.sha256()
         self.renamed: list[Path] = []
 
-    def _open_next(self) -> None:
+    def _open_next(self) -> IO[bytes]:
         self._close_current()
         tmp = self.directory / f"{self._tmp_prefix()}{len(self.parts):03d}"
         # Registered before the file exists: a Ctrl-C between the two cannot leak the file.
         self.parts.append(WrittenPart(tmp))
         self._digest = hashlib.sha256()
         self._handle = open(tmp, "wb")
+        return self._handle
 
     def _tmp_prefix(self) -> str:
         return f".{self.stem}.tmp-{os.getpid()}-"
@@ -230,11 +236,12 @@ class PartWriter:
         view = memoryview(data).cast("B")
         written = len(view)
         while view:
-            if self._handle is None or (self.part_size and self.parts[-1].size >= self.part_size):
-                self._open_next()
+            handle = self._handle
+            if handle is None or (self.part_size and self.parts[-1].size >= self.part_size):
+                handle = self._open_next()
             room = len(view) if not self.part_size else self.part_size - self.parts[-1].size
             chunk = view[:room]
-            self._handle.write(chunk)
+            handle.write(chunk)
             self._digest.update(chunk)
             self.parts[-1].size += len(chunk)
             view = view[len(chunk) :]
@@ -254,11 +261,13 @@ class PartWriter:
             return [f"{self.stem}{suffix}"]
         return [f"{self.stem}{suffix}.part{i:03d}" for i in range(len(self.parts))]
 
-    def commit(self, suffix: str) -> None:
+    def commit(self, suffix: str) -> list[Path]:
+        """Rename every part to its final name; the final paths, in order."""
         for part, name in zip(self.parts, self.final_names(suffix), strict=True):
             part.final = self.directory / name
             os.replace(part.tmp, part.final)
             self.renamed.append(part.final)
+        return list(self.renamed)
 
     def reset(self) -> None:
         """Drop everything written so far and start again from the first part."""
@@ -294,7 +303,8 @@ class CountingReader:
 
 def compress_zstd(src: CountingReader, dst: PartWriter, settings: ZstdSettings) -> None:
     # The frame carries a checksum: without it a flipped byte can decompress silently.
-    settings.compressor().copy_stream(src, dst, read_size=CHUNK, write_size=CHUNK)
+    settings.compressor().copy_stream(as_binary_io(src), as_binary_io(dst), read_size=CHUNK,
+                                      write_size=CHUNK)
 
 
 def _gzip_member(block: bytes, level: int) -> bytes:
@@ -484,15 +494,13 @@ def publish(engine: DockerEngine, options: PublishOptions) -> PublishResult:
             "tool_version": __version__,
             "created": _now(),
         }
-        writer.commit(suffix)
+        finals = writer.commit(suffix)
         manifest_path = atomic_write_json(out_dir / f"{name}{MANIFEST_SUFFIX}", manifest)
     except BaseException:
         writer.discard()
         raise
-    _remove_stale_parts(out_dir, name, suffix, {p.final for p in writer.parts})
-    return PublishResult(
-        manifest_path, manifest, [p.final for p in writer.parts], time.monotonic() - start, stats
-    )
+    _remove_stale_parts(out_dir, name, suffix, set(finals))
+    return PublishResult(manifest_path, manifest, finals, time.monotonic() - start, stats)
 
 
 def _tags(refs: list[str]) -> list[str]:
@@ -554,8 +562,9 @@ def write_layered(
     image_id = inspect["Id"]
     diff_ids = list((inspect.get("RootFS") or {}).get("Layers") or [])
     config = cache.config(image_id)
-    layers = {diff_id: cache.get(diff_id) for diff_id in set(diff_ids)}
-    if config is not None and all(layers.values()):
+    found = {diff_id: cache.get(diff_id) for diff_id in set(diff_ids)}
+    layers = {diff_id: layer for diff_id, layer in found.items() if layer is not None}
+    if config is not None and len(layers) == len(found):
         total = sum(layer.compressed_size for layer in layers.values())
         with ByteProgress(f"publish {label} (cached layers)", total) as progress:
             return write_from_cache(
@@ -567,11 +576,11 @@ def write_layered(
                 _tags(refs),
                 progress,
             )
-    total = int(inspect.get("Size") or 0) or None
+    image_size = int(inspect.get("Size") or 0) or None
     store = LocalLayerStore.find(engine) if read_store else None
     if store is not None:
         try:
-            with ByteProgress(f"publish {label}", total) as progress:
+            with ByteProgress(f"publish {label}", image_size) as progress:
                 return write_from_store(
                     FrameSink(out, cache.settings.level),
                     cache,
@@ -585,11 +594,10 @@ def write_layered(
             console.warn(f"reading the layer store: {exc}; using docker save instead")
             out.reset()
     sink = FrameSink(out, cache.settings.level)
-    with ByteProgress(f"publish {label}", total) as progress:
+    with ByteProgress(f"publish {label}", image_size) as progress:
         with engine.save_stream(refs) as stream:
-            return write_from_save(
-                sink, cache, CountingReader(stream, progress), image_id, diff_ids, _tags(refs)
-            )
+            counted = as_binary_io(CountingReader(stream, progress))
+            return write_from_save(sink, cache, counted, image_id, diff_ids, _tags(refs))
 
 
 class _Discard:

@@ -190,10 +190,10 @@ def holds_image(engine: DockerEngine, dest: str, raw: bytes, inspect: dict) -> b
         child = _platform_child(manifest, inspect)
         if child is None:
             return False
-        raw = remote_manifest(engine, f"{dest}@{child}")
-        if raw is None:
+        child_raw = remote_manifest(engine, f"{dest}@{child}")
+        if child_raw is None:
             return False
-        manifest = json.loads(raw)
+        manifest = json.loads(child_raw)
     return (manifest.get("config") or {}).get("digest") == inspect.get("Id")
 
 

@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict
 
 from edgevllm.common.errors import IntegrityError
 from edgevllm.common.schema import parse_model
+from edgevllm.common.streams import ByteReader, as_binary_io
 
 SCHEMA_VERSION = 1
 MANIFEST_SUFFIX = ".manifest.json"
@@ -164,7 +165,7 @@ class TarballSet:
         self.checked = True
 
     @contextlib.contextmanager
-    def compressed_stream(self, on_bytes: ByteSink | None = None) -> Iterator[IO[bytes]]:
+    def compressed_stream(self, on_bytes: ByteSink | None = None) -> Iterator[ByteReader]:
         """The parts concatenated, in order, as one readable stream (checked again while read)."""
         for part in self.parts:
             _check_present(part)
@@ -202,7 +203,7 @@ class _ConcatReader(io.RawIOBase):
     def __init__(self, parts: list[Part], on_bytes: ByteSink | None):
         self._parts = list(parts)
         self._index = -1
-        self._handle: IO[bytes] | None = None
+        self._handle: io.BufferedReader | None = None
         self._digest = hashlib.sha256()
         self._seen = 0
         self._on_bytes = on_bytes
@@ -255,7 +256,7 @@ class _ConcatReader(io.RawIOBase):
 class _DecompressReader(io.RawIOBase):
     """Decompresses zstd (all frames, checksummed, truncation detected) or gzip (all members)."""
 
-    def __init__(self, raw: IO[bytes], fmt: str, label: str, window_log: int = DEFAULT_WINDOW_LOG):
+    def __init__(self, raw: ByteReader, fmt: str, label: str, window_log: int = DEFAULT_WINDOW_LOG):
         self._label = label
         self._chunks = _decompressed_chunks(raw, fmt, label, window_log)
         self._pending = memoryview(b"")
@@ -276,7 +277,7 @@ class _DecompressReader(io.RawIOBase):
 
 
 def _decompressed_chunks(
-    raw: IO[bytes], fmt: str, label: str, window_log: int = DEFAULT_WINDOW_LOG
+    raw: ByteReader, fmt: str, label: str, window_log: int = DEFAULT_WINDOW_LOG
 ) -> Iterator[bytes]:
     if fmt == "zst":
         yield from _zstd_chunks(raw, label, window_log)
@@ -288,7 +289,7 @@ def _decompressed_chunks(
 
 
 def _zstd_chunks(
-    raw: IO[bytes], label: str, window_log: int = DEFAULT_WINDOW_LOG
+    raw: ByteReader, label: str, window_log: int = DEFAULT_WINDOW_LOG
 ) -> Iterator[bytes]:
     # decompressobj() rather than stream_reader(): the latter ends silently on a truncated frame.
     # The window limit is what the manifest declares: a frame asking for more is refused.
@@ -327,8 +328,9 @@ def _zstd_chunks(
         )
 
 
-def _gzip_chunks(raw: IO[bytes], label: str) -> Iterator[bytes]:
-    reader = gzip.GzipFile(fileobj=raw, mode="rb")  # reads every member of a multi-member file
+def _gzip_chunks(raw: ByteReader, label: str) -> Iterator[bytes]:
+    # reads every member of a multi-member file
+    reader = gzip.GzipFile(fileobj=as_binary_io(raw), mode="rb")
     try:
         while block := reader.read(CHUNK):
             yield block

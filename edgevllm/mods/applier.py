@@ -130,8 +130,9 @@ class Env:
     def dists(self) -> dict[str, im.Distribution]:
         """Installed distributions by normalised name (first on the path wins, like import)."""
         found: dict[str, im.Distribution] = {}
-        kwargs = {"path": self.site_packages} if self.site_packages else {}
-        for dist in im.distributions(**kwargs):
+        everywhere = im.distributions(path=self.site_packages) if self.site_packages \
+            else im.distributions()
+        for dist in everywhere:
             name = dist.metadata["Name"]
             if name and _norm(name) not in found:
                 found[_norm(name)] = dist
@@ -153,7 +154,7 @@ class Env:
             for entry in dist.files or []:
                 posix = entry.as_posix()
                 if posix == rel or posix.endswith("/" + rel):
-                    return Path(dist.locate_file(entry)), dist
+                    return _located(dist, entry), dist
         owners = ", ".join(f"{p} {dists[_norm(p)].version}" for p in installed)
         raise StepFailed(f"no file '{rel}' in the RECORD of {owners}")
 
@@ -245,7 +246,10 @@ def plan_replacements(text: str, replacements: list[dict], where: str) -> tuple[
 
 def _parse_unified_diff(diff: str) -> list[tuple[list[str], list[str]]]:
     """Hunks of a unified diff as (old lines, new lines), line endings kept off."""
-    hunks, old, new, in_hunk = [], [], [], False
+    hunks: list[tuple[list[str], list[str]]] = []
+    old: list[str] = []
+    new: list[str] = []
+    in_hunk = False
     for line in diff.splitlines():
         if line.startswith("@@"):
             if in_hunk:
@@ -393,7 +397,7 @@ def _wrong_copies(dist: im.Distribution, over: im.Distribution | None) -> list[s
     for entry in dist.files or []:
         if not entry.hash or entry.hash.mode != "sha256":
             continue
-        have = _file_hash(Path(dist.locate_file(entry)))
+        have = _file_hash(_located(dist, entry))
         if have == entry.hash.value:
             continue
         if have is None or over is None or theirs.get(entry.as_posix()) == have:
@@ -432,13 +436,19 @@ def step_dist_files(ctx: Context, step: dict) -> tuple[str, str]:
     return "applied", f"{package} {version}: wrote {changed} file(s) from its wheel into {root}"
 
 
+def _located(dist: im.Distribution, entry: str | os.PathLike[str]) -> Path:
+    """Where an installed file of ``dist`` lies (its RECORD entry, or a relative path)."""
+    # typeshed calls locate_file's result a SimplePath, not os.PathLike; it is a path either way
+    return Path(str(dist.locate_file(entry)))
+
+
 def _site_root(ctx: Context, dist: im.Distribution | None) -> Path:
     if ctx.env.site_packages:
         return Path(ctx.env.site_packages[0])
     if dist is not None:
-        return Path(dist.locate_file(""))
+        return _located(dist, "")
     for other in ctx.env.dists().values():
-        return Path(other.locate_file(""))
+        return _located(other, "")
     raise StepFailed("no site-packages folder found")
 
 
@@ -486,7 +496,7 @@ def _dest_path(ctx: Context, step: dict) -> Path:
     dist = dists.get(_norm(step["package"]))
     if dist is None:
         raise ctx.fail(f"{step['package']} is not installed")
-    return Path(dist.locate_file(step["package_path"]))
+    return _located(dist, step["package_path"])
 
 
 def step_files(ctx: Context, step: dict) -> tuple[str, str]:
@@ -543,9 +553,11 @@ def _library_dirs(ctx: Context, step: dict) -> list[Path]:
     dists = ctx.env.dists()
     for name in step.get("packages", []):
         dist = dists.get(_norm(name))
-        for entry in (dist.files or []) if dist else []:
+        if dist is None:
+            continue
+        for entry in dist.files or []:
             if fnmatch.fnmatch(entry.name, step["pattern"]):
-                dirs.append(Path(dist.locate_file(entry)).parent)
+                dirs.append(_located(dist, entry).parent)
     seen, unique = set(), []
     for folder in dirs:
         if folder not in seen and any(folder.glob(step["pattern"])):

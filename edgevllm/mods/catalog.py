@@ -14,7 +14,7 @@ import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal, Sequence, Union
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import Field, field_validator, model_validator
@@ -261,7 +261,7 @@ def select_mods(names: list[str], target_name: str) -> list[Mod]:
 
 
 def _edit_keys(mod: Mod) -> list[tuple[str, str | None, str]]:
-    keys = []
+    keys: list[tuple[str, str | None, str]] = []
     for step in mod.manifest.steps:
         if isinstance(step, EditStep):
             if step.diff:
@@ -401,7 +401,8 @@ def default_mod_names(target_name: str) -> list[str]:
 
 def apply_to_environment(target_name: str, mod_names: list[str], site_packages: list[Path],
                          python: str | None = None, json_out: Path | None = None,
-                         find_links: list[str] = (), no_index: bool = False) -> tuple[dict, str]:
+                         find_links: Sequence[str] = (), no_index: bool = False
+                         ) -> tuple[dict, str]:
     """Stage the mods in a temporary folder and run the applier with ``python`` (default: this
     interpreter) on ``site_packages`` (default: that interpreter's own). Returns (record, table);
     raises ModFailedError naming the first failed mod after the record is written."""
@@ -440,7 +441,5 @@ def apply_to_environment(target_name: str, mod_names: list[str], site_packages: 
     table = proc.stdout
     failed = [m for m in record["mods"] if m["outcome"] == "failed"]
     if failed:
-        error = ModFailedError(failed[0]["detail"])
-        error.record, error.table = record, table
-        raise error
+        raise ModFailedError(failed[0]["detail"], record, table)
     return record, table

@@ -113,13 +113,15 @@ def _version_miss(patch: SourcePatch, vllm_version: str | None) -> str | None:
 
 def apply_patch(patch: SourcePatch, tree: Path, vllm_version: str | None) -> dict:
     """Apply one patch to ``tree``; returns its outcome dict (raises only on 'failed')."""
+    files: list[str] = []
     result = {"name": patch.name, "version": patch.manifest.version,
-              "vllm_version": vllm_version, "files": []}
+              "vllm_version": vllm_version, "files": files}
     miss = _version_miss(patch, vllm_version)
     if miss:
         return dict(result, outcome="not-applicable", detail=miss)
     basis = "" if vllm_version else " (vLLM version unknown: decided by file content)"
-    planned, notes = [], []
+    planned: list[tuple[Path, str, str]] = []
+    notes: list[str] = []
     for edit in patch.manifest.edits:
         path = tree / edit.path
         if not path.is_file():
@@ -139,9 +141,8 @@ def apply_patch(patch: SourcePatch, tree: Path, vllm_version: str | None) -> dic
     for path, old, new in planned:
         if new != old:
             atomic_write_text(path, new)
-            result["files"].append(str(path.relative_to(tree)))
-    return dict(result, outcome="applied",
-                detail=f"edited {', '.join(result['files'])}{basis}")
+            files.append(str(path.relative_to(tree)))
+    return dict(result, outcome="applied", detail=f"edited {', '.join(files)}{basis}")
 
 
 def _edit_text(patch: SourcePatch, edit: SourceEdit, text: str, where: str) -> tuple[str, str]:

@@ -90,7 +90,8 @@ class ClientResult:
 
 
 class ClientRunner(Protocol):
-    where: str
+    @property
+    def where(self) -> str: ...  # where the client runs, for messages
 
     def run(self, args: ClientArgs, timeout_s: float) -> ClientResult: ...
 

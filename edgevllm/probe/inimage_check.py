@@ -153,6 +153,8 @@ def load_one(path, root, package):
         rel = os.path.relpath(os.path.dirname(path), root)
         parts = [package] + ([] if rel == "." else rel.split(os.sep)) + [stem]
         spec = importlib.util.spec_from_file_location(".".join(parts), path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"{path}: Python finds no module loader for it")
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         return "extension"
@@ -248,10 +250,9 @@ def jit_facts(target_arch, timeout):
     import subprocess
     import tempfile
     home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
-    nvcc = os.path.join(home, "bin", "nvcc")
-    if not os.access(nvcc, os.X_OK):
-        nvcc = shutil.which("nvcc")
-    facts = {"nvcc": nvcc, "ninja": shutil.which("ninja"),
+    under_home = os.path.join(home, "bin", "nvcc")
+    nvcc = under_home if os.access(under_home, os.X_OK) else shutil.which("nvcc")
+    facts: dict[str, object] = {"nvcc": nvcc, "ninja": shutil.which("ninja"),
              "cxx": shutil.which("c++") or shutil.which("g++"),
              "triton_ptxas": os.environ.get("TRITON_PTXAS_PATH")}
     arch = "sm_" + target_arch.replace(".", "")

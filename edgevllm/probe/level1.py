@@ -278,8 +278,11 @@ def judge_lock(result: ProbeResult, facts: dict) -> None:
 
 
 # -- entry point ---------------------------------------------------------------------------------
+LEVEL1_TIMEOUT_S = 1800.0  # image pull aside, importing vLLM and friends takes minutes at most
+
+
 def probe_level1(engine: DockerEngine, image: str, target: Any,
-                 required: Iterable[str] | None = None, timeout: float = 1800,
+                 required: Iterable[str] | None = None, timeout: float = LEVEL1_TIMEOUT_S,
                  import_timeout: int = 600, runtime_env: dict[str, str] | None = None,
                  python: str = "python3") -> ProbeResult:
     """Level-1 probe of ``image`` for ``target`` (a name, target object or ``ProbeTarget``).

@@ -151,7 +151,7 @@ def wait_healthy(engine: DockerEngine, name: str, base: str, timeout: float,
 
 def check_models(result: ProbeResult, base: str, settings: ServeSettings) -> str | None:
     status, body = http("GET", f"{base}/v1/models", timeout=settings.request_timeout_s)
-    ids = [m.get("id") for m in body.get("data", []) if isinstance(m, dict)] \
+    ids = [str(m["id"]) for m in body.get("data", []) if isinstance(m, dict) and m.get("id")] \
         if status == 200 and isinstance(body, dict) else []
     if not ids:
         result.add("models", FAIL, f"GET /v1/models: status {status}, no model listed",

@@ -274,7 +274,8 @@ def serve(rendered: Rendered, engine: DockerEngine, *, name: str | None = None,
                           f"{rendered.topology.mode} cluster: pass --nodes ENGINE,ENGINE,...")
     cname = name or container_name(rendered)
     if dry_run:
-        image = rendered.image or f"<image built from {rendered.build.spec or rendered.build.lock}>"
+        built_from = (rendered.build.spec or rendered.build.lock) if rendered.build else None
+        image = rendered.image or f"<image built from {built_from}>"
         options = run_options(rendered, engine, name=cname, image=image,
                               image_id=_known_image_id(engine, rendered.image))
         return engine.command_line(options.argv())

@@ -22,6 +22,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from edgevllm.common.errors import CherryPickConflictError, LockError, SourceError
 from edgevllm.sources.gitcache import GitMirror, last_line, out
@@ -55,7 +56,7 @@ class ResolvedPick:
     """A pick with every ref resolved: what to diff (merge_base..head_sha) and from where."""
 
     spec: str
-    kind: str  # "pr" | "commit"
+    kind: Literal["pr", "commit"]
     repo: str
     head_sha: str
     merge_base: str
@@ -233,7 +234,7 @@ def apply_pick(
             f"the lock says {pick.expected_diff_sha256[:12]}; the lock does not match this "
             f"repository"
         )
-    record = dict(
+    record = PickLock(
         spec=pick.spec,
         kind=pick.kind,
         repo=pick.repo,
@@ -243,11 +244,11 @@ def apply_pick(
         diff_sha256=diff_sha,
     )
     if mirror.is_ancestor(pick.head_sha, current):
-        return current, PickLock(
-            **record, skipped=True, reason="already in the base (its head is an ancestor)"
+        return current, record.model_copy(
+            update={"skipped": True, "reason": "already in the base (its head is an ancestor)"}
         )
     if not diff:
-        return current, PickLock(**record, skipped=True, reason="empty diff")
+        return current, record.model_copy(update={"skipped": True, "reason": "empty diff"})
 
     env = {"GIT_INDEX_FILE": str(work / "index")}
     patch = work / "pick.diff"
@@ -264,8 +265,8 @@ def apply_pick(
     )
     tree = out(mirror.git("write-tree", env=env))
     if tree == tree_of(mirror, current):
-        return current, PickLock(
-            **record, skipped=True, reason="its changes are already in the base"
+        return current, record.model_copy(
+            update={"skipped": True, "reason": "its changes are already in the base"}
         )
     message = _commit_message(pick, diff_sha, resolved)
     commit = out(
@@ -274,12 +275,14 @@ def apply_pick(
         )
     )
     reason = f"kept the base's side of {', '.join(resolved)}" if resolved else ""
-    return commit, PickLock(**record, commit=commit, reason=reason, resolved_paths=resolved)
+    return commit, record.model_copy(
+        update={"commit": commit, "reason": reason, "resolved_paths": resolved}
+    )
 
 
 def _rejected(stderr: bytes) -> dict[str, str]:
     """Files git apply rejected outright (no 3-way possible): path -> git's reason."""
-    found = {}
+    found: dict[str, str] = {}
     for match in _REJECT_RE.finditer(stderr.decode(errors="replace")):
         found.setdefault(match.group(1), match.group(2))
     return found

@@ -118,12 +118,24 @@ class PickRequest(BaseModel):
         return what
 
 
+SourceName = Literal["vllm", "flashinfer"]
+
+
+def source_name(name: str) -> SourceName:
+    """``name`` as one of the sources edgevllm builds; anything else is a SourceError."""
+    if name == "vllm":
+        return "vllm"
+    if name == "flashinfer":
+        return "flashinfer"
+    raise SourceError(f"source '{name}': edgevllm builds vllm or flashinfer from source")
+
+
 class SourceRequest(BaseModel):
     """What to build: repo + (ref | PR head | default branch) + cherry-picks, in order."""
 
     model_config = ConfigDict(extra="forbid")
 
-    name: Literal["vllm", "flashinfer"] = "vllm"
+    name: SourceName = "vllm"
     repo: str = DEFAULT_REPOS["vllm"]
     ref: Optional[str] = None
     pr: Optional[int] = None
@@ -161,7 +173,7 @@ class SourceRequest(BaseModel):
             raise SourceError(f"{flag}-ref: empty; give a tag, branch or full SHA")
         picks = [PickRequest.parse(text) for text in cherry_picks or []]
         return cls(
-            name=name,
+            name=source_name(name),
             repo=url,
             ref=ref.strip() if ref else None,
             pr=pr_number,
@@ -186,7 +198,7 @@ class SourceRequest(BaseModel):
             for p in entry.picks
         ]
         return cls(
-            name=entry.name,
+            name=source_name(entry.name),
             repo=entry.repo,
             ref=entry.ref,
             pr=entry.pr,
@@ -223,7 +235,7 @@ class PreparedSource:
     base_sha: str
     commit: str
     tree_hash: str
-    version: str
+    version: str  # "": unknown (a tree given as is): the patches decide by file content
     picks: list[PickLock] = field(default_factory=list)
     ref: Optional[str] = None
     pr: Optional[int] = None
@@ -298,28 +310,31 @@ def _resolve_base(mirror: GitMirror, request: SourceRequest) -> str:
 
 def _resolve_pick(mirror: GitMirror, pick: PickRequest, source_repo: str) -> ResolvedPick:
     repo = pick.repo or source_repo
-    common = dict(
-        spec=pick.spec, kind=pick.kind, repo=repo, pr=pick.pr, expected_diff_sha256=pick.diff_sha256
-    )
-    if pick.sha and pick.merge_base:  # pinned by a lock: no moving refs are consulted
+
+    def resolved(head: str, merge_base: str) -> ResolvedPick:
+        return ResolvedPick(spec=pick.spec, kind=pick.kind, repo=repo, head_sha=head,
+                            merge_base=merge_base, pr=pick.pr,
+                            expected_diff_sha256=pick.diff_sha256)
+
+    sha, merge_base = pick.sha, pick.merge_base
+    if sha and merge_base:  # pinned by a lock: no moving refs are consulted
         label = f"PR #{pick.pr} head" if pick.kind == "pr" else "picked commit"
         head = _from_lock(
-            lambda: mirror.fetch_sha(pick.sha, repo, f"{label} {pick.sha[:12]}"),
-            pick.sha,
-            label,
-            repo,
+            lambda: mirror.fetch_sha(sha, repo, f"{label} {sha[:12]}"), sha, label, repo
         )
-        if pick.merge_base != EMPTY_TREE:  # a root commit was diffed against the empty tree
+        if merge_base != EMPTY_TREE:  # a root commit was diffed against the empty tree
             _from_lock(
-                lambda: mirror.fetch_sha(pick.merge_base, repo),
-                pick.merge_base,
+                lambda: mirror.fetch_sha(merge_base, repo),
+                merge_base,
                 f"merge-base of {pick.spec}",
                 repo,
             )
-        return ResolvedPick(head_sha=head, merge_base=pick.merge_base, **common)
-    if pick.kind == "commit":
-        head = mirror.fetch_sha(pick.sha, repo, f"commit {pick.sha[:12]}")
-        return ResolvedPick(head_sha=head, merge_base=first_parent(mirror, head), **common)
+        return resolved(head, merge_base)
+    if pick.kind == "commit" and sha:  # parse gives every commit pick its sha
+        head = mirror.fetch_sha(sha, repo, f"commit {sha[:12]}")
+        return resolved(head, first_parent(mirror, head))
+    if pick.pr is None:
+        raise SourceError(f"--cherry-pick '{pick.spec}': names neither a PR nor a commit SHA")
     head = mirror.fetch_pr(pick.pr, repo)
     branch, tip = mirror.fetch_default_branch(repo)
     base = mirror.merge_base(tip, head)
@@ -328,7 +343,7 @@ def _resolve_pick(mirror: GitMirror, pick: PickRequest, source_repo: str) -> Res
             f"PR #{pick.pr} shares no history with {branch} of {display_repo(repo)}; check the "
             f"repository"
         )
-    return ResolvedPick(head_sha=head, merge_base=base, **common)
+    return resolved(head, base)
 
 
 def describe_version(mirror: GitMirror, sha: str) -> str:
@@ -453,7 +468,7 @@ def summarize(prepared: PreparedSource) -> list[str]:
             extra = f"; {pick.reason}" if pick.reason else ""
             lines.append(
                 f"{prepared.name}: applied {what} (head {pick.head_sha[:12]}) as "
-                f"{pick.commit[:12]}{extra}"
+                f"{(pick.commit or '(no commit)')[:12]}{extra}"
             )
     for path, sha in prepared.submodules.items():
         lines.append(f"{prepared.name}: submodule {path} at {sha[:12]}")

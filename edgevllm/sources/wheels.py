@@ -25,6 +25,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 from urllib.parse import unquote, urlparse
 
 from packaging.tags import Tag, compatible_tags, cpython_tags
@@ -197,7 +198,7 @@ def check_index(url: str, timeout: float = 15) -> None:
 
 
 def resolve_closure(requirements: list[str], *, platform: str, python_version: str,
-                    overrides: list[str] = (), indexes: list[str] = (),
+                    overrides: Sequence[str] = (), indexes: Sequence[str] = (),
                     timeout: float = 600) -> Closure:
     """The full closure of ``requirements`` for one platform/Python, every wheel pinned by hash.
 
@@ -217,10 +218,14 @@ def resolve_closure(requirements: list[str], *, platform: str, python_version: s
                                                  python_version))
         packages = _read_pylock(lock_file)
         tags = supported_tags(platform, python_version)
-        pins, missing = [], []
+        pins: list[WheelPin] = []
+        missing: list[str] = []
         for package in packages:
             pin = _choose_wheel(package, tags)
-            (pins if pin else missing).append(pin or package["name"])
+            if pin is None:
+                missing.append(package["name"])
+            else:
+                pins.append(pin)
         if missing:
             via = _pulled_by(args, Path(tmp), missing, timeout)
             raise ClosureError(f"no wheel for {platform} / Python {python_version}: " + "; ".join(

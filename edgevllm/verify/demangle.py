@@ -62,7 +62,8 @@ def short_name(name: str) -> str:
 
 def _mangled_short(name: str) -> str:
     """The first distinctive ``<length><identifier>`` of an Itanium-mangled name."""
-    index, found = 2, []
+    index = 2
+    found: list[str] = []
     while index < len(name) and len(found) < 12:
         if name[index].isdigit():
             end = index

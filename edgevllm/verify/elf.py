@@ -36,17 +36,18 @@ def _header(buf) -> tuple:
     return fields
 
 
-def _section_headers(buf) -> list[tuple]:
+def _section_headers(buf) -> tuple[list[tuple], int]:
+    """The section headers and the index of the section-name table among them."""
     fields = _header(buf)
     shoff, shentsize, shnum, shstrndx = fields[6], fields[11], fields[12], fields[13]
     if shoff == 0 or shnum == 0:
-        return []
+        return [], 0
     if shentsize < _SHDR.size or shoff + shentsize * shnum > len(buf):
         raise CorruptBinaryError("section header table lies past the end of the file (truncated?)")
     headers = [_SHDR.unpack_from(buf, shoff + i * shentsize) for i in range(shnum)]
     if shstrndx >= shnum:
         raise CorruptBinaryError("section name table index out of range")
-    return headers + [shstrndx]
+    return headers, shstrndx
 
 
 def _name(strtab, offset: int, limit: int = 64) -> str:
@@ -70,12 +71,11 @@ def fatbin_sections(buf) -> list[tuple[str, memoryview]]:
 
 def fatbin_sections_at(buf) -> list[tuple[str, memoryview, int]]:
     """Like ``fatbin_sections``, with each section's file offset."""
-    headers = _section_headers(buf)
+    headers, shstrndx = _section_headers(buf)
     if not headers:
         return []
-    shstrndx = headers.pop()
     strtab = _contents(buf, headers[shstrndx])
-    found = []
+    found: list[tuple[str, memoryview, int]] = []
     for header in headers:
         name = _name(strtab, header[0])
         if name in FATBIN_SECTIONS:
@@ -118,12 +118,11 @@ def cubin_variant(cubin) -> str:
 def text_symbols(cubin) -> list[str]:
     """Kernel names of a whole (uncompressed) cubin: its ``.text.<name>`` sections, in order."""
     try:
-        headers = _section_headers(cubin)
+        headers, shstrndx = _section_headers(cubin)
     except (CorruptBinaryError, NotElfError, struct.error):
         return []
     if not headers:
         return []
-    shstrndx = headers.pop()
     table = bytes(_contents(cubin, headers[shstrndx]))  # one copy; names are sliced out of it
     kernels = []
     for header in headers:

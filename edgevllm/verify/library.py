@@ -100,7 +100,7 @@ def _cubin_entry(buf) -> FatbinEntry:
     return FatbinEntry("sass", sm, cubin_variant(buf), "none", 0, "cubin", 0, len(buf), len(buf))
 
 
-def _missing_kernels(report: LibraryReport, buf, target) -> dict[int, list[str]]:
+def _missing_kernels(report: LibraryReport, buf, target) -> dict[int, list[str] | None]:
     from edgevllm.verify.compat import unit_levels
 
     short = [unit for unit, found in unit_levels(report.entries, target).items()

@@ -72,13 +72,19 @@ class Rule(BaseModel):
     name: str
     match: list[str]
     require: Requirement = "report"
-    mode: Mode | None = None  # default: every-unit when require names a level, else report
+    mode: Mode = "report"  # when not given: every-unit if require names a level (see below)
     min_coverage: float = Field(default=0.0, ge=0.0, le=1.0)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _default_mode(cls, data: object) -> object:
+        if isinstance(data, dict) and data.get("mode") is None:
+            return {**data, "mode": "report" if data.get("require", "report") == "report"
+                    else "every-unit"}
+        return data
+
     @model_validator(mode="after")
-    def _settle_mode(self) -> "Rule":
-        if self.mode is None:
-            self.mode = "report" if self.require == "report" else "every-unit"
+    def _check_mode(self) -> "Rule":
         if self.mode != "report" and self.require == "report":
             raise ValueError(f"rule {self.name!r}: mode {self.mode} needs require: native, "
                              "compatible or ptx-jit")

@@ -155,8 +155,16 @@ def _add_member(layer: Layer, tar: tarfile.TarFile, member: tarfile.TarInfo,
             _read_library(layer, tar, member, path, inspect)
 
 
-def _read_library(layer: Layer, tar: tarfile.TarFile, member, path: str, inspect: Inspect) -> None:
+def _regular(tar: tarfile.TarFile, member: tarfile.TarInfo) -> IO[bytes]:
+    """A regular member's bytes (``extractfile`` gives None for links and devices)."""
     handle = tar.extractfile(member)
+    if handle is None:
+        raise NotATarballError(f"{member.name}: not a regular file")
+    return handle
+
+
+def _read_library(layer: Layer, tar: tarfile.TarFile, member, path: str, inspect: Inspect) -> None:
+    handle = _regular(tar, member)
     head = handle.read(4)
     if is_elf(head):
         layer.libraries[path] = inspect(path, head + handle.read())
@@ -187,9 +195,9 @@ def _outer_member(state: _Outer, tar: tarfile.TarFile, member, inspect: Inspect)
     name = _clean(member.name)
     small = member.isfile() and member.size <= JSON_BLOB_LIMIT
     if name in ("manifest.json", "index.json") and small:
-        setattr(state, name[:-5], _json_or_none(tar.extractfile(member).read()))
+        setattr(state, name[:-5], _json_or_none(_regular(tar, member).read()))
     elif member.isfile() and _is_layer_name(name):
-        head, stream = sniff(tar.extractfile(member))
+        head, stream = sniff(_regular(tar, member))
         inner = unpacked(head, stream)
         if inner is not None:
             state.layers[name] = scan_layer(inner, inspect)

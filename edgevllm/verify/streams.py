@@ -10,11 +10,12 @@ import io
 import json
 import tarfile
 import zlib
-from typing import IO
+from typing import IO, Literal
 
 import zstandard
 
 from edgevllm.common.errors import NotATarballError
+from edgevllm.common.streams import ByteReader
 
 _GZIP, _ZSTD = b"\x1f\x8b", b"\x28\xb5\x2f\xfd"
 
@@ -22,7 +23,7 @@ _GZIP, _ZSTD = b"\x1f\x8b", b"\x28\xb5\x2f\xfd"
 class _Prefixed(io.RawIOBase):
     """``head`` followed by the rest of ``stream``: lets us sniff a stream that cannot seek."""
 
-    def __init__(self, head: bytes, stream: IO[bytes]):
+    def __init__(self, head: bytes, stream: ByteReader):
         self.head, self.stream = head, stream
 
     def readable(self) -> bool:
@@ -38,7 +39,7 @@ class _Prefixed(io.RawIOBase):
         return len(data)
 
 
-def _read_full(stream: IO[bytes], size: int) -> bytes:
+def _read_full(stream: ByteReader, size: int) -> bytes:
     chunks, got = [], 0
     while got < size:
         chunk = stream.read(size - got)
@@ -49,13 +50,14 @@ def _read_full(stream: IO[bytes], size: int) -> bytes:
     return b"".join(chunks)
 
 
-def sniff(stream: IO[bytes], size: int = 512) -> tuple[bytes, IO[bytes]]:
+def sniff(stream: ByteReader, size: int = 512) -> tuple[bytes, IO[bytes]]:
     head = _read_full(stream, size)
     return head, io.BufferedReader(_Prefixed(head, stream), 1 << 20)
 
 
 def unpacked(head: bytes, stream: IO[bytes]) -> IO[bytes] | None:
     """A plain tar stream from ``stream`` (gzip/zstd undone), or None if it holds no tar."""
+    plain: ByteReader
     if head.startswith(_GZIP):
         plain = gzip.GzipFile(fileobj=stream, mode="rb")
     elif head.startswith(_ZSTD):
@@ -81,7 +83,7 @@ class ParseStream(contextlib.AbstractContextManager):
     def __init__(self, label: str):
         self.label = label
 
-    def __exit__(self, kind, exc, tb) -> bool:
+    def __exit__(self, kind, exc, tb) -> Literal[False]:
         if exc is not None and isinstance(exc, self._ERRORS):
             detail = str(exc).splitlines()[0] if str(exc) else "no detail"
             raise NotATarballError(f"{self.label}: corrupt or truncated archive "
