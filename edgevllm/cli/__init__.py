@@ -6,9 +6,12 @@ flat collection so that ``inv build`` and ``edgevllm build`` are the same thing.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import re
+from typing import Iterator
 
-from invoke import Collection, Program, Task
+from invoke import Collection, Exit, ParseError, Program, Task
 
 from edgevllm import __version__
 
@@ -27,9 +30,73 @@ def namespace() -> Collection:
     return ns
 
 
+@contextlib.contextmanager
+def parse_errors_as_lines(binary: str) -> Iterator[None]:
+    """Invoke's own parse errors (unknown task or flag, missing positional, a number flag given
+    words) as one ``error:`` line and exit 2, like every other bad input."""
+    try:
+        yield
+    except ParseError as exc:
+        context = getattr(exc, "context", None)
+        task = getattr(context, "name", None) or ""
+        text = _plain(str(exc).rstrip("!"))
+        where = f"'{binary} --help {task}'" if task else f"'{binary} --list'"
+        raise Exit(f"error: {text}; see {where}", code=2) from None
+    except ValueError as exc:  # Invoke's int() of a flag whose default is a number
+        raise Exit(f"error: a number flag was given something else ({exc}); "
+                   f"see '{binary} --help TASK'", code=2) from None
+
+
+def _plain(text: str) -> str:
+    """Invoke's wording, said as the rest of edgevllm says it."""
+    for pattern, plain in (
+        (r"No idea what '(.*)' is", "unknown task or flag '{0}'"),
+        (r"'(.*)' did not receive required positional arguments: (.*)", "{0}: {1} required"),
+        (r"Flag <Argument: (?:([^ ,>]+)[^>]*)> needed value and was not given one",
+         "--{0} needs a value"),
+    ):
+        found = re.fullmatch(pattern, text, re.S)
+        if found:
+            groups = [g.replace("_", "-") for g in found.groups()]
+            return plain.format(*groups)
+    return text
+
+
+class EdgeProgram(Program):
+    """Invoke's Program with one-line parse errors (exit 2)."""
+
+    def parse_core(self, argv) -> None:
+        with parse_errors_as_lines(self.binary or "edgevllm"):
+            super().parse_core(argv)
+
+    def parse_tasks(self) -> None:
+        with parse_errors_as_lines(self.binary or "edgevllm"):
+            super().parse_tasks()
+
+    def parse_cleanup(self) -> None:
+        with parse_errors_as_lines(self.binary or "edgevllm"):
+            super().parse_cleanup()
+
+
+def adopt_inv_parse_errors() -> None:
+    """For ``inv`` (tasks.py): Invoke's own Program parses the task flags after it has loaded
+    tasks.py, so its later parse steps get the same one-line errors. Only tasks.py calls this."""
+    if getattr(Program, "_edgevllm_one_line", False):
+        return
+    for step in ("parse_tasks", "parse_cleanup"):
+        original = getattr(Program, step)
+
+        def wrapped(self, _original=original) -> None:
+            with parse_errors_as_lines("inv"):
+                _original(self)
+
+        setattr(Program, step, wrapped)
+    Program._edgevllm_one_line = True  # type: ignore[attr-defined]
+
+
 def program() -> Program:
-    return Program(namespace=namespace(), version=__version__, name="edgevllm",
-                   binary="edgevllm")
+    return EdgeProgram(namespace=namespace(), version=__version__, name="edgevllm",
+                       binary="edgevllm")
 
 
 def help_for_task(name: str) -> None:

@@ -43,7 +43,7 @@ def _requests_and_lock(values: dict):
     """(requests, the lock they come from or None): a --lock rebuilds exactly what it records,
     so it takes no source flag and no other target."""
     from edgevllm.sources.prepare import requests_from_lock
-    from edgevllm.specs.lock import read_lock
+    from edgevllm.specs.lock import check_lock_target, read_lock
 
     lock, target = values.get("lock"), values.get("target")
     if not lock:
@@ -54,10 +54,7 @@ def _requests_and_lock(values: dict):
             "--vllm-*/--flashinfer-*/--cherry-pick flags"
         )
     base_lock = read_lock(lock)
-    if target and base_lock.target and target != base_lock.target:
-        raise ConfigError(
-            f"--target {target} differs from the lock's target {base_lock.target}; drop --target"
-        )
+    check_lock_target(base_lock, target, lock)
     return requests_from_lock(base_lock), base_lock
 
 

@@ -91,7 +91,8 @@ def describe_validation_error(exc: ValidationError, model: type[BaseModel] | Non
 
 
 def _dotted(loc: tuple) -> str:
-    return ".".join(str(part) for part in loc)
+    # A key is data too: a newline in it must not break the one-line message.
+    return ".".join(str(part) if str(part).isprintable() else repr(str(part)) for part in loc)
 
 
 def _known_list(known: dict[str, Any]) -> str:

@@ -12,6 +12,24 @@ from typing import Literal
 from pydantic import Field, field_validator
 
 from edgevllm.common.errors import SpecError
+from edgevllm.common.grammar import (
+    AptPackage,
+    EnvName,
+    HostPath,
+    ImageRef,
+    ImageRepo,
+    ImageTagOrRef,
+    Line,
+    ModName,
+    Name,
+    PackageName,
+    PackagePin,
+    Platform,
+    PythonCommand,
+    PythonModule,
+    Requirement,
+    Version,
+)
 from edgevllm.common.schema import Strict, parse_model
 from edgevllm.specs.modselect import select_mod_names
 from edgevllm.specs.targets import BaseImages, Target, TorchSource, load_target
@@ -27,10 +45,10 @@ DEFAULT_IMAGE_REPO = "edgevllm/vllm"
 class SourceSpec(Strict):
     """A git source: a repo (URL, ``owner/name`` or local path) at a ref, a PR head, plus picks."""
 
-    repo: str = UPSTREAM_VLLM
-    ref: str | None = None
-    pr: int | None = Field(default=None, ge=1)
-    cherry_picks: list[str] = Field(default_factory=list)
+    repo: Line = UPSTREAM_VLLM
+    ref: Line | None = None
+    pr: int | None = Field(default=None, ge=1, le=10**9)
+    cherry_picks: list[Line] = Field(default_factory=list)
     allow_doc_conflicts: bool = False
 
     def describe(self) -> str:
@@ -42,7 +60,7 @@ class SourceSpec(Strict):
 class FlashInferSpec(Strict):
     """FlashInfer from PyPI (``version``; default: the target's pin) or built from ``source``."""
 
-    version: str | None = None
+    version: Version | None = None
     source: SourceSpec | None = None
 
 
@@ -50,39 +68,39 @@ BuildMode = Literal["compile", "prebuilt", "precompiled"]
 
 
 class BuildSpec(Strict):
-    target: str
+    target: Name
     # compile: vLLM from source for the target's arches; prebuilt: a released wheel and its locked
     # closure, nothing compiled; precompiled: a Python-only tree over a release's kernels.
     # None: chosen from the other fields (choose_mode says which and why).
     mode: BuildMode | None = None
-    vllm_wheel: str | None = None  # prebuilt: a version, a local .whl or a URL
-    overrides: list[str] = Field(default_factory=list)  # resolver overrides (uv --override)
-    base_image: str | None = None  # replaces the target's base image(s)
+    vllm_wheel: Line | None = None  # prebuilt: a version, a local .whl or a URL
+    overrides: list[Requirement] = Field(default_factory=list)  # resolver overrides (uv)
+    base_image: ImageRef | None = None  # replaces the target's base image(s)
     vllm: SourceSpec = Field(default_factory=lambda: SourceSpec(ref=DEFAULT_VLLM_REF))
     flashinfer: FlashInferSpec = Field(default_factory=FlashInferSpec)
     # Pins over the target's; a null value drops the target's pin of that package.
-    packages: dict[str, str | None] = Field(default_factory=dict)
-    mods: list[str] | None = None
-    add_mods: list[str] = Field(default_factory=list)
-    remove_mods: list[str] = Field(default_factory=list)
-    max_jobs: int | None = Field(default=None, ge=1)
-    nvcc_threads: int | None = Field(default=None, ge=1)
-    image_repo: str = DEFAULT_IMAGE_REPO
-    tags: list[str] = Field(default_factory=list)
-    build_args: dict[str, str] = Field(default_factory=dict)
-    env: dict[str, str] = Field(default_factory=dict)
+    packages: dict[PackageName, PackagePin | None] = Field(default_factory=dict)
+    mods: list[ModName] | None = None
+    add_mods: list[ModName] = Field(default_factory=list)
+    remove_mods: list[ModName] = Field(default_factory=list)
+    max_jobs: int | None = Field(default=None, ge=1, le=1024)
+    nvcc_threads: int | None = Field(default=None, ge=1, le=1024)
+    image_repo: ImageRepo = DEFAULT_IMAGE_REPO
+    tags: list[ImageTagOrRef] = Field(default_factory=list)
+    build_args: dict[EnvName, Line] = Field(default_factory=dict)
+    env: dict[EnvName, Line] = Field(default_factory=dict)
     images: BaseImages | None = None
     torch: TorchSource | None = None
-    apt_packages: list[str] | None = None
-    python: str | None = None
-    platform: str | None = None
-    wheelhouse: str | None = None
+    apt_packages: list[AptPackage] | None = None
+    python: PythonCommand | None = None
+    platform: Platform | None = None
+    wheelhouse: HostPath | None = None
     offline: bool = False
     verify: bool = True
     # BuildKit cache-mount id of the compiler cache (default ccache-<target>); a new name
     # starts from an empty cache, e.g. to measure a truly cold compile.
     compile_cache: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]+$")
-    probe_required: list[str] | None = None
+    probe_required: list[PythonModule] | None = None
     # After the checks pass, compress the image's layers into the publish layer cache, so the
     # first `inv publish` assembles cached frames (no docker save). Does not change the image.
     publish_cache: bool = False
@@ -116,16 +134,16 @@ class EffectiveSpec(Strict):
 
     spec: BuildSpec
     target: Target
-    platform: str
+    platform: Platform
     images: BaseImages
     torch: TorchSource
-    apt_packages: list[str]
-    python: str
-    packages: dict[str, str]
-    mods: list[str]
+    apt_packages: list[AptPackage]
+    python: PythonCommand
+    packages: dict[PackageName, Version]
+    mods: list[ModName]
     max_jobs: int
     nvcc_threads: int
-    env: dict[str, str]
+    env: dict[EnvName, Line]
     mode: BuildMode = "compile"
     mode_reason: str = ""
 
@@ -249,6 +267,9 @@ def lock_overrides(lock, target: str | None = None) -> dict:
 
     Packages are the lock's exact set: a target pin the lock does not have is dropped (null).
     """
+    from edgevllm.specs.lock import check_lock_target
+
+    check_lock_target(lock, target)
     name = target or lock.target
     images = lock.base_images
     settings = dict(lock.settings)

@@ -18,7 +18,7 @@ import hashlib
 import json
 import re
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -27,6 +27,18 @@ from edgevllm import __version__
 from edgevllm.common import labels
 from edgevllm.common.errors import LockError
 from edgevllm.common.fsutil import atomic_write_text
+from edgevllm.common.grammar import (
+    Digest,
+    EnvName,
+    ImageRef,
+    ImageTagOrRef,
+    Line,
+    ModName,
+    Name,
+    PackageName,
+    SchemaVersion,
+    Version,
+)
 from edgevllm.common.schema import parse_model
 
 SCHEMA_VERSION = 1
@@ -40,6 +52,13 @@ _SECRET_RE = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|CREDENTIAL)", re
 _TAG_BAD = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
+# A git object name, a sha256 in hex, and the words a version or file name may hold.
+Sha = Annotated[str, Field(pattern=r"^[0-9a-f]{40}([0-9a-f]{24})?$")]
+Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+Word = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.+-]{1,200}$")]
+WheelFile = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.+!-]{1,255}\.whl$")]
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -47,32 +66,32 @@ class _Model(BaseModel):
 class PickLock(_Model):
     """One cherry-pick, as applied (or skipped) onto a source's base."""
 
-    spec: str  # as the user wrote it: "40082", a URL, a SHA
+    spec: Line  # as the user wrote it: "40082", a URL, a SHA
     kind: Literal["pr", "commit"]
-    repo: str  # where the pick was fetched from
+    repo: Line  # where the pick was fetched from
     pr: Optional[int] = None
-    head_sha: str  # the PR head (or the commit) that was applied
-    merge_base: str  # diff base: merge-base with upstream default branch / parent
+    head_sha: Sha  # the PR head (or the commit) that was applied
+    merge_base: Sha  # diff base: merge-base with upstream default branch / parent
     diff_sha256: str  # sha256 of the applied diff (git diff --binary --full-index)
     skipped: bool = False  # already contained in the base
-    reason: str = ""  # why skipped, or which doc conflicts kept the base side
-    commit: Optional[str] = None  # the commit this pick made in the prepared tree
-    resolved_paths: list[str] = Field(default_factory=list)  # doc/test conflicts resolved to base
+    reason: Line = ""  # why skipped, or which doc conflicts kept the base side
+    commit: Optional[Sha] = None  # the commit this pick made in the prepared tree
+    resolved_paths: list[Line] = Field(default_factory=list)  # doc/test conflicts resolved to base
 
 
 class SourceLock(_Model):
     """One source tree (vLLM, FlashInfer) resolved to commits."""
 
-    name: str
-    repo: str
-    ref: Optional[str] = None  # what was asked for (branch/tag/SHA), for the record
+    name: Name
+    repo: Line
+    ref: Optional[Line] = None  # what was asked for (branch/tag/SHA), for the record
     pr: Optional[int] = None  # set when the base is a PR's head
     base_sha: str
     picks: list[PickLock] = Field(default_factory=list)
     commit: str  # the prepared commit (base + picks)
     tree: str  # git tree hash of the prepared commit: the content hash
-    version: str  # derived from tags (git describe) or the short SHA
-    submodules: dict[str, str] = Field(default_factory=dict)  # path -> commit, when exported
+    version: Word  # derived from tags (git describe) or the short SHA
+    submodules: dict[Line, Sha] = Field(default_factory=dict)  # path -> commit, when exported
 
     @field_validator("base_sha", "commit", "tree")
     @classmethod
@@ -85,13 +104,13 @@ class SourceLock(_Model):
 class CMakeDepLock(_Model):
     """A repository the vLLM tree's CMake would clone at configure time, fetched on the host."""
 
-    repo: str
-    ref: str  # the tree's GIT_TAG (a tag, branch or SHA)
+    repo: Line
+    ref: Line  # the tree's GIT_TAG (a tag, branch or SHA)
     commit: str  # what ref resolved to
     tree: str  # git tree hash of that commit
-    env_var: str  # the tree's *_SRC_DIR override the build sets
-    declared_at: str = ""  # file:line of the FetchContent call
-    submodules: dict[str, str] = Field(default_factory=dict)  # path -> commit, exported too
+    env_var: EnvName  # the tree's *_SRC_DIR override the build sets
+    declared_at: Line = ""  # file:line of the FetchContent call
+    submodules: dict[Line, Sha] = Field(default_factory=dict)  # path -> commit, exported too
 
     @field_validator("commit", "tree")
     @classmethod
@@ -102,24 +121,24 @@ class CMakeDepLock(_Model):
 
 
 class BaseImageLock(_Model):
-    ref: str  # e.g. nvcr.io/nvidia/cuda:13.0.0-devel-ubuntu24.04
-    digest: Optional[str] = None  # sha256:... when known
+    ref: ImageRef  # e.g. nvcr.io/nvidia/cuda:13.0.0-devel-ubuntu24.04
+    digest: Optional[Digest] = None  # sha256:... when known
 
 
 class ModLock(_Model):
-    name: str
-    version: str
+    name: ModName
+    version: Word
 
 
 class WheelLock(_Model):
     """One wheel of a prebuilt closure: installed only if its bytes have this sha256."""
 
-    name: str
-    version: str
-    filename: str
+    name: PackageName
+    version: Version
+    filename: WheelFile
     sha256: str
-    url: str = ""
-    size: Optional[int] = None
+    url: Line = ""
+    size: Optional[int] = Field(default=None, ge=0)
 
     @field_validator("sha256")
     @classmethod
@@ -132,11 +151,11 @@ class WheelLock(_Model):
 class ClosureLock(_Model):
     """A prebuilt build's whole dependency closure, resolved for one platform and Python."""
 
-    python_platform: str  # e.g. aarch64-manylinux_2_34
-    python_version: str
-    requirements: list[str] = Field(default_factory=list)
-    overrides: list[str] = Field(default_factory=list)  # resolver overrides, target's and user's
-    indexes: list[str] = Field(default_factory=list)
+    python_platform: Word  # e.g. aarch64-manylinux_2_34
+    python_version: Word
+    requirements: list[Line] = Field(default_factory=list)
+    overrides: list[Line] = Field(default_factory=list)  # resolver overrides, target's and user's
+    indexes: list[Line] = Field(default_factory=list)
     wheels: list[WheelLock] = Field(default_factory=list)
 
     def wheel(self, name: str) -> Optional[WheelLock]:
@@ -146,25 +165,25 @@ class ClosureLock(_Model):
 class KernelsFromLock(_Model):
     """A precompiled build: the release whose compiled libraries the tree was installed over."""
 
-    release: str  # "0.33.0"
-    release_tag: str  # "v0.33.0"
-    release_commit: str  # the tag's commit (the diff is against it)
-    wheel: str  # the release wheel's file name
-    sha256: str  # its bytes (also pinned in ``closure``)
-    changed: int = 0  # files the tree changes against the release
+    release: Version  # "0.33.0"
+    release_tag: Line  # "v0.33.0"
+    release_commit: Sha  # the tag's commit (the diff is against it)
+    wheel: WheelFile  # the release wheel's file name
+    sha256: Sha256  # its bytes (also pinned in ``closure``)
+    changed: int = Field(default=0, ge=0)  # files the tree changes against the release
 
 
 class Lock(_Model):
-    schema_version: int = SCHEMA_VERSION
-    tool_version: str = __version__
-    created_at: Optional[str] = None  # informational; not part of the hash
-    target: Optional[str] = None
-    base_images: dict[str, BaseImageLock] = Field(default_factory=dict)  # stage -> image
+    schema_version: SchemaVersion = SCHEMA_VERSION
+    tool_version: Word = __version__
+    created_at: Optional[Line] = None  # informational; not part of the hash
+    target: Optional[Name] = None
+    base_images: dict[Name, BaseImageLock] = Field(default_factory=dict)
     vllm: Optional[SourceLock] = None
     flashinfer: Optional[SourceLock] = None
-    packages: dict[str, str] = Field(default_factory=dict)  # name -> pinned version
+    packages: dict[PackageName, Version] = Field(default_factory=dict)  # name -> pinned version
     mods: list[ModLock] = Field(default_factory=list)
-    build_args: dict[str, str] = Field(default_factory=dict)
+    build_args: dict[EnvName, Line] = Field(default_factory=dict)
     # What vLLM's CMake would clone, fetched on the host and passed in (the compile is offline).
     cmake_deps: dict[str, CMakeDepLock] = Field(default_factory=dict)
     # The kernel plan (edgevllm/sources/plan.py): arches per kernel group and extension.
@@ -172,7 +191,7 @@ class Lock(_Model):
     # The other inputs that shape the image (platform, python, apt packages, torch source, runtime
     # env, compile jobs), so that `inv build --lock` needs nothing but the lock.
     settings: dict[str, Any] = Field(default_factory=dict)
-    tags: list[str] = Field(default_factory=list)  # user tags; not hashed
+    tags: list[ImageTagOrRef] = Field(default_factory=list)  # user tags; not hashed
     mode: Literal["compile", "prebuilt", "precompiled"] = "compile"
     closure: Optional[ClosureLock] = None  # prebuilt/precompiled: every wheel, by sha256
     # precompiled: the tree's [build-system] requires (pinned like the closure, build stage only)
@@ -276,6 +295,15 @@ def parse_lock(text: str, origin: str = "<lock>", yaml_syntax: bool = False) -> 
             f"({SCHEMA_VERSION}); upgrade edgevllm"
         )
     return parse_model(Lock, data, str(origin), LockError)
+
+
+def check_lock_target(lock: Lock, target: str | None, origin: str = "the lock") -> None:
+    """A lock rebuilds for the target it records: ``--target`` may only repeat it."""
+    if target and lock.target and target != lock.target:
+        from edgevllm.common.errors import ConfigError
+
+        raise ConfigError(f"--target {target} differs from the target of {origin} "
+                          f"({lock.target}); drop --target or give a lock made for {target}")
 
 
 def read_lock(path: Path | str) -> Lock:

@@ -7,32 +7,47 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import Field, field_validator
 
 from edgevllm.common.errors import UnknownTargetError
+from edgevllm.common.grammar import (
+    AptPackage,
+    ArchList,
+    ContainerPath,
+    CudaArch,
+    CudaVersion,
+    EnvName,
+    HostPath,
+    ImageRef,
+    IndexUrl,
+    LabelText,
+    Line,
+    ModName,
+    Name,
+    PackageName,
+    PositiveFloat,
+    PythonCommand,
+    PythonModule,
+    Version,
+)
 from edgevllm.common.paths import data_dirs
 from edgevllm.common.schema import Strict, load_model
 
 if TYPE_CHECKING:
     from edgevllm.specs.cuda import CudaArch
 
-_ARCH = re.compile(r"^\d+\.\d+[af]?$")
-
-
-
-
 class BaseImages(Strict):
-    build: str
-    runtime: str
+    build: ImageRef
+    runtime: ImageRef
 
 
 class TorchSource(Strict):
     """Where torch comes from. ``version: null`` means the base image already provides it."""
 
-    version: str | None = None
-    index_url: str | None = None
+    version: Version | None = None
+    index_url: IndexUrl | None = None
 
 
 class PrebuiltDefaults(Strict):
@@ -42,18 +57,18 @@ class PrebuiltDefaults(Strict):
     nvcc (from the nvidia-cuda-nvcc wheel), which calls g++.
     """
 
-    image: str = "docker.io/library/ubuntu:24.04"
-    python: str = "python3.12"
-    apt_packages: list[str] = Field(default_factory=lambda: [
+    image: ImageRef = "docker.io/library/ubuntu:24.04"
+    python: PythonCommand = "python3.12"
+    apt_packages: list[AptPackage] = Field(default_factory=lambda: [
         "python3.12", "python3.12-venv", "g++", "ca-certificates"])
     # The image (~10 GB) and its export need about twice its size; the wheels are cached apart.
-    min_disk_gb: float = 25
+    min_disk_gb: PositiveFloat = 25
 
 
 class ProbeDefaults(Strict):
-    required_imports: list[str] = Field(default_factory=list)
-    level2_model: str | None = None
-    serve_args: list[str] = Field(default_factory=list)
+    required_imports: list[PythonModule] = Field(default_factory=list)
+    level2_model: Line | None = None
+    serve_args: list[Line] = Field(default_factory=list)
 
 
 class LaunchDefaults(Strict):
@@ -69,14 +84,16 @@ class LaunchDefaults(Strict):
     flags ``inv serve --earlyoom`` runs earlyoom with.
     """
 
-    ulimits: dict[str, str] = Field(default_factory=dict)
-    env: dict[str, str] = Field(default_factory=dict)
-    cluster_env: dict[str, str] = Field(default_factory=dict)
-    jit_cache_root: str = "/var/cache/edgevllm/jit"
-    jit_caches: dict[str, str] = Field(default_factory=dict)
-    hf_home: str | None = None
-    device_memory_gib: float | None = Field(default=None, gt=0)
-    earlyoom_args: list[str] = Field(default_factory=list)
+    ulimits: dict[Annotated[str, Field(pattern=r"^[a-z]+$")],
+                  Annotated[str, Field(pattern=r"^(-?\d+|unlimited)(:(-?\d+|unlimited))?$")]] = \
+        Field(default_factory=dict)
+    env: dict[EnvName, Line] = Field(default_factory=dict)
+    cluster_env: dict[EnvName, Line] = Field(default_factory=dict)
+    jit_cache_root: ContainerPath = "/var/cache/edgevllm/jit"
+    jit_caches: dict[Name, ContainerPath] = Field(default_factory=dict)
+    hf_home: ContainerPath | None = None
+    device_memory_gib: PositiveFloat | None = None
+    earlyoom_args: list[Line] = Field(default_factory=list)
 
 
 class KernelPlanPolicy(Strict):
@@ -93,48 +110,41 @@ class KernelPlanPolicy(Strict):
     """
 
     code: Literal["native", "family"] = "native"
-    native_patches: list[str] = Field(default_factory=list)
+    native_patches: list[HostPath] = Field(default_factory=list)
     required: dict[str, Literal["native", "family", "ptx"]] = Field(default_factory=dict)
 
 
 class Target(Strict):
-    name: str
-    description: str = ""
-    device_name: str
+    name: Name
+    description: LabelText = ""
+    device_name: LabelText
     platform: str
-    cuda_version: str
-    cuda_arch: str
-    torch_cuda_arch_list: str
-    flashinfer_cuda_arch_list: str
+    cuda_version: CudaVersion
+    cuda_arch: CudaArch
+    torch_cuda_arch_list: ArchList
+    flashinfer_cuda_arch_list: ArchList
     images: BaseImages
-    python: str = "python3"
-    apt_packages: list[str] = Field(default_factory=list)
+    python: PythonCommand = "python3"
+    apt_packages: list[AptPackage] = Field(default_factory=list)
     torch: TorchSource = Field(default_factory=TorchSource)
-    packages: dict[str, str] = Field(default_factory=dict)
-    forbidden_packages: list[str] = Field(default_factory=list)
-    max_jobs: int = Field(default=4, ge=1)
-    nvcc_threads: int = Field(default=1, ge=1)
-    min_disk_gb: float = 0
-    runtime_env: dict[str, str] = Field(default_factory=dict)
-    default_mods: list[str] = Field(default_factory=list)
+    packages: dict[PackageName, Version] = Field(default_factory=dict)
+    forbidden_packages: list[PackageName] = Field(default_factory=list)
+    max_jobs: int = Field(default=4, ge=1, le=1024)
+    nvcc_threads: int = Field(default=1, ge=1, le=1024)
+    min_disk_gb: float = Field(default=0, ge=0, allow_inf_nan=False)
+    runtime_env: dict[EnvName, Line] = Field(default_factory=dict)
+    default_mods: list[ModName] = Field(default_factory=list)
     probe: ProbeDefaults = Field(default_factory=ProbeDefaults)
     prebuilt: PrebuiltDefaults = Field(default_factory=PrebuiltDefaults)
     kernel_plan: KernelPlanPolicy = Field(default_factory=KernelPlanPolicy)
     launch: LaunchDefaults = Field(default_factory=LaunchDefaults)
     # Peak DRAM bandwidth (GB/s, 1e9 bytes/s): the divisor of the decode roofline (inv roofline).
-    memory_bandwidth_gbps: float | None = Field(default=None, gt=0)
-
-    @field_validator("cuda_arch")
-    @classmethod
-    def _arch(cls, value: str) -> str:
-        if not _ARCH.match(value):
-            raise ValueError(f"'{value}' is not a compute capability like 11.0a or 12.1a")
-        return value
+    memory_bandwidth_gbps: PositiveFloat | None = None
 
     @field_validator("platform")
     @classmethod
     def _platform(cls, value: str) -> str:
-        if not re.match(r"^linux/(arm64|amd64)$", value):
+        if not re.fullmatch(r"linux/(arm64|amd64)", value):
             raise ValueError(f"'{value}' must be linux/arm64 or linux/amd64")
         return value
 
