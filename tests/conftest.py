@@ -24,6 +24,20 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def user_config_home(tmp_path_factory):
+    """The user's recipe folder ($XDG_CONFIG_HOME/edgevllm/recipes, read by inv recipes) is an
+    empty folder of the test session's: recipes a developer imported never reach the tests."""
+    folder = tmp_path_factory.mktemp("xdg-config")
+    before = os.environ.get("XDG_CONFIG_HOME")
+    os.environ["XDG_CONFIG_HOME"] = str(folder)
+    yield folder
+    if before is None:
+        os.environ.pop("XDG_CONFIG_HOME", None)
+    else:
+        os.environ["XDG_CONFIG_HOME"] = before
+
+
 @pytest.fixture(scope="session")
 def engine():
     """The real Docker engine (bash .ci/install-engine.sh installs and starts it)."""

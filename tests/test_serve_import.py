@@ -7,6 +7,7 @@ distributed without Ray on tensor × pipeline × data parallel nodes, ``--nnodes
 
 from __future__ import annotations
 
+import json
 import shlex
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from edgevllm.common.errors import RecipeError
 from edgevllm.containers.docker import DockerEngine
 from edgevllm.serve.cluster import Cluster, ClusterOptions, Node
 from edgevllm.serve.launch import serve
-from edgevllm.serve.recipe_import import convert_file, import_dir, import_file
+from edgevllm.serve.recipe_folder import convert_file, import_dir, import_file
 from edgevllm.serve.recipes import load_recipe, parse_recipe, render
 
 EUGR = Path(__file__).parent / "fixtures" / "eugr-recipes"
@@ -135,9 +136,12 @@ def test_thor_container_makes_a_thor_recipe(tmp_path):
 def test_mod_file_is_carried_and_missing_mod_files_warn_naming_the_mod(tmp_path):
     result, loaded = imported("mod-args.yaml", tmp_path)
     # The chat template's mod folder is beside the recipes: the file travels with the recipe.
+    # The mod copies its chat_template.jinja as fixed_template.jinja (read from its run.sh).
     carried = tmp_path / "mod-args.files" / "fixed_template.jinja"
-    assert carried.read_bytes() == (EUGR / "mods/fix-chat-template/fixed_template.jinja")\
+    assert carried.read_bytes() == (EUGR / "mods/fix-chat-template/chat_template.jinja")\
         .read_bytes()
+    assert any("(its chat_template.jinja, copied as fixed_template.jinja)" in n
+               for n in result.notes)
     # The parser plugin's mod is not at hand: a warning naming that mod.
     assert len(result.warnings) == 1 and "mod 'mods/nano-parser'" in result.warnings[0]
     # --gpu-memory-utilization-gb (a flag only eugr's patch adds) becomes gpu_memory_gb.
@@ -178,7 +182,12 @@ def test_typo_placeholder_is_an_error_at_serve_with_a_hint(tmp_path):
 
 def test_launch_script_is_refused_with_a_clear_line():
     with pytest.raises(RecipeError, match="launch scripts are not recipes"):
-        convert_file(RECIPES / "launch-script.sh")
+        convert_file(EUGR / "examples" / "launch-script.sh")
+
+
+NAMES = ["4x-spark-cluster-big-moe", "4x-spark-cluster-dense-a17b", "cluster-moe",
+         "download-mod", "dual-dense", "mod-args", "one-mod", "solo-tp2", "template-gb",
+         "thor-small", "trailing-backslash", "typo-placeholder", "v2-quickstart"]
 
 
 def test_folder_import_summary_and_dry_run_writes_nothing(tmp_path, cli):
@@ -188,23 +197,91 @@ def test_folder_import_summary_and_dry_run_writes_nothing(tmp_path, cli):
     assert not out.exists()
     lines = stdout.splitlines()
     assert lines[0].split()[:4] == ["recipe", "status", "notes", "warnings"]
-    assert lines[-1].startswith("10 imported, 1 failed,") and lines[-1].endswith(" 2 warnings")
-    row = next(line for line in lines if line.startswith("launch-script.sh"))
-    assert "failed" in row and "launch scripts are not recipes" in row
+    assert lines[-1].startswith("13 imported, 0 failed,") and lines[-1].endswith(" 3 warnings")
     code, stdout, stderr = cli("recipe-import", str(EUGR), "--out", str(out))
     assert code == 0, stderr
-    written = sorted(p.name for p in out.glob("*.yaml"))
-    assert len(written) == 10 and (out / "mod-args.files" / "fixed_template.jinja").is_file()
+    # Each recipe is named by its file, subfolder in front: what eugr's users type.
+    assert sorted(p.stem for p in out.glob("*.yaml")) == NAMES
+    assert (out / "mod-args.files" / "fixed_template.jinja").is_file()
     for path in out.glob("*.yaml"):
         parse_recipe(yaml.safe_load(path.read_text()), str(path))
+
+
+def test_folder_import_goes_to_the_users_recipe_folder_and_lists_both_forms(tmp_path, cli):
+    env = {"XDG_CONFIG_HOME": str(tmp_path / "config")}
+    code, _, stderr = cli("recipe-import", str(EUGR), env=env)
+    assert code == 0, stderr
+    folder = tmp_path / "config" / "edgevllm" / "recipes"
+    assert sorted(p.stem for p in folder.glob("*.yaml")) == NAMES
+    code, stdout, stderr = cli("recipes", "--as-json", env=env)
+    assert code == 0, stderr
+    forms = {}
+    for row in json.loads(stdout):
+        forms.setdefault(row["name"], []).append(row["topology"])
+    assert forms["4x-spark-cluster-big-moe"] == ["torchx4"]
+    assert forms["4x-spark-cluster-dense-a17b"] == ["solox1", "torchx4"]  # dual: both forms
+    assert forms["dual-dense"] == ["solox1", "torchx2"]
+    assert forms["solo-tp2"] == ["solox1"]
+    # eugr's users type the path under recipes/, case and all.
+    code, stdout, stderr = cli("serve", "4x-spark-cluster/dense-A17B", "--dry-run", env=env)
+    assert code == 0, stderr
+    assert stdout.split()[-5:] == ["example-org/Dense-A17B", "--port", "8000", "-tp", "1"]
+
+
+def test_any_failure_or_an_empty_folder_exits_non_zero(tmp_path, cli):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code, _, stderr = cli("recipe-import", str(empty), "--dry-run")
+    assert code == 11 and f"error: {empty}: imported 0 of 0 recipes: no *.yaml recipe" in stderr
+    clash = tmp_path / "clash"
+    (clash / "a").mkdir(parents=True)
+    for path in (clash / "a" / "b.yaml", clash / "a-b.yaml", clash / "broken.yaml"):
+        path.write_text((RECIPES / "v2-quickstart.yaml").read_text())
+    (clash / "broken.yaml").write_text("name: x\n")
+    code, stdout, stderr = cli("recipe-import", str(clash), "--out", str(tmp_path / "out"))
+    assert code == 11, stderr
+    assert "imported 1 of 3 recipes: 2 failed (a-b.yaml, broken.yaml)" in stderr
+    row = next(line for line in stdout.splitlines() if line.startswith("a-b.yaml"))
+    assert "recipe name 'a-b' is also the name of a/b.yaml: rename one of the files" in row
+    assert "Traceback" not in stderr
+
+
+def test_template_gib_value_becomes_gpu_memory_gb(tmp_path):
+    result, loaded = imported("template-gb.yaml", tmp_path)
+    assert loaded.recipe.gpu_memory_gb == 96 and not result.warnings
+    assert any("--gpu-memory-utilization-gb {gpu_memory_utilization} (default 96) (mod "
+               "gpu-mem-util-gb): converted to gpu_memory_gb 96" in n for n in result.notes)
+    tail = solo_argv(loaded)
+    assert tail[3] == '{"gpu_memory_gib":96.0}'
+    assert tail[4:] == ["vllm", "serve", "example-org/Template-GiB", "--port", "8000",
+                        "--max-num-seqs", "2"]
+
+
+def test_downloaded_file_warns_with_its_url_and_a_loop_mod_says_to_run_it_on_the_host():
+    result = convert_file(RECIPES / "download-mod.yaml")
+    assert result.warnings == [
+        "argument 'plugin_parser.py': mod 'mods/plugin-download' downloads plugin_parser.py at "
+        "every start from https://example.org/parsers/plugin_parser.py: fetch it (curl -LO "
+        "URL), put it in download-mod.files/ and list it under files: with its sha256"]
+    loop = next(n for n in result.notes if n.startswith("mod 'mods/cache-loop'"))
+    assert loop.startswith("mod 'mods/cache-loop' starts a background loop at every start, "
+                           "which an image cannot hold: run it on the host before inv serve "
+                           "(sudo bash ")
+    assert loop.endswith("mods/cache-loop/run.sh)")
+
+
+def test_import_file_defaults_to_the_users_recipe_folder(user_config_home):
+    result = import_file(RECIPES / "4x-spark-cluster" / "big-moe.yaml", force=True)
+    assert result.path == user_config_home / "edgevllm/recipes/4x-spark-cluster-big-moe.yaml"
+    assert load_recipe("4x-spark-cluster/big-moe").recipe.topology.nodes == 4
+    result.path.unlink()
 
 
 def test_import_dir_reports_each_file():
     rows = import_dir(EUGR, dry_run=True)
     by = {r.source: r for r in rows}
     assert by["4x-spark-cluster/big-moe.yaml"].status == "would import"
-    assert by["launch-script.sh"].status == "failed"
-    assert len(by) == 11 and not any(s.startswith("mods/") for s in by)
+    assert len(by) == 13 and not any(s.startswith(("mods/", "examples/")) for s in by)
 
 
 def test_single_file_dry_run_shows_warnings_and_writes_nothing(tmp_path, cli):

@@ -9,7 +9,8 @@ import pytest
 import yaml
 
 from edgevllm.common.errors import RecipeError
-from edgevllm.serve.recipe_import import convert, import_file
+from edgevllm.serve.recipe_folder import import_file
+from edgevllm.serve.recipe_import import convert
 from edgevllm.serve.recipes import all_recipes, load_recipe, parse_recipe, parse_sets, render
 from edgevllm.specs.buildspec import load_spec_file
 
@@ -209,9 +210,12 @@ V1 = {
 
 
 def test_import_converts_command_to_argument_list():
-    result = convert(V1, "v1.yaml")
+    result = convert(V1, "recipes/super-nvfp4.yaml")
     recipe = result.recipe
-    assert recipe["name"] == "nemotron-3-super-nvfp4"
+    # Named by its file (what eugr's run-recipe.sh takes); eugr's display name leads the
+    # description.
+    assert recipe["name"] == "super-nvfp4"
+    assert recipe["description"] == "Nemotron-3-Super-NVFP4: super"
     assert recipe["serve"]["command"] == ["vllm", "serve"]
     assert recipe["serve"]["args"] == [
         "{{ model }}", "--host", "{{ host }}", "--port", "{{ port }}",

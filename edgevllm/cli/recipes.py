@@ -79,25 +79,42 @@ def split_csv_keep(values) -> list[str]:
     return [str(v) for v in values or []]
 
 
+def _recipe_rows(loaded) -> list[dict]:
+    """One row per target and form: a recipe that runs on one device or as a cluster
+    (topology.cluster) lists both; one that needs --set values says which."""
+    from edgevllm.serve.recipes import render
+
+    forms = [False, True] if loaded.recipe.topology.cluster else [False]
+    rows = []
+    for target, status in loaded.recipe.status.items():
+        for clustered in forms:
+            row = {"name": loaded.name, "target": target, "status": status,
+                   "description": loaded.recipe.description}
+            try:
+                rendered = render(loaded, {"target": target}, clustered=clustered)
+            except RecipeError:
+                needs = " ".join(f"--set {k}=…" for k in loaded.recipe.required) or "fix it"
+                rows.append({**row, "topology": "-", "image": f"(needs {needs})",
+                             "build": None})
+                continue
+            rows.append({**row, "topology": f"{rendered.topology.mode}x{rendered.topology.nodes}",
+                         "image": rendered.image, "build": rendered.build and
+                         (rendered.build.spec or rendered.build.lock)})
+    return rows
+
+
 @cli_task(help={"as-json": "print JSON instead of a table"}, auto_shortflags=False)
 def recipes(c, as_json=False):
     """List the launch recipes: per target, known-good or untested, and the image."""
-    from edgevllm.serve.recipes import all_recipes, render
+    from edgevllm.serve.recipes import all_recipes
 
-    rows = []
-    for loaded in all_recipes():
-        for target, status in loaded.recipe.status.items():
-            rendered = render(loaded, {"target": target})
-            rows.append({"name": loaded.name, "target": target, "status": status,
-                         "topology": f"{rendered.topology.mode}x{rendered.topology.nodes}",
-                         "image": rendered.image, "build": rendered.build and
-                         (rendered.build.spec or rendered.build.lock),
-                         "description": loaded.recipe.description})
+    rows = [row for loaded in all_recipes() for row in _recipe_rows(loaded)]
     if as_json:
         print(json.dumps(rows, indent=2))
         return
+    width = max([len(r["name"]) for r in rows] + [36])
     for r in rows:
-        print(f"{r['name']:<36} {r['target']:<6} {r['status']:<10} {r['topology']:<8} "
+        print(f"{r['name']:<{width}} {r['target']:<6} {r['status']:<10} {r['topology']:<8} "
               f"{r['image']}")
 
 
@@ -227,21 +244,25 @@ def compose(c, recipe, out, set_=None, target=None):
 
 @cli_task(help={"path": "a spark-vllm-docker recipe YAML, or a folder of them (recursive)",
                 "out": "where to write: a file for one recipe, a folder for a folder "
-                       "(default recipes/)",
+                       "(default: your recipe folder, $XDG_CONFIG_HOME/edgevllm/recipes, "
+                       "where inv recipes looks)",
                 "force": "overwrite existing files",
                 "dry-run": "convert and report, write nothing"}, auto_shortflags=False,
           positional=["path"])
 def recipe_import(c, path, out=None, force=False, dry_run=False):
     """Convert spark-vllm-docker recipes; report notes (dropped) and warnings (will not work)."""
-    from edgevllm.serve.recipe_import import convert_file, import_dir, import_file
+    from edgevllm.serve.recipe_folder import convert_file, import_dir, import_file
 
     source = Path(path)
     if source.is_dir():
         rows = import_dir(source, Path(out) if out else None, force=force, dry_run=dry_run)
         _print_import_table(rows)
         failed = [r for r in rows if r.status == "failed"]
-        if failed and len(failed) == len(rows):
-            raise RecipeError(f"{source}: no recipe could be imported")
+        if failed or not rows:
+            what = (f"{len(failed)} failed ({', '.join(r.source for r in failed)})" if failed
+                    else "no *.yaml recipe under it")
+            raise RecipeError(f"{source}: imported {len(rows) - len(failed)} of {len(rows)} "
+                              f"recipes: {what}")
         return
     result = (convert_file(source) if dry_run
               else import_file(source, Path(out) if out else None, force=force))

@@ -3,6 +3,7 @@
 Data lives beside the code in the repository (an editable install). ``EDGEVLLM_HOME`` points at
 another checkout; ``EDGEVLLM_CACHE`` moves the cache (default ``~/.cache/edgevllm``).
 Extra target/mod/recipe folders: ``EDGEVLLM_TARGETS_PATH`` etc., ``os.pathsep``-separated.
+A user's own recipes (``inv recipe-import`` writes there) live in ``user_recipes_dir()``.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ def data_dirs(kind: str) -> list[Path]:
     so a user adds a target by dropping a YAML file into a folder of their own.
     """
     dirs = [project_root() / kind]
+    if kind == "recipes":
+        dirs.append(user_recipes_dir())
     extra = os.environ.get(f"EDGEVLLM_{kind.upper()}_PATH", "")
     dirs += [Path(p) for p in extra.split(os.pathsep) if p]
     return dirs
@@ -46,6 +49,13 @@ def data_folders(kind: str, marker: str, error: type[Exception]) -> dict[str, Pa
                             "the folders")
             found[name] = file.parent
     return found
+
+
+def user_recipes_dir() -> Path:
+    """The user's recipe folder: ``$XDG_CONFIG_HOME/edgevllm/recipes`` (``~/.config`` when the
+    variable is unset or empty, as the XDG base directory specification says)."""
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "edgevllm" / "recipes"
 
 
 def templates_dir() -> Path:

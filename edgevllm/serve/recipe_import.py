@@ -18,7 +18,7 @@ container at every start), ``build_args`` (flags for its build script), ``solo_o
 * A placeholder with no default is listed under ``required``: ``inv serve`` refuses to start
   without it (reserved names such as ``pipeline_parallel`` included).
 
-``import_file`` writes one recipe; ``import_dir`` imports a folder (``--dry-run``: nothing written).
+``edgevllm.serve.recipe_folder`` reads the files and folders and writes the results.
 """
 
 from __future__ import annotations
@@ -30,12 +30,8 @@ import string
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
-from edgevllm.common.errors import EdgeVllmError, RecipeError
-from edgevllm.common.fsutil import atomic_write_bytes, atomic_write_text
-from edgevllm.common.paths import project_root
-from edgevllm.common.schema import read_yaml
+from edgevllm.common.errors import RecipeError
+from edgevllm.serve.eugr_mods import EugrMod, find_mod
 from edgevllm.serve.recipes import FILES_DIR, parse_recipe, valid_image_ref
 
 KNOWN = {"recipe_version", "name", "description", "model", "container", "command", "defaults",
@@ -66,6 +62,7 @@ class _Context:
     warnings: list[str]
     mods: list[str]
     files: dict[str, bytes]
+    found: dict[str, EugrMod | None] = field(default_factory=dict)  # mod folders read
 
 
 def slug(text: str) -> str:
@@ -73,8 +70,19 @@ def slug(text: str) -> str:
     return out or "imported"
 
 
-def convert(data: object, source: str) -> ImportResult:
-    """The converted recipe (a dict that validates), the notes and the warnings."""
+def recipe_name(path: Path, root: Path | None = None) -> str:
+    """The name eugr's users type: the file name without ``.yaml``, lower-cased (it names the
+    container), with its subfolder of ``recipes/`` in front (``4x-spark-cluster-minimax-m2.5``)."""
+    parts = list(path.relative_to(root).parts[:-1]) if root else []
+    if root is None and path.parent.parent.name == "recipes":
+        parts = [path.parent.name]  # recipes/<sub>/x.yaml imported on its own
+    return slug("-".join([*parts, path.stem]))
+
+
+def convert(data: object, source: str, name: str | None = None) -> ImportResult:
+    """The converted recipe (a dict that validates), the notes and the warnings.
+
+    ``name`` defaults to the file name (what eugr's ``run-recipe.sh NAME`` takes)."""
     if not isinstance(data, dict):
         raise RecipeError(f"{source}: not a spark-vllm-docker recipe (expected a mapping)")
     for key in ("name", "container", "command"):
@@ -85,12 +93,12 @@ def convert(data: object, source: str) -> ImportResult:
     if version != "1":
         ctx.notes.append(f"recipe_version {version}: read as version 1 (eugr's runner only warns "
                          "on it; the fields are v1)")
-    name = slug(str(data["name"]))
+    name = name or recipe_name(Path(source))
     defaults = {str(k): v for k, v in (data.get("defaults") or {}).items()}
     command, fields = command_tokens(_strip_backslash(str(data["command"]), ctx), source,
                                      ctx.notes)
     serve_command, args, model = split_serve(command, data.get("model"), ctx.notes)
-    args, gpu_memory_gb = _mod_arguments(args, name, ctx)
+    args, gpu_memory_gb = _mod_arguments(args, name, defaults, ctx)
     given = set(defaults) | {"model"}
     topology = _topology(data, defaults, ctx.notes)
     if topology["mode"] == "solo":
@@ -100,7 +108,7 @@ def convert(data: object, source: str) -> ImportResult:
     recipe = {
         "schema_version": 1,
         "name": name,
-        "description": str(data.get("description") or data["name"]).strip(),
+        "description": _description(data),
         "targets": [target],
         "status": {target: "untested"},
         "evidence": [f"imported from spark-vllm-docker recipe {Path(source).name}"],
@@ -116,6 +124,12 @@ def convert(data: object, source: str) -> ImportResult:
     _unconvertible(data, ctx)
     parse_recipe(recipe, f"{source} (converted)")
     return ImportResult(recipe, ctx.notes, ctx.warnings, ctx.files)
+
+
+def _description(data: dict) -> str:
+    """eugr's display name leads the description: the recipe's name is its file name."""
+    title, text = str(data["name"]).strip(), str(data.get("description") or "").strip()
+    return f"{title}: {text}" if text and text != title else title
 
 
 def _optional(required: list[str], gpu_memory_gb: float | None, files: dict[str, bytes],
@@ -287,7 +301,8 @@ def _image(container: str, notes: list[str]) -> str:
 
 
 # -- arguments that depend on a dropped mod -----------------------------------------------------
-def _mod_arguments(args: list[str], name: str, ctx: _Context) -> tuple[list[str], float | None]:
+def _mod_arguments(args: list[str], name: str, defaults: dict,
+                   ctx: _Context) -> tuple[list[str], float | None]:
     """Convert or warn about arguments a dropped mod provides; return (args, gpu_memory_gb)."""
     out: list[str] = []
     gpu_memory_gb = None
@@ -295,11 +310,12 @@ def _mod_arguments(args: list[str], name: str, ctx: _Context) -> tuple[list[str]
     while index < len(args):
         flag, value, width = _flag_value(args, index)
         if flag in MOD_FLAGS:
-            number = _number(value)
+            number, shown = _template_number(value, defaults)
             if number is not None:
                 gpu_memory_gb = number
-                ctx.notes.append(f"{flag} {value} (mod {MOD_FLAGS[flag]}): converted to "
-                                 "gpu_memory_gb (inv serve --gpu-memory-gb)")
+                ctx.notes.append(f"{flag} {shown} (mod {MOD_FLAGS[flag]}): converted to "
+                                 f"gpu_memory_gb {number:g} (inv serve --gpu-memory-gb N "
+                                 "changes it)")
             else:
                 ctx.warnings.append(f"{flag} {value} needs eugr mod '{MOD_FLAGS[flag]}' (a vLLM "
                                     "patch), which was dropped: use gpu_memory_gb instead")
@@ -321,11 +337,22 @@ def _flag_value(args: list[str], index: int) -> tuple[str, str, int]:
     return arg, value, 2
 
 
-def _number(text: str) -> float | None:
+def _number(text: object) -> float | None:
     try:
-        return float(text)
+        return float(str(text))
     except ValueError:
         return None
+
+
+def _template_number(value: str, defaults: dict) -> tuple[float | None, str]:
+    """A literal number, or a ``{{ placeholder }}`` whose default is one: (number, as shown)."""
+    field = re.fullmatch(r"\{\{ (\w+) \}\}", value)
+    if field is None:
+        return _number(value), value
+    key = field.group(1)
+    if key not in defaults:
+        return None, value
+    return _number(defaults[key]), f"{{{key}}} (default {defaults[key]})"
 
 
 def _names_file(arg: str) -> bool:
@@ -342,147 +369,61 @@ def _file_argument(arg: str, ctx: _Context, name: str) -> str:
     match = _MOD_PATH.search(value)
     candidates = [m for m in ctx.mods if match and Path(m).name == match.group(1)] or ctx.mods
     fname = Path(value).name
-    for mod in candidates:
-        found = _mod_file(ctx.source, mod, fname)
-        if found is not None:
+    for mod_name in candidates:
+        mod = _eugr_mod(ctx, mod_name)
+        found = mod and (mod.copies.get(fname) or _mod_file(mod.folder, fname))
+        if found:
             ctx.files[fname] = found.read_bytes()
-            ctx.notes.append(f"{value} comes from mod '{mod}': carried by the recipe "
-                             f"({name}.files/{fname}, mounted read-only at {FILES_DIR}/{fname})")
+            renamed = f" (its {found.name}, copied as {fname})" if found.name != fname else ""
+            ctx.notes.append(f"{value} comes from mod '{mod_name}'{renamed}: carried by the "
+                             f"recipe ({name}.files/{fname}, mounted read-only at "
+                             f"{FILES_DIR}/{fname})")
             return f"{prefix}{eq}{FILES_DIR}/{fname}"
-    if match and not candidates:
-        who = f"mod '{match.group(1)}'"
-    elif len(candidates) == 1:
-        who = f"mod '{candidates[0]}'"
-    elif candidates:
-        who = "one of the mods " + ", ".join(f"'{m}'" for m in candidates)
-    else:
-        who = "nothing in the recipe (no mod, no volume)"
-    ctx.warnings.append(f"argument '{arg}' names a file provided by {who}, which was dropped: "
-                        "add the file under files: or the argument will fail")
+        if mod and fname in mod.downloads:
+            ctx.warnings.append(
+                f"argument '{arg}': mod '{mod_name}' downloads {fname} at every start from "
+                f"{mod.downloads[fname]}: fetch it (curl -LO URL), put it in "
+                f"{name}.files/ and list it under files: with its sha256")
+            return arg
+    ctx.warnings.append(f"argument '{arg}' names a file provided by {_who(match, candidates)}, "
+                        "which was dropped: add the file under files: or the argument will fail")
     return arg
 
 
-def _mod_file(source: Path, mod: str, fname: str) -> Path | None:
-    """eugr's layout: ``<repo>/recipes[/<sub>]/x.yaml`` and ``<repo>/mods/<mod>/...``."""
-    for folder in list(source.resolve().parents)[:4]:
-        mod_dir = folder / mod
-        if mod_dir.is_dir():
-            hits = sorted(p for p in mod_dir.rglob(fname) if p.is_file())
-            if hits:
-                return hits[0]
-    return None
+def _who(match: re.Match | None, candidates: list[str]) -> str:
+    if match and not candidates:
+        return f"mod '{match.group(1)}'"
+    if len(candidates) == 1:
+        return f"mod '{candidates[0]}'"
+    if candidates:
+        return "one of the mods " + ", ".join(f"'{m}'" for m in candidates)
+    return "nothing in the recipe (no mod, no volume)"
+
+
+def _eugr_mod(ctx: _Context, mod: str) -> EugrMod | None:
+    if mod not in ctx.found:
+        ctx.found[mod] = find_mod(ctx.source, mod)
+    return ctx.found[mod]
+
+
+def _mod_file(folder: Path, fname: str) -> Path | None:
+    hits = sorted(p for p in folder.rglob(fname) if p.is_file())
+    return hits[0] if hits else None
 
 
 def _unconvertible(data: dict, ctx: _Context) -> None:
-    for mod in ctx.mods:
-        ctx.notes.append(f"mod '{mod}' dropped (a script eugr runs in the container at every "
-                         "start): edgevllm applies mods at build time; add it to the build spec")
+    for name in ctx.mods:
+        mod = _eugr_mod(ctx, name)
+        if mod and mod.start_only:
+            ctx.notes.append(f"mod '{name}' starts a background loop at every start, which an "
+                             f"image cannot hold: run it on the host before inv serve "
+                             f"(sudo bash {mod.folder / 'run.sh'})")
+        else:
+            ctx.notes.append(f"mod '{name}' dropped (a script eugr runs in the container at "
+                             "every start): edgevllm applies mods at build time; add it to the "
+                             "build spec")
     if data.get("build_args"):
         ctx.notes.append(f"build_args {list(data['build_args'])} (flags for build-and-copy.sh): "
                          "express them in a build spec")
     for key in sorted(set(data) - KNOWN):
         ctx.notes.append(f"field '{key}' is not a spark-vllm-docker field edgevllm knows; left out")
-
-
-# -- writing ------------------------------------------------------------------------------------
-def render_yaml(result: ImportResult, source: str) -> str:
-    lines = [f"# Imported from spark-vllm-docker recipe {Path(source).name} (inv recipe-import).",
-             "# Not yet tried with an edgevllm image: review, then mark status known-good."]
-    lines += [f"# WARNING: {warning}" for warning in result.warnings]
-    lines += [f"# note: {note}" for note in result.notes]
-    body = yaml.safe_dump(result.recipe, sort_keys=False, default_flow_style=False, width=1000,
-                          allow_unicode=True)
-    return "\n".join(lines) + "\n" + body
-
-
-def _refuse_script(path: Path) -> None:
-    try:
-        head = path.read_bytes()[:2]
-    except OSError:
-        return  # read_yaml reports it
-    if path.suffix == ".sh" or head == b"#!":
-        raise RecipeError(f"{path}: launch scripts are not recipes; take the 'vllm serve' line "
-                          "into a recipe's serve.args (docs/recipes.md), or import the YAML "
-                          "recipe it came from")
-
-
-def convert_file(path: Path) -> ImportResult:
-    _refuse_script(path)
-    result = convert(read_yaml(path, RecipeError), str(path))
-    comments = [line for line in path.read_text(errors="replace").splitlines()
-                if line.lstrip().startswith("#")]
-    if comments:
-        result.notes.append(f"{len(comments)} comment line(s) (eugr keeps known issues there) "
-                            f"are not carried: read them in {path.name}")
-    return result
-
-
-def write_result(result: ImportResult, source: Path, target: Path) -> None:
-    """The recipe and its carried files (``<name>.files/``), each written atomically."""
-    for fname, body in result.files.items():
-        atomic_write_bytes(target.parent / f"{result.recipe['name']}.files" / fname, body)
-    atomic_write_text(target, render_yaml(result, str(source)))
-    result.path = target
-
-
-def import_file(path: Path, out: Path | None = None, force: bool = False) -> ImportResult:
-    result = convert_file(path)
-    target = out or project_root() / "recipes" / f"{result.recipe['name']}.yaml"
-    if target.exists() and not force:
-        raise RecipeError(f"{target} exists: pass --out FILE or --force")
-    write_result(result, path, target)
-    return result
-
-
-@dataclass
-class DirRow:
-    source: str
-    status: str  # imported | would import | failed
-    result: ImportResult | None = None
-    error: str = ""
-
-
-def import_dir(folder: Path, out_dir: Path | None = None, force: bool = False,
-               dry_run: bool = False) -> list[DirRow]:
-    """Every ``*.yaml`` / ``*.yml`` / ``*.sh`` under ``folder``; one row each, failures included.
-
-    Given an eugr checkout, its ``recipes/`` folder is read; ``mods/`` folders are never recipes.
-    """
-    if not folder.is_dir():
-        raise RecipeError(f"{folder}: not a folder")
-    if (folder / "recipes").is_dir():
-        folder = folder / "recipes"
-    out_dir = out_dir or project_root() / "recipes"
-    rows: list[DirRow] = []
-    taken: set[str] = set()
-    paths = [p for p in folder.rglob("*") if p.suffix in (".yaml", ".yml", ".sh")
-             and "mods" not in p.relative_to(folder).parts]
-    for path in sorted(paths):
-        rel = str(path.relative_to(folder))
-        try:
-            result = convert_file(path)
-            target = _unique_target(result, path.relative_to(folder), out_dir, taken)
-            if target.exists() and not force and not dry_run:
-                raise RecipeError(f"{target} exists: pass --force")
-            if not dry_run:
-                write_result(result, path, target)
-            result.path = target
-            rows.append(DirRow(rel, "would import" if dry_run else "imported", result))
-        except EdgeVllmError as exc:
-            rows.append(DirRow(rel, "failed", error=str(exc)))
-    return rows
-
-
-def _unique_target(result: ImportResult, rel: Path, out_dir: Path, taken: set[str]) -> Path:
-    """Two recipes of one name in different subfolders (``4x-spark-cluster/``): suffix it."""
-    name = result.recipe["name"]
-    if name in taken and rel.parent != Path("."):
-        name = slug(f"{name}-{rel.parent.as_posix()}")
-        result.recipe["name"] = name
-        result.recipe.update({k: v for k, v in _optional(
-            result.recipe.get("required", []), result.recipe.get("gpu_memory_gb"),
-            result.files, name).items() if k == "files"})
-    if name in taken:
-        raise RecipeError(f"recipe name '{name}' is imported twice from this folder: rename one")
-    taken.add(name)
-    return out_dir / f"{name}.yaml"

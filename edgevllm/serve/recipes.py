@@ -103,12 +103,16 @@ def recipe_files() -> dict[str, Path]:
 
 
 def find_recipe(ref: str) -> Path:
+    """A recipe file, or a name; an imported eugr recipe also answers to the name eugr's users
+    type (``4x-spark-cluster/Qwen-X`` → ``4x-spark-cluster-qwen-x``)."""
     path = Path(ref)
-    if path.suffix in (".yaml", ".yml") or "/" in ref:
+    files = recipe_files()
+    as_name = ref.replace("/", "-").lower()
+    if path.suffix in (".yaml", ".yml") or ("/" in ref and as_name not in files):
         if not path.is_file():
             raise RecipeError(f"recipe file {ref} not found; check the path")
         return path
-    files = recipe_files()
+    ref = ref if ref in files else as_name
     if ref not in files:
         known = ", ".join(sorted(files)) or "none"
         raise RecipeError(f"unknown recipe '{ref}': known recipes are {known} (inv recipes)")
