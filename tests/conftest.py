@@ -29,13 +29,15 @@ def user_config_home(tmp_path_factory):
     """The user's recipe folder ($XDG_CONFIG_HOME/edgevllm/recipes, read by inv recipes) is an
     empty folder of the test session's: recipes a developer imported never reach the tests."""
     folder = tmp_path_factory.mktemp("xdg-config")
-    before = os.environ.get("XDG_CONFIG_HOME")
+    # The developer's HF_HOME is theirs too: inv serve mounts it when set (tests that need one
+    # set their own).
+    before = {key: os.environ.pop(key, None) for key in ("XDG_CONFIG_HOME", "HF_HOME")}
     os.environ["XDG_CONFIG_HOME"] = str(folder)
     yield folder
-    if before is None:
-        os.environ.pop("XDG_CONFIG_HOME", None)
-    else:
-        os.environ["XDG_CONFIG_HOME"] = before
+    for key, value in before.items():
+        os.environ.pop(key, None)
+        if value is not None:
+            os.environ[key] = value
 
 
 @pytest.fixture(scope="session")

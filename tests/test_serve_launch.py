@@ -6,11 +6,13 @@ models on one box share (real labelled containers on the real engine)."""
 from __future__ import annotations
 
 import json
+import os
 import shlex
 
 import pytest
 
 from edgevllm.common.errors import RecipeError
+from edgevllm.common.paths import host_hf_cache
 from edgevllm.containers.docker import DockerEngine, RunOptions
 from edgevllm.serve.entry import fraction, with_fraction
 from edgevllm.serve.launch import (
@@ -56,6 +58,22 @@ def test_target_launch_defaults_are_in_the_dry_run():
     for name, path in spark.jit_caches.items():
         assert f"/var/cache/edgevllm/jit/IMAGE-ID/{name}:{path}" in volumes
     assert any(v.endswith(":/root/.cache/huggingface") for v in volumes)
+
+
+def test_host_hf_home_is_the_folder_serve_mounts(tmp_path, monkeypatch):
+    """inv model-fetch downloads into $HF_HOME; inv serve mounts that same folder."""
+    home = os.path.expanduser("~")
+    volumes = pairs(dry_argv(render(recipe())), "-v")
+    assert f"{home}/.cache/huggingface:/root/.cache/huggingface" in volumes
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    assert host_hf_cache() == tmp_path / "hf"
+    volumes = pairs(dry_argv(render(recipe())), "-v")
+    assert f"{tmp_path}/hf:/root/.cache/huggingface" in volumes
+    # A recipe's own default gives way to HF_HOME; --set hf_cache= wins over both.
+    own = recipe(defaults={"hf_cache": "/srv/models"})
+    assert f"{tmp_path}/hf:/root/.cache/huggingface" in pairs(dry_argv(render(own)), "-v")
+    volumes = pairs(dry_argv(render(own, {"hf_cache": "/data/hf"})), "-v")
+    assert "/data/hf:/root/.cache/huggingface" in volumes
 
 
 def test_recipe_overrides_launch_defaults():

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from edgevllm.cli._common import cli_task
 from edgevllm.common import console
 from edgevllm.common.errors import RecipeError
 from edgevllm.common.kv import split_csv
+from edgevllm.common.paths import host_hf_cache
 
 _NODES = "nodes: ssh://[user@]host[:port], comma-separated or repeated"
 
@@ -55,7 +55,7 @@ def model_fetch(c, model, nodes=None, hf_cache=None, remote_cache=None, revision
     """Download a model once into the HF cache (resumable), then rsync it to every node."""
     from edgevllm.serve.distribute import SshNode, fetch_model, hub_folder, sync_model
 
-    cache = Path(hf_cache or os.environ.get("HF_HOME") or "~/.cache/huggingface").expanduser()
+    cache = Path(hf_cache).expanduser() if hf_cache else host_hf_cache()
     snapshot = fetch_model(model, cache, revision=revision, token_env=token_env)
     console.step(f"{model} is in {snapshot}")
     targets = [SshNode.parse(n) for n in split_csv(nodes)]

@@ -58,6 +58,13 @@ def user_recipes_dir() -> Path:
     return Path(base) / "edgevllm" / "recipes"
 
 
+def host_hf_cache() -> Path:
+    """The Hugging Face cache on this machine, one folder for every task (``inv model-fetch``
+    downloads into it, ``inv serve`` mounts it): ``$HF_HOME`` as huggingface_hub reads it, else
+    ``~/.cache/huggingface``; absolute, as a bind mount needs."""
+    return Path(os.environ.get("HF_HOME") or "~/.cache/huggingface").expanduser().absolute()
+
+
 def templates_dir() -> Path:
     return project_root() / "dockerfiles"
 

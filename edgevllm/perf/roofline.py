@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from edgevllm.common.errors import RooflineUnknown
+from edgevllm.common.paths import host_hf_cache
 
 _MAX_HEADER = 100 * 1024 * 1024  # the safetensors spec caps the header at 100 MB
 _EXPERT = re.compile(r"\.experts\.(\d+)\.")
@@ -154,7 +155,7 @@ def _local_folder(spec: str) -> Path | None:
     if spec.count("/") != 1 or spec.startswith((".", "/")):
         raise RooflineUnknown(f"roofline unknown: {spec} is neither a folder nor a model id "
                               "(org/name)")
-    hub = Path(os.environ.get("HF_HOME", "~/.cache/huggingface")).expanduser() / "hub"
+    hub = host_hf_cache() / "hub"
     snapshots = hub / f"models--{spec.replace('/', '--')}" / "snapshots"
     found = sorted(snapshots.glob("*/config.json"), key=lambda p: p.stat().st_mtime)
     return found[-1].parent if found else None

@@ -8,10 +8,12 @@ from ``defaults`` or ``--set`` only.
 from __future__ import annotations
 
 import difflib
+import os
 
 import yaml
 
 from edgevllm.common.errors import RecipeError
+from edgevllm.common.paths import host_hf_cache
 from edgevllm.serve.recipe_render import placeholders
 from edgevllm.serve.recipe_schema import RESERVED, Recipe
 
@@ -59,6 +61,10 @@ def template_values(recipe: Recipe, overrides: dict[str, object] | None = None,
         "port": 8000, "hf_cache": "~/.cache/huggingface",
     }
     values.update(recipe.defaults)
+    if os.environ.get("HF_HOME"):
+        # The host's HF_HOME is where inv model-fetch put the model: mount that, not the
+        # recipe's default folder, so nothing is downloaded again in the container.
+        values["hf_cache"] = str(host_hf_cache())
     values.update(overrides)
     _check_required(recipe, overrides, source)
     return values
