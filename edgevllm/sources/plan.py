@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from edgevllm.common.errors import MissingToolError, PlanError, PlanGapError
+from edgevllm.sources import cmakeguard
 
 PRELUDE = Path(__file__).with_name("plan_prelude.cmake")
 OVERRIDES = Path(__file__).with_name("plan_overrides.cmake")
@@ -214,20 +215,16 @@ def torch_gencode_flags(arch_list: str) -> str:
     return " ".join(flags)
 
 
-def _shadow_tree(tree: Path, dest: Path) -> None:
+def _shadow_tree(tree: Path, dest: Path, files: dict[str, str]) -> None:
     """A copy of the CMake files with a few calls renamed (same line numbers); the rest linked."""
     for entry in tree.iterdir():
         if entry.name in ("CMakeLists.txt", "cmake"):
             continue
         os.symlink(entry, dest / entry.name)
-    files = [tree / "CMakeLists.txt"]
     if (tree / "cmake").is_dir():
-        shutil.copytree(tree / "cmake", dest / "cmake", symlinks=True)
-        files += sorted((tree / "cmake").rglob("*.cmake"))
-    for src in files:
-        out = dest / src.relative_to(tree)
-        text = src.read_text(errors="replace")
-        out.write_text(_CALL.sub(_renamer(str(src.relative_to(tree))), text))
+        shutil.copytree(tree / "cmake", dest / "cmake", symlinks=True)  # no links: checked
+    for rel, text in files.items():
+        (dest / rel).write_text(_CALL.sub(_renamer(rel), text))
 
 
 def _renamer(relpath: str):
@@ -252,21 +249,28 @@ def evaluate_plan(tree: Path | str, arch_list: str, *, cuda_version: str, device
     if cmake is None:
         raise MissingToolError("cmake: not found; install cmake >= 3.25 (apt-get install cmake)")
     gencode = torch_gencode_flags(arch_list)
+    files = cmakeguard.tree_cmake_files(tree)
+    builtins = cmakeguard.cmake_builtins(cmake)
+    cmakeguard.check_tree_cmake(tree, files, builtins)  # before anything of the tree runs
     with tempfile.TemporaryDirectory(prefix="edgevllm-plan-") as tmp:
         shadow = Path(tmp) / "tree"
         shadow.mkdir()
-        _shadow_tree(tree, shadow)
+        _shadow_tree(tree, shadow, files)
         record = Path(tmp) / "record.txt"
         record.write_text("")
-        defs = {"_EV_OUT": record, "_EV_TREE": shadow, "_EV_OVERRIDES": OVERRIDES,
+        prelude = Path(tmp) / "prelude.cmake"
+        prelude.write_text(cmakeguard.guarded_prelude(
+            PRELUDE.read_text(), record=record, shadow=shadow, tree=tree, overrides=OVERRIDES,
+            root=cmakeguard.cmake_root(cmake), builtins=builtins))
+        defs = {"_EV_TREE": shadow,
                 "_EV_CUDA_VERSION": cuda_version, "_EV_TORCH_VERSION": torch_version,
                 "_EV_GENCODE": gencode, "_EV_PYTHON_VERSION": python_version,
                 "_EV_NVCC_THREADS": nvcc_threads,
                 "_EV_TORCH_NVCC_FLAGS": ";".join(torch_nvcc_flags or DEFAULT_TORCH_NVCC_FLAGS)}
-        argv = [cmake] + [f"-D{k}={v}" for k, v in defs.items()] + ["-P", str(PRELUDE)]
+        argv = [cmake] + [f"-D{k}={v}" for k, v in defs.items()] + ["-P", str(prelude)]
         try:
             proc = subprocess.run(argv, cwd=shadow, capture_output=True, text=True,
-                                  timeout=_TIMEOUT_S)
+                                  timeout=_TIMEOUT_S, env=cmakeguard.cmake_env())
         except subprocess.TimeoutExpired:
             raise PlanError(f"{tree}/CMakeLists.txt: evaluating the kernel plan took over "
                             f"{_TIMEOUT_S}s; the tree's CMake loops or waits") from None
@@ -317,6 +321,13 @@ def rust_frontend(tree: Path) -> str:
 
 def _failure(tree: Path, shadow: Path, stderr: str) -> str:
     text = stderr.replace(str(shadow) + "/", "").replace(str(shadow), str(tree))
+    refused = re.search(r"edgevllm: (.+? is refused while evaluating the kernel plan)",
+                        " ".join(text.split()))
+    if refused:  # the prelude's guard (cmakeguard): name the tree's line that asked
+        caller = re.search(r"^\s+((?:CMakeLists\.txt|cmake/\S+):\d+) ", text, re.M)
+        where = f"{caller.group(1)}: " if caller else ""
+        return (f"{tree}: {where}{refused.group(1)}: a tree's CMake may not run programs or "
+                "reach the host (docs/security.md)")
     where = re.search(r"CMake Error at ([^\s:]+):(\d+)", text)
     detail = ""
     fatal = re.search(r"^\s*(\S+:\d+): (.+?)$", text, re.M)

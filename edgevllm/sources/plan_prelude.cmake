@@ -11,9 +11,12 @@
 #   _ev_fcp("<file>:<line>" ...)   FetchContent_Populate(...)
 #   _ev_msg("<file>:<line>" ...)   message(...)
 # (<file> relative to the tree; "0" where a call was not renamed).
-# Inputs (-D): _EV_OUT (record file), _EV_TREE (shadow tree), _EV_CUDA_VERSION, _EV_TORCH_VERSION,
-# _EV_GENCODE (torch's gencode flags), _EV_TORCH_NVCC_FLAGS, _EV_PYTHON_VERSION, _EV_NVCC_THREADS,
-# _EV_OVERRIDES (plan_overrides.cmake).
+# Inputs (-D): _EV_TREE (shadow tree), _EV_CUDA_VERSION, _EV_TORCH_VERSION, _EV_GENCODE (torch's
+# gencode flags), _EV_TORCH_NVCC_FLAGS, _EV_PYTHON_VERSION, _EV_NVCC_THREADS.
+# The tree's CMake is code from others (docs/security.md): edgevllm/sources/cmakeguard.py has
+# checked every call in it before this runs. What guards the host is written in as literals by
+# plan.py (@EV_...@), never read from a variable the tree could set: the record file, the
+# overrides file, the folders include() and file(READ) may reach, the builtins refused.
 # Record lines: KIND|field|field...; lists keep their ';'.
 
 cmake_policy(VERSION 3.25)
@@ -30,7 +33,7 @@ function(_ev_rec)
       string(APPEND _line "|${_v}")
     endif()
   endforeach()
-  _file(APPEND "${_EV_OUT}" "${_line}\n")
+  _file(APPEND "@EV_OUT@" "${_line}\n")
 endfunction()
 
 # --- builtins that need a project: record or ignore (defined once: _name stays the builtin) ----
@@ -44,7 +47,7 @@ foreach(_ev_cmd project enable_language add_library add_executable add_custom_ta
         target_precompile_headers set_target_properties install export configure_file
         source_group enable_testing add_test define_property try_compile try_run
         set_directory_properties create_test_sourcelist fltk_wrap_ui build_command
-        load_cache include_external_msproject qt_wrap_cpp qt_wrap_ui)
+        load_cache include_external_msproject qt_wrap_cpp qt_wrap_ui python_add_library)
   # Each stub is a no-op; cmake_language(EVAL) only defines them in a loop.
   cmake_language(EVAL CODE "function(${_ev_cmd})\nendfunction()")
 endforeach()
@@ -197,7 +200,8 @@ macro(file _ev_sub)
   if("${_ev_sub}" MATCHES "^(READ|STRINGS|SHA1|SHA256|SHA512|MD5|SIZE|TIMESTAMP)$")
     set(_ev_args ${ARGN})
     list(GET _ev_args 0 _ev_path)
-    if(EXISTS "${_ev_path}" AND NOT IS_DIRECTORY "${_ev_path}")
+    _ev_inside(_ev_ok "${_ev_path}" "@EV_SHADOW@/" "@EV_TREE_REAL@/")
+    if(_ev_ok AND NOT IS_DIRECTORY "${_ev_path}")
       _file(${_ev_sub} ${ARGN})
     else()
       list(GET _ev_args 1 _ev_var)
@@ -232,13 +236,42 @@ function(_ev_msg _ev_line _ev_mode)
 endfunction()
 
 macro(_ev_apply_overrides)
-  _include("${_EV_OVERRIDES}")
+  _include("@EV_OVERRIDES@")
 endmacro()
 
+# include() reaches the tree's scanned cmake/ files and CMake's own modules, nothing else.
 macro(include _ev_what)
-  _include(${_ev_what} ${ARGN})
+  _ev_include_path(_ev_inc "${_ev_what}")
+  _include("${_ev_inc}" ${ARGN})
   _ev_apply_overrides()
 endmacro()
+function(_ev_include_path _ev_out _ev_what)
+  if(_ev_what MATCHES "^[A-Za-z0-9_]+$")
+    set(_ev_what "@EV_CMAKE_ROOT@/Modules/${_ev_what}.cmake")
+  endif()
+  _ev_inside(_ev_ok "${_ev_what}" "@EV_SHADOW@/cmake/" "@EV_CMAKE_ROOT@/Modules/")
+  if(NOT _ev_ok OR NOT _ev_what MATCHES "[.]cmake$")
+    _ev_refused("include(${_ev_what})")
+  endif()
+  _file(REAL_PATH "${_ev_what}" _ev_real BASE_DIRECTORY "@EV_SHADOW@")
+  set(${_ev_out} "${_ev_real}" PARENT_SCOPE)
+endfunction()
+# Whether a path (relative: to the tree) resolves, links followed, under one of the folders given.
+function(_ev_inside _ev_out _ev_path)
+  _file(REAL_PATH "${_ev_path}" _ev_real BASE_DIRECTORY "@EV_SHADOW@")
+  set(_ev_ok FALSE)
+  foreach(_ev_dir IN ITEMS ${ARGN})
+    string(FIND "${_ev_real}" "${_ev_dir}" _ev_at)
+    if(_ev_at EQUAL 0 AND EXISTS "${_ev_real}")
+      set(_ev_ok TRUE)
+    endif()
+  endforeach()
+  set(${_ev_out} ${_ev_ok} PARENT_SCOPE)
+endfunction()
+function(_ev_refused _ev_what)
+  _message(FATAL_ERROR "edgevllm: ${_ev_what} is refused while evaluating the kernel plan "
+           "(a tree's CMake may not run programs or reach the host; see docs/security.md)")
+endfunction()
 
 function(_ev_cali _ev_line _ev_out _ev_src _ev_tgt)
   cuda_archs_loose_intersection(_ev_res "${_ev_src}" "${_ev_tgt}")
@@ -296,6 +329,9 @@ set(VLLM_TARGET_DEVICE "cuda")
 set(VLLM_PYTHON_EXECUTABLE "/opt/venv/bin/python3")
 set(Python_EXECUTABLE "/opt/venv/bin/python3")
 set(NVCC_THREADS "${_EV_NVCC_THREADS}")
-_include("${_EV_TREE}/CMakeLists.txt")
+# Last: every builtin that could run a program or write (and cmake_language, which can call the
+# originals CMake keeps as _<name>) refuses from here on, for the tree and the modules it includes.
+@EV_REFUSALS@
+_include("@EV_SHADOW@/CMakeLists.txt")
 _ev_rec(STD "${CMAKE_CUDA_STANDARD}")
 _ev_rec(DONE)
