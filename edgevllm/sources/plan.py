@@ -325,8 +325,8 @@ def _failure(tree: Path, shadow: Path, stderr: str) -> str:
                         " ".join(text.split()))
     if refused:  # the prelude's guard (cmakeguard): name the tree's line that asked
         caller = re.search(r"^\s+((?:CMakeLists\.txt|cmake/\S+):\d+) ", text, re.M)
-        where = f"{caller.group(1)}: " if caller else ""
-        return (f"{tree}: {where}{refused.group(1)}: a tree's CMake may not run programs or "
+        line = f"{caller.group(1)}: " if caller else ""
+        return (f"{tree}: {line}{refused.group(1)}: a tree's CMake may not run programs or "
                 "reach the host (docs/security.md)")
     where = re.search(r"CMake Error at ([^\s:]+):(\d+)", text)
     detail = ""
