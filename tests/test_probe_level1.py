@@ -19,8 +19,10 @@ from edgevllm.probe.level1 import (
     arch_coverage,
     classify_load_error,
     judge_env,
+    judge_first_start,
     judge_mods,
     mod_records,
+    recorded_first_start,
 )
 
 FIXTURE_ENV = {"EDGEVLLM_PROBE_FIXTURE": "expected"}
@@ -130,6 +132,59 @@ def test_result_json_and_summary(tmp_path):
     assert "remedy: rebuild" in result.render()
 
 
+def test_first_start_from_the_verify_record_and_the_image_facts():
+    record = {"ptx_units": 83, "ptx_bytes": 716_200_000, "flashinfer": "jit", "caches": []}
+    label = {"io.edgevllm.verify": json.dumps({"passed": True, "first_start": record})}
+    assert recorded_first_start(label) == record
+    assert recorded_first_start({"io.edgevllm.verify": "not json"}) is None
+    assert recorded_first_start({}) is None
+    facts = {"flashinfer_kernels": {"packages": {"flashinfer-python": "0.7.2",
+                                                 "flashinfer-cubin": None},
+                                    "jit_cache_modules": 3},
+             "env": {"CUDA_CACHE_PATH": "/root/.nv/ComputeCache"}}
+    result = ProbeResult(image="img", target="spark", level=1)
+    judge_first_start(result, facts, record)
+    check = result.get("first-start")
+    assert check.status == "pass"
+    assert check.message == ("83 PTX-only units (716.2 MB PTX) for the driver's JIT; FlashInfer "
+                             "jit (no prebuilt packages; 3 modules already in its JIT cache); "
+                             "cache env: CUDA_CACHE_PATH=/root/.nv/ComputeCache")
+    result = ProbeResult(image="img", target="spark", level=1)
+    facts["flashinfer_kernels"]["packages"]["flashinfer-cubin"] = "0.7.2"
+    judge_first_start(result, {**facts, "env": {}}, None)
+    message = result.get("first-start").message
+    assert message.startswith("PTX-only units not measured (no verify record")
+    assert "FlashInfer not judged (flashinfer-cubin 0.7.2;" in message
+    assert "cache env: none set in the image" in message
+
+
+def test_in_image_flashinfer_facts_read_packages_and_the_jit_cache(tmp_path, monkeypatch):
+    """The in-image script's own function, run here on a made-up site and cache folder."""
+    import importlib.util
+    import sys
+
+    from edgevllm.probe import level1
+
+    spec = importlib.util.spec_from_file_location("inimage_check", level1.__file__.replace(
+        "level1.py", "inimage_check.py"))
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    site = tmp_path / "site"
+    (site / "flashinfer_cubin-0.7.2.dist-info").mkdir(parents=True)
+    (site / "flashinfer_cubin-0.7.2.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: flashinfer-cubin\nVersion: 0.7.2\n")
+    module = tmp_path / "base" / ".cache" / "flashinfer" / "0.7.2" / "121a" / "cached_ops" / "norm"
+    module.mkdir(parents=True)
+    (module / "norm.so").write_bytes(b"\x7fELF")
+    (module / "build.ninja").write_text("")
+    monkeypatch.setattr(sys, "path", [str(site), *sys.path])
+    monkeypatch.setenv("FLASHINFER_WORKSPACE_BASE", str(tmp_path / "base"))
+    facts = check.flashinfer_kernel_facts()
+    assert facts["packages"]["flashinfer-cubin"] == "0.7.2"
+    assert facts["packages"]["flashinfer-jit-cache"] is None
+    assert facts["jit_cache_modules"] == 1
+
+
 # -- the whole probe, against fixture images -----------------------------------------------------
 @pytest.fixture(scope="module")
 def images(engine):
@@ -161,6 +216,8 @@ def test_good_image_passes(engine, images):
         assert statuses[check_id] == "pass", check_id
     assert result.get("import:vllm").detail["version"] == "0.33.0+standin"
     assert result.facts["image_id"].startswith("sha256:")
+    first = result.get("first-start")  # no verify label, no FlashInfer in the fixture
+    assert first.status == "pass" and first.message.startswith("PTX-only units not measured")
     assert leftover_containers(engine) == []
 
 

@@ -126,9 +126,13 @@ def run_checks(
     verify_summary = verdict.summary_dict()
     console.step("checks: probe level 1 (imports, torch arch list, mods record, env)")
     probe = probe_level1(
-        engine, image, eff.target.name, required=eff.spec.probe_required, runtime_env=eff.env
+        engine, image, eff.target.name, required=eff.spec.probe_required, runtime_env=eff.env,
+        first_start=verify_summary["first_start"],
     )
     probe_summary = {"passed": probe.passed, "summary": probe.summary()}
+    first = probe.get("first-start")
+    if first is not None:
+        console.info(f"  first start: {first.message}")
     if not verdict.passed:
         raise ArchGateFailed(
             f"{image}: kernel-arch gate failed for {eff.target.name}; "

@@ -276,6 +276,27 @@ def jit_facts(target_arch, timeout):
     return facts
 
 
+FLASHINFER_PACKAGES = ("flashinfer-python", "flashinfer-cubin", "flashinfer-jit-cache")
+
+
+def flashinfer_kernel_facts():
+    """FlashInfer's prebuilt-kernel packages (their versions) and the modules already compiled
+    into its JIT cache (``$FLASHINFER_WORKSPACE_BASE`` or ``~``, then ``.cache/flashinfer``)."""
+    from importlib import metadata
+    versions = {}
+    for name in FLASHINFER_PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except Exception:  # noqa: BLE001 - not installed
+            versions[name] = None
+    base = os.environ.get("FLASHINFER_WORKSPACE_BASE") or os.path.expanduser("~")
+    cache = os.path.join(base, ".cache", "flashinfer")
+    modules = 0
+    for _folder, _dirs, files in os.walk(cache):
+        modules += sum(1 for name in files if name.endswith(".so"))
+    return {"packages": versions, "jit_cache": cache, "jit_cache_modules": modules}
+
+
 def main(argv):
     parser = argparse.ArgumentParser(prog="edgevllm-probe")
     parser.add_argument("--component", action="append", default=[])
@@ -304,6 +325,8 @@ def main(argv):
         # FlashInfer compiles its kernels at run time (flashinfer.jit); a build without a JIT
         # (a stand-in, or one that ships every kernel) needs no toolchain in the image.
         facts["jit"] = jit_facts(args.target_arch, args.import_timeout)
+    if facts["imports"].get("flashinfer", {}).get("ok"):
+        facts["flashinfer_kernels"] = flashinfer_kernel_facts()
     if "vllm" in args.component:
         facts["vllm_extensions"] = extension_facts("vllm", args.import_timeout)
     sys.stdout.write(MARKER + json.dumps(facts, default=str) + "\n")

@@ -27,9 +27,13 @@ MARKER = "@@EDGEVLLM-PROBE@@ "
 PROBE_LABEL = labels.PROBE
 MODS_RECORD = labels.MODS_RECORD
 LOCK_FILE = LOCK_IMAGE_PATH  # written by the build (edgevllm/lock.py)
+VERIFY_LABEL = labels.VERIFY  # verify's record, with the first-start work
 MODS_LABEL = labels.MODS_SELECTED  # the build's label: mods chosen for the image
 GOOD_OUTCOMES = ("applied", "already-applied", "not-applicable")
 
+# Where the first start's compiled code goes (read so the report can say which caches are set).
+CACHE_ENV = ("CUDA_CACHE_PATH", "CUDA_CACHE_MAXSIZE", "CUDA_CACHE_DISABLE",
+             "FLASHINFER_WORKSPACE_BASE", "TRITON_CACHE_DIR")
 _NO_DRIVER = re.compile(r"libcuda\.so(\.\d+)*: cannot open shared object file")
 _DRIVER_SYMBOL = re.compile(r"undefined symbol: (cu[A-Z]\w*)")
 
@@ -48,7 +52,7 @@ def collect_facts(engine: DockerEngine, image: str, target: ProbeTarget, compone
                "--lock", LOCK_FILE, "--import-timeout", str(import_timeout)]
     for component in components:
         command += ["--component", component]
-    for key in sorted(set(target.runtime_env) | {"LD_PRELOAD"}):
+    for key in sorted(set(target.runtime_env) | {"LD_PRELOAD"} | set(CACHE_ENV)):
         command += ["--env-key", key]
     options = RunOptions(image=image, command=command, entrypoint=python, name=name,
                          remove=True, network="none", labels={PROBE_LABEL: "1"}, extra=["-i"])
@@ -277,6 +281,46 @@ def judge_lock(result: ProbeResult, facts: dict) -> None:
         result.add("lock", PASS, f"lock present ({LOCK_FILE})")
 
 
+def recorded_first_start(labels: dict[str, str]) -> dict | None:
+    """The first-start record verify left in the image's label, if any."""
+    try:
+        record = json.loads(labels.get(VERIFY_LABEL) or "{}").get("first_start")
+    except (ValueError, AttributeError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def judge_first_start(result: ProbeResult, facts: dict, record: dict | None) -> None:
+    """What the first start compiles: the PTX-only units verify measured (its record), and
+    FlashInfer's kernels as the image holds them (packages, modules already in its JIT cache).
+    Information, never a failure: a first start that compiles still starts."""
+    from edgevllm.verify.firststart import human_bytes
+
+    parts = []
+    if record is None:
+        parts.append("PTX-only units not measured (no verify record: inv verify --image IMG)")
+    else:
+        parts.append(f"{record.get('ptx_units', 0)} PTX-only units "
+                     f"({human_bytes(record.get('ptx_bytes', 0))} PTX) for the driver's JIT")
+    kernels = facts.get("flashinfer_kernels")
+    fi_state = None
+    if kernels is not None:
+        packages = kernels.get("packages", {})
+        prebuilt = [f"{name} {version}" for name, version in sorted(packages.items())
+                    if version and name != "flashinfer-python"]
+        fi_state = (record or {}).get("flashinfer") or ("jit" if not prebuilt else "not judged")
+        cached = kernels.get("jit_cache_modules", 0)
+        parts.append(f"FlashInfer {fi_state} ({', '.join(prebuilt) or 'no prebuilt packages'}; "
+                     f"{cached} modules already in its JIT cache)")
+    env = facts.get("env", {})
+    set_here = [f"{key}={env[key]}" for key in CACHE_ENV if env.get(key)]
+    parts.append("cache env: " + (", ".join(set_here) or "none set in the image (inv serve "
+                                  "sets the compute cache per image)"))
+    result.facts["first_start"] = {"record": record, "flashinfer": kernels,
+                                   "flashinfer_state": fi_state}
+    result.add("first-start", PASS, "; ".join(parts))
+
+
 # -- entry point ---------------------------------------------------------------------------------
 LEVEL1_TIMEOUT_S = 1800.0  # image pull aside, importing vLLM and friends takes minutes at most
 
@@ -284,7 +328,7 @@ LEVEL1_TIMEOUT_S = 1800.0  # image pull aside, importing vLLM and friends takes 
 def probe_level1(engine: DockerEngine, image: str, target: Any,
                  required: Iterable[str] | None = None, timeout: float = LEVEL1_TIMEOUT_S,
                  import_timeout: int = 600, runtime_env: dict[str, str] | None = None,
-                 python: str = "python3") -> ProbeResult:
+                 python: str = "python3", first_start: dict | None = None) -> ProbeResult:
     """Level-1 probe of ``image`` for ``target`` (a name, target object or ``ProbeTarget``).
 
     ``required``: the components that must import (default: the target's
@@ -292,6 +336,8 @@ def probe_level1(engine: DockerEngine, image: str, target: Any,
     probed as optional and reported ``absent`` when missing. ``runtime_env``: the environment the
     image must have (default: the target's ``runtime_env``; pass the build's effective env when a
     spec overrides it). ``python``: the image's interpreter (the one vLLM is installed for).
+    ``first_start``: verify's first-start record (``FirstStart.compact``) when the caller has
+    it (a build, before the labels are written); else the image's verify label is read.
     """
     target = probe_target(target)
     if runtime_env is not None:
@@ -318,5 +364,6 @@ def probe_level1(engine: DockerEngine, image: str, target: Any,
     judge_env(result, facts, target.runtime_env)
     judge_lock(result, facts)
     judge_jit(result, facts)
+    judge_first_start(result, facts, first_start or recorded_first_start(labels))
     result.duration_s = round(time.monotonic() - started, 1)
     return result

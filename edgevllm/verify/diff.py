@@ -30,10 +30,13 @@ class Diff:
     new_source: str
     changes: list[Change] = field(default_factory=list)
     unchanged: int = 0
+    first_start: Change | None = None  # the first-start work, when it differs
 
     def to_json(self) -> dict:
+        start = self.first_start
         return {"target": self.target, "old": self.old_source, "new": self.new_source,
                 "unchanged": self.unchanged,
+                "first_start": {"old": start.old, "new": start.new} if start else None,
                 "changes": [{"path": c.path, "old": c.old, "new": c.new} for c in self.changes]}
 
 
@@ -70,7 +73,15 @@ def compare(target: str, old: Verdict, new: Verdict) -> Diff:
             result.unchanged += 1
         else:
             result.changes.append(Change(key, before.get(key), after.get(key)))
+    result.first_start = _first_start_change(old, new)
     return result
+
+
+def _first_start_change(old: Verdict, new: Verdict) -> Change | None:
+    from edgevllm.verify.firststart import first_start_cell
+
+    cells = [first_start_cell(verdict.first_start().compact()) for verdict in (old, new)]
+    return None if cells[0] == cells[1] else Change("first start", *cells)
 
 
 def diff_sources(target: str, old: str, new: str, policy=None, engine=None) -> Diff:
@@ -95,6 +106,9 @@ def print_diff(diff: Diff) -> None:
         else:
             line = f"  ~ {change.path}: {change.old} → {change.new}"
         console.print(line, highlight=False, soft_wrap=True)
+    if diff.first_start:
+        console.print(f"  ~ first start: {diff.first_start.old} → {diff.first_start.new}",
+                      highlight=False, soft_wrap=True)
     console.print(f"{len(diff.changes)} changed, {diff.unchanged} unchanged", highlight=False)
 
 

@@ -134,18 +134,27 @@ class Verdict:
             head += f"; failing: {worst_}{more}"
         return head
 
+    def first_start(self):
+        """What the first start on the target compiles (``firststart.FirstStart``)."""
+        from edgevllm.verify.firststart import first_start
+
+        return first_start(self)
+
     def summary_dict(self) -> dict:
-        """A compact record for build metadata: the verdict without per-entry detail."""
+        """A compact record for build metadata (the image's verify label): the verdict without
+        per-entry detail, and the first-start work in short."""
         return {"passed": self.passed, "target": self.target, "cuda_arch": str(self.cuda_arch),
                 "summary": self.summary(), "scanned": self.scanned,
                 "gated": sum(1 for lib in self.libraries if lib.gated),
                 "failures": [{"path": lib.report.path, "level": lib.level, "note": lib.note}
-                             for lib in self.failures]}
+                             for lib in self.failures],
+                "first_start": self.first_start().compact()}
 
     def to_json(self) -> dict:
         return {"target": self.target, "cuda_arch": str(self.cuda_arch), "source": self.source,
                 "passed": self.passed, "scanned": self.scanned, "summary": self.summary(),
                 "cuobjdump_checked": self.cuobjdump_checked, "notes": self.notes,
+                "first_start": self.first_start().to_json(),
                 "libraries": [lib.to_json() for lib in self.libraries]}
 
 

@@ -124,6 +124,8 @@ def print_verdict(verdict: Verdict) -> None:
     console = out_console()
     if verdict.libraries:
         _table_console(console).print(build_table(verdict))
+    for line in verdict.first_start().lines():
+        console.print(Text(line), soft_wrap=True, highlight=False)
     style = "bold green" if verdict.passed else "bold red"
     console.print(Text(verdict.summary(), style=style), soft_wrap=True)
 
