@@ -68,10 +68,12 @@ def run_options(rendered: Rendered, engine: DockerEngine, *, name: str,
                 env: dict[str, str] | None = None, image: str | None = None,
                 ports: bool = True, restart: str | None = None,
                 entrypoint: str | None = None, healthcheck: bool = True,
-                image_id: str | None = None) -> RunOptions:
+                image_id: str | None = None,
+                image_labels: dict[str, str] | None = None) -> RunOptions:
     """The ``docker run`` options of one recipe container (solo, or one node of a cluster).
 
-    ``image_id`` names the JIT cache folder (``UNKNOWN_IMAGE_ID`` when not known: dry-run).
+    ``image_id`` names the JIT cache folder (``UNKNOWN_IMAGE_ID`` when not known: dry-run);
+    ``image_labels`` size the driver's compute cache (verify's record; see computecache.py).
     """
     c = rendered.container
     net = network or c.network
@@ -84,7 +86,7 @@ def run_options(rendered: Rendered, engine: DockerEngine, *, name: str,
         image=image or _require_image(rendered),
         command=list(command if command is not None else entry_command(rendered)),
         name=name, detach=True,
-        env={**launch_env(rendered), **rendered.env, **(env or {})},
+        env=container_env(rendered, env, image_labels),
         env_names=list(rendered.secrets),
         volumes=[_expand_volume(v, engine) for v in rendered.volumes]
         + launch_volumes(rendered, image_id),
@@ -103,6 +105,22 @@ def launch_env(rendered: Rendered) -> dict[str, str]:
     if rendered.launch.hf_home:
         env["HF_HOME"] = rendered.launch.hf_home
     return env
+
+
+def compute_cache_of(rendered: Rendered, env: dict[str, str] | None = None,
+                     image_labels: dict[str, str] | None = None):
+    """The driver's compute cache of this container (``computecache.ComputeCache``)."""
+    from edgevllm.serve.computecache import compute_cache
+
+    given = {**launch_env(rendered), **rendered.env, **(env or {})}
+    return compute_cache(rendered.launch.jit_caches, given, image_labels)
+
+
+def container_env(rendered: Rendered, env: dict[str, str] | None = None,
+                  image_labels: dict[str, str] | None = None) -> dict[str, str]:
+    """Launch defaults, then the compute cache's variables, then the recipe's env, then ``env``."""
+    added = compute_cache_of(rendered, env, image_labels).env
+    return {**launch_env(rendered), **added, **rendered.env, **(env or {})}
 
 
 def ulimit_flags(rendered: Rendered) -> list[str]:
@@ -276,8 +294,10 @@ def serve(rendered: Rendered, engine: DockerEngine, *, name: str | None = None,
     if dry_run:
         built_from = (rendered.build.spec or rendered.build.lock) if rendered.build else None
         image = rendered.image or f"<image built from {built_from}>"
+        known = _known_image(engine, rendered.image)
         options = run_options(rendered, engine, name=cname, image=image,
-                              image_id=_known_image_id(engine, rendered.image))
+                              image_id=known.get("Id"), image_labels=_labels_of(known))
+        console.info(compute_cache_of(rendered, image_labels=_labels_of(known)).describe())
         return engine.command_line(options.argv())
     engine.check_daemon()
     image = resolve_image(rendered, engine, build)
@@ -287,23 +307,28 @@ def serve(rendered: Rendered, engine: DockerEngine, *, name: str | None = None,
         raise RecipeError(f"container {cname} already exists ({state}): "
                           f"inv stop --recipe {rendered.name} first, or pass --name")
     check_memory_fits(rendered, engine)
+    inspect = engine.image_inspect(image)
     engine.start(run_options(rendered, engine, name=cname, image=image,
-                             image_id=engine.image_id(image)))
+                             image_id=inspect["Id"], image_labels=_labels_of(inspect)))
     console.step(f"started {cname} ({image}) on engine {engine.describe()}")
     if wait_s > 0:
         wait_healthy(engine, cname, wait_s, rendered.health.fail_on_log)
     return cname
 
 
-def _known_image_id(engine: DockerEngine, image: str | None) -> str | None:
-    """The image id for a dry-run when the engine can tell it; None when it cannot (no daemon,
-    no such image): the dry-run then shows the folder as IMAGE-ID."""
+def _known_image(engine: DockerEngine, image: str | None) -> dict:
+    """The image's inspect record for a dry-run when the engine can tell it; {} when it cannot
+    (no daemon, no such image): the dry-run then shows the folder as IMAGE-ID."""
     if not image:
-        return None
+        return {}
     try:
-        return engine.image_id(image)
+        return engine.image_inspect(image)
     except EdgeVllmError:
-        return None
+        return {}
+
+
+def _labels_of(inspect: dict) -> dict[str, str]:
+    return inspect.get("Config", {}).get("Labels") or {}
 
 
 def wait_healthy(engine: DockerEngine, container: str, timeout_s: float,

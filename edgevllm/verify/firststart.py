@@ -18,13 +18,13 @@ Three kinds of work happen at first use and are kept by a cache afterwards:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any
 
 from edgevllm.verify.compat import entry_level, unit_levels
 from edgevllm.verify.library import LibraryReport, short_path
 
-if TYPE_CHECKING:
-    from edgevllm.verify.judge import LibraryVerdict, Verdict
+# judge.Verdict / judge.LibraryVerdict: judge calls this module, so they are not imported here.
+Verdict = LibraryVerdict = Any
 
 # The caches the first start fills, by the names the targets' launch defaults mount them under
 # (targets/*.yaml launch.jit_caches): what each keeps, and when this image needs it.
