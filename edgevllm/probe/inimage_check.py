@@ -283,7 +283,7 @@ def flashinfer_kernel_facts():
     """FlashInfer's prebuilt-kernel packages (their versions) and the modules already compiled
     into its JIT cache (``$FLASHINFER_WORKSPACE_BASE`` or ``~``, then ``.cache/flashinfer``)."""
     from importlib import metadata
-    versions = {}
+    versions = {}  # type: dict
     for name in FLASHINFER_PACKAGES:
         try:
             versions[name] = metadata.version(name)

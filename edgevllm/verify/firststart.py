@@ -23,9 +23,6 @@ from typing import Any
 from edgevllm.verify.compat import entry_level, unit_levels
 from edgevllm.verify.library import LibraryReport, short_path
 
-# judge.Verdict / judge.LibraryVerdict: judge calls this module, so they are not imported here.
-Verdict = LibraryVerdict = Any
-
 # The caches the first start fills, by the names the targets' launch defaults mount them under
 # (targets/*.yaml launch.jit_caches): what each keeps, and when this image needs it.
 CACHES = {
@@ -171,12 +168,13 @@ def ptx_of(report: LibraryReport, verdict_target) -> PtxLibrary | None:
                       sum(size for _, size in picked.values()))
 
 
-def _flashinfer_package(lib: LibraryVerdict) -> str | None:
+def _flashinfer_package(lib: Any) -> str | None:
     top = _package_path(lib.report.path).split("/", 1)[0]
     return FLASHINFER_PACKAGES.get(top)
 
 
-def first_start(verdict: Verdict) -> FirstStart:
+def first_start(verdict: Any) -> FirstStart:
+    """The report of a ``judge.Verdict`` (not imported: judge calls this module)."""
     report = FirstStart(verdict.target)
     packages: dict[str, PrebuiltPackage] = {}
     for lib in verdict.libraries:
