@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from edgevllm.common.secrets import redact
+
 _STEP = re.compile(r"^#(\d+) \[(?:(?P<platform>linux/\S+) )?(?P<stage>[\w.-]+)(?: "
                    r"(?P<pos>\d+/\d+))?\] (?P<what>.*)$")
 _OUTPUT = re.compile(r"^#(\d+) (?:\d+\.\d+ )?(?P<text>.*)$")
@@ -45,6 +47,7 @@ class BuildFollower:
         self.tail: deque = deque(maxlen=40)
 
     def feed(self, line: str) -> None:
+        line = redact(line)  # the log and the failure tail are read by people, CI and issues
         if self.log_file is not None:
             self.log_file.write(line + "\n")
         self.tail.append(line)

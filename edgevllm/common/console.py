@@ -1,7 +1,8 @@
 """User-facing output: progress and messages on stderr, results on stdout.
 
 Keep machine-readable results (JSON, tables a script parses) on stdout via ``print``; everything
-meant for a person goes through these helpers so that it can be silenced or coloured in one place.
+meant for a person goes through these helpers so that it can be silenced or coloured in one place,
+and so that no credential-shaped text (common/secrets) reaches a terminal or a CI log.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import os
 import sys
 
 from rich.console import Console
+
+from edgevllm.common.secrets import redact
 
 
 @functools.lru_cache(maxsize=None)
@@ -28,19 +31,19 @@ def out_console() -> Console:
 
 
 def info(message: str) -> None:
-    err_console().print(message, markup=False, soft_wrap=True)
+    err_console().print(redact(message), markup=False, soft_wrap=True)
 
 
 def step(message: str) -> None:
-    err_console().print(f"==> {message}", markup=False, style="bold", soft_wrap=True)
+    err_console().print(f"==> {redact(message)}", markup=False, style="bold", soft_wrap=True)
 
 
 def warn(message: str) -> None:
-    err_console().print(f"warning: {message}", markup=False, style="yellow", soft_wrap=True)
+    err_console().print(f"warning: {redact(message)}", markup=False, style="yellow", soft_wrap=True)
 
 
 def error(message: str) -> None:
-    err_console().print(f"error: {message}", markup=False, style="red", soft_wrap=True)
+    err_console().print(f"error: {redact(message)}", markup=False, style="red", soft_wrap=True)
 
 
 def is_tty() -> bool:

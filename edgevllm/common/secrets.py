@@ -60,7 +60,7 @@ def check_no_secrets(values: Mapping[str, object], where: str) -> None:
     for key, value in values.items():
         problem = secret_problem(str(key), value)
         if problem:
-            raise ValueError(f"{where}: {problem}; {HOW_TO_PASS}")
+            raise ValueError(f"{problem}; {where}: {HOW_TO_PASS}")
 
 
 def redact(text: str) -> str:

@@ -21,12 +21,13 @@ import json
 import os
 import re
 import struct
-import urllib.error
-import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import requests
+
 from edgevllm.common.errors import RooflineUnknown
+from edgevllm.common.http import InsecureRedirect, bearer, credential_session
 from edgevllm.common.paths import host_hf_cache
 
 _MAX_HEADER = 100 * 1024 * 1024  # the safetensors spec caps the header at 100 MB
@@ -91,13 +92,27 @@ def _local_header(path: Path) -> dict:
         return parse_header(handle.read(8 + min(length, _MAX_HEADER)), str(path))
 
 
+def _http_get(url: str, headers: dict) -> requests.Response:
+    """A GET with HF_TOKEN for the Hub's host only (common/http drops it on a redirect away)."""
+    token = bearer(os.environ.get("HF_TOKEN"))
+    try:
+        response = credential_session().get(url, headers={**headers, **token}, timeout=60,
+                                            stream=True)
+    except InsecureRedirect as exc:
+        raise RooflineUnknown(f"roofline unknown: {exc}") from None
+    except requests.RequestException as exc:
+        raise RooflineUnknown(f"roofline unknown: cannot reach {url} "
+                              f"({type(exc).__name__})") from None
+    return response
+
+
 def _http_range(url: str, start: int, end: int) -> bytes:
-    req = urllib.request.Request(url, headers={"Range": f"bytes={start}-{end}"})
-    token = os.environ.get("HF_TOKEN")
-    if token:
-        req.add_header("Authorization", f"Bearer {token}")
-    with urllib.request.urlopen(req, timeout=60) as resp:
-        return resp.read(end - start + 1)
+    response = _http_get(url, {"Range": f"bytes={start}-{end}"})
+    with response:
+        if response.status_code >= 400:
+            raise RooflineUnknown(f"roofline unknown: {url}: HTTP {response.status_code} "
+                                  "(gated or private: set HF_TOKEN)")
+        return response.raw.read(end - start + 1, decode_content=True)
 
 
 def _http_header(url: str) -> dict:
@@ -118,17 +133,14 @@ class _Source:
         if self.folder is not None:
             path = self.folder / name
             return path.read_text() if path.is_file() else None
-        try:
-            with urllib.request.urlopen(self._url(name), timeout=60) as resp:
-                return resp.read().decode()
-        except urllib.error.HTTPError as exc:
-            if exc.code == 404:
+        response = _http_get(self._url(name), {})
+        with response:
+            if response.status_code == 404:
                 return None
-            raise RooflineUnknown(f"roofline unknown: {self._url(name)}: HTTP {exc.code} "
-                                  "(gated or private: set HF_TOKEN)") from None
-        except OSError as exc:
-            raise RooflineUnknown(f"roofline unknown: cannot reach {self._url(name)} "
-                                  f"({getattr(exc, 'reason', exc)})") from None
+            if response.status_code >= 400:
+                raise RooflineUnknown(f"roofline unknown: {self._url(name)}: HTTP "
+                                      f"{response.status_code} (gated or private: set HF_TOKEN)")
+            return response.text
 
     def header(self, name: str) -> dict:
         if self.folder is not None:

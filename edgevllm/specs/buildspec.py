@@ -31,6 +31,7 @@ from edgevllm.common.grammar import (
     Version,
 )
 from edgevllm.common.schema import Strict, parse_model
+from edgevllm.common.secrets import check_no_secrets
 from edgevllm.specs.modselect import select_mod_names
 from edgevllm.specs.targets import BaseImages, Target, TorchSource, load_target
 
@@ -109,16 +110,8 @@ class BuildSpec(Strict):
     @classmethod
     def _no_secrets(cls, value: dict[str, str]) -> dict[str, str]:
         # Env values become image ENV, build args reach the log and the lock label: a token in
-        # either would ship with the image. Secrets are given at run time (recipes pass them by
-        # name).
-        from edgevllm.specs.lock import _SECRET_RE
-
-        bad = sorted(k for k in value if _SECRET_RE.search(k))
-        if bad:
-            raise ValueError(
-                f"{', '.join(bad)} looks like a secret; never bake a secret into an "
-                "image: pass it when the container runs (inv serve passes HF_TOKEN by name)"
-            )
+        # either would ship with the image, whatever its key is called (common/secrets).
+        check_no_secrets(value, "an image must not hold it")
         return value
 
     @field_validator("image_repo")

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Optional
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from edgevllm import __version__
 from edgevllm.common import labels
@@ -40,6 +40,7 @@ from edgevllm.common.grammar import (
     Version,
 )
 from edgevllm.common.schema import parse_model
+from edgevllm.common.secrets import HOW_TO_PASS, check_no_secrets, token_kind
 
 SCHEMA_VERSION = 1
 LOCK_FILENAME = labels.LOCK_FILENAME
@@ -48,7 +49,6 @@ LOCK_HASH_LABEL = labels.LOCK_SHA  # image label holding lock_hash()
 LOCK_IMAGE_PATH = labels.LOCK_FILE  # where the lock lives inside the image
 
 _UNHASHED = {"created_at", "tags"}
-_SECRET_RE = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|CREDENTIAL)", re.I)
 _TAG_BAD = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
@@ -203,13 +203,15 @@ class Lock(_Model):
     @classmethod
     def _no_secrets(cls, value: dict[str, str]) -> dict[str, str]:
         # A lock travels into an image label: a token in it would be published with the image.
-        bad = sorted(k for k in value if _SECRET_RE.search(k))
-        if bad:
-            raise ValueError(
-                f"{', '.join(bad)} looks like a secret; pass secrets as build secrets, not build "
-                f"args"
-            )
+        check_no_secrets(value, "a lock must not hold it")
         return value
+
+    @model_validator(mode="after")
+    def _no_token_anywhere(self) -> "Lock":
+        kind = token_kind(self.model_dump_json())
+        if kind:
+            raise ValueError(f"a value in the lock looks like {kind}; {HOW_TO_PASS}")
+        return self
 
     def sources(self) -> dict[str, SourceLock]:
         return {
