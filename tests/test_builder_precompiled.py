@@ -1,5 +1,6 @@
-"""The precompiled mode's build side: when the tree decides the mode, what it becomes, the release
-wheel check and the rendered stages (real git for the sources; no container)."""
+"""The precompiled mode's build side (builder/modes/precompiled.py, the mode decided by
+builder/modes.start): when the tree decides the mode, what it becomes, the release wheel check
+and the rendered stages (real git for the sources; no container)."""
 
 from __future__ import annotations
 
@@ -7,14 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from edgevllm.builder.buildreqs import read_build_layout
-from edgevllm.builder.mode_precompiled import decide, release_wheel, wants_tree_check
+from edgevllm.builder.modes import start
+from edgevllm.builder.modes.precompiled import release_wheel
 from edgevllm.builder.render import render_dockerfile
+from edgevllm.builder.runner import Workspace
 from edgevllm.common.errors import SpecError
-from edgevllm.sources.prepare import SourceRequest, prepare_sources
+from edgevllm.sources.buildreqs import read_build_layout
 from edgevllm.sources.pythononly import PythonOnlyCheck
 from edgevllm.sources.wheels import Closure, WheelPin
-from edgevllm.specs.buildspec import load_spec, resolve
+from edgevllm.specs.buildspec import load_spec, resolve, wants_tree_check
 from support.gitfixtures import add_pr, make_upstream_repo
 
 FAKE_VLLM = Path(__file__).parent / "e2e" / "fixtures" / "fake-vllm"
@@ -34,11 +36,10 @@ def eff_for(upstream, **overrides):
                                                  **overrides}))
 
 
-def prepared_for(eff, tmp_path):
-    src = eff.spec.vllm
-    request = SourceRequest.from_cli(repo=src.repo, ref=src.ref, pr=src.pr,
-                                     cherry_picks=src.cherry_picks)
-    return {"vllm": prepare_sources(request, tmp_path / "tree")}
+def decided(eff, tmp_path):
+    """The build's own mode decision: the sources prepared, the tree's change checked."""
+    job = start(eff.spec, Workspace(tmp_path / "out"), engine=None, locked=None)
+    return job.eff, job.check, job
 
 
 @pytest.fixture(autouse=True)
@@ -47,19 +48,21 @@ def own_cache(tmp_path, monkeypatch):
 
 
 def test_when_the_tree_decides(upstream):
-    assert wants_tree_check(eff_for(upstream))
-    assert not wants_tree_check(eff_for(upstream, mode="compile"))       # --compile
-    assert wants_tree_check(eff_for(upstream, mode="precompiled"))
-    assert not wants_tree_check(eff_for(upstream, vllm_wheel="0.33.0"))  # prebuilt
-    plain = resolve(load_spec("spark"))                                  # a release, no change
-    assert not wants_tree_check(plain)
+    assert wants_tree_check(eff_for(upstream).spec)
+    assert not wants_tree_check(eff_for(upstream, mode="compile").spec)       # --compile
+    assert wants_tree_check(eff_for(upstream, mode="precompiled").spec)
+    assert not wants_tree_check(eff_for(upstream, vllm_wheel="0.33.0").spec)  # prebuilt
+    assert not wants_tree_check(load_spec("spark"))                           # a release
     with_fi = eff_for(upstream, flashinfer={"source": {"repo": upstream.url, "ref": "v0.1.0"}})
-    assert not wants_tree_check(with_fi)
+    assert not wants_tree_check(with_fi.spec)
+    with pytest.raises(SpecError, match="'flashinfer.source' compiles FlashInfer"):
+        eff_for(upstream, mode="precompiled",
+                flashinfer={"source": {"repo": upstream.url, "ref": "v0.1.0"}})
 
 
 def test_python_only_pr_becomes_precompiled(upstream, tmp_path):
-    eff = eff_for(upstream)
-    new, check = decide(eff, prepared_for(eff, tmp_path))
+    new, check, job = decided(eff_for(upstream), tmp_path)
+    assert job.sources is not None and job.sources["vllm"].tree_dir.is_dir()  # kept for the mode
     assert new.mode == "precompiled" and new.spec.vllm_wheel == "0.1.0"
     assert new.mode_reason == ("Python-only change: reusing the compiled kernels of vllm 0.1.0; "
                                "--compile to compile")
@@ -68,13 +71,13 @@ def test_python_only_pr_becomes_precompiled(upstream, tmp_path):
 
 
 def test_kernel_pr_stays_compile_and_precompiled_asked_for_fails(upstream, tmp_path):
-    eff = eff_for(upstream, vllm={"repo": upstream.url, "pr": 2})
-    new, check = decide(eff, prepared_for(eff, tmp_path / "a"))
+    new, check, _ = decided(eff_for(upstream, vllm={"repo": upstream.url, "pr": 2}),
+                            tmp_path / "a")
     assert new.mode == "compile" and check.blocking == ["csrc/kernels.cu"]
     assert new.mode_reason == "compiled sources changed since v0.1.0: csrc/kernels.cu"
     forced = eff_for(upstream, vllm={"repo": upstream.url, "pr": 2}, mode="precompiled")
     with pytest.raises(SpecError, match="compiled sources changed since v0.1.0: csrc/kernels.cu"):
-        decide(forced, prepared_for(forced, tmp_path / "b"))
+        decided(forced, tmp_path / "b")
 
 
 def _closure(version: str) -> Closure:
@@ -121,8 +124,7 @@ def test_compile_flag_sets_mode_compile_and_conflicts_are_refused():
 def test_a_release_pypi_lacks_fails_in_one_line_pointing_at_compile(tmp_path):
     """A Python-only PR on a fork's own release (v0.0.999): PyPI has no such vllm wheel to take
     kernels from; the real resolver says so before anything is downloaded or built."""
-    from edgevllm.builder.mode_precompiled import run_precompiled
-    from edgevllm.builder.runner import Workspace
+    from edgevllm.builder.modes import precompiled
     from edgevllm.sources.wheels import ClosureError
     from support.gitfixtures import git
 
@@ -131,10 +133,10 @@ def test_a_release_pypi_lacks_fails_in_one_line_pointing_at_compile(tmp_path):
     git(fork.path, "update-ref", "refs/tags/v0.0.999", fork.shas["c1"])
     add_pr(fork, 1, {"vllm/__init__.py": "MARKER = 'pr-1'\n"}, base="v0.0.999")
     eff = eff_for(fork, platform="linux/amd64", torch={"version": "2.14.0", "index_url": None})
-    prepared = prepared_for(eff, tmp_path)
-    new, check = decide(eff, prepared)
+    new, _, job = decided(eff, tmp_path)
+    assert new.mode == "precompiled"
     with pytest.raises(ClosureError) as failure:
-        run_precompiled(new, Workspace(tmp_path / "out"), None, None, prepared, check)
+        precompiled.prepare(job)
     message = str(failure.value)
     assert "unknown vLLM version: vllm==0.0.999" in message
     assert message.endswith("or --compile to compile the tree's kernels")

@@ -1,9 +1,21 @@
-"""Rendering: the right arch list and platform per target, byte-identical output for one spec."""
+"""Rendering: the right arch list and platform per target, byte-identical output for one spec,
+one template per mode, and ``inv render`` as the build's own plan for every mode."""
 
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from edgevllm.builder.dockerfile import needs, stages
 from edgevllm.builder.render import render_dockerfile
+from edgevllm.builder.runner import compile_key
+from edgevllm.sources.buildreqs import read_build_layout
 from edgevllm.specs.buildspec import load_spec, resolve
+
+FAKE_VLLM = Path(__file__).parent / "e2e" / "fixtures" / "fake-vllm"
 
 
 def test_each_target_renders_its_arch_list():
@@ -43,3 +55,75 @@ def test_render_task_writes_dockerfile_and_context(cli, tmp_path):
     assert 'TORCH_CUDA_ARCH_LIST="11.0a"' in (tmp_path / "r" / "Dockerfile").read_text()
     assert (tmp_path / "r" / "build-plan.json").is_file()
     assert (tmp_path / "r" / "edgevllm-mods" / "plan.json").is_file()
+
+
+# inv render runs the build's own preparation with fetching off: per mode, the Dockerfile holds
+# only the stages the plan's build targets need, and uses exactly the plan's named contexts.
+RENDER_CASES = {
+    "compile": [],
+    "compile-flashinfer-wheelhouse": ["--flashinfer-repo", "https://example.invalid/fi.git",
+                                      "--flashinfer-ref", "v0.1.0", "--wheelhouse", "WH"],
+    "compile-no-mods": ["--spec", "SPEC"],   # mods: []
+    "prebuilt": ["--vllm-wheel", "0.33.0"],
+    "precompiled": ["--mode", "precompiled", "--vllm-wheel", "0.33.0"],
+}
+_FROM_REF = re.compile(r"(?:--|[,\s])from=([A-Za-z0-9_.-]+)")
+
+
+@pytest.mark.parametrize("case", sorted(RENDER_CASES))
+def test_render_is_the_plan_the_build_runs(cli, tmp_path, case):
+    (tmp_path / "spec.yaml").write_text("target: spark\nmods: []\n")
+    args = [a.replace("WH", str(tmp_path)).replace("SPEC", str(tmp_path / "spec.yaml"))
+            for a in RENDER_CASES[case]]
+    out = tmp_path / "r"
+    code, _, stderr = cli("render", "--target", "spark", "--out", str(out), *args)
+    assert code == 0, stderr
+    text = (out / "Dockerfile").read_text()
+    plan = json.loads((out / "build-plan.json").read_text())
+    assert plan["mode"] == case.split("-")[0], plan["mode_reason"]
+    names = set(stages(text))
+    external = set(_FROM_REF.findall(text)) - names
+    exported = {"wheels"} if "wheels" in plan["stages"] else set()
+    assert set(plan["contexts"]) == external | exported
+    built = {stage for target in plan["stages"] for stage in needs(text, target)}
+    assert names == built, f"stages never built in {case}: {sorted(names - built)}"
+
+
+def test_render_modes_differ_where_they_should(cli, tmp_path):
+    plans = {}
+    for case in ("compile", "prebuilt", "precompiled"):
+        code, _, stderr = cli("render", "--target", "thor", "--out", str(tmp_path / case),
+                              *RENDER_CASES[case])
+        assert code == 0, stderr
+        plans[case] = json.loads((tmp_path / case / "build-plan.json").read_text())
+    assert plans["prebuilt"]["stages"] == ["runtime"]
+    assert {"vllm-src", "cmake-deps"} <= set(plans["compile"]["contexts"])
+    assert {"wheelhouse", "build-tools", "vllm-src"} <= set(plans["precompiled"]["contexts"])
+    assert "cmake-deps" not in plans["precompiled"]["contexts"]
+    assert plans["compile"]["contexts"]["edgevllm-mods"] == "edgevllm-mods/"
+    assert "FROM scratch AS wheels" not in (tmp_path / "prebuilt" / "Dockerfile").read_text()
+
+
+def test_compile_key_of_an_unchanged_input_stays_the_same():
+    """The stages the wheels target needs feed the compile key (builder/runner.compile_key): a
+    change of the templates that leaves those stages alone keeps every cached compile valid.
+    These keys were computed before the templates were split per mode; a deliberate change to
+    the compile stages (or to the targets' data they render) updates them here."""
+    layout = read_build_layout(FAKE_VLLM)
+    keys = {}
+    for name in ("spark", "thor"):
+        text = render_dockerfile(resolve(load_spec(name)), {"A": "1"}, layout)
+        keys[name] = compile_key(text, {"vllm": "tree"}, {"VLLM_VERSION": "0.1.0"})
+    eff = resolve(load_spec("spark", overrides={"mode": "precompiled", "vllm_wheel": "0.33.0"}))
+    text = render_dockerfile(eff, {}, layout, {"release": "0.33.0", "wheel": "vllm-0.33.0-x.whl"})
+    keys["precompiled"] = compile_key(text, {"vllm": "tree"}, {"VLLM_VERSION": "0.1.0"})
+    assert keys == {"spark": "8334a45d3922c70e", "thor": "185c31b08e10393c",
+                    "precompiled": "5d3b4cfb13c34a44"}
+
+
+def test_templates_render_in_the_sandbox():
+    from jinja2.sandbox import SandboxedEnvironment
+
+    from edgevllm.builder.render import _environment
+
+    assert isinstance(_environment(), SandboxedEnvironment)

@@ -26,12 +26,16 @@ def test_lock_names_come_from_the_table():
         (labels.LOCK, labels.LOCK_SHA, labels.LOCK_FILE)
 
 
-def test_the_template_spells_no_label_or_path_itself():
-    template = (PACKAGE.parent / "dockerfiles" / "vllm.Dockerfile.j2").read_text()
-    code = "\n".join(line for line in template.splitlines() if not line.lstrip().startswith("#"))
-    code = re.sub(r"\{#.*?#\}", "", code, flags=re.S)
-    assert labels.PREFIX not in code
-    assert labels.HOME not in code
+def test_the_templates_spell_no_label_or_path_themselves():
+    templates = sorted((PACKAGE.parent / "dockerfiles").glob("*.j2"))
+    assert {t.name for t in templates} >= {"base.Dockerfile.j2", "compile.Dockerfile.j2"}
+    for path in templates:
+        template = path.read_text()
+        code = "\n".join(line for line in template.splitlines()
+                         if not line.lstrip().startswith("#"))
+        code = re.sub(r"\{#.*?#\}", "", code, flags=re.S)
+        for spelt in (labels.PREFIX, labels.HOME, labels.VENV, labels.WHEELHOUSE_MOUNT + " "):
+            assert spelt not in code, f"{path.name} spells {spelt}: use labels.* / paths.*"
 
 
 def test_the_rendered_dockerfile_carries_the_table_values():

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from edgevllm.sources.prepare import SourceRequest, prepare_sources
-from edgevllm.sources.pythononly import compiled_paths, mode_for_tree, python_only_change
+from edgevllm.sources.pythononly import compiled_paths, python_only_change
 from support.gitfixtures import add_pr, commit_to_branch, make_upstream_repo
 
 TREE = {
@@ -144,13 +144,16 @@ def test_compiled_paths_rule():
                                        "CMakeLists.txt", "pyproject.toml", "vllm/_custom_ops.py"]
 
 
-def test_mode_for_tree_says_why(upstream, tmp_path):
+def test_the_mode_rule_says_why(upstream, tmp_path):
+    """specs.buildspec.choose_mode, the one mode rule, fed the real check of a prepared tree."""
+    from edgevllm.specs.buildspec import choose_mode, load_spec
+
+    spec = load_spec("spark", overrides={"vllm": {"repo": upstream.url, "pr": PR_PY}})
     python_only = check(upstream, tmp_path / "a", pr=PR_PY)
-    auto = mode_for_tree(python_only, force_compile=False, has_change_request=True)
-    assert auto.mode == "precompiled"
-    assert auto.message == ("Python-only change: reusing the compiled kernels of vllm 0.1.0; "
-                            "--compile to compile")
-    forced = mode_for_tree(python_only, force_compile=True, has_change_request=True)
-    assert forced.mode == "compile" and "--compile" in forced.message
+    assert choose_mode(spec, python_only) == (
+        "precompiled", "Python-only change: reusing the compiled kernels of vllm 0.1.0; "
+                       "--compile to compile")
+    forced = spec.model_copy(update={"mode": "compile"})
+    assert choose_mode(forced, python_only) == ("compile", "mode compile asked for")
     kernels = check(upstream, tmp_path / "b", pr=PR_CSRC)
-    assert mode_for_tree(kernels, force_compile=False, has_change_request=True).mode == "compile"
+    assert choose_mode(spec, kernels)[0] == "compile"

@@ -242,7 +242,7 @@ def test_prebuilt_dockerfile_installs_the_closure_offline_by_hash():
 
 
 def test_prebuilt_overrides_come_from_target_mods_and_user():
-    from edgevllm.builder.mode_prebuilt import NEVER, closure_overrides
+    from edgevllm.builder.modes.prebuilt import NEVER, closure_overrides
     from edgevllm.specs.buildspec import load_spec, resolve
 
     eff = resolve(load_spec("thor", None, {"vllm_wheel": "0.33.0",

@@ -1,34 +1,43 @@
-"""Rendering: an EffectiveSpec → the multi-stage Dockerfile (Jinja2 templates in dockerfiles/).
+"""Rendering: an EffectiveSpec → the multi-stage Dockerfile of its mode (Jinja2 templates in
+dockerfiles/: ``<mode>.Dockerfile.j2`` extends ``base.Dockerfile.j2``).
 
 The same spec and tree layout always render byte-identical text: nothing here depends on time or
-the host. The build stage follows the prepared tree's ``BuildLayout`` (builder/buildreqs.py:
-requirement files, use_existing_torch.py, jobs); other values of the resolved sources (version,
-SHAs) reach the build as build args and labels.
+the host. Templates render in Jinja2's sandbox with StrictUndefined: a template reads data and
+calls nothing, and a name it does not get fails the render. The build stage follows the prepared
+tree's ``BuildLayout`` (sources/buildreqs.py: requirement files, use_existing_torch.py, jobs);
+other values of the resolved sources (version, SHAs) reach the build as build args and labels.
 """
 
 from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import jinja2
+from jinja2 import FileSystemLoader, StrictUndefined
+from jinja2.sandbox import SandboxedEnvironment
 
 from edgevllm import __version__
-from edgevllm.builder.buildreqs import BuildLayout, unread_layout
 from edgevllm.common import labels
 from edgevllm.common.paths import templates_dir
+from edgevllm.sources.buildreqs import BuildLayout, unread_layout
 from edgevllm.specs.buildspec import EffectiveSpec
 
-TEMPLATE = "vllm.Dockerfile.j2"
 RELABEL_DOCKERFILE = "relabel.Dockerfile"
+# Stands in for the release a precompiled tree sits on where none was read (inv render).
+UNREAD_RELEASE = {"release": "<the release below the tree>", "wheel": "<the release wheel>"}
 
 
-def _environment() -> jinja2.Environment:
-    return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(templates_dir())),
-        undefined=jinja2.StrictUndefined,
+def template_name(mode: str) -> str:
+    """One template per mode, on the shared base."""
+    return f"{mode}.Dockerfile.j2"
+
+
+def _environment() -> SandboxedEnvironment:
+    return SandboxedEnvironment(
+        loader=FileSystemLoader(str(templates_dir())),
+        undefined=StrictUndefined,
         keep_trailing_newline=True,
         autoescape=False,
     )
@@ -41,19 +50,30 @@ def installs_closure(eff: EffectiveSpec) -> bool:
 
 def pip_options(eff: EffectiveSpec) -> str:
     if eff.spec.offline or installs_closure(eff):
-        return "--no-index --find-links /wheelhouse"
-    return "--find-links /wheelhouse" if eff.spec.wheelhouse else ""
+        return f"--no-index --find-links {labels.WHEELHOUSE_MOUNT}"
+    return f"--find-links {labels.WHEELHOUSE_MOUNT}" if eff.spec.wheelhouse else ""
 
 
 def applier_options(eff: EffectiveSpec) -> str:
     if eff.spec.offline or installs_closure(eff):
-        return " --pip-find-links /wheelhouse --pip-no-index"
-    return " --pip-find-links /wheelhouse" if eff.spec.wheelhouse else ""
+        return f" --pip-find-links {labels.WHEELHOUSE_MOUNT} --pip-no-index"
+    return f" --pip-find-links {labels.WHEELHOUSE_MOUNT}" if eff.spec.wheelhouse else ""
+
+
+def mount_options(eff: EffectiveSpec) -> dict[str, str]:
+    """The cache and wheelhouse mounts a pip step carries (each ends in a space, or is empty)."""
+    wheelhouse = bool(eff.spec.wheelhouse) or installs_closure(eff)
+    return {
+        "mount_wheelhouse": (f"--mount=type=bind,from=wheelhouse,target={labels.WHEELHOUSE_MOUNT} "
+                             if wheelhouse else ""),
+        "mount_pip_cache": f"--mount=type=cache,target=/root/.cache/pip,id=pip-{eff.target.name} ",
+    }
 
 
 def template_values(eff: EffectiveSpec) -> dict:
     return {
         "tool_version": __version__,
+        "template": template_name(eff.mode),
         "target": eff.target,
         "platform": eff.platform,
         "images": eff.images,
@@ -61,9 +81,7 @@ def template_values(eff: EffectiveSpec) -> dict:
         "apt_packages": eff.apt_packages,
         "torch": eff.torch,
         "offline": eff.spec.offline,
-        "wheelhouse": bool(eff.spec.wheelhouse) or installs_closure(eff),
         "mode": eff.mode,
-        "closure": installs_closure(eff),
         "pip_opts": pip_options(eff),
         "applier_opts": applier_options(eff),
         "packages": eff.packages,
@@ -74,6 +92,7 @@ def template_values(eff: EffectiveSpec) -> dict:
         "nvcc_threads": eff.nvcc_threads,
         "flashinfer_source": eff.spec.flashinfer.source is not None,
         "compile_cache": eff.spec.compile_cache or f"ccache-{eff.target.name}",
+        **mount_options(eff),
         **labels.template_values(),
     }
 
@@ -94,15 +113,14 @@ def layout_values(eff: EffectiveSpec, layout: BuildLayout) -> dict:
 def render_dockerfile(eff: EffectiveSpec, extra_env: dict[str, str] | None = None,
                       layout: BuildLayout | None = None,
                       precompiled: dict[str, str] | None = None) -> str:
-    """The Dockerfile text; ``extra_env`` adds runtime env (e.g. what the selected mods set);
-    ``layout`` is the prepared tree's (placeholders when None: ``inv render`` reads no tree)."""
+    """The Dockerfile text of ``eff.mode``; ``extra_env`` adds runtime env (e.g. what the selected
+    mods set); ``layout`` is the prepared tree's (placeholders when None: no tree was read);
+    ``precompiled`` names the release below the tree ({"release": "0.33.0", "wheel": file})."""
     values = template_values(eff)
     values["build"] = layout_values(eff, layout or unread_layout())
-    # precompiled mode: {"release": "0.33.0", "wheel": "<the release wheel's file name>"}
-    values["precompiled"] = precompiled or {"release": "<the release below the tree>",
-                                            "wheel": "<the release wheel>"}
+    values["precompiled"] = precompiled or UNREAD_RELEASE
     values["env"] = {**(extra_env or {}), **eff.env}
-    return _environment().get_template(TEMPLATE).render(**values)
+    return _environment().get_template(template_name(eff.mode)).render(**values)
 
 
 def relabel_dockerfile() -> Path:
@@ -111,15 +129,18 @@ def relabel_dockerfile() -> Path:
 
 @dataclass
 class BuildPlan:
-    """What the driver will run, written beside the Dockerfile by ``inv render`` for inspection."""
+    """What the driver runs, written beside the Dockerfile by ``inv render``: the mode and why,
+    the build targets (stages) in order, and every named build context they are given."""
 
     target: str
     platform: str
+    mode: str
+    mode_reason: str
     dockerfile: str
     contexts: dict[str, str] = field(default_factory=dict)
     build_args: dict[str, str] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
-    stages: list[str] = field(default_factory=lambda: ["wheels", "runtime"])
+    stages: list[str] = field(default_factory=list)
 
     def to_json(self) -> str:
-        return json.dumps(self.__dict__, indent=2, sort_keys=True) + "\n"
+        return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"

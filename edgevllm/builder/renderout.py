@@ -1,47 +1,48 @@
-"""``inv render``: the Dockerfile and its build context written to a folder for inspection.
+"""``inv render``: the build's own plan, written to a folder for inspection.
 
-Nothing is fetched: the sources appear in ``build-plan.json`` as the plan the build would follow.
+It runs the very preparation ``inv build`` runs (``modes.start``, then the mode's ``prepare``)
+with fetching off: nothing is fetched, resolved or asked of an engine, and what would be appears
+as a placeholder. So the Dockerfile and ``build-plan.json`` are what the build would run: the
+mode's stages only, and exactly the named contexts they use. A PR or picks may still turn a
+build precompiled once its tree is fetched: the plan's ``mode_reason`` says which mode the spec
+alone gives.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from edgevllm.builder.render import BuildPlan, render_dockerfile
+from edgevllm.builder import modes
+from edgevllm.builder.prepared import WHEELS_PLACEHOLDER, runtime_contexts
+from edgevllm.builder.render import BuildPlan
+from edgevllm.builder.runner import Workspace
 from edgevllm.common.fsutil import atomic_dir
-from edgevllm.specs.buildspec import BuildSpec, resolve
+from edgevllm.specs.buildspec import BuildSpec
 
 
 def render_to(spec: BuildSpec, out: Path) -> Path:
-    from edgevllm.mods.catalog import stage_mods
-    from edgevllm.sources.prepare import source_request
-
-    eff = resolve(spec)
     with atomic_dir(out) as tmp:
-        staged = stage_mods(eff.mods, eff.target.name, tmp / "edgevllm-mods")
-        dockerfile = render_dockerfile(eff, staged.env)
-        (tmp / "Dockerfile").write_text(dockerfile)
-        contexts = {
-            "vllm-src": "<prepared vLLM tree: " + "; ".join(source_request(eff).plan()) + ">",
-            "cmake-deps": "<what the tree's CMake would clone, fetched by commit>",
-            "edgevllm-mods": "edgevllm-mods/",
-            "edgevllm-meta": "<lock.json, at build time>",
-            "wheels": "<exported wheels folder, runtime build only>",
-        }
-        if eff.spec.flashinfer.source:
-            contexts["flashinfer-src"] = (
-                "<prepared FlashInfer tree: "
-                + "; ".join(source_request(eff, "flashinfer").plan())
-                + ">"
-            )
-        if eff.spec.wheelhouse:
-            contexts["wheelhouse"] = eff.spec.wheelhouse
+        job = modes.start(spec, Workspace(tmp, context_dir=tmp), engine=None, locked=None,
+                          fetch=False)
+        build = modes.prepare(job)
+        (tmp / "Dockerfile").write_text(build.dockerfile)
+        contexts = {name: _relative(value, tmp)
+                    for name, value in runtime_contexts(build, WHEELS_PLACEHOLDER).items()}
         plan = BuildPlan(
-            target=eff.target.name,
-            platform=eff.platform,
+            target=job.eff.target.name,
+            platform=job.eff.platform,
+            mode=job.eff.mode,
+            mode_reason=job.eff.mode_reason,
             dockerfile="Dockerfile",
             contexts=contexts,
-            build_args={"VLLM_VERSION": "<from the resolved source>"},
+            build_args=build.build_args,
+            stages=list(build.stages),
         )
         (tmp / "build-plan.json").write_text(plan.to_json())
     return out / "Dockerfile"
+
+
+def _relative(value: str, folder: Path) -> str:
+    """A context written into the render folder, named relative to it (the folder is renamed)."""
+    prefix = str(folder) + "/"
+    return value[len(prefix):] + "/" if value.startswith(prefix) else value

@@ -50,10 +50,11 @@ class BuildResult:
 @dataclass
 class Workspace:
     root: Path
+    context_dir: Path | None = None  # inv render writes the context straight into its folder
 
     @property
     def context(self) -> Path:
-        return self.root / "context"
+        return self.context_dir or self.root / "context"
 
     @property
     def logs(self) -> Path:

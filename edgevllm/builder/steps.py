@@ -1,21 +1,19 @@
 """Steps every build mode shares (compile, prebuilt, precompiled): staging mods, the lock's base
 images and settings, the image's labels, the mods record, the checks and their outcome labels.
 
-``pipeline`` runs them in order for a compile and dispatches to ``modes`` / ``precompiled``;
-those import the steps from here, so no mode imports the pipeline back.
+The modes (``builder/modes/``) and the shared tail (``builder/tail.py``) import them from here.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from edgevllm.builder.buildreqs import BuildLayout, read_build_layout
 from edgevllm.builder.runner import Workspace
 from edgevllm.common import console, labels
-from edgevllm.common.errors import ArchGateFailed, BuildError, ProbeError
+from edgevllm.common.errors import ArchGateFailed, ProbeError
 from edgevllm.containers.docker import DockerEngine
-from edgevllm.sources.prepare import PreparedSource
 from edgevllm.specs.buildspec import EffectiveSpec
 from edgevllm.specs.lock import (
     LOCK_IMAGE_PATH,
@@ -25,6 +23,9 @@ from edgevllm.specs.lock import (
     label_value,
     now_utc,
 )
+
+if TYPE_CHECKING:
+    from edgevllm.verify.judge import Verdict
 
 LOCK_FILE_IN_IMAGE = Path(LOCK_IMAGE_PATH).name  # the meta context is copied to labels.HOME
 
@@ -110,8 +111,9 @@ def verify_policy(eff: EffectiveSpec):
 
 def run_checks(
     eff: EffectiveSpec, engine: DockerEngine, image: str, ws: Workspace
-) -> tuple[dict, dict]:
-    """Arch verify and probe level 1; raises (leaving only the unverified tag) when either fails."""
+) -> tuple[dict, dict, Verdict]:
+    """Arch verify and probe level 1; raises (leaving only the unverified tag) when either fails.
+    The verdict itself comes back too: the plan is compared with it in memory."""
     from edgevllm.probe import probe_level1
     from edgevllm.verify.api import verify as arch_verify
 
@@ -140,31 +142,16 @@ def run_checks(
         )
     if not probe.passed:
         raise ProbeError(f"{image}: probe level 1 failed: {probe.summary()}")
-    return verify_summary, probe_summary
-
-
-def exported_tree(prepared: PreparedSource) -> Path:
-    """The exported tree of a prepared source (every source the build uses is exported)."""
-    if prepared.tree_dir is None:
-        raise BuildError(f"{prepared.name}: the source was resolved but not exported")
-    return prepared.tree_dir
-
-
-def build_layout(prepared: PreparedSource) -> BuildLayout:
-    """What the compile stage installs and runs, read from the tree (a missing file fails here)."""
-    layout = read_build_layout(exported_tree(prepared))
-    for line in layout.summary():
-        console.info(f"  {line}")
-    return layout
+    return verify_summary, probe_summary, verdict
 
 
 def checks_or_skip(
     eff: EffectiveSpec, engine: DockerEngine, image: str, ws: Workspace
-) -> tuple[dict, dict]:
+) -> tuple[dict, dict, Verdict | None]:
     if eff.spec.verify:
         return run_checks(eff, engine, image, ws)
     console.warn("checks skipped (--no-verify); the image's labels say so")
-    return {"skipped": True}, {"skipped": True}
+    return {"skipped": True}, {"skipped": True}, None
 
 
 def outcome_labels(record: dict | None, verify: dict, probe: dict) -> dict[str, str]:

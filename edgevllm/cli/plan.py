@@ -9,14 +9,12 @@ needs that gets too little fails with one line after the table.
 from __future__ import annotations
 
 import json as jsonlib
-import shutil
 import tempfile
 from pathlib import Path
 
 from edgevllm.cli._common import cli_task
 from edgevllm.cli.flags import SOURCE_FLAGS, SPEC_FLAGS, help_for, iterable_for, param, signature
-from edgevllm.common import console
-from edgevllm.common.errors import ConfigError, SourceError
+from edgevllm.common.errors import ConfigError
 
 PLAN_FLAGS = SPEC_FLAGS + tuple(f for f in SOURCE_FLAGS if not f.name.startswith("flashinfer"))
 
@@ -34,49 +32,30 @@ def _task(fn):
 @_task
 def plan(c, **values):
     """Kernel plan: every kernel group and extension, and the arches it gets for the target."""
+    from edgevllm.builder.tree import TreeOptions, prepare_tree
     from edgevllm.cli.build import spec_from_flags
     from edgevllm.common.fsutil import atomic_write_text
-    from edgevllm.sources.plan import check_target, plan_for_target, print_plan
+    from edgevllm.sources.plan import check_target, print_plan
     from edgevllm.specs.buildspec import resolve
+    from edgevllm.specs.lock import read_lock
 
     eff = resolve(spec_from_flags(values))
+    locked = read_lock(values["lock"]) if values.get("lock") else None
+    given = Path(values["tree"]) if values.get("tree") else None
+    # The build's own preparation (sources, picks, source patches), the plan checked after the
+    # table is printed, and nothing the plan does not read (no layout, no CMake deps).
+    options = TreeOptions(cmake_deps=False, check_plan=False, layout=False, given=given,
+                          flashinfer=False)
     with tempfile.TemporaryDirectory(prefix="edgevllm-plan-") as tmp:
-        tree, title = _tree(eff, values, Path(tmp))
-        kernel_plan = plan_for_target(tree, eff.target, torch_version=eff.torch.version or "",
-                                      nvcc_threads=eff.nvcc_threads, check=False)
+        tree = prepare_tree(eff, Path(tmp), locked, options)
+        vllm = tree.vllm
+        title = str(given) if given else f"vllm {vllm.version} ({vllm.commit[:12]})"
+    kernel_plan = tree.kernel_plan
+    if kernel_plan is None:
+        raise ConfigError("no kernel plan was made for the tree")  # kernels are on above
     print_plan(kernel_plan, title=f"{title}: {eff.target.torch_cuda_arch_list} → CUDA_ARCHS "
                                   f"{';'.join(kernel_plan.cuda_archs) or 'none'}")
     if values.get("json"):
         data = dict(kernel_plan.to_dict(), target=eff.target.name, source=title)
         atomic_write_text(Path(values["json"]), jsonlib.dumps(data, indent=2) + "\n")
     check_target(kernel_plan, eff.target)
-
-
-def _tree(eff, values: dict, tmp: Path) -> tuple[Path, str]:
-    """The tree to evaluate: ``--tree`` as it is, or the build's sources prepared and patched."""
-    from edgevllm.builder.pipeline import apply_patches
-    from edgevllm.sources.prepare import (
-        PreparedSource,
-        SourceRequest,
-        prepare_sources,
-        source_request,
-    )
-    from edgevllm.specs.lock import read_lock
-
-    if values.get("tree"):
-        given = Path(values["tree"])
-        if not given.is_dir():
-            raise ConfigError(f"--tree {given}: no such folder")
-        copy = tmp / "vllm"
-        shutil.copytree(given, copy, symlinks=True)
-        apply_patches(eff, PreparedSource(name="vllm", repo=str(given), base_sha="", commit="",
-                                          tree_hash="", version="", tree_dir=copy))
-        return copy, str(given)
-    locked = read_lock(values["lock"]).vllm if values.get("lock") else None
-    request = SourceRequest.from_lock_entry(locked) if locked else source_request(eff)
-    console.step(f"sources: {'; '.join(request.plan())}")
-    prepared = prepare_sources(request, tmp / "vllm")
-    apply_patches(eff, prepared)
-    if prepared.tree_dir is None:
-        raise SourceError(f"vllm {prepared.commit[:12]}: prepared, but not exported to a folder")
-    return prepared.tree_dir, f"vllm {prepared.version} ({prepared.commit[:12]})"

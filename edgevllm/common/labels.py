@@ -50,6 +50,7 @@ LOCK_FILE = HOME + "/" + LOCK_FILENAME
 VENV = "/opt/venv"
 # Where build contexts are mounted during a build step, and run-time mounts.
 WHEELS_MOUNT = "/tmp/edgevllm-wheels"
+WHEELHOUSE_MOUNT = "/wheelhouse"  # the "wheelhouse" context: a closure, or --wheelhouse
 CMAKE_DEPS_MOUNT = "/src/deps"   # the "cmake-deps" context: what vLLM's CMake would clone
 CMAKE_DEPS_ENV = "edgevllm-deps.env"  # in that context: the *_SRC_DIR overrides, sourced
 MODS_MOUNT = "/edgevllm-mods"
@@ -64,5 +65,6 @@ def template_values() -> dict[str, dict[str, str]]:
                    "mods_selected": MODS_SELECTED, "mode": MODE},
         "paths": {"home": HOME, "constraints": CONSTRAINTS, "mods_record": MODS_RECORD,
                   "venv": VENV, "wheels_mount": WHEELS_MOUNT, "mods_mount": MODS_MOUNT,
-                  "cmake_deps_mount": CMAKE_DEPS_MOUNT, "cmake_deps_env": CMAKE_DEPS_ENV},
+                  "wheelhouse_mount": WHEELHOUSE_MOUNT, "cmake_deps_mount": CMAKE_DEPS_MOUNT,
+                  "cmake_deps_env": CMAKE_DEPS_ENV},
     }

@@ -11,7 +11,8 @@ change makes an older wheel's extensions unusable (``csrc/``, ``cmake/``, ``CMak
 
 ``python_only_change(prepared)`` reads the host's git mirror (no network, no container) and
 returns a ``PythonOnlyCheck``: the release, the changed paths and the ones that block.
-``mode_for_tree`` turns it and the user's flags into the build mode and the line that says why.
+``specs.buildspec.choose_mode`` (the one mode rule) turns it and the spec into the build mode and
+the line that says why.
 """
 
 from __future__ import annotations
@@ -105,25 +106,3 @@ def python_only_change(repo: str, base_sha: str, commit: str,
         changed = changed_paths(mirror, release_commit, commit)
     return PythonOnlyCheck(release_tag=tag, release_commit=release_commit, changed=changed,
                            blocking=compiled_paths(changed))
-
-
-@dataclass(frozen=True)
-class ModeChoice:
-    """The build mode for a source tree and why (precompiled: the line preflight prints)."""
-
-    mode: str                        # "compile" | "precompiled"
-    message: str
-    check: PythonOnlyCheck | None = None
-
-
-def mode_for_tree(check: PythonOnlyCheck, *, force_compile: bool, has_change_request: bool
-                  ) -> ModeChoice:
-    """``precompiled`` when a requested change (PR, picks, ref past a release) is Python-only
-    and ``--compile`` was not given; ``compile`` otherwise, saying why."""
-    if force_compile:
-        return ModeChoice("compile", "--compile given", check)
-    if has_change_request and check.applies:
-        return ModeChoice("precompiled",
-                          f"Python-only change: reusing the compiled kernels of vllm "
-                          f"{check.release}; --compile to compile", check)
-    return ModeChoice("compile", check.reason(), check)

@@ -7,7 +7,7 @@ merges it with its target's defaults into the ``EffectiveSpec`` the renderer and
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol
 
 from pydantic import Field, field_validator
 
@@ -141,13 +141,49 @@ class EffectiveSpec(Strict):
     mode_reason: str = ""
 
 
-def choose_mode(spec: BuildSpec) -> tuple[BuildMode, str]:
-    """The build mode and why (preflight prints both)."""
+class TreeChange(Protocol):
+    """What a prepared tree says about its change against the release below it
+    (``sources.pythononly.PythonOnlyCheck``)."""
+
+    @property
+    def applies(self) -> bool: ...  # Python-only: the release's compiled kernels still fit
+
+    @property
+    def release(self) -> str | None: ...
+
+    def reason(self) -> str: ...
+
+
+def wants_tree_check(spec: BuildSpec) -> bool:
+    """Whether the prepared tree takes part in the mode: none asked and a change requested on top
+    of a ref (a PR or picks), or precompiled asked for. FlashInfer from source always compiles."""
+    if spec.flashinfer.source is not None:
+        return False
+    if spec.mode == "precompiled":
+        return True
+    change = bool(spec.vllm.pr or spec.vllm.cherry_picks)
+    return spec.mode is None and not spec.vllm_wheel and change
+
+
+def choose_mode(spec: BuildSpec, tree: TreeChange | None = None) -> tuple[BuildMode, str]:
+    """The build mode and why (preflight prints both): the one rule. ``tree`` is the prepared
+    tree's change where ``wants_tree_check`` (None before the sources are prepared, or when
+    nothing is fetched: then the spec alone decides)."""
     if spec.mode == "compile" and spec.vllm_wheel:
         raise SpecError(
             "field 'vllm_wheel' installs a released wheel: it needs mode prebuilt "
             "(or precompiled), not compile"
         )
+    if spec.mode == "precompiled" and spec.flashinfer.source is not None:
+        raise SpecError("field 'flashinfer.source' compiles FlashInfer: it needs mode compile, "
+                        "not precompiled")
+    if tree is not None and wants_tree_check(spec):
+        if tree.applies:
+            return "precompiled", (f"Python-only change: reusing the compiled kernels of vllm "
+                                   f"{tree.release}; --compile to compile")
+        if spec.mode == "precompiled":
+            raise SpecError(f"mode precompiled: {tree.reason()}; build it with --mode compile")
+        return "compile", tree.reason()
     if spec.mode:
         return spec.mode, f"mode {spec.mode} asked for"
     if spec.vllm_wheel:
@@ -199,7 +235,13 @@ def _deep_merge(base: dict, top: dict) -> dict:
     return out
 
 
-def resolve(spec: BuildSpec) -> EffectiveSpec:
+def resolve(spec: BuildSpec, tree: TreeChange | None = None) -> EffectiveSpec:
+    """Every default filled in from the target, for the mode ``choose_mode`` picks (a tree that
+    turns out Python-only becomes precompiled over the release below it)."""
+    mode, reason = choose_mode(spec, tree)
+    if mode == "precompiled" and tree is not None:
+        spec = spec.model_copy(update={"mode": "precompiled",
+                                       "vllm_wheel": spec.vllm_wheel or tree.release})
     target = load_target(spec.target)
     packages = dict(target.packages)
     if spec.flashinfer.version:
@@ -213,7 +255,6 @@ def resolve(spec: BuildSpec) -> EffectiveSpec:
             packages[name] = version.lstrip("=")  # --package NAME==VER reads as NAME=VER too
     if spec.offline and not spec.wheelhouse:
         raise SpecError("field 'offline': an offline build needs 'wheelhouse' (a folder of wheels)")
-    mode, reason = choose_mode(spec)
     prebuilt = mode in ("prebuilt", "precompiled")  # both install a released wheel's closure
     if prebuilt and spec.wheelhouse:
         raise SpecError(

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from packaging.specifiers import SpecifierSet
 
-from edgevllm.builder.buildreqs import read_build_layout
 from edgevllm.builder.render import render_dockerfile
 from edgevllm.common.errors import SourceError
+from edgevllm.sources.buildreqs import read_build_layout
 from edgevllm.specs.buildspec import load_spec, resolve
 from support.sdists import pypi_sdist, sdist_members
 

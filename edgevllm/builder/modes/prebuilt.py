@@ -1,34 +1,31 @@
-"""Build modes beyond compile. ``run_prebuilt``: a released vLLM wheel and its locked closure.
+"""prebuilt: a released vLLM wheel and its locked closure; nothing is compiled.
 
-prebuilt, in order (everything that can fail in seconds before anything is downloaded):
+In order (everything that can fail in seconds before anything is downloaded):
 1. mods      staged first (their pip packages join the closure, so they install offline)
 2. closure   resolved on the host for the target's platform + Python (``sources.wheels``), or
              taken from ``--lock``; overrides (torch pin, target pins, forbidden packages, the
              user's ``--override`` / ``--package``) are resolver overrides, recorded in the lock
 3. wheels    downloaded into the shared content-addressed wheelhouse (cached), checked by hash,
              assembled as the ``wheelhouse`` build context with requirements.txt (by hash)
-4. image     the runtime stage installs the closure offline with uv (--no-deps --require-hashes)
-5. checks    verify + probe, then labels and final tags, as in compile mode (``steps``)
+4. lock      the closure, the base image, the mods; then the shared tail (``builder/tail.py``)
+             builds the one ``runtime`` target: the closure installed offline with uv
+             (--no-deps --require-hashes), checks, labels and tags
 
-``closure_inputs`` and ``prepare_wheelhouse`` are what the precompiled mode reuses.
+``locked_or_resolved``, ``prepare_wheelhouse`` and ``prebuilt_lock`` are what the precompiled
+mode reuses.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from edgevllm.builder.runner import (
-    BuildResult,
-    BuildRunner,
-    Workspace,
-    relabel,
-    timestamp,
-    with_options,
-    write_context,
-)
+from edgevllm.builder.prepared import Job, PreparedBuild, engine_of, named_contexts
+from edgevllm.builder.render import render_dockerfile
+from edgevllm.builder.runner import Workspace
+from edgevllm.builder.steps import base_image_lock, lock_settings, stage_mods
 from edgevllm.common import console, labels
 from edgevllm.common.errors import SpecError
-from edgevllm.containers.docker import BuildOptions, DockerEngine
+from edgevllm.containers.docker import DockerEngine
 from edgevllm.sources.wheels import (
     Closure,
     Wheelhouse,
@@ -40,16 +37,9 @@ from edgevllm.sources.wheels import (
     vllm_requirement,
 )
 from edgevllm.specs.buildspec import EffectiveSpec, prebuilt_wheel
-from edgevllm.specs.lock import (
-    ClosureLock,
-    Lock,
-    ModLock,
-    image_tag,
-    label_value,
-    now_utc,
-    write_lock,
-)
+from edgevllm.specs.lock import ClosureLock, Lock, ModLock, now_utc
 
+name = "prebuilt"
 NEVER = "sys_platform == 'edgevllm-never'"   # an override with a false marker removes a package
 
 
@@ -113,77 +103,42 @@ def prepare_wheelhouse(eff: EffectiveSpec, closure: Closure, ws: Workspace,
     return wheelhouse.assemble(closure)
 
 
-def prebuilt_lock(eff: EffectiveSpec, closure: Closure, staged, engine: DockerEngine) -> Lock:
-    from edgevllm.builder.steps import base_image_lock, lock_settings
-
+def prebuilt_lock(eff: EffectiveSpec, closure: Closure, mod_versions: list[dict],
+                  engine: DockerEngine) -> Lock:
     image = base_image_lock(eff.images.runtime, engine)
     settings = {**lock_settings(eff), "mode": "prebuilt", "overrides": list(eff.spec.overrides),
                 "vllm_wheel": prebuilt_wheel(eff.spec)}
     top = {p.name: p.version for p in closure.pins if p.name in ("torch", *eff.packages)}
     return Lock(created_at=now_utc(), target=eff.target.name, mode="prebuilt",
                 base_images={"build": image, "runtime": image}, packages=top,
-                mods=[ModLock(**m) for m in staged.versions], settings=settings,
+                mods=[ModLock(**m) for m in mod_versions], settings=settings,
                 tags=list(eff.spec.tags), closure=ClosureLock(**closure.to_dict()))
 
 
 def print_preflight(eff: EffectiveSpec) -> None:
-    console.step(f"mode: {eff.mode} ({eff.mode_reason})")
     console.info(f"  base image: {eff.images.runtime}; platform {eff.platform}, {eff.python}")
 
 
-def run_prebuilt(eff: EffectiveSpec, ws: Workspace, engine: DockerEngine,
-                 locked: Lock | None = None) -> BuildResult:
-    from edgevllm.builder.render import render_dockerfile
-    from edgevllm.builder.steps import LOCK_FILE_IN_IMAGE, stage_mods
-
+def prepare(job: Job) -> PreparedBuild:
+    eff = job.eff
     print_preflight(eff)
-    staged = stage_mods(eff, ws)
-    closure = locked_or_resolved(eff, locked, staged.pip_packages)
+    staged = stage_mods(eff, job.ws)
+    dockerfile = render_dockerfile(eff, staged.env)
+    if not job.fetch:
+        folders = {"wheelhouse": f"<the locked closure of vllm {prebuilt_wheel(eff.spec)}, "
+                                 "every wheel by sha256>"}
+        return PreparedBuild(eff=eff, dockerfile=dockerfile, stages=("runtime",), lock=None,
+                             contexts=named_contexts(job, folders=folders))
+    closure = locked_or_resolved(eff, job.locked, staged.pip_packages)
     vllm = closure.pin("vllm")
     console.info(f"  vllm {vllm.version if vllm else '?'}: {len(closure.pins)} wheels, "
                  f"{closure.total_bytes() / 1e9:.2f} GB")
-    folder = prepare_wheelhouse(eff, closure, ws)
-    lock = prebuilt_lock(eff, closure, staged, engine)
-    tag = image_tag(lock)
-    final_tags = final_image_tags(eff, tag)
-    console.step(f"image {final_tags[0]}")
-    write_context(ws, render_dockerfile(eff, staged.env),
-                  {LOCK_FILE_IN_IMAGE: label_value(lock) + "\n"})
-    lock_file = write_lock(lock, ws.root / f"{tag}.lock.json")
-    runner = BuildRunner(engine, ws.logs / f"build-{timestamp()}.log")
-    options = BuildOptions(context=ws.context, dockerfile=ws.context / "Dockerfile",
-                           platform=eff.platform, build_contexts={
-                               "wheelhouse": str(folder),
-                               "edgevllm-mods": str(ws.context / "edgevllm-mods"),
-                               "edgevllm-meta": str(ws.context / "edgevllm-meta")})
-    return finish(eff, ws, engine, runner, options, lock, lock_file, final_tags, folder)
-
-
-def final_image_tags(eff: EffectiveSpec, tag: str) -> list[str]:
-    repo = eff.spec.image_repo
-    return [f"{repo}:{tag}"] + [t if ":" in t else f"{repo}:{t}" for t in eff.spec.tags]
-
-
-def finish(eff, ws, engine, runner, options, lock, lock_file, final_tags, folder) -> BuildResult:
-    """Runtime image → checks → labels → final tags (the same steps as compile mode's tail)."""
-    from edgevllm.builder import steps
-    from edgevllm.builder.runner import copy_lock_beside
-
-    candidate = final_tags[0] + "-unverified"
-    runner.run(with_options(options, target="runtime", tags=[candidate],
-                            labels=steps.static_labels(eff, lock, image_tag(lock))),
-               "runtime image (prebuilt closure)")
-    record = steps.read_mods_record(engine, candidate)
-    steps.print_mods(record)
-    verify, probe = steps.checks_or_skip(eff, engine, candidate, ws)
-    image_id = relabel(runner, engine, candidate,
-                       steps.outcome_labels(record, verify, probe) | mode_labels(lock),
-                       final_tags, eff.platform, ws.context)
-    engine.remove_image(candidate)
-    copy_lock_beside(lock_file, ws.root / "latest.lock.json")
-    return BuildResult(image=final_tags[0], tags=final_tags, image_id=image_id,
-                       lock_path=lock_file, log_path=runner.log_path, wheels_dir=folder,
-                       compiled=False, mods_record=record, verify=verify, probe=probe)
+    folder = prepare_wheelhouse(eff, closure, job.ws)
+    lock = prebuilt_lock(eff, closure, staged.versions, engine_of(job))
+    return PreparedBuild(eff=eff, dockerfile=dockerfile, stages=("runtime",), lock=lock,
+                         contexts=named_contexts(job, folders={"wheelhouse": str(folder)}),
+                         wheelhouse=folder, labels=mode_labels(lock),
+                         runtime_what="runtime image (prebuilt closure)")
 
 
 def mode_labels(lock: Lock) -> dict[str, str]:

@@ -1,0 +1,114 @@
+"""The shared tail: everything after a mode's preparation, once, the same for every mode.
+
+1. inputs    the Dockerfile and the meta context (the lock) written; the lock file beside them
+2. wheels    the ``wheels`` target exported to ``wheels/<compile key>`` (modes that have one;
+             skipped when that folder already holds wheels: no input of the compile changed)
+3. runtime   the image, tagged ``<tag>-unverified``, with the wheels bind-mounted
+4. mods      the in-image mods record, read back and printed
+5. checks    arch verify + probe level 1 (unless --no-verify, which is recorded); the kernel plan
+             compared with the binaries verify scanned, from its verdict in memory
+6. labels    outcomes (and the mode's own) as labels; the final tags only when the checks passed
+7. cache     with --publish-cache, the image's layers compressed for ``inv publish``
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from edgevllm.builder.prepared import Job, PreparedBuild, runtime_contexts
+from edgevllm.builder.runner import (
+    BuildResult,
+    BuildRunner,
+    copy_lock_beside,
+    export_wheels,
+    relabel,
+    timestamp,
+    with_options,
+    write_context,
+)
+from edgevllm.builder.steps import (
+    LOCK_FILE_IN_IMAGE,
+    checks_or_skip,
+    outcome_labels,
+    prime_publish_cache,
+    print_mods,
+    read_mods_record,
+    static_labels,
+)
+from edgevllm.common import console
+from edgevllm.common.errors import BuildError
+from edgevllm.containers.docker import BuildOptions
+from edgevllm.specs.buildspec import EffectiveSpec
+from edgevllm.specs.lock import Lock, image_tag, label_value, write_lock
+
+if TYPE_CHECKING:
+    from edgevllm.verify.judge import Verdict
+
+
+def final_tags(eff: EffectiveSpec, tag: str) -> list[str]:
+    """The image's tags: the lock's immutable tag first, then the user's (the one place)."""
+    repo = eff.spec.image_repo
+    return [f"{repo}:{tag}"] + [t if ":" in t else f"{repo}:{t}" for t in eff.spec.tags]
+
+
+def run(job: Job, build: PreparedBuild) -> BuildResult:
+    """Build, check, label and tag what ``build`` describes; returns where everything went."""
+    engine, lock = job.engine, build.lock
+    if engine is None or lock is None:
+        raise BuildError("nothing was fetched for this build: it can be rendered, not run")
+    tag = image_tag(lock)
+    tags = final_tags(build.eff, tag)
+    console.step(f"image {tags[0]}")
+    write_context(job.ws, build.dockerfile, {LOCK_FILE_IN_IMAGE: label_value(lock) + "\n"})
+    lock_file = write_lock(lock, job.ws.root / f"{tag}.lock.json")
+    runner = BuildRunner(engine, job.ws.logs / f"build-{timestamp()}.log")
+    options = BuildOptions(context=job.ws.context, dockerfile=job.ws.context / "Dockerfile",
+                           platform=build.eff.platform, build_args=build.build_args,
+                           build_contexts=build.contexts)
+    wheels = job.ws.wheels(build.compile_key or "none")
+    exported = "wheels" in build.stages and export_wheels(runner, options, wheels)
+    candidate = f"{tags[0]}-unverified"
+    runner.run(with_options(options, target="runtime", tags=[candidate],
+                            build_contexts=runtime_contexts(build, str(wheels)),
+                            labels=static_labels(build.eff, lock, tag)),
+               build.runtime_what)
+    record, verify, probe, image_id = check_and_tag(job, build, lock, runner, candidate, tags)
+    copy_lock_beside(lock_file, job.ws.root / "latest.lock.json")
+    result = BuildResult(image=tags[0], tags=tags, image_id=image_id, lock_path=lock_file,
+                         log_path=runner.log_path, wheels_dir=build.wheelhouse or wheels,
+                         compiled=exported and build.compiles, mods_record=record,
+                         verify=verify, probe=probe)
+    if build.eff.spec.publish_cache:
+        result.publish_cache = prime_publish_cache(engine, result.image)
+    return result
+
+
+def check_and_tag(job: Job, build: PreparedBuild, lock: Lock, runner: BuildRunner,
+                  candidate: str, tags: list[str]) -> tuple[dict | None, dict, dict, str]:
+    """Mods record, checks, outcome labels and the final tags on the candidate image →
+    (mods record, verify summary, probe summary, image id)."""
+    engine, eff = runner.engine, build.eff
+    record = read_mods_record(engine, candidate)
+    print_mods(record)
+    verify, probe, verdict = checks_or_skip(eff, engine, candidate, job.ws)
+    if verdict is not None and lock.kernel_plan:
+        verify["plan"] = plan_against_binaries(lock, verdict)
+    image_id = relabel(runner, engine, candidate,
+                       outcome_labels(record, verify, probe) | build.labels, tags, eff.platform,
+                       job.ws.context)
+    engine.remove_image(candidate)
+    return record, verify, probe, image_id
+
+
+def plan_against_binaries(lock: Lock, verdict: Verdict) -> list[str]:
+    """ "plan: 12.1a; binary: sm_121a ✔" for each planned extension that verify scanned."""
+    from edgevllm.sources.plan import compare_with_binaries
+
+    planned = {n: e["arches"] for n, e in lock.kernel_plan.get("extensions", {}).items()}
+    found = {lib.report.path: lib.report.arches("sass") + lib.report.arches("ptx")
+             for lib in verdict.libraries}
+    lines = []
+    for ext, text, agrees in compare_with_binaries(planned, found):
+        lines.append(f"{ext}: {text} {'✔' if agrees else '✘ differs from the plan'}")
+        console.info(f"  {lines[-1]}")
+    return lines
