@@ -1,0 +1,34 @@
+"""The mode registry: every build mode has its module (behind the one seam) and its template on
+the shared base; the mode is decided in one place (builder/modes.start, with specs' rule)."""
+
+from __future__ import annotations
+
+from typing import get_args
+
+from edgevllm.builder.modes import MODES, prepare, start
+from edgevllm.builder.render import template_name
+from edgevllm.builder.runner import Workspace
+from edgevllm.common.paths import templates_dir
+from edgevllm.specs.buildspec import BuildMode, load_spec
+
+
+def test_every_mode_has_a_module_and_a_template_on_the_base():
+    assert set(MODES) == set(get_args(BuildMode))
+    for name, mode in MODES.items():
+        assert mode.name == name and callable(mode.prepare)
+        template = (templates_dir() / template_name(name)).read_text()
+        assert '{% extends "base.Dockerfile.j2" %}' in template, name
+
+
+def test_a_job_without_fetching_asks_nothing_and_locks_nothing(tmp_path):
+    """inv render's job: the spec alone decides; no engine, no lock, placeholders for what the
+    build would fetch (a PR's tree is not fetched to check its change)."""
+    spec = load_spec("spark", overrides={"vllm": {"pr": 5}})
+    job = start(spec, Workspace(tmp_path, context_dir=tmp_path), engine=None, locked=None,
+                fetch=False)
+    assert job.eff.mode == "compile" and job.sources is None and job.check is None
+    build = prepare(job)
+    assert build.lock is None and build.compile_key is None
+    assert build.contexts["vllm-src"].startswith("<prepared vLLM tree: ")
+    assert build.stages == ("wheels", "runtime")
+    assert not (tmp_path / "src").exists()
