@@ -14,6 +14,7 @@ import shutil
 import pytest
 
 from edgevllm.common.errors import LockError, RefNotFoundError, SourceError
+from edgevllm.common.fsutil import OUTPUT_MARKER
 from edgevllm.sources.prepare import (
     PickRequest,
     SourceRequest,
@@ -279,6 +280,7 @@ def test_lock_records_every_pick_and_flashinfer_as_a_second_source(git_cache, up
     )
     assert lock.flashinfer.picks[0].skipped and lock.target == "thor"
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        OUTPUT_MARKER,
         LOCK_FILENAME,
         "flashinfer",
         "vllm",
@@ -289,6 +291,7 @@ def test_failed_preparation_keeps_an_older_output(git_cache, upstream, tmp_path)
     out = tmp_path / "out"
     out.mkdir()
     (out / "marker").write_text("older")
+    (out / OUTPUT_MARKER).write_text("marker\n")  # an older output of edgevllm's
     with pytest.raises(SourceError):
         prepare_into(
             [SourceRequest.from_cli("vllm", upstream.url, None, None, [str(PR_CODE_CONFLICT)])], out

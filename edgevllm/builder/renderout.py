@@ -16,12 +16,12 @@ from edgevllm.builder import modes
 from edgevllm.builder.prepared import WHEELS_PLACEHOLDER, runtime_contexts
 from edgevllm.builder.render import BuildPlan
 from edgevllm.builder.runner import Workspace
-from edgevllm.common.fsutil import atomic_dir
+from edgevllm.common.fsutil import output_dir
 from edgevllm.specs.buildspec import BuildSpec
 
 
-def render_to(spec: BuildSpec, out: Path) -> Path:
-    with atomic_dir(out) as tmp:
+def render_to(spec: BuildSpec, out: Path, force: bool = False) -> Path:
+    with output_dir(out, force) as tmp:  # never deletes what edgevllm did not write
         job = modes.start(spec, Workspace(tmp, context_dir=tmp), engine=None, locked=None,
                           fetch=False)
         build = modes.prepare(job)

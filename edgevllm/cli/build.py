@@ -42,13 +42,17 @@ def targets(c, as_json=False):
 @flag_task(
     BUILD_FLAGS,
     param("out", "out/render"),
-    help_extra={"out": "folder for the Dockerfile and build context"},
+    param("force", False),
+    help_extra={"out": "folder for the Dockerfile and build context",
+                "force": "write into an --out folder that holds files edgevllm did not "
+                         "write (they stay)"},
 )
 def render(c, **values):
     """Render the Dockerfile and build context for inspection (no build, no network)."""
     from edgevllm.builder.renderout import render_to
 
-    written = render_to(spec_from_flags(values), Path(values.get("out") or "out/render"))
+    written = render_to(spec_from_flags(values), Path(values.get("out") or "out/render"),
+                        force=bool(values.get("force")))
     console.info(f"wrote {written}")
 
 

@@ -64,7 +64,10 @@ def _requests_and_lock(values: dict):
     param("dry_run", False),
     param("lock"),
     param("target"),
+    param("force", False),
     help_extra={
+        "force": "write into an --out folder that holds files edgevllm did not write "
+        "(they stay)",
         "out": f"folder for the prepared trees (<out>/vllm, <out>/flashinfer) and "
         f"<out>/{LOCK_FILENAME}",
         "dry_run": "print the plan and exit; nothing is fetched or written",
@@ -74,6 +77,7 @@ def _requests_and_lock(values: dict):
 )
 def sources(c, **values):
     """Resolve and prepare source trees and write their lock, without building an image."""
+    from edgevllm.common.fsutil import check_output_dir
     from edgevllm.sources.prepare import prepare_into, summarize
     from edgevllm.specs.lock import image_tag, lock_hash
     from edgevllm.specs.targets import load_target
@@ -91,8 +95,10 @@ def sources(c, **values):
         raise ConfigError(
             "sources: give --out DIR for the prepared trees and the lock (or --dry-run)"
         )
+    check_output_dir(out, bool(values.get("force")))  # before any fetch
     console.step(f"preparing {', '.join(r.name for r in requests)} sources into {out}")
-    result, prepared = prepare_into(requests, out, target=target, base_lock=base_lock)
+    result, prepared = prepare_into(requests, out, target=target, base_lock=base_lock,
+                                    force=bool(values.get("force")))
     for source in prepared.values():
         for line in summarize(source):
             console.info(line)

@@ -47,6 +47,10 @@ class UnknownModError(ConfigError):
     pass
 
 
+class OutputFolderError(ConfigError):
+    """An output folder that holds files edgevllm did not write (it would have to delete them)."""
+
+
 # --- environment: tools missing (3) ------------------------------------------------------------
 class MissingToolError(EdgeVllmError):
     """A required program or service is missing or not running."""

@@ -15,6 +15,8 @@ import tempfile
 from pathlib import Path
 from typing import IO, Iterator
 
+from edgevllm.common.errors import OutputFolderError
+
 
 def _tmp_sibling(final: Path) -> Path:
     return final.with_name(f".{final.name}.tmp-{os.getpid()}")
@@ -56,7 +58,8 @@ def atomic_write_json(final: Path | str, obj: object) -> Path:
 @contextlib.contextmanager
 def atomic_dir(final: Path | str) -> Iterator[Path]:
     """Yield a temporary folder beside ``final``; it replaces ``final`` only if the block
-    succeeds."""
+    succeeds. For edgevllm's own folders (caches, build contexts): a folder the user names goes
+    through ``output_dir``, which never deletes what edgevllm did not write."""
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
@@ -69,6 +72,99 @@ def atomic_dir(final: Path | str) -> Iterator[Path]:
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, final)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+# An output folder edgevllm wrote holds this file: the names it wrote there, one per line. Only
+# those are ever replaced or removed; anything else in the folder is the user's.
+OUTPUT_MARKER = ".edgevllm-output"
+
+
+def _written_by_us(folder: Path) -> set[str] | None:
+    """The names edgevllm wrote into ``folder`` (None when edgevllm did not write it)."""
+    try:
+        return set((folder / OUTPUT_MARKER).read_text().split("\n")) - {""}
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def check_output_dir(final: Path | str, force: bool = False) -> None:
+    """Refuse (one line) an output path edgevllm may not write: a file, or a folder with contents
+    it did not write (unless ``force``: then those stay, beside what is written)."""
+    final = Path(final)
+    if final.exists() and not final.is_dir():
+        raise OutputFolderError(f"{final}: exists and is not a folder; choose a folder path")
+    if not final.is_dir() or force:
+        return
+    ours = _written_by_us(final)
+    foreign = sorted(p.name for p in final.iterdir() if p.name != OUTPUT_MARKER
+                     and (ours is None or p.name not in ours))
+    if ours is None and foreign:
+        raise OutputFolderError(
+            f"{final}: the folder holds files edgevllm did not write ({foreign[0]}"
+            f"{', ...' if len(foreign) > 1 else ''}); choose an empty or new folder, or pass "
+            "--force to write beside them (nothing of yours is deleted)")
+
+
+@contextlib.contextmanager
+def output_dir(final: Path | str, force: bool = False) -> Iterator[Path]:
+    """``atomic_dir`` for a folder the user names (``--out``): marked as edgevllm's, and never
+    deleting what edgevllm did not write there. Refused up front by ``check_output_dir``."""
+    final = Path(final)
+    check_output_dir(final, force)
+    with atomic_dir_staging(final) as tmp:
+        yield tmp
+        names = sorted(p.name for p in tmp.iterdir() if p.name != OUTPUT_MARKER)
+        (tmp / OUTPUT_MARKER).write_text("".join(f"{n}\n" for n in names))
+        check_output_dir(final, force)  # again: the folder may have changed meanwhile
+        ours = _written_by_us(final) if final.is_dir() else None
+        if not final.exists() or (ours is not None and set(_names(final)) <= ours):
+            _swap_in(tmp, final)
+        else:
+            _merge_in(tmp, final, ours or set(), force)
+
+
+def _names(folder: Path) -> list[str]:
+    return [p.name for p in folder.iterdir() if p.name != OUTPUT_MARKER]
+
+
+def _swap_in(tmp: Path, final: Path) -> None:
+    """``final`` holds only what edgevllm wrote (or does not exist): replace it whole."""
+    if final.exists():
+        old = final.with_name(f".{final.name}.old-{os.getpid()}")
+        os.replace(final, old)
+        os.replace(tmp, final)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, final)
+
+
+def _merge_in(tmp: Path, final: Path, ours: set[str], force: bool) -> None:
+    """``final`` also holds the user's files: remove only our old names, move the new ones in."""
+    new = set(_names(tmp))
+    clash = sorted(n for n in new - ours if (final / n).exists() or (final / n).is_symlink())
+    if clash and not force:
+        raise OutputFolderError(f"{final / clash[0]}: edgevllm did not write it and would replace "
+                                "it; move it away or pass --force")
+    for name in sorted(ours | new):
+        old = final / name
+        if old.is_dir() and not old.is_symlink():
+            shutil.rmtree(old)
+        elif old.exists() or old.is_symlink():
+            old.unlink()
+    for name in sorted(new) + [OUTPUT_MARKER]:
+        os.replace(tmp / name, final / name)
+
+
+@contextlib.contextmanager
+def atomic_dir_staging(final: Path) -> Iterator[Path]:
+    """A temporary folder beside ``final``, removed on the way out whatever happened."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+    try:
+        yield tmp
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)

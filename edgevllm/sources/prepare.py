@@ -19,7 +19,7 @@ from typing import Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from edgevllm.common.errors import LockError, RefNotFoundError, SourceError
-from edgevllm.common.fsutil import atomic_dir
+from edgevllm.common.fsutil import atomic_dir, output_dir
 from edgevllm.sources.cherrypick import (
     EMPTY_TREE,
     ResolvedPick,
@@ -491,11 +491,14 @@ def prepare_into(
     target: Optional[str] = None,
     base_lock=None,
     cache_root: Path | None = None,
+    force: bool = False,
 ):
     """Prepare every source under ``out_dir/<name>`` and write ``out_dir/edgevllm.lock.json``.
 
     ``out_dir`` appears only when every source is prepared and the lock written; an error leaves
-    an older ``out_dir`` untouched and nothing new under its name. Returns (lock, prepared by name).
+    an older ``out_dir`` untouched and nothing new under its name. A folder holding files
+    edgevllm did not write is refused (``force``: written beside them, never deleted).
+    Returns (lock, prepared by name).
     """
     from edgevllm.specs.lock import LOCK_FILENAME, Lock, now_utc, write_lock
 
@@ -504,7 +507,7 @@ def prepare_into(
     if target is not None:
         lock.target = target
     prepared: dict[str, PreparedSource] = {}
-    with atomic_dir(out_dir) as tmp:
+    with output_dir(out_dir, force) as tmp:
         for request in requests:
             prepared[request.name] = prepare_sources(
                 request, tmp / request.name, cache_root=cache_root

@@ -1,0 +1,98 @@
+"""Output folders: a folder edgevllm did not write is refused unless empty (or --force), and
+nothing edgevllm did not write is ever deleted, through the real CLI as well."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from edgevllm.common.errors import OutputFolderError
+from edgevllm.common.fsutil import OUTPUT_MARKER, output_dir
+
+
+def write(folder: Path, names: list[str], force: bool = False) -> None:
+    with output_dir(folder, force) as tmp:
+        for name in names:
+            (tmp / name).write_text(name)
+
+
+def test_a_new_or_empty_folder_is_written_and_marked(tmp_path):
+    for folder in (tmp_path / "new", tmp_path / "empty"):
+        if folder.name == "empty":
+            folder.mkdir()
+        write(folder, ["a", "b"])
+        assert sorted(p.name for p in folder.iterdir()) == sorted(["a", "b", OUTPUT_MARKER])
+        assert (folder / OUTPUT_MARKER).read_text() == "a\nb\n"
+
+
+def test_a_folder_of_the_users_is_refused_and_left_alone(tmp_path):
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "thesis.tex").write_text("years of work")
+    with pytest.raises(OutputFolderError, match=r"thesis.tex.*--force") as info:
+        write(folder, ["a"])
+    assert "\n" not in str(info.value)
+    assert sorted(p.name for p in folder.iterdir()) == ["thesis.tex"]
+    assert not list(tmp_path.glob(".mine.tmp-*"))  # the staging folder went too
+
+
+def test_force_writes_beside_the_users_files_and_keeps_them(tmp_path):
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "thesis.tex").write_text("years of work")
+    write(folder, ["a", "b"], force=True)
+    write(folder, ["a"])  # a rewrite without --force: the folder is marked now
+    assert (folder / "thesis.tex").read_text() == "years of work"
+    assert sorted(p.name for p in folder.iterdir()) == sorted(["a", "thesis.tex", OUTPUT_MARKER])
+
+
+def test_a_rewrite_replaces_only_what_edgevllm_wrote(tmp_path):
+    folder = tmp_path / "out"
+    write(folder, ["old", "same"])
+    (folder / "notes.txt").write_text("mine")
+    write(folder, ["same", "new"])
+    assert sorted(p.name for p in folder.iterdir()) == sorted(
+        ["same", "new", "notes.txt", OUTPUT_MARKER])
+    assert (folder / "notes.txt").read_text() == "mine"
+
+
+def test_a_user_file_where_edgevllm_would_write_is_not_replaced(tmp_path):
+    folder = tmp_path / "out"
+    write(folder, ["a"])
+    (folder / "b").write_text("mine")
+    with pytest.raises(OutputFolderError, match="did not write it"):
+        write(folder, ["a", "b"])
+    assert (folder / "b").read_text() == "mine"
+
+
+def test_a_file_in_place_of_the_folder_is_refused(tmp_path):
+    path = tmp_path / "file"
+    path.write_text("x")
+    with pytest.raises(OutputFolderError, match="not a folder"):
+        write(path, ["a"])
+    assert path.read_text() == "x"
+
+
+@pytest.mark.parametrize("task", [["render", "--target", "thor"],
+                                  ["sources", "--target", "thor", "--vllm-ref", "v0"]])
+def test_the_cli_refuses_a_users_folder_with_one_line_before_any_work(task, tmp_path, cli):
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "keep.txt").write_text("mine")
+    code, _, err = cli(*task, "--out", str(folder))
+    assert code == 2, err
+    assert err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
+    assert "did not write" in err and "--force" in err
+    assert sorted(p.name for p in folder.iterdir()) == ["keep.txt"]
+
+
+def test_inv_render_twice_and_with_force(tmp_path, cli):
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    (folder / "keep.txt").write_text("mine")
+    code, _, err = cli("render", "--target", "thor", "--out", str(folder), "--force")
+    assert code == 0, err
+    code, _, err = cli("render", "--target", "thor", "--out", str(folder))
+    assert code == 0, err
+    assert (folder / "keep.txt").read_text() == "mine" and (folder / "Dockerfile").is_file()
