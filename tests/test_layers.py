@@ -15,14 +15,15 @@ LAYERS: list[tuple[str, ...]] = [
     ("common",),
     ("containers",),
     ("specs",),
-    ("sources", "mods", "verify", "probe", "image"),
+    ("sources", "mods", "verify", "probe", "image", "inspect"),
     ("builder",),
     ("serve",),
     ("perf",),
     ("cli",),
 ]
 # Stages sit side by side; these are the uses of one stage by another that the design allows.
-STAGE_USES = {("mods", "sources"), ("probe", "verify"), ("image", "verify"), ("verify", "image")}
+STAGE_USES = {("mods", "sources"), ("probe", "verify"), ("image", "verify"), ("verify", "image"),
+              ("inspect", "image"), ("inspect", "verify")}
 
 
 def layer_of(package: str) -> int:

@@ -143,6 +143,10 @@ class ArchGateFailed(VerifyError):
     pass
 
 
+class SupplyChainError(VerifyError):
+    """A signature, SBOM, statement or image that does not match the others (inv verify-supply-chain)."""
+
+
 # --- probe (9) ---------------------------------------------------------------------------------
 class ProbeError(EdgeVllmError):
     exit_code = 9

@@ -404,6 +404,10 @@ def image_summary(inspect: dict, saved_tags: list[str]) -> dict:
         "platform": platform,
         "size": int(inspect.get("Size") or 0),
         "created": inspect.get("Created"),
+        # What inv diff compares without the parts: the run config and the layer list.
+        "config": {k: (inspect.get("Config") or {}).get(k)
+                   for k in ("Env", "Entrypoint", "Cmd", "WorkingDir", "User")},
+        "layers": list((inspect.get("RootFS") or {}).get("Layers") or []),
     }
 
 

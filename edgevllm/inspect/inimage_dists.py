@@ -1,0 +1,98 @@
+"""Every installed Python distribution of a filesystem, as JSON. Stdlib only: it runs inside the
+image (fed to the image's python3 on stdin, ``--network none``) and its functions are reused on
+the host for the layers of a published tarball set, so both ways find the same set.
+
+A distribution is a ``*.dist-info`` (METADATA, RECORD) or ``*.egg-info`` (PKG-INFO) entry whose
+parent folder is the first ``site-packages`` / ``dist-packages`` on its path; folders inside a
+packages folder are not walked (a vendored copy is part of the package that vendors it).
+"""
+
+import hashlib
+import json
+import os
+import sys
+
+PACKAGE_DIRS = ("site-packages", "dist-packages")
+SKIP = ("/proc", "/sys", "/dev")
+MARKER = "EDGEVLLM-DISTS "
+
+
+def canonical(name):
+    """PEP 503: lower case, runs of -_. as one -."""
+    out, dash = [], False
+    for char in name.strip().lower():
+        if char in "-_.":
+            dash = True
+            continue
+        if dash and out:
+            out.append("-")
+        dash = False
+        out.append(char)
+    return "".join(out)
+
+
+def header_fields(data):
+    """Name and Version from a METADATA / PKG-INFO header (email style; the body is ignored)."""
+    found = {}
+    for raw in data.decode("utf-8", "replace").splitlines():
+        if not raw.strip():
+            break
+        key, sep, value = raw.partition(":")
+        if sep and key in ("Name", "Version") and key not in found:
+            found[key] = value.strip()
+    return found.get("Name", ""), found.get("Version", "")
+
+
+def sha256(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+def entry(location, metadata, record):
+    """One distribution: where (its .dist-info / .egg-info path), name, version and hashes."""
+    name, version = header_fields(metadata)
+    return {"name": canonical(name), "version": version, "path": location,
+            "metadata_sha256": sha256(metadata),
+            "record_sha256": sha256(record) if record is not None else None}
+
+
+def _read(path):
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except OSError:
+        return None
+
+
+def _from_packages_dir(folder, found):
+    for name in sorted(os.listdir(folder)):
+        full = os.path.join(folder, name)
+        if name.endswith(".dist-info") and os.path.isdir(full):
+            metadata = _read(os.path.join(full, "METADATA"))
+            if metadata is not None:
+                found.append(entry(full, metadata, _read(os.path.join(full, "RECORD"))))
+        elif name.endswith(".egg-info"):
+            metadata = _read(os.path.join(full, "PKG-INFO") if os.path.isdir(full) else full)
+            if metadata is not None:
+                found.append(entry(full, metadata, None))
+
+
+def distributions(root="/"):
+    found = []
+    for folder, dirs, _files in os.walk(root):
+        if folder in SKIP:
+            dirs[:] = []
+            continue
+        if os.path.basename(folder) in PACKAGE_DIRS:
+            _from_packages_dir(folder, found)
+            dirs[:] = []
+            continue
+        dirs.sort()
+    return found
+
+
+def main():
+    sys.stdout.write(MARKER + json.dumps(distributions(), sort_keys=True) + "\n")
+
+
+if __name__ == "__main__":
+    main()

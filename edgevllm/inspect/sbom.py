@@ -1,0 +1,201 @@
+"""The SBOM of an image: CycloneDX 1.6 (cyclonedx-python-lib), from the lock and the image itself.
+
+Components: every installed Python distribution (``inimage_dists.py``: name, version, where, and
+the sha256 of its METADATA and RECORD files; a RECORD lists the hash of every file the
+distribution installed, so its hash stands for them all), with the wheel's sha256 from the lock
+where the lock pins it; the base images by digest; the vLLM / FlashInfer trees by commit (picks
+as properties); the repositories vLLM's CMake would clone, by commit; the mods with their
+recorded outcome. The document describes the image by its id.
+
+``check`` holds an SBOM to an image: a distribution installed but missing from the SBOM, one the
+SBOM lists but the image lacks, or a hash that differs, is a problem named in one line.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+
+from edgevllm.common.errors import EngineError, SupplyChainError
+from edgevllm.containers.docker import DockerEngine, RunOptions
+from edgevllm.specs.lock import Lock
+
+PROP = "edgevllm:"
+DIST_GROUP = "python"
+MOD_GROUP = "edgevllm-mod"
+
+
+def dists_script() -> bytes:
+    from importlib import resources
+
+    return resources.files(__package__).joinpath("inimage_dists.py").read_bytes()
+
+
+def installed_distributions(engine: DockerEngine, image: str, timeout: float = 300) -> list[dict]:
+    """Every Python distribution installed in ``image``, found by a short script in a throw-away
+    container (no network) run by the image's python3."""
+    from edgevllm.inspect.inimage_dists import MARKER
+
+    name = f"edgevllm-sbom-{uuid.uuid4().hex[:8]}"
+    options = RunOptions(image=image, command=["-"], entrypoint="python3", name=name, remove=True,
+                         network="none", extra=["-i"])
+    try:
+        proc = engine.run(options, timeout=timeout, input=dists_script())
+    finally:  # --rm does not cover a docker client killed by a timeout or Ctrl-C
+        engine.remove_container(name)
+    for line in proc.stdout.decode(errors="replace").splitlines():
+        if line.startswith(MARKER):
+            return json.loads(line[len(MARKER):])
+    tail = proc.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
+    raise EngineError(f"{image}: listing its Python distributions failed (python3 in the image "
+                      f"exited {proc.returncode}: {tail[0]})")
+
+
+@dataclass
+class Subject:
+    """The image an SBOM describes."""
+
+    ref: str
+    image_id: str
+    repo_digests: list[str]
+
+
+def _props(**values) -> list:
+    from cyclonedx.model import Property
+
+    return [Property(name=PROP + k, value=str(v)) for k, v in values.items() if v not in (None, "")]
+
+
+def _sha256(hexdigest: str) -> list:
+    from cyclonedx.model import HashAlgorithm, HashType
+
+    return [HashType(alg=HashAlgorithm.SHA_256, content=hexdigest)]
+
+
+def _dist_components(dists: list[dict], lock: Lock | None) -> list:
+    from cyclonedx.model.component import Component, ComponentType
+    from packageurl import PackageURL
+
+    locked = {w.name: w for w in (lock.closure.wheels if lock and lock.closure else [])}
+    found = []
+    for dist in sorted(dists, key=lambda d: (d["name"], d["path"])):
+        wheel = locked.get(dist["name"])
+        wheel_sha = wheel.sha256 if wheel and wheel.version == dist["version"] else None
+        found.append(Component(
+            type=ComponentType.LIBRARY, group=DIST_GROUP, name=dist["name"],
+            version=dist["version"], bom_ref=f"python:{dist['path']}",
+            purl=PackageURL("pypi", None, dist["name"], dist["version"] or None),
+            hashes=_sha256(wheel_sha) if wheel_sha else [],
+            properties=_props(location=dist["path"], **{
+                "metadata-sha256": dist["metadata_sha256"],
+                "record-sha256": dist["record_sha256"], "wheel-sha256": wheel_sha})))
+    return found
+
+
+def _lock_components(lock: Lock | None, mods_record: list | None) -> list:
+    from cyclonedx.model.component import Component, ComponentType
+
+    if lock is None:
+        return []
+    found = [Component(type=ComponentType.CONTAINER, group="base-image", name=img.ref,
+                       version=img.digest or "", bom_ref=f"base:{stage}",
+                       properties=_props(stage=stage, digest=img.digest))
+             for stage, img in sorted(lock.base_images.items())]
+    for name, src in lock.sources().items():
+        picks = [f"{p.spec} {p.head_sha} diff-sha256:{p.diff_sha256}"
+                 + (" skipped" if p.skipped else "") for p in src.picks]
+        found.append(Component(
+            type=ComponentType.LIBRARY, group="source", name=name, version=src.commit,
+            bom_ref=f"source:{name}", properties=_props(
+                repo=src.repo, tree=src.tree, **{"base-sha": src.base_sha,
+                                                 "release-version": src.version})
+            + [p for pick in picks for p in _props(pick=pick)]))
+    for name, dep in sorted(lock.cmake_deps.items()):
+        found.append(Component(type=ComponentType.LIBRARY, group="cmake-dep", name=name,
+                               version=dep.commit, bom_ref=f"cmake-dep:{name}",
+                               properties=_props(repo=dep.repo, ref=dep.ref, tree=dep.tree)))
+    outcomes = {m.get("name"): m.get("outcome") or m.get("status")
+                for m in mods_record or [] if isinstance(m, dict)}
+    for mod in lock.mods:
+        found.append(Component(type=ComponentType.LIBRARY, group=MOD_GROUP, name=mod.name,
+                               version=mod.version, bom_ref=f"mod:{mod.name}",
+                               properties=_props(outcome=outcomes.get(mod.name))))
+    return found
+
+
+def build_sbom(subject: Subject, lock: Lock | None, dists: list[dict],
+               mods_record: list | None = None) -> str:
+    """The CycloneDX JSON document (1.6) for one image."""
+    from cyclonedx.model.bom import Bom
+    from cyclonedx.model.component import Component, ComponentType
+    from cyclonedx.output.json import JsonV1Dot6
+
+    bom = Bom()
+    bom.metadata.component = Component(
+        type=ComponentType.CONTAINER, name=subject.ref, version=subject.image_id,
+        bom_ref="image", hashes=_sha256(subject.image_id.split(":", 1)[-1]),
+        properties=_props(**{"image-id": subject.image_id, "lock-target": lock and lock.target})
+        + [p for d in subject.repo_digests for p in _props(**{"repo-digest": d})])
+    for component in _dist_components(dists, lock) + _lock_components(lock, mods_record):
+        bom.components.add(component)
+    bom.register_dependency(bom.metadata.component, list(bom.components))
+    return JsonV1Dot6(bom).output_as_string(indent=1)
+
+
+# --- reading one back, and holding it to an image -------------------------------------------
+def _prop(component: dict, key: str) -> str | None:
+    return next((p.get("value") for p in component.get("properties") or []
+                 if p.get("name") == PROP + key), None)
+
+
+def parse_sbom(text: str, origin: str) -> dict:
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        raise SupplyChainError(f"{origin}: the SBOM is not JSON") from None
+    if not isinstance(doc, dict) or doc.get("bomFormat") != "CycloneDX":
+        raise SupplyChainError(f"{origin}: not a CycloneDX SBOM")
+    return doc
+
+
+def sbom_image_id(doc: dict) -> str | None:
+    return _prop((doc.get("metadata") or {}).get("component") or {}, "image-id")
+
+
+def sbom_dists(doc: dict) -> dict[str, dict]:
+    """The SBOM's Python distributions by location."""
+    return {_prop(c, "location") or "": {
+        "name": c.get("name"), "version": c.get("version") or "",
+        "metadata_sha256": _prop(c, "metadata-sha256"), "record_sha256": _prop(c, "record-sha256"),
+        "wheel_sha256": next((h.get("content") for h in c.get("hashes") or []), None)}
+        for c in doc.get("components") or [] if c.get("group") == DIST_GROUP}
+
+
+def check_sbom(doc: dict, origin: str, image_id: str, dists: list[dict],
+               lock: Lock | None) -> list[str]:
+    """Every way ``doc`` disagrees with the image (its id, installed distributions, lock)."""
+    problems = []
+    if sbom_image_id(doc) != image_id:
+        problems.append(f"{origin}: the SBOM describes image {sbom_image_id(doc)}, not {image_id}")
+    listed = sbom_dists(doc)
+    for dist in dists:
+        entry = listed.pop(dist["path"], None)
+        if entry is None:
+            problems.append(f"{origin}: {dist['name']} {dist['version']} is installed at "
+                            f"{dist['path']} but missing from the SBOM")
+            continue
+        for key in ("name", "version", "metadata_sha256", "record_sha256"):
+            if entry[key] != dist[key]:
+                problems.append(f"{origin}: {dist['name']} at {dist['path']}: {key} "
+                                f"{entry[key]} in the SBOM, {dist[key]} in the image")
+    problems += [f"{origin}: the SBOM lists {e['name']} {e['version']} at {path}, which the "
+                 "image does not have" for path, e in listed.items()]
+    locked = {w.name: w.sha256 for w in (lock.closure.wheels if lock and lock.closure else [])}
+    for entry in sbom_dists(doc).values():
+        wheel = entry["wheel_sha256"]
+        if wheel and locked.get(entry["name"]) != wheel:
+            problems.append(f"{origin}: wheel {entry['name']} {entry['version']}: sha256 "
+                            f"{wheel[:12]}… in the SBOM, {str(locked.get(entry['name']))[:12]}… "
+                            f"in the image's lock")
+    return problems
