@@ -24,8 +24,9 @@ _TARGET_HELP = {
     "json": "print the diff as JSON (for tools) instead of markdown",
     "installed": "also compare installed Python distributions (a short python3 run in each "
                  "image; a published set's SBOM beside its manifest)",
-    "bench": "bench records of the two (inv bench --out), OLD.json,NEW.json: median deltas",
-}, positional=["old", "new"])
+    "bench": "bench records of the two (inv bench --out): --bench OLD.json,NEW.json (or the "
+             "flag twice); median and roofline deltas",
+}, positional=["old", "new"], iterable=["bench"])
 def diff(c, old, new, json=False, installed=False, bench=None):
     """What changed between two images, published sets or locks (no docker save)."""
     from edgevllm.common.kv import split_csv

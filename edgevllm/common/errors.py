@@ -144,7 +144,7 @@ class ArchGateFailed(VerifyError):
 
 
 class SupplyChainError(VerifyError):
-    """A signature, SBOM, statement or image that does not match the others (inv verify-supply-chain)."""
+    """A signature, SBOM, statement or image that disagrees with the others (supply-chain check)."""
 
 
 # --- probe (9) ---------------------------------------------------------------------------------

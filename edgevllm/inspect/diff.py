@@ -212,11 +212,12 @@ def _layer_lines(changes: dict | None) -> list[str]:
     return lines + [""]
 
 
-def _bytes(size: int | None) -> str:
-    if size is None:
+def _bytes(whole: int | None) -> str:
+    if whole is None:
         return "size not recorded"
+    size = float(whole)
     for unit in ("B", "KiB", "MiB", "GiB"):
         if size < 1024 or unit == "GiB":
-            return f"{size} B" if unit == "B" else f"{size:.1f} {unit}"
+            return f"{whole} B" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1024
     return f"{size} B"

@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
+from typing import Callable
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
@@ -31,7 +32,7 @@ def pae(payload_type: str, payload: bytes) -> bytes:
 
 
 def load_private_key(path: Path | str) -> Ed25519PrivateKey:
-    key = _load(path, private=True)
+    key = _load(path)
     if not isinstance(key, Ed25519PrivateKey):
         raise ConfigError(f"--key {path}: not an Ed25519 private key; make one with "
                           "'inv keygen --out KEY' or 'openssl genpkey -algorithm ed25519'")
@@ -40,7 +41,7 @@ def load_private_key(path: Path | str) -> Ed25519PrivateKey:
 
 def load_public_key(path: Path | str) -> Ed25519PublicKey:
     """A public key file, or the public half of a private key file."""
-    key = _load(path, private=None)
+    key = _load(path)
     if isinstance(key, Ed25519PrivateKey):
         return key.public_key()
     if not isinstance(key, Ed25519PublicKey):
@@ -48,16 +49,14 @@ def load_public_key(path: Path | str) -> Ed25519PublicKey:
     return key
 
 
-def _load(path: Path | str, private: bool | None):
+def _load(path: Path | str) -> object:
     try:
         data = Path(path).read_bytes()
     except OSError as exc:
         raise ConfigError(f"--key {path}: cannot read the key file ({exc.strerror})") from None
-    loaders = []
-    if private in (True, None):
-        loaders.append(lambda: serialization.load_pem_private_key(data, password=None))
-    if private in (False, None):
-        loaders.append(lambda: serialization.load_pem_public_key(data))
+    loaders: list[Callable[[], object]] = [
+        lambda: serialization.load_pem_private_key(data, password=None),
+        lambda: serialization.load_pem_public_key(data)]
     for load in loaders:
         try:
             return load()

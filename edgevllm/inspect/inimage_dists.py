@@ -19,7 +19,7 @@ MARKER = "EDGEVLLM-DISTS "
 
 def canonical(name):
     """PEP 503: lower case, runs of -_. as one -."""
-    out, dash = [], False
+    out, dash = [], False  # type: list[str], bool
     for char in name.strip().lower():
         if char in "-_.":
             dash = True
@@ -77,7 +77,7 @@ def _from_packages_dir(folder, found):
 
 
 def distributions(root="/"):
-    found = []
+    found = []  # type: list[dict]
     for folder, dirs, _files in os.walk(root):
         if folder in SKIP:
             dirs[:] = []

@@ -131,14 +131,15 @@ def read_archive(stream: IO[bytes], label: str) -> ImageArchive:
             name = _clean(member.name)
             if not member.isfile():
                 continue
-            handle = outer.extractfile(member)
+            handle: IO[bytes] | _Replay | None = outer.extractfile(member)
+            assert handle is not None  # a regular file always has a stream
             if member.size <= JSON_LIMIT and not name.endswith("layer.tar"):
                 data = handle.read()
                 if data[:1] in (b"{", b"["):
                     blobs[name] = data
                     continue
                 handle = _Replay(data)
-            layers[name] = _read_layer(handle)
+            layers[name] = _read_layer(handle)  # type: ignore[arg-type]
     return _assemble(blobs, layers, label)
 
 

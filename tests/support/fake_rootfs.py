@@ -1,0 +1,79 @@
+"""Python distributions on a synthetic filesystem, and the same filesystem as a ``docker save``
+archive of two layers (the second deletes one distribution with a whiteout and adds another), for
+the SBOM tests that need no engine."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import tarfile
+from pathlib import Path
+
+SITE = "usr/lib/python3/dist-packages"
+VENV = "opt/venv/lib/python3.11/site-packages"
+
+
+def metadata(name: str, version: str) -> bytes:
+    return f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n\nlong text\n".encode()
+
+
+LAYER1 = {
+    f"{SITE}/six-1.16.0.dist-info/METADATA": metadata("six", "1.16.0"),
+    f"{SITE}/six-1.16.0.dist-info/RECORD": b"six.py,sha256=abc,10\n",
+    f"{SITE}/six.py": b"# six\n",
+    f"{SITE}/Old_Pkg.egg-info/PKG-INFO": metadata("Old_Pkg", "0.1"),
+    f"{SITE}/flat-2.0.egg-info": metadata("flat", "2.0"),
+    f"{SITE}/nometa-1.0.dist-info/RECORD": b"",  # no METADATA: not a distribution
+    f"{VENV}/idna-3.10.dist-info/METADATA": metadata("idna", "3.10"),
+    f"{VENV}/idna-3.10.dist-info/RECORD": b"idna/__init__.py,,\n",
+    # vendored inside a package: part of that package, not a distribution of its own
+    f"{VENV}/pip/_vendor/site-packages/inner-1.0.dist-info/METADATA": metadata("inner", "1.0"),
+}
+# The second layer removes idna and installs six 1.17.0 over 1.16.0.
+LAYER2_FILES = {
+    f"{SITE}/six-1.17.0.dist-info/METADATA": metadata("six", "1.17.0"),
+    f"{SITE}/six-1.17.0.dist-info/RECORD": b"six.py,sha256=def,10\n",
+}
+LAYER2_WHITEOUTS = [f"{VENV}/.wh.idna-3.10.dist-info", f"{SITE}/.wh.six-1.16.0.dist-info"]
+
+
+def write_tree(root: Path, files: dict[str, bytes]) -> Path:
+    for path, data in files.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_bytes(data)
+    return root
+
+
+def final_files() -> dict[str, bytes]:
+    files = {k: v for k, v in LAYER1.items() if "idna" not in k and "six-1.16" not in k}
+    return {**files, **LAYER2_FILES}
+
+
+def _tar(entries: dict[str, bytes], whiteouts: list[str] = ()) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for path, data in list(entries.items()) + [(w, b"") for w in whiteouts]:
+            info = tarfile.TarInfo(path)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def docker_save_archive(labels: dict[str, str] | None = None, corrupt_layer: bool = False
+                        ) -> tuple[bytes, str]:
+    """(the archive, the image id): OCI-style blobs, manifest.json naming config and layers."""
+    layers = [_tar(LAYER1), _tar(LAYER2_FILES, LAYER2_WHITEOUTS)]
+    config = json.dumps({"config": {"Labels": labels or {}},
+                         "rootfs": {"type": "layers",
+                                    "diff_ids": ["sha256:" + sha(x) for x in layers]}}).encode()
+    names = [f"blobs/sha256/{sha(b)}" for b in [config] + layers]
+    if corrupt_layer:  # the blob keeps its name; its bytes change
+        layers[1] = layers[1].replace(b"six.py,sha256=def", b"six.py,sha256=XYZ")
+    blobs = dict(zip(names, [config] + layers, strict=True))
+    manifest = json.dumps([{"Config": names[0], "RepoTags": ["x:1"], "Layers": names[1:]}])
+    return _tar({**blobs, "manifest.json": manifest.encode()}), "sha256:" + sha(config)

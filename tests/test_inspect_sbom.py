@@ -1,0 +1,138 @@
+"""The SBOM: installed distributions found the same way in a folder (the in-image script) and in a
+docker-save archive (offline), a CycloneDX 1.6 document that validates, and the check that holds
+an SBOM to an image."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from edgevllm.common.errors import SupplyChainError
+from edgevllm.inspect import inimage_dists, sbom
+from edgevllm.inspect.offline import read_archive
+from support.fake_rootfs import (
+    LAYER1,
+    docker_save_archive,
+    final_files,
+    write_tree,
+)
+from support.inside_locks import make_lock, sha
+
+IMAGE_ID = "sha256:" + "ab" * 32
+
+
+def by_name(dists):
+    return {(d["name"], d["version"]): d for d in dists}
+
+
+def test_in_image_script_finds_dist_info_and_egg_info_only_at_the_packages_level(tmp_path):
+    write_tree(tmp_path, LAYER1)
+    found = by_name(inimage_dists.distributions(str(tmp_path)))
+    assert set(found) == {("six", "1.16.0"), ("old-pkg", "0.1"), ("flat", "2.0"),
+                          ("idna", "3.10")}
+    six = found[("six", "1.16.0")]
+    assert six["record_sha256"] == sha_bytes(LAYER1[
+        "usr/lib/python3/dist-packages/six-1.16.0.dist-info/RECORD"])
+    assert found[("flat", "2.0")]["record_sha256"] is None
+
+
+def sha_bytes(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
+
+
+def test_offline_archive_reading_stacks_layers_like_the_filesystem(tmp_path):
+    archive, image_id = docker_save_archive()
+    read = read_archive(io.BytesIO(archive), "set")
+    assert read.problems == [] and read.config_sha256 == image_id
+    on_disk = inimage_dists.distributions(str(write_tree(tmp_path, final_files())))
+    strip = len(str(tmp_path))
+    on_disk = [{**d, "path": d["path"][strip:]} for d in on_disk]
+    assert sorted(read.dists, key=lambda d: d["path"]) == sorted(on_disk, key=lambda d: d["path"])
+    assert ("six", "1.17.0") in by_name(read.dists) and ("idna", "3.10") not in by_name(read.dists)
+
+
+def test_offline_archive_with_a_changed_layer_names_it():
+    archive, _ = docker_save_archive(corrupt_layer=True)
+    problems = read_archive(io.BytesIO(archive), "set").problems
+    assert len(problems) == 1 and problems[0].startswith("set: layer 1 hashes to")
+
+
+def dists():
+    return [inimage_dists.entry("/site/six-1.16.0.dist-info", b"Name: six\nVersion: 1.16.0\n",
+                                b"six.py,,\n"),
+            inimage_dists.entry("/site/idna-3.10.dist-info", b"Name: idna\nVersion: 3.10\n",
+                                b"idna,,\n"),
+            inimage_dists.entry("/site/extra-1.0.dist-info", b"Name: extra\nVersion: 1.0\n",
+                                None)]
+
+
+def document(lock=None, mods=None) -> dict:
+    text = sbom.build_sbom(sbom.Subject("img:1", IMAGE_ID, []), lock or make_lock(), dists(),
+                           mods)
+    return json.loads(text)
+
+
+def test_document_is_valid_cyclonedx_1_6_with_every_input():
+    from cyclonedx.schema import SchemaVersion
+    from cyclonedx.validation.json import JsonStrictValidator
+
+    text = sbom.build_sbom(sbom.Subject("img:1", IMAGE_ID, ["reg/img@sha256:" + "c" * 64]),
+                           make_lock(), dists(),
+                           [{"name": "fastsafetensors", "version": "1.0", "outcome": "applied"}])
+    assert JsonStrictValidator(SchemaVersion.V1_6).validate_str(text) is None
+    doc = json.loads(text)
+    groups = {(c.get("group"), c["name"]): c for c in doc["components"]}
+    assert groups[("python", "six")]["hashes"] == [{"alg": "SHA-256",
+                                                    "content": sha("six-1.16.0", 64)}]
+    assert "hashes" not in groups[("python", "extra")]  # not in the lock: no wheel hash
+    assert groups[("source", "vllm")]["version"] == sha("commit")
+    assert groups[("cmake-dep", "cutlass")]["version"] == sha("cutlass")
+    assert groups[("base-image", "nvcr.io/nvidia/cuda:13.0.0-runtime-ubuntu24.04")]
+    mod = groups[("edgevllm-mod", "fastsafetensors")]
+    assert {"name": "edgevllm:outcome", "value": "applied"} in mod["properties"]
+    assert sbom.sbom_image_id(doc) == IMAGE_ID
+
+
+def test_check_passes_on_the_image_it_was_made_from():
+    assert sbom.check_sbom(document(), "s", IMAGE_ID, dists(), make_lock()) == []
+
+
+def test_check_names_a_distribution_missing_from_the_sbom():
+    doc = document()
+    doc["components"] = [c for c in doc["components"] if c["name"] != "extra"]
+    problems = sbom.check_sbom(doc, "s", IMAGE_ID, dists(), make_lock())
+    assert problems == ["s: extra 1.0 is installed at /site/extra-1.0.dist-info but missing "
+                        "from the SBOM"]
+
+
+def test_check_names_a_changed_record_hash_and_an_extra_entry():
+    changed = dists()
+    changed[1]["record_sha256"] = "0" * 64
+    problems = sbom.check_sbom(document(), "s", IMAGE_ID, changed[:2], make_lock())
+    assert any("idna at /site/idna-3.10.dist-info: record_sha256" in p for p in problems)
+    assert any("lists extra 1.0" in p and "does not have" in p for p in problems)
+
+
+def test_check_names_a_tampered_wheel_hash():
+    doc = document()
+    six = next(c for c in doc["components"] if c["name"] == "six")
+    six["hashes"][0]["content"] = "f" * 64
+    problems = sbom.check_sbom(doc, "s", IMAGE_ID, dists(), make_lock())
+    assert problems == [f"s: wheel six 1.16.0: sha256 ffffffffffff… in the SBOM, "
+                        f"{sha('six-1.16.0', 64)[:12]}… in the image's lock"]
+
+
+def test_check_names_another_image():
+    problems = sbom.check_sbom(document(), "s", "sha256:" + "0" * 64, dists(), make_lock())
+    assert problems == [f"s: the SBOM describes image {IMAGE_ID}, not sha256:{'0' * 64}"]
+
+
+def test_not_an_sbom():
+    with pytest.raises(SupplyChainError, match="not a CycloneDX SBOM"):
+        sbom.parse_sbom("{}", "s")
+    with pytest.raises(SupplyChainError, match="not JSON"):
+        sbom.parse_sbom("{", "s")
