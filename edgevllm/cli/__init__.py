@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import re
+import sys
 from typing import Iterator
 
 from invoke import Collection, Exit, ParseError, Program, Task
@@ -17,7 +18,7 @@ from edgevllm import __version__
 
 # One task module per concern.
 TASK_MODULES = ("build", "plan", "sources", "mods", "verify", "probe", "publish", "recipes",
-                "distribute", "bench", "inspect")
+                "distribute", "bench")
 
 
 def namespace() -> Collection:
@@ -64,6 +65,14 @@ def _plain(text: str) -> str:
 
 class EdgeProgram(Program):
     """Invoke's Program with one-line parse errors (exit 2)."""
+
+    def run(self, argv=None, exit: bool = True) -> None:
+        """``TASK --help`` as ``--help TASK``: Invoke would feed ``--help`` to a task's first
+        positional argument and then stop on the second (``inv diff OLD NEW``) as missing."""
+        args = list(argv) if argv is not None else list(sys.argv)
+        if len(args) == 3 and args[2] in ("--help", "-h"):
+            args = [args[0], "--help", args[1]]
+        super().run(args, exit)
 
     def parse_core(self, argv) -> None:
         with parse_errors_as_lines(self.binary or "edgevllm"):

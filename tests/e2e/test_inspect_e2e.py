@@ -1,0 +1,133 @@
+"""End to end, real engine: inv diff of two real images that differ in one wheel (six 1.16.0 vs
+1.17.0 from PyPI, installed with pip) and one mod names exactly those, without docker save; the
+SBOM, the signed statement and inv verify-supply-chain on a local image (online) and on a
+published set (offline), and every tamper failing with one line naming what was changed."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+
+from edgevllm.inspect.diff import compare
+from edgevllm.inspect.facts import read_facts
+from support.inside_images import scratch_variant, variant_image
+from support.publish_images import NoSaveEngine
+
+
+@pytest.fixture(scope="module")
+def variants(engine, python_image_amd64):
+    return (variant_image(engine, python_image_amd64, "1.16.0", "1.0"),
+            variant_image(engine, python_image_amd64, "1.17.0", "1.1"))
+
+
+def test_diff_names_exactly_the_wheel_and_the_mod(variants, cli):
+    old, new = variants
+    code, out, err = cli("diff", old, new, "--json", "--installed")
+    assert code == 0, err
+    result = json.loads(out)
+    assert set(result["sections"]) == {"wheels", "mods", "installed"}
+    assert list(result["sections"]["wheels"]["changed"]) == ["six"]
+    wheel = result["sections"]["wheels"]["changed"]["six"]
+    assert (wheel["old"]["version"], wheel["new"]["version"]) == ("1.16.0", "1.17.0")
+    assert wheel["old"]["sha256"] != wheel["new"]["sha256"]
+    assert list(result["sections"]["mods"]["changed"]) == ["fastsafetensors"]
+    assert list(result["sections"]["installed"]["changed"]) == ["six"]
+    layers = result["layers"]
+    # the base is shared; the COPY of the wheel and the pip install differ
+    assert layers["shared"]["count"] == 1 and len(layers["added"]) == len(layers["removed"]) == 2
+    assert all(size > 0 for size in layers["added"].values())
+    code, out, err = cli("diff", old, new)
+    assert code == 0, err
+    assert "- changed `six`: 1.16.0" in out and "- changed `fastsafetensors`" in out
+
+
+def test_diff_never_runs_docker_save(variants):
+    engine = NoSaveEngine()
+    sides = [read_facts(ref, engine) for ref in variants]
+    assert set(compare(*sides)["sections"]) == {"wheels", "mods"}
+
+
+def test_online_sbom_sign_verify_and_tampers(variants, cli, tmp_path):
+    image = variants[0]
+    key, pub = tmp_path / "key.pem", tmp_path / "key.pem.pub"
+    assert cli("keygen", "--out", str(key))[0] == 0
+    where = ["--image", image, "--out", str(tmp_path), "--name", "img"]
+    code, out, err = cli("sbom", *where)
+    assert code == 0, err
+    sbom_path = tmp_path / "img.sbom.cdx.json"
+    doc = json.loads(sbom_path.read_text())
+    names = {(c["name"], c.get("version")) for c in doc["components"] if c["group"] == "python"}
+    assert ("six", "1.16.0") in names and ("pip", "23.0.1") in names  # venv and Debian's
+    assert cli("sign", *where, "--key", str(key))[0] == 0
+    code, _, err = cli("verify-supply-chain", *where, "--key", str(pub))
+    assert code == 0, err
+
+    # A distribution the SBOM leaves out fails, even when the signer signed that SBOM.
+    original = sbom_path.read_text()
+    doc["components"] = [c for c in doc["components"] if c["name"] != "six"]
+    sbom_path.write_text(json.dumps(doc))
+    assert cli("sign", *where, "--key", str(key))[0] == 0
+    code, _, err = cli("verify-supply-chain", *where, "--key", str(pub))
+    assert code == 8 and "six 1.16.0 is installed at /opt/venv/" in err
+    assert "missing from the SBOM" in err and "Traceback" not in err
+
+    # A tampered wheel hash in the signed SBOM: the SBOM no longer matches the statement.
+    sbom_path.write_text(original)
+    assert cli("sign", *where, "--key", str(key))[0] == 0
+    sbom_path.write_text(original.replace(_wheel_sha(original), "0" * 64))
+    code, _, err = cli("verify-supply-chain", *where, "--key", str(pub))
+    error_lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert code == 8 and len(error_lines) == 1
+    assert "img.sbom.cdx.json: SBOM: not the one the statement was signed with" in error_lines[0]
+
+
+def _wheel_sha(sbom_text: str) -> str:
+    doc = json.loads(sbom_text)
+    return next(c["hashes"][0]["content"] for c in doc["components"] if c["name"] == "six")
+
+
+def test_offline_on_a_published_set_and_tampers(variants, engine, cli, tmp_path):
+    image = scratch_variant(engine, variants[1])
+    key, pub = tmp_path / "key.pem", tmp_path / "key.pem.pub"
+    assert cli("keygen", "--out", str(key))[0] == 0
+    code, _, err = cli("publish", "--image", image, "--out", str(tmp_path), "--name", "set",
+                       "--part-size", "1M")
+    assert code == 0, err
+    manifest = tmp_path / "set.manifest.json"
+    where = ["--tarball", str(manifest)]
+    for task in (["sbom"], ["sign", "--key", str(key)], ["verify-supply-chain", "--key",
+                                                            str(pub)]):
+        code, out, err = cli(*task, *where)
+        assert code == 0, f"{task}: {err}"
+    doc = json.loads((tmp_path / "set.sbom.cdx.json").read_text())
+    assert {(c["name"], c["version"]) for c in doc["components"] if c["group"] == "python"} \
+        == {("six", "1.17.0"), ("pip", "23.0.1"), ("setuptools", "66.1.1")}  # the venv's
+
+    # The manifest's labels edited: named, exit 8.
+    original = manifest.read_text()
+    edited = json.loads(original)
+    edited["labels"]["org.opencontainers.image.title"] = "something else"
+    manifest.write_text(json.dumps(edited))
+    code, _, err = cli("verify-supply-chain", *where, "--key", str(pub))
+    assert code == 8 and "set.manifest.json: manifest: field 'labels' differs" in err
+    manifest.write_text(original)
+
+    # The statement edited after signing: named, exit 8.
+    envelope_path = tmp_path / "set.provenance.dsse.json"
+    envelope = json.loads(envelope_path.read_text())
+    statement = json.loads(base64.b64decode(envelope["payload"]))
+    statement["predicate"]["buildDefinition"]["externalParameters"]["mods"] = []
+    envelope["payload"] = base64.b64encode(json.dumps(statement).encode()).decode()
+    envelope_path.write_text(json.dumps(envelope))
+    code, _, err = cli("verify-supply-chain", *where, "--key", str(pub))
+    assert code == 8 and "set.provenance.dsse.json: no valid signature" in err
+
+    # A part changed on disk: the set's own checksum fails first (publish's exit code, 10).
+    part = sorted(tmp_path.glob("set.tar.zst*"))[0]
+    data = bytearray(part.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    part.write_bytes(bytes(data))
+    code, _, err = cli("verify-supply-chain", *where, "--key", str(pub))
+    assert code == 10 and part.name in err and "Traceback" not in err
