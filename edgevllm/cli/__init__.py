@@ -18,7 +18,7 @@ from edgevllm import __version__
 
 # One task module per concern.
 TASK_MODULES = ("build", "plan", "sources", "mods", "verify", "probe", "publish", "recipes",
-                "distribute", "bench")
+                "distribute", "bench", "inspect")
 
 
 def namespace() -> Collection:
