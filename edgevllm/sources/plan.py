@@ -9,9 +9,10 @@ Nothing is copied from a particular vLLM release: a PR or a fork is evaluated th
 The result (``KernelPlan``) lists every arch group (one ``cuda_archs_loose_intersection`` call that
 ran: file, line, requested list, result, kind), every extension with the arches its CUDA sources
 get (from the per-source ``-gencode`` flags the tree sets), the external sources CMake would clone
-(``FetchContent``), and the flags a source file is compiled with. Kinds, for the target's device:
+(``FetchContent``), and the flags a source file is compiled with. Kinds, for the target's device
+(``edgevllm.specs.cuda.arch_kind``, the words of the one CUDA rule table):
 
-- ``native``  real SASS for exactly the target (``12.1a`` on 12.1; ``11.0a`` on 11.0)
+- ``native``  real SASS for exactly the target (``12.1a``, ``12.1f``, ``12.1`` on 12.1)
 - ``family``  SASS that runs on the target by family or plain compatibility (``12.0f``, ``12.0``)
 - ``ptx``     only PTX the driver can JIT for the target (``8.0+PTX``): slow first use
 - ``none``    nothing that runs on the target
@@ -33,6 +34,13 @@ from pathlib import Path
 
 from edgevllm.common.errors import MissingToolError, PlanError, PlanGapError
 from edgevllm.sources import cmakeguard
+from edgevllm.specs.cuda import (
+    ArchParseError,
+    arch_kind,
+    best_kind,
+    cmake_arch_codes,
+    kind_meets,
+)
 
 PRELUDE = Path(__file__).with_name("plan_prelude.cmake")
 OVERRIDES = Path(__file__).with_name("plan_overrides.cmake")
@@ -156,44 +164,6 @@ class KernelPlan:
         return args
 
 
-# --- classification -------------------------------------------------------------------------------
-def _split(arch: str) -> tuple[int, int, str, bool]:
-    ptx = arch.endswith("+PTX")
-    core = arch[:-4] if ptx else arch
-    match = re.fullmatch(r"(\d+)\.(\d+)([af]?)", core)
-    if not match:
-        raise ValueError(arch)
-    return int(match.group(1)), int(match.group(2)), match.group(3), ptx
-
-
-def arch_kind(arch: str, device: str) -> str:
-    """How code built for ``arch`` (a CMake arch: ``12.0f``, ``8.0+PTX``) runs on ``device``."""
-    try:
-        major, minor, suffix, ptx = _split(arch)
-        dmajor, dminor, _, _ = _split(device)
-    except ValueError:
-        return "none"
-    if suffix == "a":
-        sass = "native" if (major, minor) == (dmajor, dminor) else "none"
-    elif major == dmajor and minor <= dminor:
-        sass = "native" if (minor == dminor and suffix == "") else "family"
-    else:
-        sass = "none"
-    if sass != "none":
-        return sass
-    if ptx and suffix == "" and (major, minor) <= (dmajor, dminor):
-        return "ptx"
-    return "none"
-
-
-_RANK = {"native": 3, "family": 2, "ptx": 1, "none": 0}
-
-
-def best_kind(arches: list[str], device: str) -> str:
-    kinds = [arch_kind(a, device) for a in arches]
-    return max(kinds, key=_RANK.__getitem__) if kinds else "none"
-
-
 # --- inputs ---------------------------------------------------------------------------------------
 def torch_gencode_flags(arch_list: str) -> str:
     """The ``-gencode`` flags torch's CMake makes of TORCH_CUDA_ARCH_LIST (``12.1a`` -> sm_121a)."""
@@ -201,15 +171,13 @@ def torch_gencode_flags(arch_list: str) -> str:
     for entry in re.split(r"[\s;]+", arch_list.strip()):
         if not entry:
             continue
-        ptx = entry.endswith("+PTX")
-        core = entry[:-4] if ptx else entry
-        match = re.fullmatch(r"(\d+)\.(\d+)([af]?)", core)
-        if not match:
-            raise PlanError(f"arch list '{arch_list}': '{entry}' is not like 12.1a or 8.0+PTX")
-        num = "".join(match.groups())
-        flags.append(f"-gencode arch=compute_{num},code=sm_{num}")
-        if ptx:
-            flags.append(f"-gencode arch=compute_{num},code=compute_{num}")
+        try:
+            codes = cmake_arch_codes(entry)
+        except ArchParseError:
+            raise PlanError(f"arch list '{arch_list}': '{entry}' is not like 12.1a or 8.0+PTX") \
+                from None
+        for code in codes:
+            flags.append(f"-gencode arch=compute_{code.sm}{code.variant},code={code.name}")
     if not flags:
         raise PlanError("arch list is empty; set torch_cuda_arch_list in the target")
     return " ".join(flags)
@@ -408,7 +376,7 @@ def _add_group(plan: KernelPlan, fields: list[str], shadow: str, device: str,
     result = _items(res)
     plan.groups.append(ArchGroup(key=key, name=name, file=file, line=line,
                                  requested=_items(src), result=result,
-                                 kind=best_kind(result, device)))
+                                 kind=best_kind(arch_kind(a, device) for a in result)))
 
 
 def _note_message(plan: KernelPlan, fields: list[str], messages: list) -> None:
@@ -491,7 +459,7 @@ def _add_extension(plan: KernelPlan, fields: list[str], shadow: str, device: str
                and re.fullmatch(r"\d+\.\d+[af]?(\+PTX)?", a)]
     if name == "_C" or (name.startswith("_C") and not plan.gpu_flags):
         plan.gpu_flags = _items(flags)
-    kind = best_kind(arches, device) if language == "CUDA" else "cpu"
+    kind = best_kind(arch_kind(a, device) for a in arches) if language == "CUDA" else "cpu"
     own = plan.target_flags.get(name, {})
     plan.extensions.append(Extension(
         name=name, file=file, line=line, language=language, arches=arches, kind=kind,
@@ -563,10 +531,9 @@ def check_required(plan: KernelPlan, required: dict[str, str], target: str,
             raise PlanGapError(f"target {target}: needed group '{alternatives}' is not in the "
                                f"tree's CMake (no cuda_archs_loose_intersection or extension of "
                                f"that name); fix kernel_plan.required in targets/{target}.yaml")
-        kinds = [g.kind for g in groups] + [e.kind for e in exts]
-        if max(_RANK.get(k, 0) for k in kinds) >= _RANK[minimum]:
+        got = best_kind([g.kind for g in groups] + [e.kind for e in exts])
+        if kind_meets(got, minimum):
             continue
-        got = max(kinds, key=lambda k: _RANK.get(k, 0))
         where = groups[0].where if groups else f"{exts[0].file}:{exts[0].line}"
         asked = ";".join(groups[0].requested) if groups else "-"
         result = ";".join(groups[0].result) if groups else ";".join(exts[0].arches)

@@ -18,6 +18,16 @@ driver can compile at start-up), ``none``. So on GB10 (12.1) ``sm_121``/``sm_121
 are native, ``sm_120``/``sm_120f`` compatible, ``sm_120a`` none; on Thor (11.0) ``sm_110*`` are
 native and nothing from 10.x or 12.x runs (other major).
 
+``sm_XYf`` is SASS for exactly X.Y restricted to the features the whole X family shares (nvcc
+13 writes ``-arch sm_121f`` into the cubin, whose ELF header names SM 121): on X.Y it is
+``native``, on a later X.Z ``compatible``, as the CUDA docs say of family-specific code ("runs on
+devices of the same family with the same or higher minor version").
+
+The kernel plan reads CMake arch lists (``12.0f``, ``8.0+PTX``) and speaks of ``native`` |
+``family`` | ``ptx`` | ``none`` (the words of ``kernel_plan`` in targets/*.yaml): ``arch_kind``
+gives those words for the levels above (``KIND_OF_LEVEL``), so the plan and ``inv verify`` judge
+by this one table.
+
 Spellings accepted for a device (``parse_device``): ``12.1a``, ``12.1``, ``121a``, ``sm_121a``,
 ``compute_121``, ``sm_110``. Target names (``thor``, ``spark``) are resolved by
 ``edgevllm.specs.targets.resolve_cuda_target``, which calls this module for everything else.
@@ -77,9 +87,13 @@ class CodeArch:
     variant: str = ""  # "", "a" or "f"
 
     @property
+    def sm(self) -> int:
+        return self.major * 10 + self.minor
+
+    @property
     def name(self) -> str:
         prefix = "compute" if self.kind == "ptx" else "sm"
-        return f"{prefix}_{self.major * 10 + self.minor}{self.variant}"
+        return f"{prefix}_{self.sm}{self.variant}"
 
 
 def split_sm(sm: int) -> tuple[int, int]:
@@ -166,3 +180,48 @@ def arch_list_coverage(device: CudaArch, names: Iterable[str]) -> tuple[str, lis
         return "none", []
     found = best(runnable)
     return found, by_level[found]
+
+
+# --- CMake arch lists (the kernel plan) ---------------------------------------------------------
+# The kernel plan's words for the levels: targets/*.yaml's kernel_plan.required uses them.
+KIND_OF_LEVEL = {"native": "native", "compatible": "family", "ptx-jit": "ptx", "none": "none"}
+_CMAKE_ARCH = re.compile(r"^(\d{1,2})\.(\d)([af]?)(\+PTX)?$")
+
+
+def cmake_arch_codes(arch: str) -> list[CodeArch]:
+    """A CMake/torch arch (``12.0f``, ``12.1a``, ``8.0+PTX``) as the code nvcc emits for it:
+    SASS, plus PTX of the same arch with ``+PTX``. Raises ``ArchParseError`` for other text."""
+    match = _CMAKE_ARCH.match(str(arch).strip())
+    if not match:
+        raise ArchParseError(f"{arch!r} is not a CMake arch such as 12.0f, 12.1a or 8.0+PTX")
+    major, minor, variant = int(match.group(1)), int(match.group(2)), match.group(3)
+    codes = [CodeArch("sass", major, minor, variant)]
+    if match.group(4):
+        codes.append(CodeArch("ptx", major, minor, variant))
+    return codes
+
+
+def arch_kind(arch: str, device: str) -> str:
+    """The kernel plan's word for code built for CMake ``arch`` on ``device`` (``12.1a``);
+    ``none`` for text that is not an arch."""
+    try:
+        codes, target = cmake_arch_codes(arch), parse_device(device)
+    except ArchParseError:
+        return "none"
+    return KIND_OF_LEVEL[best(level(code, target) for code in codes)]
+
+
+def _kind_rank(kind: str) -> int:
+    """Higher is better; words that are no level (``cpu``) rank below ``none``."""
+    levels = {word: name for name, word in KIND_OF_LEVEL.items()}
+    return len(LEVELS) - LEVELS.index(levels[kind]) if kind in levels else 0
+
+
+def best_kind(kinds: Iterable[str]) -> str:
+    """The best of the plan's words (``none`` for none)."""
+    return max(kinds, key=_kind_rank, default="none")
+
+
+def kind_meets(found: str, minimum: str) -> bool:
+    """Does a plan word reach ``minimum`` (``native`` | ``family`` | ``ptx``)?"""
+    return _kind_rank(found) >= _kind_rank(minimum)

@@ -156,6 +156,29 @@ def cuobjdump_binary() -> Path:
     return unpacked_wheel(wheel) / "nvidia" / "cu13" / "bin" / "cuobjdump"
 
 
+@functools.lru_cache(maxsize=None)
+def nvcc_lib(flags: tuple[str, ...]) -> Path:
+    """One shared object of SOURCE built with ``flags`` (e.g. a kernel plan's ``-gencode``
+    flags); cached by source, flags and nvcc version like ``nvcc_libs``."""
+    require_nvcc()
+    root = test_cache_dir("nvcc-libs")
+    version = subprocess.run([str(NVCC), "--version"], capture_output=True, text=True).stdout
+    key = hashlib.sha256(repr((SOURCE, flags, version)).encode()).hexdigest()[:16]
+    final = root / f"flags-{key}"
+    with file_lock(root / f".{final.name}.lock"):
+        if not final.is_dir():
+            tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=root))
+            try:
+                shutil.move(str(_build("flags", list(flags), Path(tempfile.mkdtemp(dir=tmp)))), tmp)
+                for leftover in [p for p in tmp.iterdir() if p.is_dir()]:
+                    shutil.rmtree(leftover)
+                tmp.chmod(0o755)
+                os.replace(tmp, final)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+    return final / _filename("flags")
+
+
 # Fatbins compressed for sure: nvcc skips compressing small entries unless told to compress all.
 COMPRESSED_VARIANTS: dict[str, list[str]] = {
     "zstd": ["-Xfatbin=-compress-all"]
