@@ -7,7 +7,7 @@ import os
 from edgevllm.cli._common import cli_task
 from edgevllm.common import console
 from edgevllm.common.errors import ConfigError, ProbeError
-from edgevllm.common.kv import split_csv
+from edgevllm.common.kv import parse_pairs, split_csv
 from edgevllm.containers.docker import DockerEngine
 
 
@@ -48,7 +48,8 @@ def probe(c, image, target, level=1, model=None, json=None, timeout=None, port=N
     elif level == 2:
         # HF_TOKEN goes by name: its value stays out of argv, labels and the result.
         settings = ServeSettings(gpus=None if gpus in (None, "", "none") else gpus,
-                                 runtime=runtime, env=_env_pairs(env), env_names=["HF_TOKEN"],
+                                 runtime=runtime, env=parse_pairs(env, "--env", ConfigError),
+                                 env_names=["HF_TOKEN"],
                                  volumes=[os.path.expanduser(v) for v in volume or []])
         result = probe_level2(engine, image, target, model=model,
                               timeout=float(timeout) if timeout else 900,
@@ -60,16 +61,6 @@ def probe(c, image, target, level=1, model=None, json=None, timeout=None, port=N
     _report(result, json)
     if not result.passed:
         raise ProbeError(f"probe of {image} failed: {result.summary()}")
-
-
-def _env_pairs(values) -> dict[str, str]:
-    pairs = {}
-    for value in values or []:
-        key, sep, val = str(value).partition("=")
-        if not sep or not key:
-            raise ConfigError(f"--env {value!r}: use KEY=VALUE")
-        pairs[key] = val
-    return pairs
 
 
 def _report(result, json_path) -> None:

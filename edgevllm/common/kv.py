@@ -1,4 +1,5 @@
-"""The one KEY=VALUE parser: ``--env``, ``--build-arg``, ``--package``, ``--set``, node env.
+"""The one KEY=VALUE parser: ``--env`` (build and probe), ``--build-arg``, ``--package``, ``--set``,
+``--node-env``, ``--sweep``.
 
 A malformed item raises the caller's error class with one line naming the flag and the item, so
 each command keeps its own exit code.
@@ -9,13 +10,19 @@ from __future__ import annotations
 from typing import Iterable
 
 
+def pair_error(item: object, flag: str, error: type[Exception], example: str = "KEY=VALUE"
+               ) -> Exception:
+    """The one error of a malformed pair: ``--env 'X': expected KEY=VALUE``."""
+    return error(f"{flag} '{item}': expected {example}")
+
+
 def split_pair(item: object, flag: str, error: type[Exception], example: str = "KEY=VALUE"
                ) -> tuple[str, str]:
     """``"A=1"`` → ``("A", "1")``; no ``=`` or an empty key raises ``error``."""
     key, sep, value = str(item).partition("=")
     key = key.strip()
     if not sep or not key:
-        raise error(f"{flag} '{item}': expected {example}")
+        raise pair_error(item, flag, error, example)
     return key, value
 
 

@@ -18,6 +18,7 @@ from typing import Callable
 
 from edgevllm.common import labels
 from edgevllm.common.errors import BenchError, RecipeError, RooflineUnknown
+from edgevllm.common.kv import pair_error, split_pair
 from edgevllm.containers.docker import DockerEngine
 from edgevllm.perf.client import ClientRunner, ExecRunner
 from edgevllm.perf.expect import judge, parse_expectations
@@ -76,9 +77,10 @@ def sweep_values(items: list[str]) -> list[dict]:
 
     axes = []
     for item in items:
-        key, sep, values = item.partition("=")
-        if not sep or not key or not values:
-            raise BenchError(f"--sweep '{item}': write NAME=V1,V2,... (a recipe placeholder)")
+        example = "NAME=V1,V2,... (a recipe placeholder)"
+        key, values = split_pair(item, "--sweep", BenchError, example)
+        if not values:
+            raise pair_error(item, "--sweep", BenchError, example)
         axes.append([parse_sets([f"{key}={v}"]) for v in values.split(",")])
     return [dict(kv for part in combo for kv in part.items())
             for combo in itertools.product(*axes)] or [{}]

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from edgevllm.common import console, labels
 from edgevllm.common.errors import ClusterError, EdgeVllmError, ImageNotFoundError
+from edgevllm.common.kv import pair_error, split_pair
 from edgevllm.common.poll import poll
 from edgevllm.containers.docker import DockerEngine, RunOptions
 from edgevllm.serve.launch import (
@@ -109,12 +110,12 @@ def parse_nodes(spec: list[str], addresses: list[str] | None = None,
 
 def _apply_node_env(nodes: list[Node], item: str) -> None:
     """``--node-env node1:NCCL_IB_HCA=mlx5_1`` (a node name or index, then KEY=VALUE)."""
-    who, _, pair = item.partition(":")
-    key, sep, value = pair.partition("=")
+    example = f"NODE:KEY=VALUE with NODE one of {', '.join(n.name for n in nodes)}"
+    where, value = split_pair(item, "--node-env", ClusterError, example)
+    who, colon, key = where.partition(":")
     node = next((n for i, n in enumerate(nodes) if who in (n.name, str(i))), None)
-    if node is None or not sep or not key:
-        raise ClusterError(f"--node-env '{item}': expected NODE:KEY=VALUE with NODE one of "
-                           f"{', '.join(n.name for n in nodes)}")
+    if node is None or not colon or not key:
+        raise pair_error(item, "--node-env", ClusterError, example)
     node.env[key] = value
 
 

@@ -13,6 +13,7 @@ import os
 import yaml
 
 from edgevllm.common.errors import RecipeError
+from edgevllm.common.kv import split_pair
 from edgevllm.common.paths import host_hf_cache
 from edgevllm.serve.recipe_render import placeholders
 from edgevllm.serve.recipe_schema import RESERVED, Recipe
@@ -22,10 +23,7 @@ def parse_sets(items: list[str] | None) -> dict[str, object]:
     """``key=value`` pairs; values are YAML scalars (``0.8`` is a number, ``true`` a bool)."""
     out: dict[str, object] = {}
     for item in items or []:
-        key, sep, raw = item.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise RecipeError(f"--set '{item}': expected key=value, e.g. --set port=9000")
+        key, raw = split_pair(item, "--set", RecipeError, "key=value, e.g. --set port=9000")
         try:
             value = yaml.safe_load(raw) if raw.strip() else ""
         except yaml.YAMLError:
