@@ -14,9 +14,7 @@ from typing import Any, Iterable
 
 from edgevllm.common.errors import SpecError
 from edgevllm.common.kv import parse_pairs, split_csv
-from edgevllm.specs.refs import normalize_repo, parse_pr_arg
-
-UPSTREAM_FLASHINFER = "https://github.com/flashinfer-ai/flashinfer.git"
+from edgevllm.specs.refs import UPSTREAM_REPOS, normalize_repo, parse_pr_arg
 
 
 @dataclass(frozen=True)
@@ -297,6 +295,6 @@ def _source_defaults(data: dict) -> None:
         vllm["ref"] = None  # a custom repo without a ref means its default branch
     source = data.get("flashinfer", {}).get("source")
     if source is not None:
-        source.setdefault("repo", UPSTREAM_FLASHINFER)
+        source.setdefault("repo", UPSTREAM_REPOS["flashinfer"])
         if data.get("vllm", {}).get("allow_doc_conflicts"):
             source["allow_doc_conflicts"] = True

@@ -34,6 +34,7 @@ from edgevllm.sources.gitcache import GitMirror, out
 from edgevllm.specs.buildspec import EffectiveSpec
 from edgevllm.specs.lock import PickLock, SourceLock
 from edgevllm.specs.refs import (
+    UPSTREAM_REPOS,
     display_repo,
     is_full_sha,
     looks_like_sha,
@@ -44,10 +45,6 @@ from edgevllm.specs.refs import (
     parse_pr_url,
 )
 
-DEFAULT_REPOS = {
-    "vllm": "https://github.com/vllm-project/vllm.git",
-    "flashinfer": "https://github.com/flashinfer-ai/flashinfer.git",
-}
 _PICK_HELP = "use a PR number, a PR URL, a full commit SHA, REPO#N or REPO@SHA"
 
 
@@ -136,7 +133,7 @@ class SourceRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: SourceName = "vllm"
-    repo: str = DEFAULT_REPOS["vllm"]
+    repo: str = UPSTREAM_REPOS["vllm"]
     ref: Optional[str] = None
     pr: Optional[int] = None
     cherry_picks: list[PickRequest] = Field(default_factory=list)
@@ -167,7 +164,7 @@ class SourceRequest(BaseModel):
         url = (
             normalize_repo(repo)
             if repo
-            else (pr_repo or DEFAULT_REPOS.get(name, DEFAULT_REPOS["vllm"]))
+            else (pr_repo or UPSTREAM_REPOS.get(name, UPSTREAM_REPOS["vllm"]))
         )
         if ref is not None and not str(ref).strip():
             raise SourceError(f"{flag}-ref: empty; give a tag, branch or full SHA")

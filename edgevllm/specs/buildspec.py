@@ -33,10 +33,9 @@ from edgevllm.common.grammar import (
 from edgevllm.common.schema import Strict, parse_model
 from edgevllm.common.secrets import check_no_secrets
 from edgevllm.specs.modselect import select_mod_names
+from edgevllm.specs.refs import UPSTREAM_REPOS
 from edgevllm.specs.targets import BaseImages, Target, TorchSource, load_target
 
-UPSTREAM_VLLM = "https://github.com/vllm-project/vllm.git"
-UPSTREAM_FLASHINFER = "https://github.com/flashinfer-ai/flashinfer.git"
 # A recent vLLM release that builds for both targets with CUDA 13.0 (pins torch 2.14.0,
 # flashinfer 0.7.2.post1, cutlass-dsl 4.8.0). Spark needs the keep-12.1a CMake patch with it.
 DEFAULT_VLLM_REF = "v0.33.0"
@@ -46,7 +45,7 @@ DEFAULT_IMAGE_REPO = "edgevllm/vllm"
 class SourceSpec(Strict):
     """A git source: a repo (URL, ``owner/name`` or local path) at a ref, a PR head, plus picks."""
 
-    repo: Line = UPSTREAM_VLLM
+    repo: Line = UPSTREAM_REPOS["vllm"]
     ref: Line | None = None
     pr: int | None = Field(default=None, ge=1, le=10**9)
     cherry_picks: list[Line] = Field(default_factory=list)

@@ -4,7 +4,8 @@ spec.
 ``normalize_repo`` gives one canonical URL per repository (GitHub ``owner/name``, https/ssh/git/file
 URLs, scp-style, local paths); ``parse_pr_arg`` reads ``N``, ``#N`` or a PR URL and keeps the PR's
 repository, so a fork's PR URL means the fork wherever it is given (``inv build``, ``inv sources``,
-``inv plan``, a spec file). Pure functions: no git, no network.
+``inv plan``, a spec file). ``UPSTREAM_REPOS`` is the one table of the upstream URLs. Pure
+functions: no git, no network.
 """
 
 from __future__ import annotations
@@ -17,6 +18,11 @@ from urllib.parse import urlsplit
 from edgevllm.common.errors import SourceError
 
 GITHUB = "github.com"
+# The upstream repositories edgevllm builds from, by source name: the one table of their URLs.
+UPSTREAM_REPOS = {
+    "vllm": "https://github.com/vllm-project/vllm.git",
+    "flashinfer": "https://github.com/flashinfer-ai/flashinfer.git",
+}
 _SHA_RE = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
 _HEX_RE = re.compile(r"^[0-9a-f]{4,64}$")
 _NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
