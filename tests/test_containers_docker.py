@@ -132,3 +132,13 @@ def test_every_daemon_call_has_a_deadline(monkeypatch):
     with pytest.raises(EngineError, match="docker version timed out"):
         DockerEngine(binary="sh").check_daemon()
     assert all(t is not None and t > 0 for t in seen)
+
+
+@pytest.mark.parametrize("spec,context,host", [
+    (None, None, None), ("", None, None), ("local", None, None), ("default", None, None),
+    ("ssh://me@spark2", None, "ssh://me@spark2"), ("tcp://10.0.0.2:2375", None, "tcp://10.0.0.2:2375"),
+    ("spark2", "spark2", None),
+])
+def test_engine_named_by_a_flag(spec, context, host):
+    engine = DockerEngine.named(spec)
+    assert (engine.context, engine.host) == (context, host)

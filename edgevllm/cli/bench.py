@@ -11,6 +11,7 @@ from edgevllm.cli._common import cli_task
 from edgevllm.common import console
 from edgevllm.common.errors import BenchError
 from edgevllm.common.kv import split_csv
+from edgevllm.containers.docker import DockerEngine
 
 _BENCH_HELP = {
     "what": "a recipe to start (inv recipes), or the URL of a running server (http://host:port)",
@@ -129,14 +130,13 @@ def bench(c, what, model=None, tokenizer=None, client_python="python3",
 
 def _bench_url(url, model, tokenizer, client_python, client_container, plan, target, roofline,
                out, engine, sweep, progress) -> dict:
-    from edgevllm.cli.recipes import engine_from
     from edgevllm.perf.bench import bench_url
     from edgevllm.perf.client import ExecRunner, PythonRunner
     from edgevllm.perf.sweep import served_model
 
     if sweep:
         raise BenchError("--sweep restarts the server per value: give a recipe, not a URL")
-    runner = (ExecRunner(engine_from(engine), client_container) if client_container
+    runner = (ExecRunner(DockerEngine.named(engine), client_container) if client_container
               else PythonRunner(client_python))
     name = model
     if not name:
@@ -150,7 +150,6 @@ def _bench_url(url, model, tokenizer, client_python, client_container, plan, tar
 
 
 def _bench_recipe(recipe, sets, target, sweep, plan, engine, out, wait, build, progress):
-    from edgevllm.cli.recipes import engine_from
     from edgevllm.perf.bench import bench_recipe
     from edgevllm.serve.recipes import load_recipe, parse_sets
 
@@ -160,7 +159,7 @@ def _bench_recipe(recipe, sets, target, sweep, plan, engine, out, wait, build, p
     loaded = load_recipe(recipe)
     bandwidth = _bandwidth(target or (loaded.recipe.targets[0]
                                       if len(loaded.recipe.targets) == 1 else None))
-    return bench_recipe(loaded, overrides, list(sweep or []), plan, engine_from(engine),
+    return bench_recipe(loaded, overrides, list(sweep or []), plan, DockerEngine.named(engine),
                         Path(out), wait_s=float(wait), build=build, bandwidth_gbps=bandwidth,
                         progress=progress)
 

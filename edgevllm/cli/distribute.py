@@ -29,15 +29,14 @@ def _report(results, what: str) -> None:
           iterable=["to"], auto_shortflags=False)
 def copy_image(c, image, to=None, engine=None):
     """Stream an image to every node in parallel; skip nodes with the same image id; verify."""
-    from edgevllm.cli.recipes import engine_from
     from edgevllm.containers.docker import DockerEngine
     from edgevllm.serve.distribute import copy_image as copy
 
     nodes = split_csv(to)
     if not nodes:
         raise RecipeError("say where to: --to ssh://node2,ssh://node3")
-    targets = [DockerEngine(host=n) if "://" in n else DockerEngine(context=n) for n in nodes]
-    _report(copy(image, engine_from(engine), targets), f"copying {image}")
+    targets = [DockerEngine.named(n) for n in nodes]
+    _report(copy(image, DockerEngine.named(engine), targets), f"copying {image}")
 
 
 @cli_task(name="model-fetch",

@@ -9,6 +9,7 @@ from edgevllm.cli._common import cli_task
 from edgevllm.common import console
 from edgevllm.common.errors import ConfigError, ModFailedError
 from edgevllm.common.kv import split_csv
+from edgevllm.specs.outcomes import NOT_APPLICABLE
 
 
 @cli_task(
@@ -69,7 +70,7 @@ def mods_apply(
     env = {
         k: v
         for m in record["mods"]
-        if m["outcome"] != "not-applicable"
+        if m["outcome"] != NOT_APPLICABLE
         for k, v in m.get("env", {}).items()
     }
     if env:

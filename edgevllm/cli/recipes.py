@@ -40,12 +40,6 @@ _SERVE_HELP = {
 _SERVE_USAGE = "inv serve RECIPE [--options] [-- EXTRA VLLM ARGS...]"
 
 
-def engine_from(spec: str | None) -> DockerEngine:
-    if not spec or spec in ("local", "default"):
-        return DockerEngine()
-    return DockerEngine(host=spec) if "://" in spec else DockerEngine(context=spec)
-
-
 def _rendered(recipe: str, sets, target, clustered: bool = False,
               extra_args: list[str] | None = None):
     from edgevllm.serve.recipes import load_recipe, parse_sets, render
@@ -156,8 +150,8 @@ def serve(c, recipe=None, set_=None, target=None, dry_run=False, name=None, engi
         head = plan.launch()
         console.step(f"cluster {plan.options.name} up; API on {head} (inv logs --name {head})")
         return
-    result = serving.serve(rendered, engine_from(engine), name=name, dry_run=dry_run, build=build,
-                           wait_s=float(wait))
+    result = serving.serve(rendered, DockerEngine.named(engine), name=name, dry_run=dry_run,
+                           build=build, wait_s=float(wait))
     if dry_run:
         print(result)
 
@@ -187,7 +181,7 @@ def stop(c, recipe=None, name=None, engine=None, nodes=None, cluster=None, timeo
             raise RecipeError("say which cluster: --cluster NAME or --recipe NAME")
         removed = teardown(cluster or recipe, parse_nodes(split_csv([nodes])))
     else:
-        removed = serving.stop(engine_from(engine), recipe, name, int(timeout))
+        removed = serving.stop(DockerEngine.named(engine), recipe, name, int(timeout))
     for container in removed:
         console.info(f"removed {container}")
 
@@ -201,7 +195,7 @@ def logs(c, recipe=None, name=None, engine=None, tail=None, follow=False):
 
     if not recipe and not name:
         raise RecipeError("say whose logs: --recipe NAME or --name CONTAINER")
-    eng = engine_from(engine)
+    eng = DockerEngine.named(engine)
     container = serving.one_container(eng, recipe, name)
     if follow:
         proc = eng.follow_logs(container)
@@ -221,7 +215,7 @@ def status(c, engine=None, as_json=False):
     """List edgevllm containers on an engine: recipe, cluster role, state and health."""
     from edgevllm.serve import launch as serving
 
-    rows = serving.status(engine_from(engine))
+    rows = serving.status(DockerEngine.named(engine))
     if as_json:
         print(json.dumps(rows, indent=2))
         return

@@ -23,6 +23,7 @@ from edgevllm.common.errors import ManifestError, ModConflictError, ModNotForTar
 from edgevllm.common.fsutil import atomic_write_json
 from edgevllm.common.schema import Strict, load_model
 from edgevllm.specs.modselect import MANIFEST, check_mod_names, mod_folders
+from edgevllm.specs.outcomes import FAILED
 
 _NAME = r"^[a-z0-9][a-z0-9-]*$"
 
@@ -439,7 +440,7 @@ def apply_to_environment(target_name: str, mod_names: list[str], site_packages: 
     if json_out:
         atomic_write_json(json_out, record)
     table = proc.stdout
-    failed = [m for m in record["mods"] if m["outcome"] == "failed"]
+    failed = [m for m in record["mods"] if m["outcome"] == FAILED]
     if failed:
         raise ModFailedError(failed[0]["detail"], record, table)
     return record, table

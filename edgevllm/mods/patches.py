@@ -23,6 +23,7 @@ from edgevllm.common.paths import data_dirs
 from edgevllm.common.schema import Strict, check_regex, load_model
 from edgevllm.mods.applier import StepFailed, apply_unified_diff, plan_replacements
 from edgevllm.mods.catalog import Replacement
+from edgevllm.specs.outcomes import ALREADY_APPLIED, APPLIED, NOT_APPLICABLE
 
 PATCH_FILE = "patch.yaml"
 
@@ -118,7 +119,7 @@ def apply_patch(patch: SourcePatch, tree: Path, vllm_version: str | None) -> dic
               "vllm_version": vllm_version, "files": files}
     miss = _version_miss(patch, vllm_version)
     if miss:
-        return dict(result, outcome="not-applicable", detail=miss)
+        return dict(result, outcome=NOT_APPLICABLE, detail=miss)
     basis = "" if vllm_version else " (vLLM version unknown: decided by file content)"
     planned: list[tuple[Path, str, str]] = []
     notes: list[str] = []
@@ -132,17 +133,17 @@ def apply_patch(patch: SourcePatch, tree: Path, vllm_version: str | None) -> dic
         except StepFailed as exc:
             fixed = _upstream_fixed(patch, tree)
             if fixed:
-                return dict(result, outcome="not-applicable", detail=fixed + basis)
+                return dict(result, outcome=NOT_APPLICABLE, detail=fixed + basis)
             raise _failed(patch, vllm_version, str(exc)) from None
         notes.append(note)
         planned.append((path, text, new))
     if all(n == "already" for n in notes):
-        return dict(result, outcome="already-applied", detail="edits already present" + basis)
+        return dict(result, outcome=ALREADY_APPLIED, detail="edits already present" + basis)
     for path, old, new in planned:
         if new != old:
             atomic_write_text(path, new)
             files.append(str(path.relative_to(tree)))
-    return dict(result, outcome="applied", detail=f"edited {', '.join(files)}{basis}")
+    return dict(result, outcome=APPLIED, detail=f"edited {', '.join(files)}{basis}")
 
 
 def _edit_text(patch: SourcePatch, edit: SourceEdit, text: str, where: str) -> tuple[str, str]:

@@ -22,6 +22,7 @@ from edgevllm.containers.docker import DockerEngine, RunOptions
 from edgevllm.probe.result import ABSENT, FAIL, PASS, WARN, ProbeResult
 from edgevllm.probe.target import DEFAULT_COMPONENTS, ProbeTarget, probe_target
 from edgevllm.specs.lock import LOCK_IMAGE_PATH
+from edgevllm.specs.outcomes import GOOD_OUTCOMES
 
 MARKER = "@@EDGEVLLM-PROBE@@ "
 PROBE_LABEL = labels.PROBE
@@ -29,7 +30,6 @@ MODS_RECORD = labels.MODS_RECORD
 LOCK_FILE = LOCK_IMAGE_PATH  # written by the build (edgevllm/lock.py)
 VERIFY_LABEL = labels.VERIFY  # verify's record, with the first-start work
 MODS_LABEL = labels.MODS_SELECTED  # the build's label: mods chosen for the image
-GOOD_OUTCOMES = ("applied", "already-applied", "not-applicable")
 
 # Where the first start's compiled code goes (read so the report can say which caches are set).
 CACHE_ENV = ("CUDA_CACHE_PATH", "CUDA_CACHE_MAXSIZE", "CUDA_CACHE_DISABLE",

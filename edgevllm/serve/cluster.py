@@ -94,12 +94,7 @@ def parse_nodes(spec: list[str], addresses: list[str] | None = None,
         raise ClusterError(f"--node-ips gives {len(addresses)} addresses for {len(spec)} nodes")
     nodes = []
     for index, item in enumerate(spec):
-        if item in ("local", "default"):
-            engine = DockerEngine()
-        elif "://" in item:
-            engine = DockerEngine(host=item)
-        else:
-            engine = DockerEngine(context=item)
+        engine = DockerEngine.named(item)
         env = {"NCCL_SOCKET_IFNAME": iface, "GLOO_SOCKET_IFNAME": iface} if iface else {}
         nodes.append(Node(name=f"node{index}", engine=engine,
                           address=addresses[index] if addresses else None, env=env))
