@@ -98,3 +98,12 @@ def test_an_eugr_placeholder_that_is_not_a_name_is_refused():
             "command": "vllm serve m --x {cycler.__init__.__globals__}"}
     with pytest.raises(RecipeError, match="not a plain name"):
         convert(data, "eugr.yaml")
+
+
+@pytest.mark.parametrize("env", [{"HF_AUTH": "x"},
+                                 {"SETTING": "hf_abcdefghijklmnopqrstuvwxyz0123"}])
+def test_a_secret_in_recipe_env_is_refused_without_quoting_it(env):
+    data = {**recipe("{{ model }}"), "env": env}
+    with pytest.raises(RecipeError, match="list its name under secrets") as info:
+        parse_recipe(data, "r.yaml")
+    assert "hf_abcdefghijklmnopqrstuvwxyz0123" not in str(info.value)

@@ -59,6 +59,9 @@ HOSTILE = {
     "redefine a prelude helper": "function(_ev_rec)\nendfunction()",
     "after a bracket comment": "#[[ harmless ]] _execute_process(COMMAND touch {owned})",
     "load_command": "load_command(X {owned})",
+    # CMake reads "a[[" as text, so ")" closes set() and the next line is a call.
+    "bracket inside an argument": "set(X a[[ )\n_execute_process(COMMAND touch {owned})\n#]])",
+    "comment inside an argument": "set(X a#b )\n)\n_execute_process(COMMAND touch {owned})",
 }
 
 
@@ -107,6 +110,11 @@ def test_a_cmake_module_that_runs_a_program_is_refused_at_run_time(tmp_path, mon
 def test_a_link_in_the_cmake_folder_is_refused(tmp_path):
     tree = make_tree(tmp_path, BENIGN)
     os.symlink("/etc/hostname", tree / "cmake" / "host.cmake")
+    with pytest.raises(PlanError, match="symbolic link"):
+        evaluate(tree)
+    (tree / "cmake" / "host.cmake").unlink()
+    (tree / "cmake").rmdir()
+    os.symlink("/usr/share", tree / "cmake")
     with pytest.raises(PlanError, match="symbolic link"):
         evaluate(tree)
 

@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from edgevllm.common.schema import Strict
+from edgevllm.common.secrets import secret_problem
 
 SCHEMA_VERSION = 1
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
@@ -236,4 +237,9 @@ class Recipe(Strict):
         clash = [k for k in self.env if k in self.secrets]
         if clash:
             raise ValueError(f"env '{clash[0]}' is a secret: list it under secrets only")
+        for key, value in self.env.items():  # env values reach argv, dry-run and Compose files
+            problem = secret_problem(key, value)
+            if problem:
+                raise ValueError(f"env: {problem}; list its name under secrets (passed by name "
+                                 "from the environment of inv serve), never its value")
         return self

@@ -119,7 +119,8 @@ def _skip_arguments(text: str, pos: int) -> tuple[int, str]:
             token += text[index + 1:end - 1]
             index = end
             continue
-        bracket = _BRACKET_OPEN.match(text, index) if char == "[" else None
+        # A bracket argument opens only where an argument starts (CMake reads "a[[" as text).
+        bracket = _BRACKET_OPEN.match(text, index) if char == "[" and not token else None
         if bracket:
             end = _skip_bracket(text, index, bracket)
             token += text[bracket.end():end - len(bracket.group(1)) - 2]
@@ -215,9 +216,9 @@ def tree_cmake_files(tree: Path) -> dict[str, str]:
                                 "kernel plan evaluates only CMake files inside the tree")
             if name.endswith(".cmake") and path.is_file():
                 files.append(path)
-    if top.is_symlink():
-        raise PlanError(f"{top}: a symbolic link; the kernel plan evaluates only CMake files "
-                        "inside the tree")
+    if top.is_symlink() or (tree / "cmake").is_symlink():
+        raise PlanError(f"{tree}: CMakeLists.txt or cmake/ is a symbolic link; the kernel plan "
+                        "evaluates only CMake files inside the tree")
     return {str(path.relative_to(tree)): path.read_text(errors="replace") for path in files}
 
 
