@@ -111,3 +111,11 @@ def test_a_lock_holding_a_token_anywhere_is_refused_with_one_line(where):
     message = str(info.value)
     assert "shared.lock.json" in message and "looks like" in message
     assert token not in message and "\n" not in message
+
+
+def test_inv_probe_refuses_a_token_given_as_env(cli):
+    token = "hf_abcdefghijklmnopqrstuvwxyz0123"
+    code, out, err = cli("probe", "--image", "x", "--target", "thor", "--level", "2",
+                         "--env", f"SETTING={token}")
+    assert code == 2 and err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
+    assert "passed to the container by name" in err and token not in out + err

@@ -8,6 +8,7 @@ from edgevllm.cli._common import cli_task
 from edgevllm.common import console
 from edgevllm.common.errors import ConfigError, ProbeError
 from edgevllm.common.kv import parse_pairs, split_csv
+from edgevllm.common.secrets import secret_problem
 from edgevllm.containers.docker import DockerEngine
 
 
@@ -48,7 +49,7 @@ def probe(c, image, target, level=1, model=None, json=None, timeout=None, port=N
     elif level == 2:
         # HF_TOKEN goes by name: its value stays out of argv, labels and the result.
         settings = ServeSettings(gpus=None if gpus in (None, "", "none") else gpus,
-                                 runtime=runtime, env=parse_pairs(env, "--env", ConfigError),
+                                 runtime=runtime, env=_runtime_env(env),
                                  env_names=["HF_TOKEN"],
                                  volumes=[os.path.expanduser(v) for v in volume or []])
         result = probe_level2(engine, image, target, model=model,
@@ -61,6 +62,16 @@ def probe(c, image, target, level=1, model=None, json=None, timeout=None, port=N
     _report(result, json)
     if not result.passed:
         raise ProbeError(f"probe of {image} failed: {result.summary()}")
+
+
+def _runtime_env(values) -> dict[str, str]:
+    pairs = parse_pairs(values, "--env", ConfigError)
+    for key, value in pairs.items():
+        problem = secret_problem(key, value)
+        if problem:  # a value given here is in argv and the probe's record
+            raise ConfigError(f"--env: {problem}; export HF_TOKEN in the environment of inv "
+                              "probe instead (it is passed to the container by name)")
+    return pairs
 
 
 def _report(result, json_path) -> None:
