@@ -29,6 +29,11 @@ HOSTILE = [
     "{{ model.upper() }}",
     "{% for c in ''.__class__.__subclasses__() %}{{ c }}{% endfor %}",
     "{{ model|format }}",
+    "{% for a in s %}{% for b in s %}{% for c in s %}x{% endfor %}{% endfor %}{% endfor %}",
+    "{% set x = 1 %}{{ x }}",
+    "{% macro m() %}{% endmacro %}",
+    "{% include 'etc/passwd' %}",
+    "{% extends '/etc/passwd' %}",
 ]
 
 

@@ -1,11 +1,12 @@
 """Recipe templates, rendered in a sandbox: a recipe is data from others, never code.
 
-Templates see plain values (strings, numbers, booleans) under plain names, ``{% if %}`` /
-``{% for %}`` and the filters in ``FILTERS``. Everything that reaches a Python object is refused:
-attribute access of any kind (``x.__class__``, ``cycler.__init__``), calls of anything but a
-listed filter, Jinja's global helpers (``cycler``, ``joiner``, ``namespace``, ``range``, ``lipsum``)
-and ``*``/``**`` that would build gigabyte strings. The environment of the process is never a
-template value, so no expression can print ``HF_TOKEN``.
+Templates see plain values (strings, numbers, booleans) under plain names, ``{% if %}`` and the
+filters in ``FILTERS``; no other statement (loops, ``set``, macros, includes) runs, so a template
+cannot loop for hours over a long default either. Everything that reaches a Python object is
+refused: attribute access of any kind (``x.__class__``, ``cycler.__init__``), calls of anything but
+a listed filter, Jinja's global helpers (``cycler``, ``joiner``, ``namespace``, ``range``,
+``lipsum``) and ``*``/``**`` that would build gigabyte strings. The environment of the process is
+never a template value, so no expression can print ``HF_TOKEN``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 import jinja2
 import jinja2.meta
+from jinja2 import nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from edgevllm.common.errors import RecipeError
@@ -45,6 +47,21 @@ class RecipeSandbox(ImmutableSandboxedEnvironment):
         return super().call_binop(context, operator, left, right)
 
 
+# The only statements a recipe template may hold: output, conditions, comments.
+_ALLOWED_STATEMENTS = (nodes.Template, nodes.Output, nodes.If)
+
+
+def _parse(env: RecipeSandbox, text: str) -> nodes.Template:
+    """Parse, then refuse any statement but ``{% if %}`` (raised as a syntax error)."""
+    tree = env.parse(text)
+    for node in tree.find_all(nodes.Stmt):
+        if not isinstance(node, _ALLOWED_STATEMENTS):
+            name = type(node).__name__.lower()
+            raise jinja2.TemplateSyntaxError(f"'{name}' is not allowed in a recipe template "
+                                             "(only {% if %})", node.lineno)
+    return tree
+
+
 def environment() -> RecipeSandbox:
     # StrictUndefined: a placeholder nobody defined is an error, never an empty string.
     env = RecipeSandbox(undefined=jinja2.StrictUndefined, keep_trailing_newline=False,
@@ -59,7 +76,7 @@ def check_templates(recipe: Recipe, source: str) -> None:
     env = environment()
     for where, text in templates(recipe):
         try:
-            jinja2.meta.find_undeclared_variables(env.parse(text))  # compiles: finds filters
+            jinja2.meta.find_undeclared_variables(_parse(env, text))  # compiles: finds filters
         except jinja2.TemplateAssertionError as exc:  # an unknown filter or test
             raise RecipeError(f"{source}: field '{where}': template error: {exc.message}; "
                               f"filters allowed: {', '.join(FILTERS)}") from None
@@ -86,13 +103,14 @@ def placeholders(recipe: Recipe) -> set[str]:
     env = environment()
     names: set[str] = set()
     for _, text in templates(recipe):
-        names |= jinja2.meta.find_undeclared_variables(env.parse(text))
+        names |= jinja2.meta.find_undeclared_variables(_parse(env, text))
     return names
 
 
 def render_text(text: str, values: dict[str, object], where: str, source: str) -> str:
     try:
-        out = environment().from_string(text).render(_plain(values))
+        env = environment()
+        out = env.from_string(_parse(env, text)).render(_plain(values))
     except jinja2.UndefinedError as exc:
         name = re.search(r"'([^']+)' is undefined", str(exc))
         key = name.group(1) if name else str(exc)
