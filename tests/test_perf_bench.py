@@ -28,6 +28,8 @@ def test_unhealthy_server_gives_one_line_and_a_record_that_says_so(tmp_path, cli
     record = json.loads(path.read_text())
     assert record["status"] == "unhealthy" and record["points"] == []
     assert "not healthy" in record["error"]
+    # A server given by URL was started by someone else: the record says its start is not timed.
+    assert record["start"]["health_s"] is None and "already running" in record["start"]["error"]
 
 
 def test_bad_flags_are_one_line(cli, tmp_path):

@@ -70,9 +70,12 @@ def _bandwidth(target: str | None) -> float | None:
 
 
 def _print_record(record: dict) -> None:
-    from edgevllm.perf.report import expectations_markdown, markdown
+    from edgevllm.perf.report import expectations_markdown, markdown, start_markdown
 
     print(markdown([record]))
+    starts = start_markdown([record])
+    if starts:
+        print("\n" + starts)
     verdicts = expectations_markdown(record)
     if verdicts:
         print("\n" + verdicts)
@@ -86,10 +89,13 @@ def _print_record(record: dict) -> None:
 
 def _report(paths: list[str], png: str | None) -> None:
     from edgevllm.perf.record import load_record
-    from edgevllm.perf.report import compare_markdown, markdown, plot
+    from edgevllm.perf.report import compare_markdown, markdown, plot, start_markdown
 
     records = [load_record(p) for p in paths]
     print(markdown(records))
+    starts = start_markdown(records)
+    if starts:
+        print("\n" + starts)
     for other in records[1:]:
         print("\n" + compare_markdown(records[0], other))
     out = Path(png) if png else Path(paths[0]).with_suffix(".png")

@@ -27,6 +27,9 @@ from edgevllm.perf.roofline import weights_per_token
 from edgevllm.perf.sweep import Server, SweepPlan, run_sweep
 
 RESULT_DIR_IN_CONTAINER = "/tmp/edgevllm-bench"
+# A server given by URL was started by someone else: its start is not timed (a recipe's is).
+URL_START = {"started_at": None, "health_s": None, "first_token_s": None,
+             "error": "the server was already running (--url); inv bench RECIPE times the start"}
 _SMI_FIELDS = "name,driver_version,clocks.sm,clocks.mem,clocks.max.sm,power.limit,pstate"
 
 
@@ -61,6 +64,7 @@ def bench_url(url: str, model: str, tokenizer: str | None, plan: SweepPlan,
     """Benchmark the server at ``url`` (already running)."""
     path = record_path(out_dir, url.split("://", 1)[-1])
     record = new_record(url, target=target, url=url, model=model, plan=_plan_dict(plan),
+                        start=URL_START,
                         client=runner.where, vllm_version=runner.vllm_version(),
                         roofline=roofline_facts(roofline_model, bandwidth_gbps))
     if isinstance(runner, ExecRunner):  # the client's container: what it runs on
@@ -110,10 +114,12 @@ def device_facts(runner: ExecRunner) -> dict:
             if value and "N/A" not in value and "Not Supported" not in value}
 
 
-def _start(rendered, engine: DockerEngine, wait_s: float, build: bool) -> str:
-    from edgevllm.serve.launch import serve
+def _start(rendered, engine: DockerEngine, wait_s: float, build: bool) -> tuple[str, dict]:
+    """Start the recipe's container and wait for health; (container, its start timing)."""
+    from edgevllm.serve.launch import serve, wait_timed
 
-    return serve(rendered, engine, build=build, wait_s=wait_s)
+    container = serve(rendered, engine, build=build)
+    return container, wait_timed(engine, container, rendered, wait_s).to_json()
 
 
 def _stop(engine: DockerEngine, container: str) -> None:
@@ -148,14 +154,14 @@ def _bench_one(rendered, combo: dict, engine: DockerEngine, plan: SweepPlan, rec
     """One server start + sweep; False when the sweep must stop (Ctrl-C, errors)."""
     progress(f"starting {rendered.name} {combo or ''}".rstrip())
     try:
-        container = _start(rendered, engine, wait_s, build)
+        container, start = _start(rendered, engine, wait_s, build)
     except RecipeError as exc:  # never healthy, exited, or a fail_on_log line: keep a record
         record.update(status="unhealthy", error=str(exc))
         save_record(record, path)
         return False
     try:
         runner = ExecRunner(engine, container)
-        record["runs"].append({"labels": combo, "container": container,
+        record["runs"].append({"labels": combo, "container": container, "start": start,
                                "command": rendered.command, "values": _plain(rendered.values),
                                "image": image_facts(engine, rendered.image or container),
                                "device": device_facts(runner),

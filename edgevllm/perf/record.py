@@ -3,8 +3,10 @@
 A record holds ``schema`` (``edgevllm-bench/1``), ``status`` (``running`` until the sweep
 ends, then ``complete``, ``interrupted``, ``unhealthy`` or ``errors`` with an ``error`` line),
 ``started``, ``name`` (recipe or URL), ``target``, ``model``, ``plan``, ``roofline``,
-``vllm_version``; for a recipe, ``runs`` (per swept value: container, rendered command and values,
-image id/digests/lock sha256, nvidia-smi device facts); ``points`` (each: concurrency, lengths,
+``vllm_version``; for a recipe, ``runs`` (per swept value: container, its ``start`` (seconds from
+the container's start to health and to the first streamed token, ``serve.starttime``), rendered
+command and values, image id/digests/lock sha256, nvidia-smi device facts); for a URL, ``start``
+says the server was already running; ``points`` (each: concurrency, lengths,
 labels, every run's figures and their summary) and ``expectations`` (met / missed).
 """
 

@@ -146,6 +146,30 @@ def _median(point: dict, name: str) -> float | None:
     return stats["median"] if stats else None
 
 
+def _seconds(value) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def start_markdown(records: list[dict]) -> str:
+    """One row per server start: seconds from the container's start to health and to the first
+    streamed token (a cold start, then a warm one, side by side); "" when no start was timed."""
+    lines = []
+    for record in records:
+        for run in record.get("runs") or []:
+            start = run.get("start")
+            if not start:
+                continue
+            note = start.get("error") or ""
+            lines.append(f"| {record['name']} ({record.get('started', '')}) | "
+                         f"{' '.join(f'{k}={v}' for k, v in (run.get('labels') or {}).items())} "
+                         f"| {_seconds(start.get('health_s'))} | "
+                         f"{_seconds(start.get('first_token_s'))} | {note} |")
+    if not lines:
+        return ""
+    return "\n".join(["| start | values | to health s | to first token s | note |",
+                      "|---|---|---|---|---|", *lines])
+
+
 def expectations_markdown(record: dict) -> str:
     verdicts = record.get("expectations") or []
     if not verdicts:

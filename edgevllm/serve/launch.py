@@ -312,13 +312,23 @@ def serve(rendered: Rendered, engine: DockerEngine, *, name: str | None = None,
                              image_id=inspect["Id"], image_labels=_labels_of(inspect)))
     console.step(f"started {cname} ({image}) on engine {engine.describe()}")
     if wait_s > 0:
-        wait_healthy(engine, cname, wait_s, rendered.health.fail_on_log)
+        wait_timed(engine, cname, rendered, wait_s)
     return cname
 
 
+def wait_timed(engine: DockerEngine, container: str, rendered: Rendered, timeout_s: float):
+    """``wait_healthy``, timing the start meanwhile (``starttime.StartTiming``, also printed)."""
+    from edgevllm.serve.starttime import StartClock, probe_config
+
+    clock = StartClock(engine, container, probe_config(rendered, timeout_s))
+    wait_healthy(engine, container, timeout_s, rendered.health.fail_on_log)
+    timing = clock.result()
+    console.step(timing.describe())
+    return timing
+
+
 def _known_image(engine: DockerEngine, image: str | None) -> dict:
-    """The image's inspect record for a dry-run when the engine can tell it; {} when it cannot
-    (no daemon, no such image): the dry-run then shows the folder as IMAGE-ID."""
+    """The image's inspect record for a dry-run; {} without one (the folder shows IMAGE-ID)."""
     if not image:
         return {}
     try:
