@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from edgevllm.common.errors import PlanError
 from edgevllm.sources.cmakeguard import ALLOWED, cmake_builtins, scan_calls
@@ -172,3 +175,27 @@ def test_the_allow_list_holds_no_command_that_runs_or_writes():
     # Those in ALLOWED are the prelude's recorders/no-ops, never the builtins themselves.
     assert {"cmake_language", "variable_watch", "exec_program", "site_name", "load_command",
             "write_file", "make_directory"}.isdisjoint(ALLOWED)
+
+
+# -- the scanner against CMake itself ------------------------------------------------------------
+# Pieces that change how CMake splits a file into commands: quotes, escapes, brackets, comments,
+# parentheses, newlines. A call the scanner misses would be a call the allow-list never checked.
+PIECES = ["set(X ", "a", " ", "\n", "#", "[[", "]]", "[=[", "]=]", '"', "\\", "(", ")",
+          "\nhit()\n"]
+PREFIX = "function(hit)\n  message(STATUS EDGEVLLM-HIT)\nendfunction()\n"
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.sampled_from(PIECES), min_size=1, max_size=10))
+def test_every_call_cmake_runs_is_one_the_scanner_saw(tmp_path_factory, pieces):
+    text = "".join(pieces)
+    try:
+        seen = {call.name for call in scan_calls(text)}
+    except ValueError:
+        return  # the plan refuses a file it cannot read: nothing of it runs
+    script = tmp_path_factory.mktemp("lex") / "t.cmake"
+    script.write_text(PREFIX + text + "\n")
+    proc = subprocess.run([shutil.which("cmake") or "cmake", "-P", str(script)],
+                          capture_output=True, text=True, timeout=30)
+    if "EDGEVLLM-HIT" in proc.stdout + proc.stderr:
+        assert "hit" in seen, f"cmake ran hit() in {text!r}; the scanner saw {sorted(seen)}"
