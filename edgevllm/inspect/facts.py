@@ -89,35 +89,46 @@ def facts_from_image(engine: DockerEngine, ref: str) -> Facts:
         ref, "image", image_id=inspect["Id"],
         lock=lock_from_label(found.get(labels.LOCK), f"label {labels.LOCK} of {ref}"),
         labels=found, config={k: config.get(k) for k in CONFIG_KEYS},
-        layers=layer_sizes(engine, ref, diff_ids),
+        layers=layer_sizes(engine, ref, inspect["Id"], diff_ids),
         records=_records_from_labels(found, ref),
         repo_digests=list(inspect.get("RepoDigests") or []))
 
 
-def layer_sizes(engine: DockerEngine, ref: str, diff_ids: list[str]) -> list[Layer]:
-    """Each layer's tar size: from the local layer store's tar headers when it is readable,
-    else from ``docker history`` (its non-empty steps, oldest first, one per layer)."""
-    from edgevllm.image.layerstore import LocalLayerStore, StoreUnusable, chain_ids
+def layer_sizes(engine: DockerEngine, ref: str, image_id: str, diff_ids: list[str]
+                ) -> list[Layer]:
+    """Each layer's size (its files' bytes, as ``docker history`` counts them). History has a
+    row per build step, layers or not: the image config's ``empty_layer`` flags (read from the
+    local layer store when it is readable) say which rows are layers; without them, the rows of
+    non-zero size are taken when they are exactly as many as the layers, else none is recorded."""
+    proc = engine.run_cli(["history", "--no-trunc", "--human=false", "--format", "{{.Size}}",
+                           ref], timeout=60)
+    rows = [line.strip() for line in proc.stdout.decode(errors="replace").splitlines()][::-1]
+    if proc.returncode != 0 or not all(row.isdigit() for row in rows):
+        return [Layer(d) for d in diff_ids]
+    sizes = [int(row) for row in rows]
+    steps = _history_steps(engine, image_id)
+    if steps is not None and len(steps) == len(sizes):
+        sizes = [size for size, empty in zip(sizes, steps, strict=True) if not empty]
+    else:
+        sizes = [size for size in sizes if size > 0]
+    if len(sizes) != len(diff_ids):
+        return [Layer(d) for d in diff_ids]
+    return [Layer(d, s) for d, s in zip(diff_ids, sizes, strict=True)]
+
+
+def _history_steps(engine: DockerEngine, image_id: str) -> list[bool] | None:
+    """``empty_layer`` of each history entry in the image config, oldest first (None: the
+    config is not readable here)."""
+    from edgevllm.image.layerstore import LocalLayerStore, StoreUnusable
 
     store = LocalLayerStore.find(engine)
-    if store is not None:
-        try:
-            return [Layer(d, store.tar_size(c)) for d, c in zip(diff_ids, chain_ids(diff_ids),
-                                                                strict=True)]
-        except StoreUnusable:
-            pass
-    return [Layer(d, s) for d, s in zip(diff_ids, _history_sizes(engine, ref, len(diff_ids)),
-                                        strict=True)]
-
-
-def _history_sizes(engine: DockerEngine, ref: str, count: int) -> list[int | None]:
-    proc = engine.run_cli(["history", "--no-trunc", "--human=false", "--format",
-                           "{{.Size}}|{{.CreatedBy}}", ref], timeout=60)
-    rows = [line.split("|", 1) for line in proc.stdout.decode(errors="replace").splitlines()]
-    sizes = [int(size) for size, *_ in reversed(rows) if size.isdigit() and int(size) > 0]
-    if proc.returncode != 0 or len(sizes) != count:
-        return [None] * count  # steps that changed nothing cannot be told apart: not recorded
-    return list(sizes)
+    if store is None:
+        return None
+    try:
+        config = json.loads(store.config(image_id))
+    except (StoreUnusable, ValueError):
+        return None
+    return [bool(step.get("empty_layer")) for step in config.get("history") or []]
 
 
 def facts_from_manifest(text: str) -> Facts:
