@@ -45,6 +45,7 @@ class BuildResult:
     verify: dict | None = None
     probe: dict | None = None
     publish_cache: dict | None = None  # set when the build primed the publish layer cache
+    supply_chain: dict | None = None  # the SBOM (and signed provenance) beside the lock
 
 
 @dataclass
@@ -178,6 +179,7 @@ def summary_json(result: BuildResult) -> dict:
         "lock": str(result.lock_path), "log": str(result.log_path),
         "compiled": result.compiled, "mods": result.mods_record, "verify": result.verify,
         "probe": result.probe, "publish_cache": result.publish_cache,
+        "supply_chain": result.supply_chain,
         "tool_version": __version__,
     }
 

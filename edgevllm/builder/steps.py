@@ -193,3 +193,24 @@ def prime_publish_cache(engine: DockerEngine, image: str) -> dict:
         "cached_layers": stats.cached_layers,
         "from_store": stats.from_store,
     }
+
+
+def supply_chain(engine: DockerEngine, image: str, lock_file: Path) -> dict | None:
+    """The SBOM beside the lock, and the signed provenance when $EDGEVLLM_SIGNING_KEY names
+    a key file (docs/inside.md). A failure here is reported, not fatal: the image passed its
+    checks; ``inv sbom --image`` makes the files again."""
+    import os
+
+    from edgevllm.common.errors import EdgeVllmError
+    from edgevllm.inspect.supplychain import supply_chain_after_build
+
+    console.step("SBOM: the installed distributions and the lock's inputs")
+    key = os.environ.get("EDGEVLLM_SIGNING_KEY") or None
+    try:
+        record = supply_chain_after_build(engine, image, lock_file, Path(key) if key else None)
+    except EdgeVllmError as exc:
+        console.warn(f"SBOM / provenance not written: {exc}")
+        return None
+    console.info(f"  {record['sbom']} ({record['distributions']} distributions"
+                 + (", signed" if "provenance" in record else "") + f", {record['seconds']}s)")
+    return record

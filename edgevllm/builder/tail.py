@@ -9,6 +9,7 @@
              compared with the binaries verify scanned, from its verdict in memory
 6. labels    outcomes (and the mode's own) as labels; the final tags only when the checks passed
 7. cache     with --publish-cache, the image's layers compressed for ``inv publish``
+8. SBOM      beside the lock (and the signed provenance, with $EDGEVLLM_SIGNING_KEY)
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from edgevllm.builder.steps import (
     print_mods,
     read_mods_record,
     static_labels,
+    supply_chain,
 )
 from edgevllm.common import console
 from edgevllm.common.errors import BuildError
@@ -80,6 +82,7 @@ def run(job: Job, build: PreparedBuild) -> BuildResult:
                          verify=verify, probe=probe)
     if build.eff.spec.publish_cache:
         result.publish_cache = prime_publish_cache(engine, result.image)
+    result.supply_chain = supply_chain(engine, result.image, lock_file)
     return result
 
 

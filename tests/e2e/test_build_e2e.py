@@ -187,6 +187,9 @@ def test_spark_sm121a_rebuild_and_lock(spark_spec, engine, tmp_path, cli):
     planned = read_lock(first.lock_path)
     assert planned.kernel_plan["cuda_archs"] == ["12.1a"] and planned.cmake_deps == {}
     assert first.verify["plan"] == ["_C: plan: 12.1a; binary: sm_121a ✔"]
+    # The shared tail writes the image's SBOM beside its lock.
+    sbom = first.lock_path.with_name(first.lock_path.name.replace(".lock.json", ".sbom.cdx.json"))
+    assert first.supply_chain["sbom"] == str(sbom) and sbom.is_file()
 
     changed = build(spec_from_dict({**spark_spec, "env": {"EDGEVLLM_TEST": "2"}}), tmp_path, engine)
     assert changed.compiled is False, "a runtime-only change must not recompile"
@@ -194,7 +197,10 @@ def test_spark_sm121a_rebuild_and_lock(spark_spec, engine, tmp_path, cli):
     assert run_in(engine, changed.image, "printenv", "EDGEVLLM_TEST") == "2"
 
     # `edgevllm build --lock`: only environment (the wheelhouse) comes from flags, the rest from
-    # the lock.
+    # the lock. With $EDGEVLLM_SIGNING_KEY the tail signs the provenance too.
+    from edgevllm.inspect.dsse import generate_key
+
+    key, public = generate_key(tmp_path / "signing.pem")
     code, stdout, stderr = cli(
         "build",
         "--lock",
@@ -210,11 +216,16 @@ def test_spark_sm121a_rebuild_and_lock(spark_spec, engine, tmp_path, cli):
         "--publish-cache",
         "--json",
         str(tmp_path / "again.json"),
-        env={"EDGEVLLM_LAYER_CACHE": str(tmp_path / "layers")},
+        env={"EDGEVLLM_LAYER_CACHE": str(tmp_path / "layers"), "EDGEVLLM_SIGNING_KEY": str(key)},
         timeout=1800,
     )
     assert code == 0, stderr[-3000:]
-    relocked = read_lock(next((tmp_path / "again" / "spark").glob("*.lock.json")))
+    relocked_path = next(p for p in (tmp_path / "again" / "spark").glob("*.lock.json")
+                         if p.name != "latest.lock.json")
+    relocked = read_lock(relocked_path)
+    code, _, err = cli("verify-supply-chain", "--image", first.tags[0], "--lock",
+                       str(relocked_path), "--key", str(public))
+    assert code == 0, err
     assert relocked.vllm.tree == read_lock(first.lock_path).vllm.tree
     assert stdout.strip() == first.tags[0]
     # --publish-cache: the layers are compressed at build time, so the first publish of the

@@ -131,3 +131,18 @@ def test_offline_on_a_published_set_and_tampers(variants, engine, cli, tmp_path)
     part.write_bytes(bytes(data))
     code, _, err = cli("verify-supply-chain", *where, "--key", str(pub))
     assert code == 10 and part.name in err and "Traceback" not in err
+
+
+def test_publish_carries_the_sbom_and_statement_made_online(variants, cli, tmp_path):
+    """The SBOM made in a container of the image (online) holds against the same image read
+    from its published set (offline): both ways find the same distributions."""
+    key, pub = tmp_path / "key.pem", tmp_path / "key.pem.pub"
+    assert cli("keygen", "--out", str(key))[0] == 0
+    code, out, err = cli("publish", "--image", variants[0], "--out", str(tmp_path), "--name",
+                         "pub", "--sign-key", str(key))
+    assert code == 0, err
+    assert str(tmp_path / "pub.sbom.cdx.json") in out
+    assert str(tmp_path / "pub.provenance.dsse.json") in out
+    code, _, err = cli("verify-supply-chain", "--tarball", str(tmp_path / "pub.manifest.json"),
+                       "--key", str(pub))
+    assert code == 0, err
