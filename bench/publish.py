@@ -37,7 +37,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from edgevllm.containers.docker import BuildOptions, DockerEngine  # noqa: E402
 from edgevllm.image.layercache import ZstdSettings  # noqa: E402
-from edgevllm.image.publish import PublishOptions, human, prime_layer_cache, publish  # noqa: E402
+from edgevllm.image.progress import human  # noqa: E402
+from edgevllm.image.publish import PublishOptions, prime_layer_cache, publish  # noqa: E402
 from support.downloads import pypi_download  # noqa: E402
 from support.images import cache_root, python_image  # noqa: E402
 

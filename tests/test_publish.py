@@ -485,7 +485,7 @@ def test_manifest_states_the_window_and_load_says_the_memory(
     _removed(engine, image_id)
     code, out, err = cli("load", str(manifest))
     assert code == 0, err
-    from edgevllm.image.publish import human
+    from edgevllm.image.progress import human
 
     memory = human(compression["decompression_memory"])
     assert f"decompression needs {memory} of memory (zstd window 128.0 MiB)" in err

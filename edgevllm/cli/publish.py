@@ -55,7 +55,8 @@ def publish(
     if prime_cache:
         return _prime(image, level, threads, long, layer_cache)
     require(image=image, out=out)
-    from edgevllm.image.publish import PublishOptions, human, parse_size
+    from edgevllm.image.progress import human
+    from edgevllm.image.publish import PublishOptions, parse_size
     from edgevllm.image.publish import publish as run_publish
 
     options = PublishOptions(

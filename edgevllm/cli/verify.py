@@ -37,18 +37,17 @@ def _policy_for_image(image: str | None):
     precompiled): the gate its build used. None (the default gate) for anything else."""
     if not image:
         return None
-    import json
-
     from edgevllm.common import console
     from edgevllm.common.errors import EdgeVllmError
-    from edgevllm.common.labels import LOCK
     from edgevllm.containers.docker import DockerEngine
+    from edgevllm.image.records import label_records
     from edgevllm.verify.policy import STOCK_POLICY
 
     try:
-        mode = json.loads(DockerEngine().image_labels(image).get(LOCK) or "{}").get("mode")
-    except (EdgeVllmError, ValueError, AttributeError):
+        lock = label_records(image, DockerEngine().image_labels(image)).get("lock")
+    except EdgeVllmError:
         return None  # the scan itself reports a missing image
+    mode = lock.get("mode") if isinstance(lock, dict) else None
     if mode not in ("prebuilt", "precompiled"):
         return None
     console.info(f"policy: the stock-kernel gate (the image's lock says mode {mode}: its "

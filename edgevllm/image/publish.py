@@ -19,24 +19,17 @@ one the manifest names.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
-import hashlib
-import json
-import os
 import re
 import shutil
-import tempfile
 import time
-import zlib
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Callable
+from typing import IO
 
 from edgevllm import __version__
-from edgevllm.common import console, labels
-from edgevllm.common.errors import ConfigError, EngineError, IntegrityError, PublishError
+from edgevllm.common import console
+from edgevllm.common.errors import ConfigError, IntegrityError, PublishError
 from edgevllm.common.fsutil import atomic_write_json
 from edgevllm.common.streams import as_binary_io
 from edgevllm.containers.docker import DockerEngine
@@ -56,6 +49,15 @@ from edgevllm.image.layered import (
     write_from_store,
 )
 from edgevllm.image.layerstore import LocalLayerStore, StoreUnusable
+from edgevllm.image.parts import (
+    COMPRESSORS,
+    DEFAULT_LEVEL,
+    CountingReader,
+    PartWriter,
+    glob_escape,
+)
+from edgevllm.image.progress import ByteProgress, human
+from edgevllm.image.records import read_records
 from edgevllm.image.tarball import (
     CHUNK,
     FORMAT_SUFFIX,
@@ -65,20 +67,7 @@ from edgevllm.image.tarball import (
     open_tarball,
 )
 
-if TYPE_CHECKING:  # rich is imported only when a terminal shows the bar
-    from rich.progress import Progress, TaskID
-
-# Records the build leaves in the image: a label holding JSON, or a file under RECORD_DIR.
-RECORDS = {
-    "lock": (labels.LOCK, ("edgevllm.lock.json", "lock.json")),
-    "mods": (labels.MODS, ("mods.json",)),
-    "verify": (labels.VERIFY, ("verify.json",)),
-    "probe": (labels.PROBE, ("probe.json",)),
-}
-RECORD_DIR = labels.HOME
-DEFAULT_LEVEL = {"zst": 3, "gz": 6}
 DEFAULT_WINDOW_LOG = 27  # zstd --long=27: 128 MiB, the largest window decoders take by default
-GZIP_BLOCK = 8 << 20  # one gzip member per block, compressed in parallel
 
 
 # --- small helpers -----------------------------------------------------------------------------
@@ -118,279 +107,6 @@ def _check_name(name: str) -> str:
 def _now() -> str:
     now = _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0)
     return now.isoformat().replace("+00:00", "Z")
-
-
-def human(size: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if size < 1024 or unit == "TiB":
-            return f"{size:.1f} {unit}" if unit != "B" else f"{int(size)} B"
-        size /= 1024
-    return f"{size} B"
-
-
-# --- progress ----------------------------------------------------------------------------------
-class ByteProgress:
-    """Bytes done and rate on stderr (rich), redrawn a few times a second at most.
-
-    Off a terminal it prints one line every ``line_every`` seconds instead, so CI logs stay short.
-    """
-
-    def __init__(self, description: str, total: int | None, line_every: float = 30.0):
-        self.description, self.total, self.done = description, total, 0
-        self._line_every, self._start = line_every, time.monotonic()
-        self._last_line = self._start
-        self._progress: Progress | None = None
-        self._task: TaskID | None = None
-
-    def __enter__(self) -> "ByteProgress":
-        if console.is_tty():
-            from rich.progress import (
-                BarColumn,
-                DownloadColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-                TransferSpeedColumn,
-            )
-
-            progress = Progress(
-                TextColumn("{task.description}"),
-                BarColumn(),
-                DownloadColumn(binary_units=True),
-                TransferSpeedColumn(),
-                TimeElapsedColumn(),
-                console=console.err_console(),
-                refresh_per_second=4,
-                transient=False,
-            )
-            progress.start()
-            self._progress = progress
-            self._task = progress.add_task(self.description, total=self.total)
-        return self
-
-    def __call__(self, count: int) -> None:
-        self.done += count
-        if self._progress is not None and self._task is not None:
-            self._progress.update(self._task, completed=self.done)
-        elif time.monotonic() - self._last_line >= self._line_every:
-            self._last_line = time.monotonic()
-            console.info(f"{self.description}: {human(self.done)} at {human(self.rate)}/s")
-
-    @property
-    def elapsed(self) -> float:
-        return max(time.monotonic() - self._start, 1e-9)
-
-    @property
-    def rate(self) -> float:
-        return self.done / self.elapsed
-
-    def __exit__(self, *exc) -> None:
-        if self._progress is not None:
-            self._progress.stop()
-
-
-# --- writing parts -----------------------------------------------------------------------------
-@dataclass
-class WrittenPart:
-    tmp: Path
-    size: int = 0
-    sha256: str = ""
-    final: Path | None = None
-
-
-class PartWriter:
-    """A write-only stream that fills part files of at most ``part_size`` bytes under temporary
-    names, hashing each as it goes. ``commit`` renames them all; ``discard`` removes them."""
-
-    def __init__(self, directory: Path, stem: str, part_size: int | None):
-        self.directory, self.stem, self.part_size = directory, stem, part_size
-        self.parts: list[WrittenPart] = []
-        self._handle: IO[bytes] | None = None
-        self._digest = hashlib.sha256()
-        self.renamed: list[Path] = []
-
-    def _open_next(self) -> IO[bytes]:
-        self._close_current()
-        tmp = self.directory / f"{self._tmp_prefix()}{len(self.parts):03d}"
-        # Registered before the file exists: a Ctrl-C between the two cannot leak the file.
-        self.parts.append(WrittenPart(tmp))
-        self._digest = hashlib.sha256()
-        self._handle = open(tmp, "wb")
-        return self._handle
-
-    def _tmp_prefix(self) -> str:
-        return f".{self.stem}.tmp-{os.getpid()}-"
-
-    def _close_current(self) -> None:
-        if self._handle is not None:
-            self._handle.flush()
-            os.fsync(self._handle.fileno())
-            self._handle.close()
-            self._handle = None
-            self.parts[-1].sha256 = self._digest.hexdigest()
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, data) -> int:
-        view = memoryview(data).cast("B")
-        written = len(view)
-        while view:
-            handle = self._handle
-            if handle is None or (self.part_size and self.parts[-1].size >= self.part_size):
-                handle = self._open_next()
-            room = len(view) if not self.part_size else self.part_size - self.parts[-1].size
-            chunk = view[:room]
-            handle.write(chunk)
-            self._digest.update(chunk)
-            self.parts[-1].size += len(chunk)
-            view = view[len(chunk) :]
-        return written
-
-    def flush(self) -> None:
-        if self._handle is not None:
-            self._handle.flush()
-
-    def finish(self) -> None:
-        if not self.parts:
-            self._open_next()  # an empty stream still makes one (empty) part
-        self._close_current()
-
-    def final_names(self, suffix: str) -> list[str]:
-        if len(self.parts) == 1:
-            return [f"{self.stem}{suffix}"]
-        return [f"{self.stem}{suffix}.part{i:03d}" for i in range(len(self.parts))]
-
-    def commit(self, suffix: str) -> list[Path]:
-        """Rename every part to its final name; the final paths, in order."""
-        for part, name in zip(self.parts, self.final_names(suffix), strict=True):
-            part.final = self.directory / name
-            os.replace(part.tmp, part.final)
-            self.renamed.append(part.final)
-        return list(self.renamed)
-
-    def reset(self) -> None:
-        """Drop everything written so far and start again from the first part."""
-        self.discard()
-        self.parts, self.renamed = [], []
-
-    def discard(self) -> None:
-        if self._handle is not None:
-            self._handle.close()
-            self._handle = None
-        leftovers = {part.tmp for part in self.parts}
-        leftovers |= set(self.directory.glob(glob_escape(self._tmp_prefix()) + "*"))
-        for path in leftovers:
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
-        for path in self.renamed:
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
-
-
-class CountingReader:
-    """Wraps the ``docker save`` pipe: counts bytes read and reports them to ``on_bytes``."""
-
-    def __init__(self, stream: IO[bytes], on_bytes: Callable[[int], None]):
-        self.stream, self.on_bytes, self.count = stream, on_bytes, 0
-
-    def read(self, size: int = -1) -> bytes:
-        data = self.stream.read(size)
-        self.count += len(data)
-        self.on_bytes(len(data))
-        return data
-
-
-def compress_zstd(src: CountingReader, dst: PartWriter, settings: ZstdSettings) -> None:
-    # The frame carries a checksum: without it a flipped byte can decompress silently.
-    settings.compressor().copy_stream(as_binary_io(src), as_binary_io(dst), read_size=CHUNK,
-                                      write_size=CHUNK)
-
-
-def _gzip_member(block: bytes, level: int) -> bytes:
-    # zlib releases the GIL while it compresses, so members compress in parallel threads.
-    compressor = zlib.compressobj(level, zlib.DEFLATED, 31)
-    return compressor.compress(block) + compressor.flush()
-
-
-def compress_gzip(src: CountingReader, dst: PartWriter, settings: ZstdSettings) -> None:
-    """Multi-member gzip (as pigz -i / bgzip): gunzip, Python and ``docker load`` read it whole.
-
-    Of ``settings`` only the level and the thread count apply."""
-    level, threads = settings.level, settings.threads
-    workers = max(1, threads if threads > 0 else (os.cpu_count() or 1))
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        pending = []
-        try:
-            while block := _read_block(src, GZIP_BLOCK):
-                pending.append(pool.submit(_gzip_member, block, level))
-                while len(pending) > workers * 2 or (pending and pending[0].done()):
-                    dst.write(pending.pop(0).result())
-            for future in pending:
-                dst.write(future.result())
-        except BaseException:
-            for future in pending:
-                future.cancel()
-            raise
-
-
-def _read_block(src: CountingReader, size: int) -> bytes:
-    chunks, got = [], 0
-    while got < size:
-        data = src.read(min(CHUNK, size - got))
-        if not data:
-            break
-        chunks.append(data)
-        got += len(data)
-    return b"".join(chunks)
-
-
-COMPRESSORS = {"zst": compress_zstd, "gz": compress_gzip}
-
-
-# --- image records -----------------------------------------------------------------------------
-def _json_or_none(text: str, where: str) -> object | None:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        console.warn(f"{where} is not JSON; recorded as null in the manifest")
-        return None
-
-
-def read_records(engine: DockerEngine, ref: str, labels: dict[str, str]) -> dict[str, object]:
-    """lock / mods / verify / probe from the image's labels, else from files in RECORD_DIR."""
-    records: dict[str, object] = {}
-    missing = []
-    for key, (label, _) in RECORDS.items():
-        if label in labels:
-            records[key] = _json_or_none(labels[label], f"label {label} of {ref}")
-        else:
-            missing.append(key)
-    if missing:
-        records.update(_records_from_files(engine, ref, missing))
-    return {key: records.get(key) for key in RECORDS}
-
-
-def _records_from_files(engine: DockerEngine, ref: str, keys: list[str]) -> dict[str, object]:
-    found: dict[str, object] = {}
-    container = engine.create(ref)
-    try:
-        with tempfile.TemporaryDirectory(prefix="edgevllm-records-") as tmp:
-            try:
-                engine.copy_from(container, f"{RECORD_DIR}/.", Path(tmp))
-            except EngineError:
-                return found  # the image has no record folder: nothing to add
-            for key in keys:
-                for name in RECORDS[key][1]:
-                    path = Path(tmp) / name
-                    if path.is_file():
-                        found[key] = _json_or_none(
-                            path.read_text(errors="replace"), f"{RECORD_DIR}/{name} in {ref}"
-                        )
-                        break
-    finally:
-        engine.remove_container(container)
-    return found
 
 
 def image_summary(inspect: dict, saved_tags: list[str]) -> dict:
@@ -665,10 +381,6 @@ def _existing_outputs(out_dir: Path, name: str) -> list[Path]:
     for suffix in FORMAT_SUFFIX.values():
         found += sorted(out_dir.glob(f"{glob_escape(name)}{suffix}.part[0-9][0-9][0-9]*"))
     return found
-
-
-def glob_escape(text: str) -> str:
-    return re.sub(r"([*?\[])", r"[\1]", text)
 
 
 def _refuse_existing(out_dir: Path, name: str, force: bool) -> None:

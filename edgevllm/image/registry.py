@@ -22,7 +22,8 @@ import requests
 from edgevllm.common import console, labels
 from edgevllm.common.errors import ConfigError, DockerUnavailableError, LockError, RegistryError
 from edgevllm.containers.docker import DockerEngine
-from edgevllm.image.publish import read_records
+from edgevllm.image.records import read_records
+from edgevllm.specs.lock import image_tag, parse_lock
 
 TAG_LABEL = labels.TAG
 _TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
@@ -112,10 +113,6 @@ def immutable_tag(engine: DockerEngine, image: str, labels: dict[str, str]) -> s
 
 
 def _tag_from_lock(lock_json: object) -> str | None:
-    try:
-        from edgevllm.specs.lock import image_tag, parse_lock
-    except ImportError:  # the lock module is optional here: fall back to the label
-        return None
     try:
         return image_tag(parse_lock(json.dumps(lock_json), "label io.edgevllm.lock"))
     except LockError as exc:

@@ -57,7 +57,7 @@ def _json_list(text: str | None) -> list | None:
 
 def view_of_tarball(manifest_path: Path) -> ImageView:
     """A published set read offline: parts against the manifest, then the archive in one pass."""
-    from edgevllm.image.publish import ByteProgress
+    from edgevllm.image.progress import ByteProgress
     from edgevllm.image.tarball import open_tarball
     from edgevllm.inspect.offline import read_archive
 

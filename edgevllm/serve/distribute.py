@@ -133,12 +133,11 @@ def fetch_model(model: str, hf_cache: Path, revision: str | None = None,
     """Download (or finish downloading) ``model`` into the local cache; return its snapshot."""
     if not _REPO_ID.match(model):
         raise RecipeError(f"model '{model}': expected a Hugging Face repo id such as org/name")
-    try:
-        from huggingface_hub import snapshot_download
-        from huggingface_hub.errors import HfHubHTTPError
-    except ImportError:
-        raise MissingToolError("inv model-fetch needs huggingface_hub: pip install "
-                               "'huggingface_hub>=1.0' (a dependency of edgevllm)") from None
+    # imported here, not at the top: huggingface_hub takes a second to import, and only
+    # model-fetch needs it
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError
+
     token = os.environ.get(token_env) or None
     try:
         path = snapshot_download(model, revision=revision, cache_dir=str(Path(hf_cache) / "hub"),

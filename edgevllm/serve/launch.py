@@ -258,21 +258,14 @@ def check_pinned_digest(ref: str, inspect: dict, where: str) -> None:
 
 
 def build_on_demand(build: BuildRef, recipe: str, engine: DockerEngine | None = None) -> str:
-    """Build the recipe's image with the build module and return the tag it produced.
+    """Build the recipe's image with the build pipeline and return the tag it produced."""
+    # imported here: only a recipe without an image builds, and the pipeline pulls in every stage
+    from edgevllm.builder.pipeline import build as run_build
+    from edgevllm.common.paths import cache_dir, project_root
+    from edgevllm.specs.buildspec import load_spec_file, lock_overrides, spec_from_dict
+    from edgevllm.specs.lock import read_lock
 
-    The only place that calls into ``edgevllm.builder`` (developed separately): if that module or
-    its entry point is missing, the user gets one line saying how to build by hand instead.
-    """
     what = f"--spec {build.spec}" if build.spec else f"--lock {build.lock}"
-    try:
-        from edgevllm.builder.pipeline import build as run_build
-        from edgevllm.common.paths import cache_dir, project_root
-        from edgevllm.specs.buildspec import load_spec_file, lock_overrides, spec_from_dict
-        from edgevllm.specs.lock import read_lock
-    except ImportError:
-        raise RecipeError(f"recipe {recipe}: building on demand needs edgevllm.builder, which this "
-                          f"checkout lacks; run 'inv build {what}' and set image: to its tag") \
-            from None
     root = project_root()
     if build.spec:
         spec, lock_path = load_spec_file(root / build.spec), None

@@ -31,7 +31,7 @@ from urllib.parse import unquote, urlparse
 from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
-from edgevllm.common.errors import ConfigError, MissingToolError, SourceError
+from edgevllm.common.errors import ConfigError, SourceError
 from edgevllm.common.fsutil import atomic_dir, atomic_write_text, sha256_file
 
 PYPI = "https://pypi.org/simple"
@@ -165,11 +165,8 @@ def vllm_requirement(wheel: str, platform: str, python_version: str) -> str:
 # --- resolve -------------------------------------------------------------------------------------
 
 def uv_binary() -> str:
-    try:
-        from uv import find_uv_bin
-    except ImportError:
-        raise MissingToolError("uv is not installed: pip install uv (it resolves and installs "
-                               "prebuilt closures)") from None
+    from uv import find_uv_bin  # a dependency; imported here as only closures need it
+
     return find_uv_bin()
 
 
@@ -252,7 +249,7 @@ def _compile_args(tmp: Path, requirements, platform, python_version, overrides, 
 def _read_pylock(path: Path) -> list[dict]:
     try:
         import tomllib
-    except ImportError:  # Python 3.10
+    except ImportError:  # Python 3.10 has no tomllib: the tomli backport (a 3.10-only dependency)
         import tomli as tomllib
     return tomllib.loads(path.read_text()).get("packages", [])
 

@@ -32,8 +32,8 @@ def demangle(names: list[str]) -> dict[str, str]:
 def _cxxfilt(name: str) -> str:
     try:
         import cxxfilt
-    except ImportError:
-        return name
+    except ImportError:  # cxxfilt wraps the C library's demangler; where it cannot load, the
+        return name       # mangled name is still a kernel's name
     try:
         return cxxfilt.demangle(name)
     except Exception:  # cxxfilt raises its own error class for names it cannot read

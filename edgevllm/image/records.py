@@ -1,0 +1,71 @@
+"""The one reader of the records a build leaves in an image (lock, mods, verify, probe): the
+label holding each one's JSON, else its file under /opt/edgevllm (``labels.HOME``).
+
+The in-image probe script (probe/inimage_check.py) checks those files from inside a running
+container; everything on the host reads them here.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+from edgevllm.common import console, labels
+from edgevllm.common.errors import EngineError
+from edgevllm.containers.docker import DockerEngine
+
+# Records the build leaves in the image: a label holding JSON, or a file under RECORD_DIR.
+RECORDS = {
+    "lock": (labels.LOCK, ("edgevllm.lock.json", "lock.json")),
+    "mods": (labels.MODS, ("mods.json",)),
+    "verify": (labels.VERIFY, ("verify.json",)),
+    "probe": (labels.PROBE, ("probe.json",)),
+}
+RECORD_DIR = labels.HOME
+
+
+def _json_or_none(text: str, where: str) -> object | None:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        console.warn(f"{where} is not JSON; read as no record")
+        return None
+
+
+def label_records(ref: str, labels: dict[str, str]) -> dict[str, object]:
+    """The records the image's labels hold (no container is created): key → JSON."""
+    return {key: _json_or_none(labels[label], f"label {label} of {ref}")
+            for key, (label, _) in RECORDS.items() if label in labels}
+
+
+def read_records(engine: DockerEngine, ref: str, labels: dict[str, str]) -> dict[str, object]:
+    """lock / mods / verify / probe from the image's labels, else from files in RECORD_DIR;
+    None for a record the image has in neither."""
+    records = label_records(ref, labels)
+    missing = [key for key in RECORDS if key not in records]
+    if missing:
+        records.update(_records_from_files(engine, ref, missing))
+    return {key: records.get(key) for key in RECORDS}
+
+
+def _records_from_files(engine: DockerEngine, ref: str, keys: list[str]) -> dict[str, object]:
+    found: dict[str, object] = {}
+    container = engine.create(ref)
+    try:
+        with tempfile.TemporaryDirectory(prefix="edgevllm-records-") as tmp:
+            try:
+                engine.copy_from(container, f"{RECORD_DIR}/.", Path(tmp))
+            except EngineError:
+                return found  # the image has no record folder: nothing to add
+            for key in keys:
+                for name in RECORDS[key][1]:
+                    path = Path(tmp) / name
+                    if path.is_file():
+                        found[key] = _json_or_none(
+                            path.read_text(errors="replace"), f"{RECORD_DIR}/{name} in {ref}"
+                        )
+                        break
+    finally:
+        engine.remove_container(container)
+    return found
