@@ -8,7 +8,7 @@ import pytest
 from edgevllm.cli.flags import SOURCE_FLAGS, spec_overrides
 from edgevllm.cli.sources import TASK_FLAGS, build_requests
 from edgevllm.common.errors import SpecError
-from edgevllm.sources.prepare import source_request
+from edgevllm.sources.requests import source_request
 from edgevllm.specs.buildspec import load_spec, resolve
 
 CASES = [

@@ -15,14 +15,8 @@ import pytest
 
 from edgevllm.common.errors import LockError, RefNotFoundError, SourceError
 from edgevllm.common.fsutil import OUTPUT_MARKER
-from edgevllm.sources.prepare import (
-    PickRequest,
-    SourceRequest,
-    prepare_into,
-    prepare_sources,
-    requests_from_lock,
-    summarize,
-)
+from edgevllm.sources.prepare import prepare_into, prepare_sources, summarize
+from edgevllm.sources.requests import PickRequest, SourceRequest, requests_from_lock
 from edgevllm.specs.lock import LOCK_FILENAME, image_tag, lock_hash, read_lock, write_lock
 from support.gitfixtures import (  # noqa: F401
     PR_CLEAN,

@@ -24,13 +24,8 @@ from typing import TYPE_CHECKING
 from edgevllm.common import console
 from edgevllm.common.errors import BuildError, ConfigError
 from edgevllm.sources.buildreqs import BuildLayout, read_build_layout, unread_layout
-from edgevllm.sources.prepare import (
-    PreparedSource,
-    SourceRequest,
-    prepare_sources,
-    source_request,
-    summarize,
-)
+from edgevllm.sources.prepare import PreparedSource, prepare_sources, summarize
+from edgevllm.sources.requests import SourceRequest, source_request
 from edgevllm.specs.buildspec import EffectiveSpec
 from edgevllm.specs.lock import CMakeDepLock, Lock, ModLock, SourceLock
 

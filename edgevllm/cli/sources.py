@@ -18,7 +18,7 @@ TASK_FLAGS = tuple(f for f in SOURCE_FLAGS if f.name != "flashinfer_version")
 def build_requests(values: dict) -> list:
     """Requests from flag values, parsed as ``inv build`` parses them (the flag table's
     ``spec_overrides``); FlashInfer only when one of its flags is given."""
-    from edgevllm.sources.prepare import SourceRequest
+    from edgevllm.sources.requests import SourceRequest
     from edgevllm.specs.buildspec import DEFAULT_VLLM_REF
 
     data = spec_overrides(values, TASK_FLAGS)
@@ -42,7 +42,7 @@ def build_requests(values: dict) -> list:
 def _requests_and_lock(values: dict):
     """(requests, the lock they come from or None): a --lock rebuilds exactly what it records,
     so it takes no source flag and no other target."""
-    from edgevllm.sources.prepare import requests_from_lock
+    from edgevllm.sources.requests import requests_from_lock
     from edgevllm.specs.lock import check_lock_target, read_lock
 
     lock, target = values.get("lock"), values.get("target")

@@ -213,6 +213,20 @@ def _commit_message(pick: ResolvedPick, diff_sha: str, resolved: list[str]) -> s
     return "\n".join(lines) + "\n"
 
 
+def _checked_diff(mirror: GitMirror, pick: ResolvedPick, label: str) -> tuple[bytes, str]:
+    """The pick's diff and its sha256, which must be the one a lock pinned."""
+    diff = pick_diff(mirror, pick.merge_base, pick.head_sha)
+    diff_sha = hashlib.sha256(diff).hexdigest()
+    if pick.expected_diff_sha256 and diff_sha != pick.expected_diff_sha256:
+        raise LockError(
+            f"{label}: the diff {pick.merge_base[:12]}..{pick.head_sha[:12]} hashes to "
+            f"{diff_sha[:12]}, "
+            f"the lock says {pick.expected_diff_sha256[:12]}; the lock does not match this "
+            f"repository"
+        )
+    return diff, diff_sha
+
+
 def apply_pick(
     mirror: GitMirror,
     current: str,
@@ -225,15 +239,7 @@ def apply_pick(
 ) -> tuple[str, PickLock]:
     """Apply one pick onto ``current`` -> (new commit, its lock record). Raises on conflict."""
     label = pick.label(source_repo)
-    diff = pick_diff(mirror, pick.merge_base, pick.head_sha)
-    diff_sha = hashlib.sha256(diff).hexdigest()
-    if pick.expected_diff_sha256 and diff_sha != pick.expected_diff_sha256:
-        raise LockError(
-            f"{label}: the diff {pick.merge_base[:12]}..{pick.head_sha[:12]} hashes to "
-            f"{diff_sha[:12]}, "
-            f"the lock says {pick.expected_diff_sha256[:12]}; the lock does not match this "
-            f"repository"
-        )
+    diff, diff_sha = _checked_diff(mirror, pick, label)
     record = PickLock(
         spec=pick.spec,
         kind=pick.kind,

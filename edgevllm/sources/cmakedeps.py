@@ -23,7 +23,7 @@ from edgevllm.common.fsutil import atomic_dir
 from edgevllm.common.labels import CMAKE_DEPS_ENV, CMAKE_DEPS_MOUNT
 from edgevllm.sources.cherrypick import tree_of
 from edgevllm.sources.gitcache import GitMirror
-from edgevllm.sources.plan import CMakeDep
+from edgevllm.sources.kernelplan import CMakeDep
 from edgevllm.specs.lock import CMakeDepLock
 from edgevllm.specs.refs import display_repo
 

@@ -29,18 +29,15 @@ import re
 import shutil
 import subprocess
 import tempfile
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from edgevllm.common.errors import MissingToolError, PlanError, PlanGapError
 from edgevllm.sources import cmakeguard
-from edgevllm.specs.cuda import (
-    ArchParseError,
-    arch_kind,
-    best_kind,
-    cmake_arch_codes,
-    kind_meets,
-)
+from edgevllm.sources.kernelplan import ArchGroup, CMakeDep, Extension, KernelPlan
+from edgevllm.sources.plan_record import parse_record
+from edgevllm.specs.cuda import ArchParseError, best_kind, cmake_arch_codes, kind_meets
+
+__all__ = ["ArchGroup", "CMakeDep", "Extension", "KernelPlan", "evaluate_plan", "plan_for_target"]
 
 PRELUDE = Path(__file__).with_name("plan_prelude.cmake")
 OVERRIDES = Path(__file__).with_name("plan_overrides.cmake")
@@ -55,113 +52,6 @@ DEFAULT_TORCH_NVCC_FLAGS = ["-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CO
                             "-D__CUDA_NO_BFLOAT16_CONVERSIONS__", "-D__CUDA_NO_HALF2_OPERATORS__",
                             "--expt-relaxed-constexpr"]
 _TIMEOUT_S = 120
-
-
-@dataclass
-class ArchGroup:
-    key: str            # unique: the variable, with #N when the tree evaluates it more than once
-    name: str           # the CMake variable the result lands in (MACHETE_ARCHS, CUDA_ARCHS, ...)
-    file: str           # relative to the tree
-    line: int
-    requested: list[str]
-    result: list[str]
-    kind: str           # native | family | ptx | none
-    label: str = ""     # the tree's own "Building ..."/"Not building ..." line that follows
-
-    @property
-    def where(self) -> str:
-        return f"{self.file}:{self.line}"
-
-
-@dataclass
-class Extension:
-    name: str
-    file: str
-    line: int
-    language: str
-    arches: list[str]   # from the -gencode flags of its CUDA sources: "12.1a", "8.0+PTX", ...
-    kind: str
-    cuda_sources: int = 0
-    sources: list[str] = field(default_factory=list)        # the CUDA ones, relative paths
-    compile_flags: list[str] = field(default_factory=list)  # COMPILE_FLAGS (vLLM's GPU flags)
-    definitions: list[str] = field(default_factory=list)    # target_compile_definitions
-    include_dirs: list[str] = field(default_factory=list)   # besides csrc (vLLM adds it)
-
-
-@dataclass
-class CMakeDep:
-    name: str
-    repo: str
-    tag: str
-    file: str
-    line: int
-    env_var: str | None   # the *_SRC_DIR variable that replaces the clone, when the tree has one
-    url: str = ""         # a tarball URL instead of git (not lockable here)
-
-
-@dataclass
-class KernelPlan:
-    arch_list: str
-    device_arch: str
-    cuda_version: str
-    cuda_archs: list[str]             # CUDA_ARCHS after the tree's supported-arch filter
-    groups: list[ArchGroup] = field(default_factory=list)
-    extensions: list[Extension] = field(default_factory=list)
-    deps: list[CMakeDep] = field(default_factory=list)
-    source_flags: dict[str, list[str]] = field(default_factory=dict)  # csrc/x.cu -> -gencode ...
-    gpu_flags: list[str] = field(default_factory=list)                # _C's COMPILE_FLAGS
-    cmake_minimum: str = ""
-    cuda_standard: str = ""                                           # CMAKE_CUDA_STANDARD
-    target_flags: dict[str, dict[str, list[str]]] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
-    # FATAL_ERRORs of external projects whose sources are not fetched (expected; the real
-    # configure has them); the tree's own FATAL_ERRORs raise PlanError instead.
-    errors: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict:
-        data = asdict(self)
-        data.pop("source_flags")  # large; the compile slice reads it from the object
-        return data
-
-    rust_frontend: str = ""           # what becomes of the tree's vllm-rs (see rust_frontend())
-
-    def summary(self) -> dict:
-        """Compact form for the lock: arches and kind per group and CUDA extension."""
-        return {"arch_list": self.arch_list, "cuda_version": self.cuda_version,
-                "cuda_archs": self.cuda_archs,
-                "groups": {g.key: {"gets": g.result, "kind": g.kind, "at": g.where}
-                           for g in self.groups},
-                "extensions": {e.name: {"arches": e.arches, "kind": e.kind}
-                               for e in self.extensions if e.language == "CUDA"},
-                "none": [g.key for g in self.groups if g.kind == "none"],
-                "vllm_rs": self.rust_frontend}
-
-    def group(self, key: str) -> ArchGroup:
-        for g in self.groups:
-            if g.key == key:
-                return g
-        raise KeyError(key)
-
-    def flags_for(self, source: str) -> list[str]:
-        """``-gencode`` flags the tree gives one source file (relative path), in order."""
-        return list(self.source_flags.get(source, []))
-
-    def nvcc_args(self, source: str) -> list[str]:
-        """The arguments the tree's CMake gives nvcc for ``source`` (relative path): its
-        ``-gencode`` flags, the extension's COMPILE_FLAGS, definitions and include folders, and
-        the CUDA standard. What CMake and torch add on their own (torch's include folders, -fPIC,
-        the build type's -O2) is the caller's."""
-        ext = next((e for e in self.extensions if source in e.sources), None)
-        if ext is None:
-            raise PlanError(f"{source}: no extension of the tree compiles it for this target")
-        args = [part for flag in self.flags_for(source) for part in flag.split(" ", 1)]
-        args += ext.compile_flags
-        args += [f"-D{d.removeprefix('-D')}" for d in ext.definitions]
-        args += [f"-DTORCH_EXTENSION_NAME={ext.name}", "-Icsrc"]
-        args += [f"-I{d}" for d in ext.include_dirs if d]
-        if self.cuda_standard:
-            args.append(f"-std=c++{self.cuda_standard}")
-        return args
 
 
 # --- inputs ---------------------------------------------------------------------------------------
@@ -245,7 +135,7 @@ def evaluate_plan(tree: Path | str, arch_list: str, *, cuda_version: str, device
         lines = record.read_text().splitlines()
         if proc.returncode != 0 or "DONE" not in lines:
             raise PlanError(_failure(tree, shadow, proc.stderr))
-        plan = _parse(lines, str(shadow), arch_list, device_arch, cuda_version)
+        plan = parse_record(lines, str(shadow), arch_list, device_arch, cuda_version)
     own = [e for e in plan.errors if not _in_external_project(e)]
     if own:
         raise PlanError(f"{tree}: the tree's CMake refuses {arch_list}: {own[0][:300]}")
@@ -310,198 +200,6 @@ def _failure(tree: Path, shadow: Path, stderr: str) -> str:
     if "PLEASE" in detail.upper() and "edgevllm" in detail:
         detail = detail[:200]
     return f"{tree}: the kernel plan cannot be evaluated: {detail[:300]}"
-
-
-# --- parsing the record ---------------------------------------------------------------------------
-def _rel(path: str, shadow: str) -> str:
-    return path[len(shadow) + 1:] if path.startswith(shadow + "/") else path
-
-
-def _where(text: str) -> tuple[str, int]:
-    """``"cmake/utils.cmake:527"`` -> (file, line); a call that was not renamed -> ("?", 0)."""
-    file, _, line = text.rpartition(":")
-    return (file, int(line)) if file and line.isdigit() else ("?", 0)
-
-
-def _parse(lines: list[str], shadow: str, arch_list: str, device: str,
-           cuda_version: str) -> KernelPlan:
-    plan = KernelPlan(arch_list=arch_list, device_arch=device, cuda_version=cuda_version,
-                      cuda_archs=[])
-    seen: dict[str, int] = {}
-    messages: list[tuple[int, str]] = []   # (index of the group it follows, text)
-    ext_records = []
-    for raw in lines:
-        kind, _, rest = raw.partition("|")
-        fields = rest.split("|")
-        if kind == "ARCHS":
-            _add_group(plan, fields, shadow, device, seen)
-        elif kind == "MSG":
-            _note_message(plan, fields, messages)
-        elif kind == "EXT":
-            ext_records.append(fields)
-        elif kind == "SRCOPT":
-            _add_source_flag(plan, fields, shadow)
-        elif kind == "DEP":
-            _add_dep(plan, fields, shadow)
-        elif kind == "MINVER":
-            plan.cmake_minimum = fields[0]
-        elif kind == "TGT":
-            _add_target_flags(plan, fields)
-        elif kind == "STD":
-            plan.cuda_standard = fields[0]
-    _label_groups(plan, messages)
-    for fields in ext_records:
-        _add_extension(plan, fields, shadow, device)
-    for g in plan.groups:
-        if g.name == "CUDA_ARCHS" and g.file == "CMakeLists.txt":
-            plan.cuda_archs = list(g.result)
-    return plan
-
-
-def _items(text: str) -> list[str]:
-    return [x for x in text.split(";") if x]
-
-
-def _add_group(plan: KernelPlan, fields: list[str], shadow: str, device: str,
-               seen: dict[str, int]) -> None:
-    where, name, src, _tgt, res = (fields + [""] * 5)[:5]
-    file, line = _where(where)
-    if name.startswith("_"):  # a helper's local variable: name the group after the helper
-        name = f"{_enclosing_function(Path(shadow) / file, line) or name}()"
-    seen[name] = seen.get(name, 0) + 1
-    key = name if seen[name] == 1 else f"{name}#{seen[name]}"
-    if seen[name] == 2:  # the first one gets its number too, so that keys do not shift
-        first = next(g for g in plan.groups if g.key == name)
-        first.key = f"{name}#1"
-    result = _items(res)
-    plan.groups.append(ArchGroup(key=key, name=name, file=file, line=line,
-                                 requested=_items(src), result=result,
-                                 kind=best_kind(arch_kind(a, device) for a in result)))
-
-
-def _note_message(plan: KernelPlan, fields: list[str], messages: list) -> None:
-    where, mode, text = (fields + [""] * 3)[:3]
-    if mode == "WARNING":
-        plan.warnings.append(text.strip())
-    if mode in ("FATAL_ERROR", "SEND_ERROR"):
-        plan.errors.append(f"{where}: {' '.join(text.split())}")
-    if re.match(r"\s*(Not building|Building|Not compiling|Compiling)\b", text):
-        messages.append((len(plan.groups) - 1, text.strip()))
-
-
-def _label_groups(plan: KernelPlan, messages: list) -> None:
-    """Give each group the tree's own "Building X ..." line that follows it.
-
-    Several intersections may run before their messages (KDA and GDN decode): among the groups
-    since the previous message, the one sharing most words with the message gets it.
-    """
-    start = 0
-    for index, text in messages:
-        candidates = [g for g in plan.groups[start:index + 1] if not g.label]
-        if candidates:
-            words = set(re.findall(r"[a-z0-9]+", text.lower()))
-            best = max(reversed(candidates), key=lambda g: len(words & _name_words(g.name)))
-            if len(candidates) == 1 or words & _name_words(best.name):
-                best.label = text[:120]
-        start = max(start, index + 1) if candidates and all(g.label for g in candidates) \
-            else start
-
-
-def _name_words(name: str) -> set[str]:
-    return set(re.findall(r"[a-z0-9]+", name.lower().replace("_archs", ""))) - {"archs"}
-
-
-def _enclosing_function(path: Path, line: int) -> str | None:
-    """The ``function(NAME`` around ``line`` in a CMake file (for results kept in a local var)."""
-    try:
-        lines = path.read_text(errors="replace").splitlines()[:line]
-    except OSError:
-        return None
-    for text in reversed(lines):
-        if re.match(r"\s*endfunction\s*\(", text, re.I):
-            return None
-        match = re.match(r"\s*function\s*\(\s*(\w+)", text, re.I)
-        if match:
-            return match.group(1)
-    return None
-
-
-def _add_source_flag(plan: KernelPlan, fields: list[str], shadow: str) -> None:
-    source, value = (fields + ["", ""])[:2]
-    match = re.search(r"-gencode[; ]+(arch=[^>;\s]+)", value)
-    if match:
-        flags = plan.source_flags.setdefault(_rel(source, shadow), [])
-        flag = f"-gencode {match.group(1)}"
-        if flag not in flags:
-            flags.append(flag)
-
-
-def _gencode_arch(flag: str) -> str:
-    """``-gencode arch=compute_121a,code=sm_121a`` -> ``12.1a``; a PTX code -> ``8.0+PTX``."""
-    match = re.search(r"code=(sm|compute)_(\d+?)(\d)([af]?)$", flag)
-    if not match:
-        return ""
-    arch = f"{match.group(2)}.{match.group(3)}{match.group(4)}"
-    return f"{arch}+PTX" if match.group(1) == "compute" else arch
-
-
-def _add_extension(plan: KernelPlan, fields: list[str], shadow: str, device: str) -> None:
-    where, name, language, sources, archs, flags, includes = (fields + [""] * 7)[:7]
-    file, line = _where(where)
-    cuda = [_rel(s, shadow) for s in _items(sources) if s.endswith(".cu")]
-    arches: list[str] = []
-    for source in cuda:
-        for flag in plan.source_flags.get(source, []):
-            arch = _gencode_arch(flag)
-            if arch and arch not in arches:
-                arches.append(arch)
-    arches += [a for a in _items(archs) if a not in arches and language == "CUDA"
-               and re.fullmatch(r"\d+\.\d+[af]?(\+PTX)?", a)]
-    if name == "_C" or (name.startswith("_C") and not plan.gpu_flags):
-        plan.gpu_flags = _items(flags)
-    kind = best_kind(arch_kind(a, device) for a in arches) if language == "CUDA" else "cpu"
-    own = plan.target_flags.get(name, {})
-    plan.extensions.append(Extension(
-        name=name, file=file, line=line, language=language, arches=arches, kind=kind,
-        cuda_sources=len(cuda), sources=cuda, compile_flags=_items(flags),
-        definitions=own.get("compile_definitions", []),
-        include_dirs=[_rel(d, shadow) for d in _items(includes)
-                      + own.get("include_directories", []) if d != "csrc"]))
-
-
-def _add_target_flags(plan: KernelPlan, fields: list[str]) -> None:
-    command, target, values = (fields + ["", "", ""])[:3]
-    kind = command.removeprefix("target_")
-    for value in _items(values):
-        cuda_only = re.fullmatch(r"\$<\$<COMPILE_LANGUAGE:CUDA>:(.*)>", value)
-        if cuda_only:
-            value = cuda_only.group(1)
-        if value and "$<" not in value:
-            plan.target_flags.setdefault(target, {}).setdefault(kind, []).append(value)
-
-
-def _add_dep(plan: KernelPlan, fields: list[str], shadow: str) -> None:
-    where, _how, name, repo, tag, _source_dir, url = (fields + [""] * 7)[:7]
-    file, line = _where(where)
-    if not repo and not url:
-        return  # a local SOURCE_DIR (an override in effect), or populating an earlier declare
-    if any(d.name == name for d in plan.deps):
-        return
-    plan.deps.append(CMakeDep(name=name, repo=repo, tag=tag, file=file, line=line,
-                              env_var=_override_var(Path(shadow) / file, line), url=url))
-
-
-def _override_var(path: Path, line: int) -> str | None:
-    """The nearest ``ENV{..._SRC_DIR}`` the file reads above the clone: the tree's override."""
-    try:
-        lines = path.read_text(errors="replace").splitlines()[:line]
-    except OSError:
-        return None
-    for text in reversed(lines):
-        match = re.search(r"ENV\{(\w*SRC_DIR\w*)\}", text)
-        if match:
-            return match.group(1)
-    return None
 
 
 # --- requirements ---------------------------------------------------------------------------------
