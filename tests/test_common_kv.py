@@ -66,6 +66,7 @@ NOT_FLAG_PAIRS = {
     "edgevllm/serve/launch.py": "docker's own label listing (a=b,c=d) and vLLM argv (--x=y)",
     "edgevllm/serve/recipe_import.py": "an imported recipe's vLLM argv (--x=y)",
     "edgevllm/serve/eugr_mods.py": "an imported mod's shell lines (export K=V)",
+    "edgevllm/inspect/diff.py": "an image config's Env list (K=V, as docker writes it)",
 }
 
 
