@@ -127,3 +127,21 @@ def test_templates_render_in_the_sandbox():
     from edgevllm.builder.render import _environment
 
     assert isinstance(_environment(), SandboxedEnvironment)
+
+
+def test_render_from_a_lock_names_the_locked_commit(cli, tmp_path):
+    """inv render --lock: the sources are the lock's, by SHA, as inv build --lock fetches them."""
+    from edgevllm.specs.lock import Lock, SourceLock, write_lock
+
+    base, tree = "a" * 40, "b" * 40
+    lock = Lock(target="spark", vllm=SourceLock(name="vllm", repo="https://example.invalid/v.git",
+                                                base_sha=base, commit=base, tree=tree,
+                                                version="0.33.0"))
+    path = write_lock(lock, tmp_path / "x.lock.json")
+    code, _, stderr = cli("render", "--lock", str(path), "--out", str(tmp_path / "r"))
+    assert code == 0, stderr
+    plan = json.loads((tmp_path / "r" / "build-plan.json").read_text())
+    assert f"commit {base} (from the lock)" in plan["contexts"]["vllm-src"]
+    code, _, stderr = cli("render", "--lock", str(path), "--target", "thor",
+                          "--out", str(tmp_path / "t"))
+    assert code == 2 and "differs from the target of the lock (spark)" in stderr

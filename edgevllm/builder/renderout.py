@@ -20,9 +20,15 @@ from edgevllm.common.fsutil import output_dir
 from edgevllm.specs.buildspec import BuildSpec
 
 
-def render_to(spec: BuildSpec, out: Path, force: bool = False) -> Path:
+def render_to(spec: BuildSpec, out: Path, force: bool = False,
+              lock_path: Path | None = None) -> Path:
+    """Write the plan into ``out``; with ``lock_path`` the sources are the lock's, by SHA."""
+    from edgevllm.builder.pipeline import lock_for
+    from edgevllm.specs.buildspec import resolve
+
+    locked = lock_for(lock_path, resolve(spec).target.name)
     with output_dir(out, force) as tmp:  # never deletes what edgevllm did not write
-        job = modes.start(spec, Workspace(tmp, context_dir=tmp), engine=None, locked=None,
+        job = modes.start(spec, Workspace(tmp, context_dir=tmp), engine=None, locked=locked,
                           fetch=False)
         build = modes.prepare(job)
         (tmp / "Dockerfile").write_text(build.dockerfile)

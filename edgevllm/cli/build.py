@@ -48,11 +48,12 @@ def targets(c, as_json=False):
                          "write (they stay)"},
 )
 def render(c, **values):
-    """Render the Dockerfile and build context for inspection (no build, no network)."""
+    """Render the build's plan: the Dockerfile and build-plan.json it would run (no network)."""
     from edgevllm.builder.renderout import render_to
 
+    lock = values.get("lock")
     written = render_to(spec_from_flags(values), Path(values.get("out") or "out/render"),
-                        force=bool(values.get("force")))
+                        force=bool(values.get("force")), lock_path=Path(lock) if lock else None)
     console.info(f"wrote {written}")
 
 
