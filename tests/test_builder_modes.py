@@ -10,10 +10,12 @@ from edgevllm.builder.render import template_name
 from edgevllm.builder.runner import Workspace
 from edgevllm.common.paths import templates_dir
 from edgevllm.specs.buildspec import BuildMode, load_spec
+from edgevllm.specs.lock import Lock
 
 
 def test_every_mode_has_a_module_and_a_template_on_the_base():
     assert set(MODES) == set(get_args(BuildMode))
+    assert set(MODES) == set(get_args(Lock.model_fields["mode"].annotation))
     for name, mode in MODES.items():
         assert mode.name == name and callable(mode.prepare)
         template = (templates_dir() / template_name(name)).read_text()

@@ -3,8 +3,9 @@
 ``start`` is where a build's mode is decided (``specs.buildspec.choose_mode`` holds the rule; a
 PR or picks, or ``--mode precompiled``, asks the prepared tree first); ``prepare`` hands the job
 to its mode. Adding a mode: a module here with ``name`` and ``prepare(job) -> PreparedBuild``,
-its line in ``MODES``, ``dockerfiles/<name>.Dockerfile.j2`` on the shared base, and the mode's
-name and rule in ``specs/buildspec.py`` (``BuildMode``, ``choose_mode``).
+its line in ``MODES``, ``dockerfiles/<name>.Dockerfile.j2`` on the shared base, the mode's
+name and rule in ``specs/buildspec.py`` (``BuildMode``, ``choose_mode``) and its name in
+``specs/lock.py`` (``Lock.mode``).
 """
 
 from __future__ import annotations
