@@ -29,6 +29,7 @@ def test_a_job_without_fetching_asks_nothing_and_locks_nothing(tmp_path):
     job = start(spec, Workspace(tmp_path, context_dir=tmp_path), engine=None, locked=None,
                 fetch=False)
     assert job.eff.mode == "compile" and job.sources is None and job.check is None
+    assert job.eff.mode_reason.endswith("a Python-only one builds precompiled")
     build = prepare(job)
     assert build.lock is None and build.compile_key is None
     assert build.contexts["vllm-src"].startswith("<prepared vLLM tree: ")

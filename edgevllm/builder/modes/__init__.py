@@ -33,8 +33,14 @@ def start(spec: BuildSpec, ws: Workspace, engine: DockerEngine | None, locked: L
     from edgevllm.sources.pythononly import python_only_change
 
     eff = resolve(spec)
-    if not fetch or not wants_tree_check(spec):
+    if not wants_tree_check(spec):
         return Job(eff=eff, ws=ws, engine=engine, locked=locked, fetch=fetch)
+    if not fetch:  # the tree is not fetched, so its change is not known: say what the build does
+        then = ("it must be Python-only" if spec.mode == "precompiled" else
+                "a Python-only one builds precompiled")
+        reason = f"{eff.mode_reason}; the build first checks the tree's change: {then}"
+        return Job(eff=eff.model_copy(update={"mode_reason": reason}), ws=ws, engine=engine,
+                   locked=locked, fetch=False)
     sources = fetch_sources(requests_for(eff, locked), ws.root)
     vllm = sources["vllm"]
     check = python_only_change(vllm.repo, vllm.base_sha, vllm.commit)
