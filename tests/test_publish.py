@@ -8,7 +8,9 @@ through a layer cache of its own module (EDGEVLLM_LAYER_CACHE), never the user's
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import json
 import os
 import shutil
@@ -618,3 +620,20 @@ def test_a_layer_store_giving_other_bytes_falls_back_to_docker_save(
         NoSaveEngine(), PublishOptions(image=image, out_dir=tmp_path / "b", layer_cache=cache)
     )
     assert _stream_bytes(again) == _stream_bytes(result), "only true bytes were cached"
+
+
+class EmptySaveEngine(DockerEngine):
+    """The real engine, except that ``docker save`` gives an empty stream (a daemon that closed
+    the pipe): publish must refuse rather than write a set holding nothing."""
+
+    @contextlib.contextmanager
+    def save_stream(self, refs):
+        yield io.BytesIO(b"")
+
+
+@pytest.mark.parametrize("fmt", ["zst", "gz"])
+def test_publish_of_an_empty_save_stream_writes_no_set(image, tmp_path, fmt):
+    options = PublishOptions(image=image, out_dir=tmp_path, format=fmt, use_layer_cache=False)
+    with pytest.raises(IntegrityError, match="docker save gave 0 bytes"):
+        publish(EmptySaveEngine(), options)
+    assert list(tmp_path.iterdir()) == []

@@ -64,6 +64,7 @@ from edgevllm.image.tarball import (
     MANIFEST_SUFFIX,
     SCHEMA_VERSION,
     TarballSet,
+    check_stream_length,
     open_tarball,
 )
 
@@ -196,6 +197,7 @@ def publish(engine: DockerEngine, options: PublishOptions) -> PublishResult:
     start = time.monotonic()
     try:
         uncompressed, stats = _write_set(engine, options, settings, refs, inspect, writer)
+        check_stream_length(uncompressed, f"publish {options.image}")
         writer.finish()
         manifest = {
             "schema_version": SCHEMA_VERSION,

@@ -25,12 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Callable, Iterator
 
-import zstandard
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from edgevllm.common.errors import IntegrityError
 from edgevllm.common.schema import parse_model
 from edgevllm.common.streams import ByteReader, as_binary_io
+from edgevllm.image.zstdframes import zstd_chunks
 
 SCHEMA_VERSION = 1
 MANIFEST_SUFFIX = ".manifest.json"
@@ -44,11 +44,16 @@ ByteSink = Callable[[int], None]
 
 
 # --- the manifest ------------------------------------------------------------------------------
+SHA256_HEX = r"^[0-9a-fA-F]{64}$"
+
+
 class PartModel(BaseModel):
+    """One part: its checksum is required and exact, so no field value can turn checking off."""
+
     model_config = ConfigDict(extra="forbid")
-    file: str
-    size: int
-    sha256: str
+    file: str = Field(min_length=1)
+    size: StrictInt = Field(ge=0)
+    sha256: str = Field(pattern=SHA256_HEX)
 
 
 class ManifestModel(BaseModel):
@@ -59,8 +64,8 @@ class ManifestModel(BaseModel):
     name: str
     format: str
     parts: list[PartModel]
-    total_size: int
-    uncompressed_size: int
+    total_size: StrictInt = Field(ge=0)
+    uncompressed_size: StrictInt = Field(ge=0)
     compression: dict | None = None
     image: dict
     labels: dict
@@ -100,6 +105,14 @@ def read_manifest(path: Path) -> ManifestModel:
     return model
 
 
+def check_stream_length(count: int, label: str) -> None:
+    """What ``docker save`` gave must hold a tar (a header and the end blocks, 1,536 bytes at the
+    least): an empty stream must not become a set that looks published."""
+    if count < 3 * 512:
+        raise IntegrityError(f"{label}: docker save gave {count} bytes, not an image archive; "
+                             "nothing was published (check 'docker save' of the image by hand)")
+
+
 # --- the part set ------------------------------------------------------------------------------
 @dataclass
 class Part:
@@ -120,7 +133,8 @@ class TarballSet:
 
     @property
     def verifiable(self) -> bool:
-        return all(p.sha256 for p in self.parts)
+        """Every part has a checksum: always so for a set read through its manifest."""
+        return self.manifest is not None or all(p.sha256 for p in self.parts)
 
     @property
     def window_log(self) -> int:
@@ -150,6 +164,8 @@ class TarballSet:
             _check_present(part)
         for index, part in enumerate(self.parts):
             if part.sha256 is None:
+                if self.manifest is not None:  # unreachable through read_manifest: say so loudly
+                    raise IntegrityError(f"{part.path}: the manifest gives this part no sha256")
                 continue
             digest = hashlib.sha256()
             with open(part.path, "rb") as handle:
@@ -177,7 +193,12 @@ class TarballSet:
 
     @contextlib.contextmanager
     def tar_stream(self, on_bytes: ByteSink | None = None) -> Iterator[IO[bytes]]:
-        """The uncompressed ``docker save`` tar stream; a corrupt/truncated stream raises."""
+        """The uncompressed ``docker save`` tar stream; a corrupt/truncated stream raises.
+
+        A set with checksums is checked whole first (unless ``check()`` already ran): no byte of
+        a corrupt part may reach a reader such as ``docker load``."""
+        if self.verifiable and not self.checked:
+            self.check()
         with self.compressed_stream(on_bytes) as raw:
             reader = _DecompressReader(raw, self.format, self.describe(), self.window_log)
             yield io.BufferedReader(reader, CHUNK)
@@ -291,41 +312,8 @@ def _decompressed_chunks(
 def _zstd_chunks(
     raw: ByteReader, label: str, window_log: int = DEFAULT_WINDOW_LOG
 ) -> Iterator[bytes]:
-    # decompressobj() rather than stream_reader(): the latter ends silently on a truncated frame.
-    # The window limit is what the manifest declares: a frame asking for more is refused.
-    dctx = zstandard.ZstdDecompressor(max_window_size=1 << window_log)
-    obj, fed, frames = dctx.decompressobj(), False, 0
-    try:
-        while data := raw.read(CHUNK):
-            while data:
-                fed = True
-                out = obj.decompress(data)
-                if out:
-                    yield out
-                if obj.eof:  # a frame ended; what follows starts the next frame
-                    data, obj, fed, frames = (
-                        obj.unused_data,
-                        dctx.decompressobj(),
-                        False,
-                        frames + 1,
-                    )
-                else:
-                    data = b""
-    except zstandard.ZstdError as exc:
-        if "too much memory" in str(exc):
-            raise IntegrityError(
-                f"{label}: a zstd frame needs a window over {1 << window_log >> 20} MiB (the most "
-                "its manifest declares, else zstd's default); decompress it with "
-                "'zstd -d --long=31'"
-            ) from None
-        raise IntegrityError(
-            f"{label}: the zstd stream is corrupt ({exc}); copy it again"
-        ) from None
-    if fed or not frames:
-        raise IntegrityError(
-            f"{label}: the zstd stream is truncated (it ends inside a frame); "
-            "copy it again or check that every part is there"
-        )
+    # Bounded pieces, truncation detected, the window limited to what the manifest declares.
+    yield from zstd_chunks(raw, label, window_log)
 
 
 def _gzip_chunks(raw: ByteReader, label: str) -> Iterator[bytes]:
