@@ -78,6 +78,10 @@ def test_gate_failure_exits_8_with_one_line(image_dir):
     ("unknown-target", 2, "no-such"),
     ("bad-policy", 2, "policy"),
     ("missing-path", 2, "no such file"),
+    ("empty-policy", 2, "no rule gates anything"),
+    ("report-only-policy", 2, "no rule gates anything"),
+    ("nothing-gated", 8, "none of the libraries with CUDA code"),
+    ("looping-path", 2, "a symlink that loops"),
 ])
 def test_bad_input_gives_one_line(tmp_path, image_dir, case, code, needle):
     text = tmp_path / "libtext.so"
@@ -88,6 +92,13 @@ def test_bad_input_gives_one_line(tmp_path, image_dir, case, code, needle):
     policy = tmp_path / "policy.yaml"
     policy.write_text("rules: 3\n")
     (tmp_path / "empty").mkdir()
+    (tmp_path / "empty-policy.yaml").write_text("rules: []\n")
+    (tmp_path / "report-policy.yaml").write_text(
+        "rules:\n  - name: all\n    match: ['**/*.so']\n    mode: report\ndefault: report\n")
+    foreign = tmp_path / "foreign"  # CUDA libraries, but none a rule of the policy names
+    foreign.mkdir()
+    shutil.copyfile(nvcc_libs()["sm_110a"], foreign / "libother.so")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
     (tmp_path / "py" / "pkg").mkdir(parents=True)
     (tmp_path / "py" / "pkg" / "__init__.py").write_text("x = 1\n")
     args = {
@@ -106,6 +117,12 @@ def test_bad_input_gives_one_line(tmp_path, image_dir, case, code, needle):
         "pure-python": ["--target", "spark", "--path", tmp_path / "py"],
         "host-only-gated": ["--target", "spark", "--path", _host_only_vllm(tmp_path)],
         "bad-arch": ["--target", "sm_12x", "--path", image_dir],
+        "empty-policy": ["--target", "spark", "--path", image_dir,
+                         "--policy", tmp_path / "empty-policy.yaml"],
+        "report-only-policy": ["--target", "spark", "--path", image_dir,
+                               "--policy", tmp_path / "report-policy.yaml"],
+        "nothing-gated": ["--target", "thor", "--path", foreign],
+        "looping-path": ["--target", "spark", "--path", tmp_path / "loop"],
     }[case]
     assert needle in _one_error_line(_verify(*args), code)
 

@@ -196,6 +196,14 @@ class NotATarballError(VerifyError):
     """A --tarball input is not a (compressed) tar archive or its parts are missing."""
 
 
+class ScanError(VerifyError):
+    """A folder to scan cannot be read whole (permissions, a symlink loop)."""
+
+
+class ResourceLimitError(VerifyError):
+    """An input declares or decodes to more than a reader's ceiling (a size, a ratio)."""
+
+
 class CuobjdumpMismatch(VerifyError):
     """cuobjdump lists different kernel architectures than edgevllm's own parser."""
 

@@ -55,6 +55,8 @@ def scan_path(path: Path | str, inspect: Inspect = inspect_buffer) -> list[Libra
     if path.is_dir():
         return scan_directory(path, inspect)
     if not path.exists():
+        if path.is_symlink():
+            raise ConfigError(f"--path {path}: a symlink that loops or names nothing")
         raise ConfigError(f"--path {path}: no such file or folder")
     if is_wheel(path):
         return scan_wheel(path, inspect)
@@ -110,10 +112,16 @@ def _inspector(arch, cuobjdump: bool, path):
     return Checker(find_cuobjdump(), root, arch)
 
 
-def nothing_found_note(reports: list[LibraryReport], label: str) -> str | None:
-    if any(report.has_device_code for report in reports):
-        return None
-    return f"no CUDA libraries found under {label}; is this the right path?"
+def nothing_found_note(reports: list[LibraryReport], label: str,
+                       verdict: Verdict | None = None) -> str | None:
+    """Why a scan that gated nothing cannot pass: no CUDA code at all, or none the policy gates
+    (e.g. a folder of another arch's or another package's libraries)."""
+    if not any(report.has_device_code for report in reports):
+        return f"no CUDA libraries found under {label}; is this the right path?"
+    if verdict is not None and not any(lib.gated for lib in verdict.libraries):
+        return (f"none of the libraries with CUDA code under {label} is one the policy gates "
+                "(vllm, torch, flashinfer...); is this the right path, or pass --policy")
+    return None
 
 
 def verify(target: str, *, image: str | None = None, tarball: Path | str | None = None,
@@ -139,7 +147,8 @@ def verify(target: str, *, image: str | None = None, tarball: Path | str | None 
     verdict = judge(group_cubins(reports), arch, rules, source=label, target=name, notes=notes,
                     cuobjdump_checked=checked, every_name=bool(json_out))
     verdict.scanned = len(reports)  # files read, before cubins were folded into groups
-    note = nothing_found_note(reports, label.split(" ", 1)[1]) if rules.expects_libraries else None
+    where = label.split(" ", 1)[1]
+    note = nothing_found_note(reports, where, verdict) if rules.expects_libraries else None
     if note and not verdict.failures:
         verdict.notes.append(note)
     if json_out:

@@ -24,14 +24,24 @@ def _zstd():
     return decompressor
 
 
+_PIECE = 1 << 20
+
+
 def _zstd_bytes(data, limit: int) -> bytes:
     import zstandard
 
+    pieces, got = [], 0
     try:  # the reader takes the (mmap-backed) buffer as it is: no copy of the payload
         with _zstd().stream_reader(data, read_across_frames=False) as reader:
-            return reader.read(limit)
+            while got < limit:  # read(n) allocates n bytes first: never ask for a declared size
+                piece = reader.read(min(_PIECE, limit - got))
+                if not piece:
+                    break
+                pieces.append(piece)
+                got += len(piece)
     except zstandard.ZstdError as exc:
         raise CorruptBinaryError(f"ZSTD payload does not decompress ({exc})") from None
+    return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
 
 def _run_length(data, cursor: int, start: int) -> tuple[int, int]:
@@ -65,22 +75,30 @@ def lz4_block(data, limit: int) -> bytes:
         match, cursor = _run_length(data, cursor + 2, token & 15)
         if distance == 0 or distance > len(out):
             raise CorruptBinaryError("LZ4 match points before the start of the output")
-        _copy_match(out, distance, match + 4)
+        _copy_match(out, distance, min(match + 4, limit - len(out)))
     return bytes(out[:limit])
 
 
 def _copy_match(out: bytearray, distance: int, length: int) -> None:
+    """An overlapping match (``distance < length``) repeats the last ``distance`` bytes: built
+    in one step, not byte by byte (a distance of 1 over megabytes would take minutes)."""
     start = len(out) - distance
-    while length > 0:  # an overlapping match repeats the bytes just written
-        chunk = out[start:start + min(length, distance)]
-        out += chunk
-        start += len(chunk)
-        length -= len(chunk)
+    if length <= distance:
+        out += out[start:start + length]
+    else:
+        pattern = bytes(out[start:])
+        out += (pattern * (length // distance + 1))[:length]
 
 
 def payload_bytes(data, compression: str, limit: int):
     """The first ``limit`` bytes of an entry's payload, decompressed as needed (an uncompressed
-    payload comes back as a view of ``data``, not a copy)."""
+    payload comes back as a view of ``data``, not a copy). ``limit`` may be a size the entry
+    declares: it is held to the library ceiling and to what LZ4 can make of the stored bytes."""
+    from edgevllm.verify.limits import LZ4_RATIO, check_declared
+
+    if compression in ("zstd", "lz4") and limit > 64:
+        ratio = LZ4_RATIO if compression == "lz4" else 0
+        check_declared(limit, f"a {compression} fatbin entry", len(data), ratio)
     if compression == "zstd":
         return _zstd_bytes(data, limit)
     if compression == "lz4":

@@ -19,24 +19,40 @@ def blob_name(digest: str) -> str:
     return f"blobs/{algorithm}/{hexdigest}"
 
 
-def _pick(manifests: list[dict], arch: str) -> dict:
+def _pick(manifests: list, arch: str) -> dict:
     for manifest in manifests:
-        if (manifest.get("platform") or {}).get("architecture") == arch:
+        if isinstance(manifest, dict) and \
+                (manifest.get("platform") or {}).get("architecture") == arch:
             return manifest
     return manifests[0]
+
+
+def _digest(entry, label: str) -> str:
+    digest = entry.get("digest") if isinstance(entry, dict) else None
+    if not isinstance(digest, str) or ":" not in digest or "/" in digest:
+        raise NotATarballError(f"{label}: an OCI index or manifest entry has no valid digest")
+    return digest
 
 
 def oci_layers(index: dict, blobs: dict[str, bytes], label: str, arch: str = "arm64") -> list[str]:
     """Blob names of the chosen image's layers, bottom first."""
     document = index
     for _ in range(4):  # index → (nested index →) manifest
-        if "layers" in document:
-            return [blob_name(layer["digest"]) for layer in document["layers"]]
-        manifests = document.get("manifests") or []
-        if not manifests:
+        if not isinstance(document, dict):
             break
-        name = blob_name(_pick(manifests, arch)["digest"])
+        if "layers" in document:
+            layers = document["layers"]
+            if not isinstance(layers, list):
+                break
+            return [blob_name(_digest(layer, label)) for layer in layers]
+        manifests = document.get("manifests") or []
+        if not isinstance(manifests, list) or not manifests:
+            break
+        name = blob_name(_digest(_pick(manifests, arch), label))
         if name not in blobs:
             raise NotATarballError(f"{label}: OCI manifest {name} is missing from the archive")
-        document = json.loads(blobs[name])
+        try:
+            document = json.loads(blobs[name])
+        except (ValueError, RecursionError):
+            raise NotATarballError(f"{label}: OCI manifest {name} is not JSON") from None
     raise NotATarballError(f"{label}: index.json names no image manifest with layers")

@@ -14,18 +14,23 @@ layers override earlier ones. A tarball with neither is taken as a plain root fi
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import mmap
 import os
+import shutil
 import tarfile
+import tempfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Callable
 
-from edgevllm.common.errors import NotATarballError
+from edgevllm.common.errors import NotATarballError, ScanError
 from edgevllm.verify.elf import is_elf
 from edgevllm.verify.library import LibraryReport, inspect_buffer, is_library_name
+from edgevllm.verify.limits import DEFLATE_RATIO, SPILL_BYTES, check_declared
 from edgevllm.verify.oci import JSON_BLOB_LIMIT, oci_layers
 from edgevllm.verify.streams import ParseStream, sniff, unpacked
 
@@ -33,18 +38,45 @@ Inspect = Callable[[str, object], LibraryReport]
 _WHITEOUT, _OPAQUE = ".wh.", ".wh..wh..opq"
 
 
+def _entries(folder: str) -> list[os.DirEntry]:
+    try:
+        with os.scandir(folder) as listing:
+            return sorted(listing, key=lambda entry: entry.name)
+    except OSError as exc:
+        raise ScanError(f"{folder}: cannot read this folder ({exc.strerror}); fix its "
+                        "permissions or scan as a user who can read it") from None
+
+
+def _check_link(entry: os.DirEntry) -> None:
+    """Symlinks are not followed (so nothing is counted twice); one that loops is an error."""
+    try:
+        os.stat(entry.path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ScanError(f"{entry.path}: a symlink loop; remove it or scan the folder it "
+                            "should name") from None
+
+
+def _library_files(root: Path) -> list[Path]:
+    """Library files under ``root``, depth first in name order; only symlinks cost a stat."""
+    files, pending = [], [str(root)]
+    while pending:
+        folders = []
+        for entry in _entries(pending.pop()):
+            if entry.is_symlink():
+                _check_link(entry)
+            elif entry.is_dir(follow_symlinks=False):
+                folders.append(entry.path)
+            elif is_library_name(entry.name) and entry.is_file(follow_symlinks=False):
+                files.append(Path(entry.path))
+        pending.extend(reversed(folders))
+    return files
+
+
 def scan_directory(root: Path, inspect: Inspect = inspect_buffer) -> list[LibraryReport]:
     """Every ELF library and cubin under ``root`` (symlinks are not followed, so none is
-    counted twice), in path order."""
-    files = []
-    for folder, dirs, names in os.walk(root):
-        dirs.sort()
-        for name in sorted(names):
-            if not is_library_name(name):  # most files of a tree: no Path object, no stat
-                continue
-            full = Path(folder, name)
-            if not full.is_symlink() and full.is_file():
-                files.append(full)
+    counted twice), in path order. An unreadable folder or a symlink loop stops the scan."""
+    files = _library_files(root)
     labels = [str(full.relative_to(root)) for full in files]
     inspect_all = functools.partial(_inspect_or_unreadable, inspect=inspect)
     if len(files) < 8:
@@ -70,9 +102,11 @@ def scan_wheel(wheel: Path, inspect: Inspect = inspect_buffer) -> list[LibraryRe
                 report = _wheel_member(archive, info, inspect)
                 if report is not None:
                     reports.append(report)
-    except (zipfile.BadZipFile, OSError, EOFError) as exc:
-        raise NotATarballError(f"{wheel}: not a readable wheel (zip) file ({exc}); download it "
-                               "again") from None
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, zlib.error,
+            NotImplementedError, ValueError, RuntimeError) as exc:
+        detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise NotATarballError(f"{wheel}: not a readable wheel (zip) file ({detail}); download "
+                               "it again") from None
     return sorted(reports, key=lambda r: r.path)
 
 
@@ -84,6 +118,7 @@ def _wheel_member(archive, info, inspect: Inspect) -> LibraryReport | None:
     the inspector needs whole files (cuobjdump)."""
     from edgevllm.verify.elf import is_cuda_elf
 
+    _check_member_size(info)
     with archive.open(info) as member:
         head = member.read(64)
         if not is_elf(head):
@@ -96,8 +131,18 @@ def _wheel_member(archive, info, inspect: Inspect) -> LibraryReport | None:
         return inspect(info.filename, _read_rest(member, head, info.file_size))
 
 
+def _check_member_size(info) -> None:
+    """A member's declared size against the ceiling and what its stored bytes can inflate to,
+    before its buffer is allocated (a 768-byte wheel may say 4 GB)."""
+    import zipfile
+
+    ratio = {zipfile.ZIP_STORED: 1, zipfile.ZIP_DEFLATED: DEFLATE_RATIO}.get(info.compress_type, 0)
+    check_declared(info.file_size, info.filename, info.compress_size, ratio)
+
+
 def _read_rest(member, head: bytes, size: int) -> bytearray:
-    """The whole member in one buffer of its final size (no second copy of a 300 MB library)."""
+    """The whole member in one buffer of its final size (no second copy of a 300 MB library);
+    the size was checked by ``_check_member_size``."""
     buf = bytearray(max(size, len(head)))
     buf[:len(head)] = head
     view, got = memoryview(buf), len(head)
@@ -166,15 +211,47 @@ def _regular(tar: tarfile.TarFile, member: tarfile.TarInfo) -> IO[bytes]:
 def _read_library(layer: Layer, tar: tarfile.TarFile, member, path: str, inspect: Inspect) -> None:
     handle = _regular(tar, member)
     head = handle.read(4)
-    if is_elf(head):
+    if not is_elf(head):
+        return
+    check_declared(member.size, path)
+    if member.size <= SPILL_BYTES:
         layer.libraries[path] = inspect(path, head + handle.read())
+        return
+    with tempfile.TemporaryFile(prefix="edgevllm-verify-") as spill:  # memory stays bounded
+        spill.write(head)
+        shutil.copyfileobj(handle, spill, 1 << 20)
+        spill.flush()
+        with mmap.mmap(spill.fileno(), 0, access=mmap.ACCESS_READ) as view:
+            layer.libraries[path] = inspect(path, view)
 
 
-def scan_layer(stream: IO[bytes], inspect: Inspect) -> Layer:
-    layer = Layer()
-    with tarfile.open(fileobj=stream, mode="r|") as tar:
+class _EndSeen(tarfile.TarInfo):
+    """Notes on its archive when the end-of-archive block was read: ``tarfile`` takes a stream
+    that simply stops between members for a whole archive, and so would a truncated one."""
+
+    @classmethod
+    def fromtarfile(cls, tar):
+        try:
+            return super().fromtarfile(tar)
+        except tarfile.EOFHeaderError:
+            tar.edgevllm_end_seen = True
+            raise
+
+
+def read_tar(stream: IO[bytes], label: str, on_member: Callable) -> None:
+    """Every member of a tar stream through ``on_member(tar, member)``; raises NotATarballError
+    when the archive stops before its end-of-archive block (truncated)."""
+    with tarfile.open(fileobj=stream, mode="r|", tarinfo=_EndSeen) as tar:
         for member in tar:
-            _add_member(layer, tar, member, inspect)
+            on_member(tar, member)
+        if not getattr(tar, "edgevllm_end_seen", False):
+            raise NotATarballError(f"{label}: the tar archive stops before its end (truncated "
+                                   "after its last whole member); copy or save it again")
+
+
+def scan_layer(stream: IO[bytes], inspect: Inspect, label: str = "layer") -> Layer:
+    layer = Layer()
+    read_tar(stream, label, lambda tar, member: _add_member(layer, tar, member, inspect))
     return layer
 
 
@@ -200,7 +277,7 @@ def _outer_member(state: _Outer, tar: tarfile.TarFile, member, inspect: Inspect)
         head, stream = sniff(_regular(tar, member))
         inner = unpacked(head, stream)
         if inner is not None:
-            state.layers[name] = scan_layer(inner, inspect)
+            state.layers[name] = scan_layer(inner, inspect, f"layer {name}")
         elif head.startswith(b"{") and member.size <= JSON_BLOB_LIMIT:
             state.json_blobs[name] = stream.read()
     else:
@@ -211,7 +288,7 @@ def _json_or_none(data: bytes):
     """A top-level manifest.json / index.json, or None when it is some other file of that name."""
     try:
         return json.loads(data)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
 
 
@@ -225,15 +302,18 @@ def scan_tar_stream(stream: IO[bytes], label: str,
         if plain is None:
             raise NotATarballError(f"{label}: not a tar archive (expected .tar, .tar.gz, .tar.zst "
                                    "or split .tar.zst.partNNN from 'inv publish')")
-        with tarfile.open(fileobj=plain, mode="r|") as tar:
-            for member in tar:
-                _outer_member(state, tar, member, inspect)
+        read_tar(plain, label, lambda tar, member: _outer_member(state, tar, member, inspect))
     return _stack(state, label)
 
 
 def _layer_order(state: _Outer, label: str) -> list[str] | None:
     if isinstance(state.manifest, list) and state.manifest and state.layers:
-        return state.manifest[0].get("Layers", [])
+        first = state.manifest[0]
+        layers = first.get("Layers", []) if isinstance(first, dict) else None
+        if not isinstance(layers, list) or not all(isinstance(n, str) for n in layers):
+            raise NotATarballError(f"{label}: manifest.json does not list its layers as file "
+                                   "names; the archive is not one docker save wrote")
+        return layers
     if isinstance(state.index, dict) and state.layers:
         return oci_layers(state.index, state.json_blobs, label)
     return None

@@ -78,7 +78,7 @@ class ParseStream(contextlib.AbstractContextManager):
     """Turn the many ways a damaged archive fails into one NotATarballError line."""
 
     _ERRORS = (tarfile.TarError, EOFError, zlib.error, zstandard.ZstdError, gzip.BadGzipFile,
-               json.JSONDecodeError, UnicodeDecodeError)
+               json.JSONDecodeError, UnicodeDecodeError, RecursionError)
 
     def __init__(self, label: str):
         self.label = label

@@ -1,0 +1,82 @@
+"""The ceilings of verify's decoders: an LZ4 block and a ZSTD payload decode at most ``limit``
+bytes and at most what their stored bytes can make, in linear time; a declared size over the
+library ceiling (``EDGEVLLM_MAX_LIBRARY_SIZE``) is refused before anything is allocated."""
+
+from __future__ import annotations
+
+import time
+import tracemalloc
+
+import pytest
+import zstandard
+
+from edgevllm.common.errors import ConfigError, CorruptBinaryError, ResourceLimitError
+from edgevllm.verify.decompress import lz4_block, payload_bytes
+from edgevllm.verify.limits import DEFAULT_MAX_LIBRARY, check_declared, max_library_bytes
+
+
+def _lz4_run(length_bytes: int) -> bytes:
+    """One literal then a match of distance 1 whose length continues over ``length_bytes``."""
+    return bytes([0x1F]) + b"A" + (1).to_bytes(2, "little") + b"\xff" * length_bytes + b"\x00"
+
+
+def test_an_lz4_match_of_distance_one_decodes_in_linear_time():
+    block = _lz4_run(40_000)  # 40 KB that say "repeat the last byte 10 million times"
+    start = time.process_time()
+    out = lz4_block(block, 1 << 40)
+    assert len(out) == 1 + 40_000 * 255 + 15 + 4 and set(out) == {ord("A")}
+    assert time.process_time() - start < 2.0
+
+
+def test_an_lz4_match_stops_at_the_limit():
+    tracemalloc.start()
+    try:
+        out = lz4_block(_lz4_run(40_000), 4096)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert out == b"A" * 4096 and peak < 1 << 20
+
+
+def test_a_declared_size_is_held_to_what_lz4_can_make_of_the_stored_bytes():
+    with pytest.raises(ResourceLimitError, match="more than its compression can produce"):
+        payload_bytes(_lz4_run(10), "lz4", 1 << 30)
+    with pytest.raises(ResourceLimitError, match="over the 4.0 GiB"):
+        payload_bytes(b"\x28\xb5\x2f\xfd" + bytes(60), "zstd", 1 << 40)
+
+
+def test_a_zstd_payload_is_read_in_pieces_not_at_its_declared_size():
+    frame = zstandard.ZstdCompressor().compress(b"cubin" * 1000)
+    tracemalloc.start()
+    try:
+        out = payload_bytes(frame, "zstd", 3 << 30)  # declared 3 GiB, holds 5,000 bytes
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert out == b"cubin" * 1000 and peak < 8 << 20
+    with pytest.raises(CorruptBinaryError, match="does not decompress"):
+        payload_bytes(frame[:8] + b"\xff" * 20, "zstd", 1000)
+
+
+@pytest.mark.parametrize("text,size", [("", DEFAULT_MAX_LIBRARY), ("8G", 8 << 30),
+                                       ("512M", 512 << 20), ("1000000", 1000000),
+                                       ("2GiB", 2 << 30)])
+def test_the_ceiling_setting(monkeypatch, text, size):
+    monkeypatch.setenv("EDGEVLLM_MAX_LIBRARY_SIZE", text)
+    assert max_library_bytes() == size
+
+
+@pytest.mark.parametrize("text", ["0", "-1", "4X", "lots", "1.5G"])
+def test_a_bad_ceiling_setting_is_one_line(monkeypatch, text):
+    monkeypatch.setenv("EDGEVLLM_MAX_LIBRARY_SIZE", text)
+    with pytest.raises(ConfigError, match="EDGEVLLM_MAX_LIBRARY_SIZE"):
+        max_library_bytes()
+
+
+def test_check_declared():
+    check_declared(1 << 20, "ok.so", stored=1 << 10, ratio=1032)
+    check_declared(3 << 30, "unknown-ratio.so", stored=10, ratio=0)  # bzip2/lzma: ceiling only
+    with pytest.raises(ResourceLimitError, match="over the 4.0 GiB"):
+        check_declared(5 << 30, "unknown-ratio.so", stored=10, ratio=0)
+    with pytest.raises(ResourceLimitError, match="stored.so"):
+        check_declared(1 << 20, "stored.so", stored=1000, ratio=1)
