@@ -104,8 +104,12 @@ def read_yaml(path: Path, error: type[EdgeVllmError] = ConfigError) -> object:
         text = Path(path).read_text()
     except OSError as exc:
         raise error(f"{path}: cannot read ({exc.strerror}); check the path") from None
+    except UnicodeDecodeError as exc:
+        raise error(f"{path}: not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
     try:
         return yaml.safe_load(text)
+    except RecursionError:
+        raise error(f"{path}: nested too deeply to read; flatten the YAML") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""

@@ -115,7 +115,7 @@ class PythonRunner:
         target = Path(args.result_dir) / args.result_file
         target.unlink(missing_ok=True)
         proc = _run([self.python, "-c", CLIENT_CODE, *args.argv()], timeout_s)
-        data = json.loads(target.read_text()) if target.is_file() else None
+        data = parse_result(target.read_bytes(), str(target)) if target.is_file() else None
         return ClientResult(proc.returncode, proc.stdout + proc.stderr, data)
 
     def vllm_version(self) -> str | None:
@@ -141,7 +141,7 @@ class ExecRunner:
         output = _decode(proc.stdout) + _decode(proc.stderr)
         path = f"{args.result_dir}/{args.result_file}"
         cat = self.engine.exec(self.container, ["cat", path], timeout=60)
-        data = json.loads(_decode(cat.stdout)) if cat.returncode == 0 else None
+        data = parse_result(cat.stdout, f"{self.where}:{path}") if cat.returncode == 0 else None
         self.engine.exec(self.container, ["rm", "-f", path], timeout=60)
         return ClientResult(proc.returncode, output, data)
 
@@ -152,6 +152,17 @@ class ExecRunner:
     def shell(self, command: Sequence[str]) -> str | None:
         proc = self.engine.exec(self.container, list(command), timeout=60)
         return _decode(proc.stdout) if proc.returncode == 0 else None
+
+
+def parse_result(data: bytes | str, where: str) -> dict:
+    """The result JSON ``vllm bench serve`` wrote: an object, or one BenchError line."""
+    try:
+        result = json.loads(data)
+    except (ValueError, RecursionError) as exc:
+        raise BenchError(f"{where}: the benchmark result is not JSON ({str(exc)[:80]})") from None
+    if not isinstance(result, dict):
+        raise BenchError(f"{where}: the benchmark result is not a JSON object")
+    return result
 
 
 def _decode(data) -> str:

@@ -9,6 +9,7 @@ and the first error text. ``summarise(repeats)`` gives each figure's median, min
 
 from __future__ import annotations
 
+import math
 import statistics
 
 # (name in our records, key in vLLM's result JSON)
@@ -23,19 +24,29 @@ _COPIED = (
 SUMMARISED = tuple(name for name, _ in _COPIED) + ("tok_s_stream", "failed")
 
 
+def _number(value: object) -> float | None:
+    """A finite, non-negative figure; anything else (text, NaN, a negative time) is missing."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) and number >= 0 else None
+
+
 def figures(result: dict) -> dict:
-    """The figures of one run of ``vllm bench serve`` (its ``--save-result`` JSON)."""
+    """The figures of one run of ``vllm bench serve`` (its ``--save-result`` JSON); a field of
+    the wrong type counts as missing, never as a crash."""
     out: dict = {}
     for name, key in _COPIED:
-        value = result.get(key)
-        out[name] = float(value) if isinstance(value, (int, float)) else None
+        out[name] = _number(result.get(key))
     tpot = out.get("tpot_ms")
     out["tok_s_stream"] = 1000.0 / tpot if tpot else None
-    out["completed"] = int(result.get("completed") or 0)
-    out["failed"] = int(result.get("failed") or 0)
-    errors = [e for e in result.get("errors") or [] if e]
+    out["completed"] = int(_number(result.get("completed")) or 0)
+    out["failed"] = int(_number(result.get("failed")) or 0)
+    listed = result.get("errors")
+    errors = [e for e in listed if e] if isinstance(listed, list) else []
     out["first_error"] = _one_line(errors[0]) if errors else None
-    out["vllm_version"] = result.get("version")
+    version = result.get("version")
+    out["vllm_version"] = version if isinstance(version, str) else None
     return out
 
 

@@ -71,7 +71,8 @@ class Roofline:
 
 # -- reading headers ----------------------------------------------------------------------------
 def parse_header(head: bytes, where: str) -> dict:
-    """The JSON header of a safetensors file from its first bytes (8-byte length + JSON)."""
+    """The JSON header of a safetensors file from its first bytes (8-byte length + JSON): tensor
+    name → ``{"data_offsets": [start, end], "shape": [...], ...}``, each entry checked."""
     if len(head) < 8:
         raise RooflineUnknown(f"roofline unknown: {where} is not a safetensors file (too short)")
     (length,) = struct.unpack("<Q", head[:8])
@@ -79,15 +80,33 @@ def parse_header(head: bytes, where: str) -> dict:
         raise RooflineUnknown(f"roofline unknown: {where} has a bad safetensors header length")
     try:
         header = json.loads(head[8:8 + length])
-    except ValueError:
+    except (ValueError, RecursionError):
         raise RooflineUnknown(f"roofline unknown: {where} header is not JSON") from None
+    if not isinstance(header, dict):
+        raise RooflineUnknown(f"roofline unknown: {where} header is not a JSON object")
     header.pop("__metadata__", None)
+    for name, info in header.items():
+        _check_entry(name, info, where)
     return header
+
+
+def _check_entry(name: str, info: object, where: str) -> None:
+    offsets = info.get("data_offsets") if isinstance(info, dict) else None
+    shape = info.get("shape", []) if isinstance(info, dict) else None
+    good = (isinstance(offsets, list) and len(offsets) == 2
+            and all(type(n) is int for n in offsets) and 0 <= offsets[0] <= offsets[1]
+            and isinstance(shape, list) and all(type(n) is int and n >= 0 for n in shape))
+    if not good:
+        raise RooflineUnknown(f"roofline unknown: {where}: tensor {name[:80]!r} has no valid "
+                              "data_offsets/shape")
 
 
 def _local_header(path: Path) -> dict:
     with open(path, "rb") as handle:
-        (length,) = struct.unpack("<Q", handle.read(8))
+        first = handle.read(8)
+        if len(first) < 8:
+            raise RooflineUnknown(f"roofline unknown: {path} is not a safetensors file (too short)")
+        (length,) = struct.unpack("<Q", first)
         handle.seek(0)
         return parse_header(handle.read(8 + min(length, _MAX_HEADER)), str(path))
 
@@ -150,7 +169,7 @@ class _Source:
     def weight_files(self) -> list[str]:
         index = self.text("model.safetensors.index.json")
         if index:
-            return sorted(set(json.loads(index)["weight_map"].values()))
+            return weight_files_of(index, self.spec)
         if self.folder is not None:
             return sorted(p.name for p in self.folder.glob("*.safetensors"))
         return ["model.safetensors"]
@@ -158,6 +177,21 @@ class _Source:
     def _url(self, name: str) -> str:
         endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
         return f"{endpoint}/{self.spec}/resolve/main/{name}"
+
+
+def weight_files_of(index_text: str, model: str) -> list[str]:
+    """The weight files ``model.safetensors.index.json`` names (plain file names only)."""
+    try:
+        index = json.loads(index_text)
+    except (ValueError, RecursionError):
+        index = None
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    files = set(weight_map.values()) if isinstance(weight_map, dict) else set()
+    if not files or not all(isinstance(f, str) and f and "/" not in f and f not in (".", "..")
+                            for f in files):
+        raise RooflineUnknown(f"roofline unknown: {model}: model.safetensors.index.json has no "
+                              "weight_map of plain file names")
+    return sorted(files)
 
 
 def _local_folder(spec: str) -> Path | None:
@@ -176,6 +210,8 @@ def _local_folder(spec: str) -> Path | None:
 # -- counting ------------------------------------------------------------------------------------
 def _config_int(config: dict, keys: tuple[str, ...]) -> int | None:
     for scope in (config, config.get("text_config") or {}, config.get("llm_config") or {}):
+        if not isinstance(scope, dict):
+            continue
         for key in keys:
             if isinstance(scope.get(key), int) and scope[key] > 0:
                 return scope[key]
@@ -183,7 +219,8 @@ def _config_int(config: dict, keys: tuple[str, ...]) -> int | None:
 
 
 def _tied(config: dict) -> bool:
-    text = config.get("text_config") or {}
+    text = config.get("text_config")
+    text = text if isinstance(text, dict) else {}
     return bool(config.get("tie_word_embeddings", text.get("tie_word_embeddings", False)))
 
 
@@ -213,7 +250,7 @@ def count_tensors(tensors: dict[str, dict], config: dict, model: str) -> Rooflin
     for name, info in tensors.items():
         kind = _classify(name)
         sums[kind] += _stored(info)
-        if kind == "embed" and name.endswith("weight"):
+        if kind == "embed" and name.endswith("weight") and info.get("shape"):
             embed_rows = int(info["shape"][0])
     experts, top_k = _config_int(config, _NUM_EXPERTS), _config_int(config, _TOP_K)
     routed = _routed_per_token(sums["routed"], experts, top_k, model)
@@ -273,7 +310,17 @@ def weights_per_token(model: str) -> Roofline:
                                   f"{model} ({exc})") from None
     if not tensors:
         raise RooflineUnknown(f"roofline unknown: {model} has no safetensors weights")
-    return count_tensors(tensors, json.loads(config_text), model)
+    return count_tensors(tensors, parse_config(config_text, model), model)
+
+
+def parse_config(text: str, model: str) -> dict:
+    try:
+        config = json.loads(text)
+    except (ValueError, RecursionError):
+        raise RooflineUnknown(f"roofline unknown: {model}: config.json is not JSON") from None
+    if not isinstance(config, dict):
+        raise RooflineUnknown(f"roofline unknown: {model}: config.json is not a JSON object")
+    return config
 
 
 def _size(count: int) -> str:

@@ -9,6 +9,7 @@ finished points. A point where every request failed stops the sweep.
 
 from __future__ import annotations
 
+import json
 import time
 import urllib.request
 from dataclasses import dataclass, field, replace
@@ -149,14 +150,26 @@ def _stop(record: dict, record_path: Path, status: str, message: str) -> dict:
 
 def served_model(base_url: str, health_timeout_s: float) -> str:
     """The first model id ``/v1/models`` lists (what ``--url`` benchmarks without ``--model``)."""
-    import json
-
     wait_for_health(base_url, health_timeout_s)
     try:
         with urllib.request.urlopen(f"{base_url}/v1/models", timeout=10) as resp:
-            models = json.loads(resp.read()).get("data") or []
-    except (OSError, ValueError) as exc:
+            answer = resp.read(1 << 20)  # a model list is small: a server cannot make us read more
+    except OSError as exc:
         raise BenchError(f"{base_url}/v1/models did not answer ({exc}): pass --model") from None
-    if not models:
+    return first_model_id(answer, base_url)
+
+
+def first_model_id(answer: bytes, base_url: str) -> str:
+    """The first model id of a ``/v1/models`` answer (OpenAI's shape: ``{"data": [{"id"}]}``)."""
+    try:
+        document = json.loads(answer)
+    except (ValueError, RecursionError):
+        raise BenchError(f"{base_url}/v1/models did not answer JSON: pass --model") from None
+    models = document.get("data") if isinstance(document, dict) else None
+    if not isinstance(models, list) or not models:
         raise BenchError(f"{base_url}/v1/models lists no model: pass --model")
-    return str(models[0]["id"])
+    first = models[0]
+    model_id = first.get("id") if isinstance(first, dict) else None
+    if not isinstance(model_id, str) or not model_id.strip() or not model_id.isprintable():
+        raise BenchError(f"{base_url}/v1/models gives no usable model id: pass --model")
+    return model_id

@@ -21,8 +21,8 @@ def blob_name(digest: str) -> str:
 
 def _pick(manifests: list, arch: str) -> dict:
     for manifest in manifests:
-        if isinstance(manifest, dict) and \
-                (manifest.get("platform") or {}).get("architecture") == arch:
+        platform = manifest.get("platform") if isinstance(manifest, dict) else None
+        if isinstance(platform, dict) and platform.get("architecture") == arch:
             return manifest
     return manifests[0]
 

@@ -233,7 +233,7 @@ class _EndSeen(tarfile.TarInfo):
     def fromtarfile(cls, tar):
         try:
             return super().fromtarfile(tar)
-        except tarfile.EOFHeaderError:
+        except tarfile.EOFHeaderError:  # type: ignore[attr-defined]  # not in the stubs
             tar.edgevllm_end_seen = True
             raise
 
