@@ -113,9 +113,13 @@ def test_the_library_ceiling_is_a_setting(tmp_path):
                              env={"EDGEVLLM_MAX_LIBRARY_SIZE": "4M"})
     line = _one_line(proc, 8)
     assert "declares 8.0 MiB, over the 4.0 MiB" in line and "EDGEVLLM_MAX_LIBRARY_SIZE" in line
+    proc, _ = _cli_with_peak("--target", "spark", "--tarball", big, "--max-library-size", "4M")
+    assert "declares 8.0 MiB, over the 4.0 MiB" in _one_line(proc, 8)
     proc, _ = _cli_with_peak("--target", "spark", "--tarball", big,
                              env={"EDGEVLLM_MAX_LIBRARY_SIZE": "lots"})
     assert "EDGEVLLM_MAX_LIBRARY_SIZE='lots'" in _one_line(proc, 2)
+    proc, _ = _cli_with_peak("--target", "spark", "--tarball", big, "--max-library-size", "x")
+    assert "--max-library-size 'x'" in _one_line(proc, 2)
 
 
 def _plain_tar(members: dict[str, bytes]) -> bytes:

@@ -15,10 +15,14 @@ from edgevllm.common.errors import ArchGateFailed, ConfigError
     "cuobjdump": "cross-check every library with NVIDIA cuobjdump; any disagreement fails",
     "policy": "policy YAML naming which libraries gate, and how (default: built in)",
     "diff": "compare two sources (images, tarballs, wheels, folders): --diff A,B",
+    "max_library_size": "the most one library may hold, e.g. 8G (default 4G; "
+                        "EDGEVLLM_MAX_LIBRARY_SIZE)",
 }, iterable=["diff"])
 def verify(c, target, image=None, tarball=None, path=None, json=None, cuobjdump=False,
-           policy=None, diff=None):
+           policy=None, diff=None, max_library_size=None):
     """Gate: vLLM/FlashInfer/flash-attn/torch CUDA libraries must run on the target GPU."""
+    if max_library_size:
+        _set_ceiling(str(max_library_size))
     if diff:
         return _diff(target, diff, policy)
     from edgevllm.verify import print_verdict
@@ -30,6 +34,25 @@ def verify(c, target, image=None, tarball=None, path=None, json=None, cuobjdump=
     print_verdict(verdict)
     if not verdict.passed:
         raise ArchGateFailed(f"arch gate failed for {verdict.target}: {_why(verdict)}")
+
+
+def _set_ceiling(text: str) -> None:
+    """The flag sets what every reader consults (edgevllm/verify/limits.py), checked first."""
+    import os
+
+    from edgevllm.verify.limits import SETTING, max_library_bytes
+
+    previous = os.environ.get(SETTING)
+    os.environ[SETTING] = text
+    try:
+        max_library_bytes()
+    except ConfigError:
+        if previous is None:
+            del os.environ[SETTING]
+        else:
+            os.environ[SETTING] = previous
+        raise ConfigError(f"--max-library-size '{text}': expected a size such as 4G, 512M or "
+                          "1000000") from None
 
 
 def _policy_for_image(image: str | None):
