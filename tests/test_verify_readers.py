@@ -4,7 +4,7 @@ truncated archive, an unreadable folder and a symlink loop each give one line (e
 
 Archives are built here with the standard library (zipfile, tarfile) and zstandard; libraries
 are the nvcc-built ones of tests/support/cuda_libs.py. Memory is measured in a child process
-(``ru_maxrss``) running the real CLI."""
+(its ``VmHWM``) running the real CLI."""
 
 from __future__ import annotations
 
@@ -38,10 +38,12 @@ def _one_line(proc: subprocess.CompletedProcess, code: int) -> str:
 
 
 def _cli_with_peak(*args: str, env: dict | None = None, prefix: tuple = ()):
-    """The verify CLI in a child; returns (process, its peak resident memory in MiB)."""
-    code = ("import resource, sys\nfrom edgevllm.cli import main\n"
+    """The verify CLI in a child; returns (process, its peak resident memory in MiB). VmHWM is
+    this process image's own high-water mark (ru_maxrss would carry the forking parent's)."""
+    code = ("import sys\nfrom edgevllm.cli import main\n"
             "try:\n    main()\nfinally:\n"
-            "    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+            "    status = open('/proc/self/status').read()\n"
+            "    peak = int(status.split('VmHWM:')[1].split()[0])\n"
             "    print(f'PEAK {peak // 1024}', file=sys.stdout)\n")
     proc = subprocess.run([*prefix, sys.executable, "-c", code, "verify", *map(str, args)],
                           cwd=ROOT, capture_output=True, text=True,

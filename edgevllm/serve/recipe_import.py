@@ -88,6 +88,7 @@ def convert(data: object, source: str, name: str | None = None) -> ImportResult:
     for key in ("name", "container", "command"):
         if not data.get(key):
             raise RecipeError(f"{source}: field '{key}': required in a spark-vllm-docker recipe")
+    _check_shapes(data, source)
     ctx = _Context(Path(source), [], [], [str(m) for m in data.get("mods") or []], {})
     version = str(data.get("recipe_version", "1"))
     if version != "1":
@@ -124,6 +125,18 @@ def convert(data: object, source: str, name: str | None = None) -> ImportResult:
     _unconvertible(data, ctx)
     parse_recipe(recipe, f"{source} (converted)")
     return ImportResult(recipe, ctx.notes, ctx.warnings, ctx.files)
+
+
+_SHAPES = {"defaults": (dict, "a mapping"), "env": (dict, "a mapping"), "mods": (list, "a list")}
+
+
+def _check_shapes(data: dict, source: str) -> None:
+    """The fields read as a mapping or a list are one (a hostile recipe may say ``env: 3``)."""
+    for key, (kind, spelled) in _SHAPES.items():
+        value = data.get(key)
+        if value is not None and not isinstance(value, kind):
+            raise RecipeError(f"{source}: field '{key}': expected {spelled}, got "
+                              f"{type(value).__name__}")
 
 
 def _description(data: dict) -> str:
