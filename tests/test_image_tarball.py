@@ -128,3 +128,17 @@ def test_skippable_frames_pass_and_whole_frames_decode():
     skippable = (0x184D2A50).to_bytes(4, "little") + (3).to_bytes(4, "little") + b"abc"
     data = skippable + _frames()
     assert b"".join(zstd_chunks(io.BytesIO(data), "ok", 27)).endswith(b"tail")
+
+
+def test_a_frame_whose_checksum_fails_never_hands_over_its_last_piece():
+    """A bare tarball has no sha256 to check first: the frame checksum is the last line of
+    defence, so the piece before it is held back (docker load then never sees the tar's end)."""
+    payload = bytes(range(256)) * (12 << 10)  # 3 MiB: several pieces
+    frame = bytearray(zstandard.ZstdCompressor(write_checksum=True).compress(payload))
+    frame[-1] ^= 0xFF
+    received = []
+    with pytest.raises(IntegrityError, match="corrupt"):
+        for piece in zstd_chunks(io.BytesIO(bytes(frame)), "bad", 27):
+            received.append(piece)
+    assert 0 < sum(map(len, received)) < len(payload)
+    assert payload.startswith(b"".join(received))

@@ -121,9 +121,12 @@ def zstd_chunks(raw: ByteReader, label: str, window_log: int) -> Iterator[bytes]
     dctx = zstandard.ZstdDecompressor(max_window_size=1 << window_log)
     source = as_binary_io(_Watched(raw, walker))
     reader = dctx.stream_reader(source, read_size=CHUNK, read_across_frames=True)
-    try:
+    held = None  # one piece is held back until the next read succeeds: a checksum that fails
+    try:  # at a frame's end then keeps its last piece (and the tar's end blocks) from the reader
         while block := reader.read(CHUNK):
-            yield block
+            if held is not None:
+                yield held
+            held = block
     except zstandard.ZstdError as exc:
         if "too much memory" in str(exc) or "window" in str(exc).lower():
             raise IntegrityError(
@@ -139,3 +142,5 @@ def zstd_chunks(raw: ByteReader, label: str, window_log: int) -> Iterator[bytes]
             f"{label}: the zstd stream is truncated (it ends inside a frame); "
             "copy it again or check that every part is there"
         )
+    if held is not None:
+        yield held
