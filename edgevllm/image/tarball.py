@@ -319,9 +319,12 @@ def _zstd_chunks(
 def _gzip_chunks(raw: ByteReader, label: str) -> Iterator[bytes]:
     # reads every member of a multi-member file
     reader = gzip.GzipFile(fileobj=as_binary_io(raw), mode="rb")
+    held = None  # as for zstd: a CRC that fails at a member's end keeps its last piece back
     try:
         while block := reader.read(CHUNK):
-            yield block
+            if held is not None:
+                yield held
+            held = block
     except EOFError:
         raise IntegrityError(
             f"{label}: the gzip stream is truncated; copy it again or check "
@@ -331,6 +334,8 @@ def _gzip_chunks(raw: ByteReader, label: str) -> Iterator[bytes]:
         raise IntegrityError(
             f"{label}: the gzip stream is corrupt ({exc}); copy it again"
         ) from None
+    if held is not None:
+        yield held
 
 
 # --- finding the parts -------------------------------------------------------------------------
