@@ -130,13 +130,21 @@ def convert(data: object, source: str, name: str | None = None) -> ImportResult:
 _SHAPES = {"defaults": (dict, "a mapping"), "env": (dict, "a mapping"), "mods": (list, "a list")}
 
 
+_MOD_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*(/[A-Za-z0-9_][A-Za-z0-9._-]*)*")
+
+
 def _check_shapes(data: dict, source: str) -> None:
-    """The fields read as a mapping or a list are one (a hostile recipe may say ``env: 3``)."""
+    """The fields read as a mapping or a list are one (a hostile recipe may say ``env: 3``), and
+    each mod is a relative folder name (it is looked up beside the recipe: never ``/etc``)."""
     for key, (kind, spelled) in _SHAPES.items():
         value = data.get(key)
         if value is not None and not isinstance(value, kind):
             raise RecipeError(f"{source}: field '{key}': expected {spelled}, got "
                               f"{type(value).__name__}")
+    for mod in data.get("mods") or []:
+        if not isinstance(mod, str) or not _MOD_NAME.fullmatch(mod) or len(mod) > 200:
+            raise RecipeError(f"{source}: field 'mods': {str(mod)[:60]!r} is not a mod folder "
+                              "name such as mods/fix-gpu-mem")
 
 
 def _description(data: dict) -> str:
