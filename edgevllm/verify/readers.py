@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Callable
 
-from edgevllm.common.errors import NotATarballError, ScanError
+from edgevllm.common.errors import NotATarballError, ResourceLimitError, ScanError
 from edgevllm.verify.elf import is_elf
 from edgevllm.verify.library import LibraryReport, inspect_buffer, is_library_name
 from edgevllm.verify.limits import DEFLATE_RATIO, SPILL_BYTES, check_declared
@@ -218,9 +218,14 @@ def _read_library(layer: Layer, tar: tarfile.TarFile, member, path: str, inspect
         layer.libraries[path] = inspect(path, head + handle.read())
         return
     with tempfile.TemporaryFile(prefix="edgevllm-verify-") as spill:  # memory stays bounded
-        spill.write(head)
-        shutil.copyfileobj(handle, spill, 1 << 20)
-        spill.flush()
+        try:
+            spill.write(head)
+            shutil.copyfileobj(handle, spill, 1 << 20)
+            spill.flush()
+        except OSError as exc:
+            raise ResourceLimitError(f"{path}: cannot stream {member.size >> 20} MiB through a "
+                                     f"temporary file ({exc.strerror}); free space in "
+                                     f"{tempfile.gettempdir()} or set TMPDIR") from None
         with mmap.mmap(spill.fileno(), 0, access=mmap.ACCESS_READ) as view:
             layer.libraries[path] = inspect(path, view)
 
