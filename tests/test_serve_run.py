@@ -154,6 +154,60 @@ def test_ray_cluster_dry_run_starts_server_on_head_last():
                                                                                          "serve"]
 
 
+def pairs(argv: list[str], flag: str) -> list[str]:
+    return [argv[i + 1] for i, a in enumerate(argv) if a == flag]
+
+
+def two_node_plan(mode: str, **options) -> list[list[str]]:
+    recipe = parse_recipe({
+        "name": "rd", "description": "d", "targets": ["spark"], "status": {"spark": "untested"},
+        "image": "edgevllm/vllm:spark", "model": "org/m", "serve": {"args": ["{{ model }}"]},
+        "container": {"network": "host", "gpus": "all"},
+        "topology": {"mode": mode, "nodes": 2, "tensor_parallel": 2}}, "t")
+    nodes = [Node(f"n{i}", DockerEngine(host=f"ssh://u@spark{i}"), f"10.0.0.{i + 1}")
+             for i in range(2)]
+    plan = Cluster(render(recipe, {"hf_cache": "/data/hf"}), nodes,
+                   ClusterOptions(name="rd", iface="enp1s0f1np1", **options))
+    return [shlex.split(line) for line in plan.dry_run() if " run " in line]
+
+
+def test_cluster_nodes_reach_the_rdma_nics_unless_no_rdma():
+    for argv in two_node_plan("torch", ib_hca="rocep1s0f1"):
+        for flag in ("--device=/dev/infiniband", "--cap-add=IPC_LOCK"):
+            assert flag in argv
+        assert "memlock=-1" in pairs(argv, "--ulimit") and "--privileged" not in argv
+        assert {"NCCL_IB_DISABLE=0", "NCCL_IB_HCA=rocep1s0f1"} <= set(pairs(argv, "-e"))
+    for argv in two_node_plan("torch", ib_hca="rocep1s0f1", rdma=False):  # --no-rdma
+        assert not any(a.startswith(("--device", "--cap-add")) for a in argv)
+        assert "memlock=-1" not in pairs(argv, "--ulimit")
+        env = pairs(argv, "-e")
+        assert "NCCL_IB_DISABLE=1" in env and not any(e.startswith("NCCL_IB_HCA") for e in env)
+
+
+def test_ray_nodes_get_the_unified_memory_settings():
+    for argv in two_node_plan("ray"):
+        env = pairs(argv, "-e")
+        assert {"RAY_memory_monitor_refresh_ms=0", "RAY_object_store_memory=1073741824"} <= \
+            set(env)
+        ray = argv[argv.index("ray"):]
+        assert ray[:2] == ["ray", "start"] and "--object-store-memory=1073741824" in ray
+    for argv in two_node_plan("torch"):
+        assert not any(e.startswith("RAY_") for e in pairs(argv, "-e"))
+
+
+def test_cli_no_rdma_dry_run(cli):
+    code, out, err = cli("serve", "nemotron-3-super-nvfp4-2x-spark", "--nodes",
+                         "ssh://u@a,ssh://u@b", "--node-ips", "10.0.0.1,10.0.0.2", "--network",
+                         "host", "--no-rdma", "--dry-run")
+    assert code == 0, err
+    assert "--device" not in out and "NCCL_IB_DISABLE=1" in out
+    code, out, err = cli("serve", "nemotron-3-super-nvfp4-2x-spark", "--nodes",
+                         "ssh://u@a,ssh://u@b", "--node-ips", "10.0.0.1,10.0.0.2", "--network",
+                         "host", "--dry-run")
+    assert code == 0, err
+    assert out.count("--device=/dev/infiniband") == 2 and "--privileged" not in out
+
+
 def standin_recipe(image: str, name: str):
     return parse_recipe({
         "name": name, "description": "stand-in for vLLM (no GPU in CI)", "targets": ["thor"],

@@ -85,10 +85,18 @@ def build(c, **values):
     print(result.image)
 
 
-@cli_task(help={"target": "thor | spark", "out": "where builds will write (for the disk check)"})
-def doctor(c, target="spark", out="out"):
+@cli_task(help={"target": "thor | spark", "out": "where builds will write (for the disk check)",
+                "nodes": "check these cluster nodes' RDMA instead: engines, head first "
+                         "(local,ssh://me@spark2)",
+                "image": "with --nodes: the image the cluster runs (default edgevllm/vllm:TARGET)"})
+def doctor(c, target="spark", out="out", nodes=None, image=None):
     """Check that this machine can build for a target: engine, buildx, emulation, disk, git,
-    registry."""
+    registry. With --nodes: that each cluster node reaches RDMA, and NCCL's transport."""
+    if nodes:
+        from edgevllm.cli.recipes import doctor_nodes
+
+        doctor_nodes(target, nodes, image or f"edgevllm/vllm:{target}")
+        return
     from edgevllm.builder.doctor import run_checks
     from edgevllm.common.errors import MissingToolError
     from edgevllm.containers.docker import DockerEngine

@@ -33,6 +33,7 @@ _SERVE_HELP = {
     "network": "cluster: 'host' or 'bridge' (default: bridge when every node is one engine)",
     "cluster": "cluster name (default: the recipe name); labels io.edgevllm.cluster=<name>",
     "ib-hca": "cluster: the RDMA devices for NCCL_IB_HCA (e.g. rocep1s0f1,roceP2p1s0f1)",
+    "no-rdma": "cluster: run NCCL over TCP only (nodes without RDMA NICs; slower all-reduces)",
     "gpu-memory-gb": "memory budget in GiB; turned into --gpu-memory-utilization from the "
                      "device's total memory when the container starts",
     "earlyoom": "run earlyoom in the container first (the image needs the earlyoom mod)",
@@ -116,7 +117,7 @@ def recipes(c, as_json=False):
           auto_shortflags=False)
 def serve(c, recipe=None, set_=None, target=None, dry_run=False, name=None, engine=None,
           build=False, wait=0, nodes=None, node_ips=None, iface=None, node_env=None, network=None,
-          cluster=None, ib_hca=None, gpu_memory_gb=None, earlyoom=False):
+          cluster=None, ib_hca=None, gpu_memory_gb=None, earlyoom=False, no_rdma=False):
     """Serve a model from a recipe: one container, or a Ray/torch cluster with --nodes.
 
     inv serve RECIPE [--options] [-- EXTRA VLLM ARGS...]: words after -- are appended to the
@@ -143,7 +144,7 @@ def serve(c, recipe=None, set_=None, target=None, dry_run=False, name=None, engi
                                 if node_ips else None, iface, list(node_env or []))
         plan = Cluster(rendered, node_list, ClusterOptions(
             name=cluster or rendered.name, network=network, wait_healthy_s=float(wait),
-            iface=iface, ib_hca=ib_hca))
+            iface=iface, ib_hca=ib_hca, rdma=not no_rdma))
         if dry_run:
             print("\n".join(plan.dry_run()))
             return
@@ -286,3 +287,26 @@ def _print_import_table(rows) -> None:
     for r in rows:
         for warning in (r.result.warnings if r.result else []):
             console.warn(f"{r.source}: {warning}")
+
+
+def doctor_nodes(target: str, nodes: str, image: str) -> None:
+    """``inv doctor --nodes``: per node, RDMA devices, what the image sees, NCCL's transport."""
+    from edgevllm.common.errors import ClusterError
+    from edgevllm.serve.cluster import cluster_env, parse_nodes
+    from edgevllm.serve.rdma import check_node
+    from edgevllm.specs.targets import load_target
+
+    launch = load_target(target).launch
+    if not launch.rdma.devices:
+        raise ClusterError(f"target {target} has no RDMA launch settings (launch.rdma): its "
+                           "clusters run over TCP")
+    env = cluster_env(launch.cluster_env, {})
+    findings = [f for node in parse_nodes(split_csv([nodes]))
+                for f in check_node(node.name, node.engine, image, launch, env)]
+    for f in findings:
+        mark = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL"}[f.status]
+        print(f"{mark}  {f.node:8} {f.name:16} {f.detail}")
+    failed = sorted({f.node for f in findings if f.status == "fail"})
+    if failed:
+        raise ClusterError(f"RDMA not usable on {', '.join(failed)} (see above): fix it, or run "
+                           "the cluster with inv serve --no-rdma (NCCL over TCP only)")

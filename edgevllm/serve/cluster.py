@@ -37,6 +37,7 @@ from edgevllm.serve.launch import (
     health_command,
     run_options,
 )
+from edgevllm.serve.rdma import error_line, missing_device
 from edgevllm.serve.recipes import Rendered
 
 LABEL_NODE = labels.NODE
@@ -67,6 +68,7 @@ class ClusterOptions:
     wait_healthy_s: float = 0
     iface: str | None = None  # fills {iface} in the target's launch.cluster_env
     ib_hca: str | None = None  # fills {ib_hca} (NCCL_IB_HCA)
+    rdma: bool = True  # the target's launch.rdma (verbs devices...); False: NCCL over TCP only
 
 
 @dataclass
@@ -196,8 +198,14 @@ class Cluster:
     # -- plan ----------------------------------------------------------------------------------
     def node_env(self, node: Node) -> dict[str, str]:
         """The target's cluster env (``{iface}``/``{ib_hca}`` filled), then the node's own."""
-        env = cluster_env(self.rendered.launch.cluster_env,
+        launch = self.rendered.launch
+        env = cluster_env(launch.cluster_env,
                           {"iface": self.options.iface, "ib_hca": self.options.ib_hca})
+        if not self.options.rdma:
+            env.pop("NCCL_IB_HCA", None)
+            env.update(launch.rdma.tcp_env)
+        if self.rendered.topology.mode == "ray":  # the recipe's own env wins over these
+            env.update({k: v for k, v in launch.ray_env.items() if k not in self.rendered.env})
         env.update(node.env)
         if node.address and _is_ip(node.address):
             env["VLLM_HOST_IP"] = node.address
@@ -208,12 +216,22 @@ class Cluster:
         """One node's container: restart "no" (a lone restarted node cannot rejoin the job);
         only the head publishes the API port and carries the health check."""
         is_head = node is self.head
-        return run_options(
+        options = run_options(
             self.rendered, node.engine, name=self.container(node), command=command,
             labels=self.labels(node), network=self.network_name,
             hostname=self.container(node) if self.network == "bridge" else None,
             env={**self.node_env(node), **(env or {})}, image=self.image(node), ports=is_head,
             restart="no", healthcheck=is_head, image_id=self.image_id)
+        options.extra = [*self.rdma_flags(), *options.extra]
+        return options
+
+    def rdma_flags(self) -> list[str]:
+        """``--device`` per verbs device, ``--cap-add``, ``--ulimit`` (never --privileged)."""
+        rdma = self.rendered.launch.rdma
+        if not self.options.rdma:
+            return []
+        return ([f"--device={d}" for d in rdma.devices] + [f"--cap-add={c}" for c in rdma.cap_add]
+                + [a for k, v in rdma.ulimits.items() for a in ("--ulimit", f"{k}={v}")])
 
     def plan(self) -> list[Step]:
         steps: list[Step] = []
@@ -238,7 +256,8 @@ class Cluster:
                    else ["ray", "start", f"--address={head_addr}"])
             if node.address and _is_ip(node.address):
                 cmd.append(f"--node-ip-address={node.address}")
-            cmd += ["--block", *topo.ray_args, *self.options.ray_args]
+            cmd += ["--block", *self.rendered.launch.ray_start_args, *topo.ray_args,
+                    *self.options.ray_args]
             cmd += topo.ray_head_args if is_head else []
             options = self.run_options(node, entry_command(self.rendered, cmd, server=False))
             role = "Ray head" if is_head else "Ray worker"
@@ -356,8 +375,15 @@ class Cluster:
         # docker run -d / network create / exec into the background: seconds, even over ssh.
         proc = step.node.engine.run_cli(step.argv or [], timeout=300)
         if proc.returncode != 0:
-            last = (proc.stderr.decode(errors="replace").strip().splitlines() or ["?"])[-1]
-            raise ClusterError(f"node {step.node.name}: {step.describe} failed: {last}")
+            stderr = proc.stderr.decode(errors="replace")
+            missing = self.options.rdma and missing_device(stderr,
+                                                           self.rendered.launch.rdma.devices)
+            if missing:
+                raise ClusterError(f"node {step.node.name} has no RDMA devices ({missing}): "
+                                   "NCCL would fall back to TCP; connect its RDMA NIC, or pass "
+                                   "--no-rdma to run over TCP only")
+            raise ClusterError(f"node {step.node.name}: {step.describe} failed: "
+                               f"{error_line(stderr)}")
 
     def teardown(self) -> list[str]:
         return teardown(self.options.name, self.nodes)

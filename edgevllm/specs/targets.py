@@ -71,6 +71,22 @@ class ProbeDefaults(Strict):
     serve_args: list[Line] = Field(default_factory=list)
 
 
+_Ulimits = dict[Annotated[str, Field(pattern=r"^[a-z]+$")],
+               Annotated[str, Field(pattern=r"^(-?\d+|unlimited)(:(-?\d+|unlimited))?$")]]
+
+
+class RdmaLaunch(Strict):
+    """What a cluster node's container needs to reach the RDMA NICs (never ``--privileged``):
+    the verbs ``devices`` (``--device``), ``cap_add`` (IPC_LOCK: verbs pin memory) and
+    ``ulimits`` (an unlimited memlock limit). ``tcp_env``: the env of a cluster run with
+    ``--no-rdma`` (NCCL over TCP only), over ``cluster_env``."""
+
+    devices: list[ContainerPath] = Field(default_factory=list)
+    cap_add: list[Annotated[str, Field(pattern=r"^[A-Z][A-Z_]*$")]] = Field(default_factory=list)
+    ulimits: _Ulimits = Field(default_factory=dict)
+    tcp_env: dict[EnvName, Line] = Field(default_factory=dict)
+
+
 class LaunchDefaults(Strict):
     """What every ``inv serve`` on this device adds to ``docker run`` (a recipe may override).
 
@@ -81,12 +97,12 @@ class LaunchDefaults(Strict):
     image, so kernels compiled by another build are never reused); ``hf_home``: the container
     path of the Hugging Face cache volume, exported as ``HF_HOME``; ``device_memory_gib``: the
     memory vLLM can use on the device (the budget several models share); ``earlyoom_args``: the
-    flags ``inv serve --earlyoom`` runs earlyoom with.
+    flags ``inv serve --earlyoom`` runs earlyoom with; ``rdma``: what cluster nodes need for
+    RDMA (``RdmaLaunch``); ``ray_env`` / ``ray_start_args``: the env of a Ray cluster's nodes and
+    the flags of its ``ray start`` (unified memory: memory monitor off, a small object store).
     """
 
-    ulimits: dict[Annotated[str, Field(pattern=r"^[a-z]+$")],
-                  Annotated[str, Field(pattern=r"^(-?\d+|unlimited)(:(-?\d+|unlimited))?$")]] = \
-        Field(default_factory=dict)
+    ulimits: _Ulimits = Field(default_factory=dict)
     env: dict[EnvName, Line] = Field(default_factory=dict)
     cluster_env: dict[EnvName, Line] = Field(default_factory=dict)
     jit_cache_root: ContainerPath = "/var/cache/edgevllm/jit"
@@ -94,6 +110,9 @@ class LaunchDefaults(Strict):
     hf_home: ContainerPath | None = None
     device_memory_gib: PositiveFloat | None = None
     earlyoom_args: list[Line] = Field(default_factory=list)
+    rdma: RdmaLaunch = Field(default_factory=RdmaLaunch)
+    ray_env: dict[EnvName, Line] = Field(default_factory=dict)
+    ray_start_args: list[Line] = Field(default_factory=list)
 
 
 class KernelPlanPolicy(Strict):

@@ -58,12 +58,13 @@ def leftovers(engine, cluster: str) -> tuple[list, bool]:
     return containers, engine.network_exists(f"edgevllm-{cluster}")
 
 
-def make(engine, image, cluster, *, node_image=None, wait=60, **kw) -> Cluster:
+def make(engine, image, cluster, *, node_image=None, wait=60, rdma=False, **kw) -> Cluster:
+    """``rdma=False`` (--no-rdma): the CI machine has no RDMA NIC, so NCCL would run on TCP."""
     rendered = render(cluster_recipe(image, cluster, **kw))
     nodes = [Node("head", engine), Node("worker1", engine, image=node_image)]
     teardown(cluster, nodes)  # a previous interrupted run
     return Cluster(rendered, nodes, ClusterOptions(name=cluster, wait_healthy_s=wait,
-                                                   ready_timeout_s=120))
+                                                   ready_timeout_s=120, rdma=rdma))
 
 
 def test_two_node_ray_cluster_up_and_torn_down(engine, ray_image):
@@ -114,4 +115,20 @@ def test_server_exit_is_reported_and_torn_down(engine, ray_image):
     cluster = make(engine, ray_image, name, command=["python3", "-c", "raise SystemExit(3)"])
     with pytest.raises(ClusterError, match="exited with code 3"):
         cluster.launch()
+    assert leftovers(engine, name) == ([], False)
+
+
+def test_nodes_without_rdma_devices_are_named_in_one_line_and_torn_down(engine, ray_image):
+    """The real engine refuses --device=/dev/infiniband on a machine without RDMA NICs (this
+    one): the launcher says so in one line, points at --no-rdma, and removes what it made."""
+    import os
+
+    assert not os.path.exists("/dev/infiniband"), "this test needs a machine without RDMA NICs"
+    name = PREFIX + "rdma"
+    cluster = make(engine, ray_image, name, rdma=True)
+    with pytest.raises(ClusterError) as info:
+        cluster.launch()
+    message = str(info.value)
+    assert message == ("node head has no RDMA devices (/dev/infiniband): NCCL would fall back "
+                       "to TCP; connect its RDMA NIC, or pass --no-rdma to run over TCP only")
     assert leftovers(engine, name) == ([], False)
