@@ -7,6 +7,7 @@ distributed without Ray on tensor × pipeline × data parallel nodes, ``--nnodes
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shlex
 from pathlib import Path
@@ -15,13 +16,29 @@ import pytest
 import yaml
 
 from edgevllm.common.errors import RecipeError
+from edgevllm.common.paths import user_data_dir
 from edgevllm.containers.docker import DockerEngine
 from edgevllm.serve.cluster import Cluster, ClusterOptions, Node
 from edgevllm.serve.launch import serve
 from edgevllm.serve.recipe_folder import convert_file, import_dir, import_file
 from edgevllm.serve.recipes import load_recipe, parse_recipe, render
+from support import web_standin
 
 EUGR = Path(__file__).parent / "fixtures" / "eugr-recipes"
+PLUGIN, PLUGIN_URL = web_standin.PLUGIN, web_standin.PLUGIN_URL
+
+
+@pytest.fixture(scope="module")
+def web():
+    with web_standin.proxy() as env:
+        yield env
+
+
+@pytest.fixture
+def online(web, monkeypatch):
+    for key, value in web.items():
+        monkeypatch.setenv(key, value)
+    return web
 RECIPES = EUGR / "recipes"
 HEAD, WORKER = "10.0.0.1", "10.0.0.2"
 
@@ -190,15 +207,15 @@ NAMES = ["4x-spark-cluster-big-moe", "4x-spark-cluster-dense-a17b", "cluster-moe
          "thor-small", "trailing-backslash", "typo-placeholder", "v2-quickstart"]
 
 
-def test_folder_import_summary_and_dry_run_writes_nothing(tmp_path, cli):
+def test_folder_import_summary_and_dry_run_writes_nothing(tmp_path, cli, web):
     out = tmp_path / "out"
     code, stdout, stderr = cli("recipe-import", str(EUGR), "--out", str(out), "--dry-run")
     assert code == 0, stderr
     assert not out.exists()
     lines = stdout.splitlines()
     assert lines[0].split()[:4] == ["recipe", "status", "notes", "warnings"]
-    assert lines[-1].startswith("13 imported, 0 failed,") and lines[-1].endswith(" 3 warnings")
-    code, stdout, stderr = cli("recipe-import", str(EUGR), "--out", str(out))
+    assert lines[-1].startswith("13 imported, 0 failed,") and lines[-1].endswith(" 2 warnings")
+    code, stdout, stderr = cli("recipe-import", str(EUGR), "--out", str(out), env=web)
     assert code == 0, stderr
     # Each recipe is named by its file, subfolder in front: what eugr's users type.
     assert sorted(p.stem for p in out.glob("*.yaml")) == NAMES
@@ -207,8 +224,9 @@ def test_folder_import_summary_and_dry_run_writes_nothing(tmp_path, cli):
         parse_recipe(yaml.safe_load(path.read_text()), str(path))
 
 
-def test_folder_import_goes_to_the_users_recipe_folder_and_lists_both_forms(tmp_path, cli):
-    env = {"XDG_CONFIG_HOME": str(tmp_path / "config")}
+def test_folder_import_goes_to_the_users_recipe_folder_and_lists_both_forms(tmp_path, cli,
+                                                                          web):
+    env = {"XDG_CONFIG_HOME": str(tmp_path / "config"), **web}
     code, _, stderr = cli("recipe-import", str(EUGR), env=env)
     assert code == 0, stderr
     folder = tmp_path / "config" / "edgevllm" / "recipes"
@@ -257,17 +275,31 @@ def test_template_gib_value_becomes_gpu_memory_gb(tmp_path):
                         "--max-num-seqs", "2"]
 
 
-def test_downloaded_file_warns_with_its_url_and_a_loop_mod_says_to_run_it_on_the_host():
-    result = convert_file(RECIPES / "download-mod.yaml")
-    assert result.warnings == [
-        "argument 'plugin_parser.py': mod 'mods/plugin-download' downloads plugin_parser.py at "
-        "every start from https://example.org/parsers/plugin_parser.py: fetch it (curl -LO "
-        "URL), put it in download-mod.files/ and list it under files: with its sha256"]
+def test_mods_run_at_build_time_downloads_are_pinned_and_a_loop_stays_on_the_host(tmp_path,
+                                                                                 online):
+    result, loaded = imported("download-mod.yaml", tmp_path)
+    assert not result.warnings
+    # The downloaded plugin is baked into the image's workspace by the build.
+    assert loaded.recipe.serve.args[3:5] == ["--reasoning-parser-plugin",
+                                            "/workspace/plugin_parser.py"]
+    assert any(n.startswith("plugin_parser.py: mod 'mods/plugin-download' downloads it from "
+                            f"{PLUGIN_URL}; the build fetches it once") for n in result.notes)
     loop = next(n for n in result.notes if n.startswith("mod 'mods/cache-loop'"))
     assert loop.startswith("mod 'mods/cache-loop' starts a background loop at every start, "
                            "which an image cannot hold: run it on the host before inv serve "
                            "(sudo bash ")
     assert loop.endswith("mods/cache-loop/run.sh)")
+    # The recipe names its image's build: the eugr mod (imported into the user's mods, its
+    # download pinned) and InstantTensor for --load-format instanttensor.
+    spec = yaml.safe_load(Path(loaded.recipe.build.spec).read_text())
+    assert spec == {"target": "spark", "add_mods": ["eugr-plugin-download"],
+                    "packages": {"instanttensor": "0.2.2"}, "tags": ["vllm-node"]}
+    manifest = yaml.safe_load((user_data_dir("mods") / "eugr-plugin-download" /
+                               "manifest.yaml").read_text())
+    assert manifest["steps"] == [{
+        "kind": "script", "title": "plugin-download/run.sh", "run": "run.sh",
+        "downloads": [{"url": PLUGIN_URL, "file": "downloads/plugin_parser.py",
+                       "sha256": hashlib.sha256(PLUGIN).hexdigest()}]}]
 
 
 def test_import_file_defaults_to_the_users_recipe_folder(user_config_home):

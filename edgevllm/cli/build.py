@@ -15,15 +15,53 @@ def spec_from_flags(values: dict, verify: bool = True):
     from edgevllm.specs.buildspec import load_spec, lock_overrides, spec_from_dict
     from edgevllm.specs.lock import read_lock
 
-    overrides = spec_overrides(values)
+    overrides = spec_overrides(_with_mod_names(values))
     if not verify:
         overrides["verify"] = False
     target, spec, lock = values.get("target"), values.get("spec"), values.get("lock")
+    if values.get("recipe"):
+        return _recipe_spec(values["recipe"], target, spec or lock, overrides)
     if lock:
         base = lock_overrides(read_lock(lock), target)
         base.update({k: v for k, v in overrides.items() if k not in ("vllm", "flashinfer")})
         return spec_from_dict(base, str(lock))
     return load_spec(target, spec, overrides)
+
+
+def _with_mod_names(values: dict) -> dict:
+    """``--add-mod PATH`` of an eugr mod folder: imported into the user's mods, by its name."""
+    from edgevllm.common.kv import split_csv
+
+    given = split_csv(values.get("add_mod") or [])
+    if not any("/" in item or Path(item).is_dir() for item in given):
+        return values
+    from edgevllm.common.paths import user_data_dir
+    from edgevllm.mods.eugr import import_eugr_mod
+    from edgevllm.specs.targets import all_targets
+
+    targets = [t.name for t in all_targets()]
+    names = [import_eugr_mod(Path(item), user_data_dir("mods"), targets).name
+             if "/" in item or Path(item).is_dir() else item for item in given]
+    for item, name in zip(given, names, strict=True):
+        if item != name:
+            console.info(f"eugr mod {item} → mod {name} (runs at build time)")
+    return {**values, "add_mod": names}
+
+
+def _recipe_spec(recipe: str, target, other, overrides: dict):
+    from edgevllm.common.errors import SpecError
+    from edgevllm.serve.recipe_build import recipe_spec_fields
+    from edgevllm.specs.buildspec import spec_from_dict
+
+    if other:
+        raise SpecError("--recipe and --spec/--lock: give one of them")
+    fields = recipe_spec_fields(recipe, target)
+    for key in ("add_mods", "tags"):
+        if key in overrides:
+            overrides[key] = [*fields.get(key, []), *overrides[key]]
+    if "packages" in overrides:
+        overrides["packages"] = {**fields.get("packages", {}), **overrides["packages"]}
+    return spec_from_dict({**fields, **overrides}, f"recipe {recipe}")
 
 
 @cli_task(help={"as_json": "print the targets as JSON"})

@@ -98,6 +98,8 @@ SPEC_FLAGS: tuple[Flag, ...] = (
 
 BUILD_FLAGS: tuple[Flag, ...] = (
     SPEC_FLAGS
+    + (Flag("recipe", "build the image a recipe needs: its build spec (mods, packages), the "
+                      "packages its arguments need (InstantTensor), tagged as it names it"),)
     + SOURCE_FLAGS
     + (
         Flag(
@@ -106,7 +108,8 @@ BUILD_FLAGS: tuple[Flag, ...] = (
             "mods",
             "csv",
         ),
-        Flag("add_mod", "add a mod to the target's default list (repeatable)", "add_mods", "csv"),
+        Flag("add_mod", "add a mod to the target's default list (repeatable): a name, or an "
+             "eugr mod folder (run.sh), imported as a build-time mod", "add_mods", "csv"),
         Flag("no_mod", "drop a mod from the list (repeatable)", "remove_mods", "csv"),
         Flag(
             "max_jobs",

@@ -30,8 +30,8 @@ def data_dirs(kind: str) -> list[Path]:
     so a user adds a target by dropping a YAML file into a folder of their own.
     """
     dirs = [project_root() / kind]
-    if kind == "recipes":
-        dirs.append(user_recipes_dir())
+    if kind in ("recipes", "mods"):
+        dirs.append(user_data_dir(kind))
     extra = os.environ.get(f"EDGEVLLM_{kind.upper()}_PATH", "")
     dirs += [Path(p) for p in extra.split(os.pathsep) if p]
     return dirs
@@ -51,11 +51,16 @@ def data_folders(kind: str, marker: str, error: type[Exception]) -> dict[str, Pa
     return found
 
 
-def user_recipes_dir() -> Path:
-    """The user's recipe folder: ``$XDG_CONFIG_HOME/edgevllm/recipes`` (``~/.config`` when the
-    variable is unset or empty, as the XDG base directory specification says)."""
+def user_data_dir(kind: str) -> Path:
+    """The user's own folder of one kind ("recipes", "mods"): ``$XDG_CONFIG_HOME/edgevllm/<kind>``
+    (``~/.config`` when the variable is unset or empty, as the XDG base directory spec says).
+    ``inv recipe-import`` and ``inv build --add-mod PATH`` write there."""
     base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "edgevllm" / "recipes"
+    return Path(base) / "edgevllm" / kind
+
+
+def user_recipes_dir() -> Path:
+    return user_data_dir("recipes")
 
 
 def host_hf_cache() -> Path:

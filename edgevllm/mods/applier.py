@@ -668,6 +668,83 @@ def step_verify(ctx: Context, step: dict) -> tuple[str, str]:
     return "passed", out[-1] if out else "verification passed"
 
 
+# An eugr mod's run.sh at build time. Its wget/curl calls are answered from files the host
+# fetched and pinned (the build has no network); any other URL fails the step.
+_FETCH_SHIM = r"""
+import hashlib, json, os, sys
+tool, args = sys.argv[1], sys.argv[2:]
+pinned = json.loads(os.environ["EDGEVLLM_PINNED_DOWNLOADS"])
+urls = [a for a in args if a.startswith(("http://", "https://"))]
+if not urls or urls[0] not in pinned:
+    sys.exit(f"edgevllm: {tool} {urls[0] if urls else ''}: not a download the mod pinned "
+             "(downloads:); the build has no network")
+url, out = urls[0], None
+names = {"wget": ("-O", "--output-document"), "curl": ("-o", "--output")}[tool]
+for i, a in enumerate(args):
+    if a in names and i + 1 < len(args):
+        out = args[i + 1]
+    elif a.startswith(tuple(n + "=" for n in names)):
+        out = a.split("=", 1)[1]
+remote = url.split("?")[0].rstrip("/").rsplit("/", 1)[-1]
+if out is None and (tool == "wget" or "-O" in args or "--remote-name" in args):
+    out = remote
+if out and tool == "wget" and "-P" in args:
+    out = os.path.join(args[args.index("-P") + 1], out)
+body = open(pinned[url]["path"], "rb").read()
+if hashlib.sha256(body).hexdigest() != pinned[url]["sha256"]:
+    sys.exit(f"edgevllm: {url}: the pinned file's sha256 changed")
+if out in (None, "-"):
+    sys.stdout.buffer.write(body)
+else:
+    open(out, "wb").write(body)
+"""
+
+
+def _script_env(ctx: Context, step: dict, folder: Path, shims: Path) -> dict[str, str]:
+    """What an eugr script expects: WORKSPACE_DIR, PYTHON_ROOT (the site-packages root), the
+    image's Python first on PATH as python3, and wget/curl answered from the pinned files."""
+    python = shutil.which(ctx.env.python) or ctx.env.python
+    shims.mkdir()
+    (shims / "fetch.py").write_text(_FETCH_SHIM)
+    # Wrappers, not symlinks: a venv's Python finds its pyvenv.cfg only under its own path.
+    scripts = {"python3": f'exec "{python}" "$@"', "python": f'exec "{python}" "$@"',
+               "wget": f'exec "{python}" "{shims}/fetch.py" wget "$@"',
+               "curl": f'exec "{python}" "{shims}/fetch.py" curl "$@"'}
+    for tool, line in scripts.items():
+        (shims / tool).write_text(f"#!/bin/sh\n{line}\n")
+        (shims / tool).chmod(0o755)
+    root = ctx.env.site_packages[0] if ctx.env.site_packages else subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True).stdout.strip()
+    pinned = {d["url"]: {"path": str(folder / d["file"]), "sha256": d["sha256"]}
+              for d in step.get("downloads", [])}
+    workspace = Path(step.get("workspace") or "/workspace")
+    workspace.mkdir(parents=True, exist_ok=True)
+    return dict(os.environ, WORKSPACE_DIR=str(workspace), PYTHON_ROOT=root,
+                PATH=f"{shims}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+                EDGEVLLM_PINNED_DOWNLOADS=json.dumps(pinned))
+
+
+def step_script(ctx: Context, step: dict) -> tuple[str, str]:
+    """Run the mod's script (``run``) with bash in a copy of its folder; exit 0 applies it, any
+    other exit fails the mod with the script's last output lines."""
+    folder = ctx.plan_dir / ctx.mod["name"]
+    with tempfile.TemporaryDirectory(prefix="edgevllm-script-") as tmp:
+        work = Path(tmp) / "mod"
+        shutil.copytree(folder, work)
+        env = _script_env(ctx, step, folder, Path(tmp) / "bin")
+        try:
+            proc = subprocess.run(["bash", step["run"]], cwd=work, env=env, text=True,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=3600)
+        except subprocess.TimeoutExpired:
+            raise ctx.fail(f"{step['run']} ran for more than an hour") from None
+    lines = [line for line in proc.stdout.strip().splitlines() if line.strip()]
+    if proc.returncode != 0:
+        tail = " | ".join(lines[-3:]) or "no output"
+        raise ctx.fail(f"{step['run']} exited with {proc.returncode}: {tail}")
+    return "applied", _short(lines[-1]) if lines else f"{step['run']} ran"
+
+
 STEP_KINDS = {
     "edit": step_edit,
     "pip_install": step_pip_install,
@@ -677,6 +754,7 @@ STEP_KINDS = {
     "library_link": step_library_link,
     "env": step_env,
     "verify": step_verify,
+    "script": step_script,
 }
 
 

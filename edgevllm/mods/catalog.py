@@ -155,8 +155,28 @@ class VerifyStep(StepBase):
     python: str = Field(min_length=1)
 
 
+class Download(Strict):
+    """A file an eugr script downloads, fetched on the host and pinned (the build is offline)."""
+
+    url: str = Field(pattern=r"^https?://\S+$")
+    file: str = Field(min_length=1)  # in the mod folder
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+
+class ScriptStep(StepBase):
+    """An eugr mod's ``run.sh`` (``inv build --add-mod PATH``), run in the image build with
+    ``WORKSPACE_DIR``, ``PYTHON_ROOT`` and the image's Python; ``downloads`` answer its
+    wget/curl calls. The files it writes are part of the image."""
+
+    kind: Literal["script"]
+    run: str = Field(min_length=1)
+    workspace: str = Field(default="/workspace", pattern=r"^/")
+    downloads: list[Download] = Field(default_factory=list)
+
+
 Step = Annotated[Union[EditStep, PipInstallStep, DistFilesStep, FilesStep, SymlinkStep,
-                       LibraryLinkStep, EnvStep, VerifyStep], Field(discriminator="kind")]
+                       LibraryLinkStep, EnvStep, VerifyStep, ScriptStep],
+                 Field(discriminator="kind")]
 
 
 class Manifest(Strict):
@@ -227,6 +247,12 @@ def load_mod(folder: Path) -> Mod:
             if not (folder / rel).exists():
                 raise ManifestError(f"{path}: field 'steps.{index}': data '{rel}' is missing "
                                     f"from {folder}")
+        for download in step.downloads if isinstance(step, ScriptStep) else []:
+            if hashlib.sha256((folder / download.file).read_bytes()).hexdigest() != \
+                    download.sha256:
+                raise ManifestError(f"{path}: field 'steps.{index}': {download.file} does not "
+                                    f"match its sha256 (from {download.url}); import the mod "
+                                    "again")
     return Mod(manifest, folder)
 
 
@@ -235,6 +261,8 @@ def _data_refs(step) -> list[str]:
         return [step.source]
     if isinstance(step, EditStep) and step.diff:
         return [step.diff]
+    if isinstance(step, ScriptStep):
+        return [step.run, *(d.file for d in step.downloads)]
     return []
 
 

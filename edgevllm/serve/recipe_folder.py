@@ -15,9 +15,13 @@ import yaml
 
 from edgevllm.common.errors import EdgeVllmError, RecipeError
 from edgevllm.common.fsutil import atomic_write_bytes, atomic_write_text
-from edgevllm.common.paths import user_recipes_dir
+from edgevllm.common.paths import user_data_dir, user_recipes_dir
 from edgevllm.common.schema import read_yaml
+from edgevllm.mods.eugr import import_eugr_mod
+from edgevllm.serve.recipe_build import needed_packages, spec_file_text, spec_path_of
 from edgevllm.serve.recipe_import import ImportResult, convert, recipe_name
+from edgevllm.serve.recipes import parse_recipe
+from edgevllm.specs.targets import all_targets
 
 
 def render_yaml(result: ImportResult, source: str) -> str:
@@ -53,11 +57,28 @@ def convert_file(path: Path, name: str | None = None) -> ImportResult:
 
 
 def write_result(result: ImportResult, source: Path, target: Path) -> None:
-    """The recipe and its carried files (``<name>.files/``), each written atomically."""
+    """The recipe, its carried files (``<name>.files/``) and the build spec of its image
+    (``<name>.build/spec.yaml``: its eugr mods, imported into the user's mods, the packages its
+    arguments need, the tag it names), each written atomically."""
     for fname, body in result.files.items():
         atomic_write_bytes(target.parent / f"{result.recipe['name']}.files" / fname, body)
+    _write_build_spec(result, target)
     atomic_write_text(target, render_yaml(result, str(source)))
     result.path = target
+
+
+def _write_build_spec(result: ImportResult, target: Path) -> None:
+    recipe = result.recipe
+    targets = [t.name for t in all_targets()]
+    mods = [import_eugr_mod(folder, user_data_dir("mods"), targets).name
+            for folder in result.build_mods]
+    packages = dict(needed_packages(parse_recipe(recipe, str(target))))
+    if not mods and not packages:
+        return
+    spec = spec_path_of(target)
+    tags = [recipe["image"]] if "@" not in recipe["image"] else []
+    atomic_write_text(spec, spec_file_text(recipe["targets"][0], mods, packages, tags))
+    recipe["build"] = {"spec": str(spec.resolve())}
 
 
 def import_file(path: Path, out: Path | None = None, force: bool = False) -> ImportResult:

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgevllm.common.errors import RecipeError
-from edgevllm.serve.eugr_mods import EugrMod, find_mod
+from edgevllm.mods.eugr import EugrMod, find_mod
 from edgevllm.serve.recipes import FILES_DIR, parse_recipe, valid_image_ref
 
 KNOWN = {"recipe_version", "name", "description", "model", "container", "command", "defaults",
@@ -43,6 +43,7 @@ MOD_FLAGS = {"--gpu-memory-utilization-gb": "gpu-mem-util-gb"}
 # Argument values that name a file a mod drops into the container (chat templates, plugins...).
 _FILE_VALUE = re.compile(r"^[\w./-]+\.(jinja2?|py|json|txt|patch|ya?ml)$")
 _FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+WORKSPACE = "/workspace"  # WORKSPACE_DIR of an eugr mod run at build time (ScriptStep default)
 _MOD_PATH = re.compile(r"(?:^|/)mods/([\w.-]+)/")
 
 
@@ -53,6 +54,7 @@ class ImportResult:
     warnings: list[str] = field(default_factory=list)  # arguments that will not work as written
     files: dict[str, bytes] = field(default_factory=dict)  # carried files by name
     path: Path | None = None
+    build_mods: list[Path] = field(default_factory=list)  # eugr mod folders run at build time
 
 
 @dataclass
@@ -122,9 +124,9 @@ def convert(data: object, source: str, name: str | None = None) -> ImportResult:
         "topology": topology,
     }
     recipe.update(_optional(required, gpu_memory_gb, ctx.files, name))
-    _unconvertible(data, ctx)
+    build_mods = _unconvertible(data, ctx, name, converted=gpu_memory_gb is not None)
     parse_recipe(recipe, f"{source} (converted)")
-    return ImportResult(recipe, ctx.notes, ctx.warnings, ctx.files)
+    return ImportResult(recipe, ctx.notes, ctx.warnings, ctx.files, build_mods=build_mods)
 
 
 _SHAPES = {"defaults": (dict, "a mapping"), "env": (dict, "a mapping"), "mods": (list, "a list")}
@@ -401,11 +403,11 @@ def _file_argument(arg: str, ctx: _Context, name: str) -> str:
                              f"{FILES_DIR}/{fname})")
             return f"{prefix}{eq}{FILES_DIR}/{fname}"
         if mod and fname in mod.downloads:
-            ctx.warnings.append(
-                f"argument '{arg}': mod '{mod_name}' downloads {fname} at every start from "
-                f"{mod.downloads[fname]}: fetch it (curl -LO URL), put it in "
-                f"{name}.files/ and list it under files: with its sha256")
-            return arg
+            ctx.notes.append(
+                f"{value}: mod '{mod_name}' downloads it from {mod.downloads[fname]}; the build "
+                f"fetches it once, pinned by sha256, into {WORKSPACE}/{fname} of the image "
+                f"(inv build --recipe {name}), and the argument points there")
+            return f"{prefix}{eq}{WORKSPACE}/{fname}"
     ctx.warnings.append(f"argument '{arg}' names a file provided by {_who(match, candidates)}, "
                         "which was dropped: add the file under files: or the argument will fail")
     return arg
@@ -432,19 +434,29 @@ def _mod_file(folder: Path, fname: str) -> Path | None:
     return hits[0] if hits else None
 
 
-def _unconvertible(data: dict, ctx: _Context) -> None:
-    for name in ctx.mods:
-        mod = _eugr_mod(ctx, name)
+def _unconvertible(data: dict, ctx: _Context, name: str, converted: bool) -> list[Path]:
+    """Notes for what cannot come along; the eugr mods that run at build time instead."""
+    build_mods: list[Path] = []
+    for mod_name in ctx.mods:
+        mod = _eugr_mod(ctx, mod_name)
         if mod and mod.start_only:
-            ctx.notes.append(f"mod '{name}' starts a background loop at every start, which an "
-                             f"image cannot hold: run it on the host before inv serve "
+            ctx.notes.append(f"mod '{mod_name}' starts a background loop at every start, which "
+                             f"an image cannot hold: run it on the host before inv serve "
                              f"(sudo bash {mod.folder / 'run.sh'})")
+        elif converted and Path(mod_name).name in MOD_FLAGS.values():
+            ctx.notes.append(f"mod '{mod_name}' not needed: its flag became gpu_memory_gb")
+        elif mod:
+            build_mods.append(mod.folder)
+            ctx.notes.append(f"mod '{mod_name}' runs at build time: inv build --recipe {name} "
+                             "bakes it into the image (its run.sh, with WORKSPACE_DIR and the "
+                             "image's Python)")
         else:
-            ctx.notes.append(f"mod '{name}' dropped (a script eugr runs in the container at "
-                             "every start): edgevllm applies mods at build time; add it to the "
-                             "build spec")
+            ctx.notes.append(f"mod '{mod_name}' dropped (its folder is not beside the recipes): "
+                             f"inv build --recipe {name} --add-mod PATH/TO/{Path(mod_name).name} "
+                             "runs it at build time")
     if data.get("build_args"):
         ctx.notes.append(f"build_args {list(data['build_args'])} (flags for build-and-copy.sh): "
                          "express them in a build spec")
     for key in sorted(set(data) - KNOWN):
         ctx.notes.append(f"field '{key}' is not a spark-vllm-docker field edgevllm knows; left out")
+    return build_mods

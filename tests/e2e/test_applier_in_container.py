@@ -30,9 +30,10 @@ def engine() -> DockerEngine:
     return engine
 
 
-def run(engine, image, volumes, script: str) -> tuple[int, str]:
+def run(engine, image, volumes, script: str, network: str | None = None) -> tuple[int, str]:
     proc = engine.run(
-        RunOptions(image=image, remove=True, volumes=volumes, command=["sh", "-c", script]),
+        RunOptions(image=image, remove=True, volumes=volumes, command=["sh", "-c", script],
+                   network=network),
         timeout=600,
     )
     return proc.returncode, (proc.stdout + proc.stderr).decode(errors="replace")
@@ -174,3 +175,32 @@ def test_library_link_registers_an_unknown_folder_with_ldconfig(engine, tmp_path
     assert first["steps"][1]["outcome"] == "passed"
     second = outcome(json.loads((tmp_path / "second.json").read_text()), "cudart")
     assert second["outcome"] == "already-applied"
+
+
+def test_eugr_script_mod_runs_in_the_image_without_network(engine, tmp_path, monkeypatch):
+    """An eugr mod (run.sh copying its template into the workspace and downloading a plugin) as a
+    build-time mod, run by the applier with the image's own python3, --network none: its
+    download comes from the pinned file, its files land in the image's /workspace."""
+    from edgevllm.mods.catalog import stage_mods
+    from edgevllm.mods.eugr import import_eugr_mod
+
+    fixtures = Path(__file__).parents[1] / "fixtures" / "eugr-recipes" / "mods"
+    mods = tmp_path / "mods"
+    for name in ("fix-chat-template", "plugin-download"):
+        import_eugr_mod(fixtures / name, mods, ["spark"], fetch=lambda url: b"# plugin\n")
+    monkeypatch.setenv("EDGEVLLM_MODS_PATH", str(mods))
+    stage_mods(["eugr-fix-chat-template", "eugr-plugin-download"], "spark", tmp_path / "stage")
+    code, output = run(
+        engine, python_image(engine, "amd64"),
+        [f"{tmp_path / 'stage'}:/edgevllm-mods:ro", f"{tmp_path}:/out"],
+        "python3 /edgevllm-mods/applier.py apply --plan /edgevllm-mods/plan.json "
+        "--record /out/mods.json && cp /workspace/* /out/",
+        network="none",
+    )
+    assert code == 0, output
+    record = json.loads((tmp_path / "mods.json").read_text())
+    assert [outcome(record, n)["outcome"] for n in ("eugr-fix-chat-template",
+                                                    "eugr-plugin-download")] == ["applied"] * 2
+    assert (tmp_path / "plugin_parser.py").read_bytes() == b"# plugin\n"
+    assert (tmp_path / "fixed_template.jinja").read_bytes() == \
+        (fixtures / "fix-chat-template" / "chat_template.jinja").read_bytes()

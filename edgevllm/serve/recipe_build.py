@@ -1,0 +1,79 @@
+"""The image a recipe needs, as build spec fields (``inv build --recipe NAME``).
+
+A recipe with ``build: {spec: FILE}`` (an imported eugr recipe has one: its mods, packages and
+tag) gives that file's fields. Any recipe also gets what its own arguments need: the packages of
+the ``--load-format`` it names (InstantTensor), pinned, and its image tag as the build's tag, so
+``inv serve`` finds the image the recipe names.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from edgevllm.common.errors import RecipeError
+from edgevllm.common.paths import project_root
+from edgevllm.common.schema import read_yaml
+from edgevllm.serve.recipe_schema import Recipe
+from edgevllm.serve.recipes import load_recipe
+
+# ``--load-format X`` → the package vLLM imports for it (PyPI name and the pin edgevllm tested:
+# instanttensor 0.2.2 has an aarch64 wheel).
+LOAD_FORMAT_PACKAGES = {"instanttensor": ("instanttensor", "0.2.2")}
+
+
+def recipe_spec_fields(ref: str, target: str | None = None) -> dict:
+    """Build spec fields for recipe ``ref`` (a name or a file) on ``target`` (default: its
+    first)."""
+    loaded = load_recipe(ref)
+    recipe = loaded.recipe
+    fields: dict = {}
+    if recipe.build and recipe.build.spec:
+        path = project_root() / recipe.build.spec  # an absolute path stays itself
+        data = read_yaml(path, RecipeError)
+        if not isinstance(data, dict):
+            raise RecipeError(f"{path}: a build spec is a mapping of fields")
+        fields.update(data)
+    elif recipe.build and recipe.build.lock:
+        raise RecipeError(f"recipe {loaded.name} builds from a lock: inv build --lock "
+                          f"{recipe.build.lock}")
+    chosen = target or fields.get("target") or recipe.targets[0]
+    if chosen not in recipe.targets:
+        raise RecipeError(f"recipe {loaded.name} runs on {', '.join(recipe.targets)}, not "
+                          f"'{chosen}'")
+    fields["target"] = chosen
+    packages = dict(fields.get("packages") or {})
+    packages.update({name: pin for name, pin in needed_packages(recipe)
+                     if name not in packages})
+    if packages:
+        fields["packages"] = packages
+    if recipe.image and "{{" not in recipe.image and "@" not in recipe.image:
+        fields["tags"] = list(dict.fromkeys([*(fields.get("tags") or []), recipe.image]))
+    return fields
+
+
+def needed_packages(recipe: Recipe) -> list[tuple[str, str]]:
+    """Packages the recipe's arguments need: ``--load-format instanttensor`` → InstantTensor."""
+    args = [*recipe.serve.command, *recipe.serve.args]
+    formats = [args[i + 1] for i, a in enumerate(args[:-1]) if a == "--load-format"]
+    formats += [a.split("=", 1)[1] for a in args if a.startswith("--load-format=")]
+    return [LOAD_FORMAT_PACKAGES[f] for f in dict.fromkeys(formats) if f in LOAD_FORMAT_PACKAGES]
+
+
+def spec_file_text(target: str, add_mods: list[str], packages: dict[str, str],
+                   tags: list[str]) -> str:
+    """The build spec an imported recipe carries (``<name>.build/spec.yaml``)."""
+    import yaml
+
+    data: dict = {"target": target}
+    if add_mods:
+        data["add_mods"] = add_mods
+    if packages:
+        data["packages"] = packages
+    if tags:
+        data["tags"] = tags
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+def spec_path_of(recipe_path: Path) -> Path:
+    """``<name>.build/spec.yaml`` beside the recipe (a folder: recipe folders list *.yaml)."""
+    return recipe_path.with_name(recipe_path.stem + ".build") / "spec.yaml"

@@ -1,0 +1,113 @@
+"""eugr mods as build-time mods: the folder becomes an edgevllm mod (its files, downloads pinned by
+sha256, one script step) and the real applier runs its run.sh against a Python environment with
+WORKSPACE_DIR, PYTHON_ROOT and the environment's Python; failures name the mod and its last lines.
+The applier runs here on this interpreter and a folder standing in for site-packages (the image
+build runs the same applier in the image: tests/e2e/test_applier_in_container.py)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from edgevllm.common.errors import ManifestError, ModFailedError
+from edgevllm.common.paths import user_data_dir
+from edgevllm.mods.catalog import apply_to_environment, load_mod
+from edgevllm.mods.eugr import import_eugr_mod, mod_name
+
+MODS = Path(__file__).parent / "fixtures" / "eugr-recipes" / "mods"
+PLUGIN = b"# stand-in plugin\n"
+URL = "http://example.org/parsers/plugin_parser.py"
+
+
+def fetched(url: str) -> bytes:
+    """The host-side fetch, standing in for the web (this machine reaches none of it)."""
+    assert url == URL
+    return PLUGIN
+
+
+def imported(folder: Path, workspace: Path) -> str:
+    """Import into the user's mods (where builds find mods) with the workspace in tmp."""
+    path = import_eugr_mod(folder, user_data_dir("mods"), ["spark"], fetch=fetched)
+    manifest = yaml.safe_load((path / "manifest.yaml").read_text())
+    manifest["steps"][0]["workspace"] = str(workspace)
+    (path / "manifest.yaml").write_text(yaml.safe_dump(manifest))
+    return path.name
+
+
+def apply(name: str, tmp_path: Path) -> dict:
+    site = tmp_path / "site-packages"
+    site.mkdir(exist_ok=True)
+    record, _ = apply_to_environment("spark", [name], [site], python=sys.executable)
+    return record
+
+
+def test_renamed_copy_lands_in_the_workspace(tmp_path):
+    name = imported(MODS / "fix-chat-template", tmp_path / "ws")
+    assert name == "eugr-fix-chat-template" == mod_name(MODS / "fix-chat-template")
+    record = apply(name, tmp_path)
+    assert record["mods"][0]["outcome"] == "applied"
+    assert record["mods"][0]["detail"] == "1 step(s) changed"
+    assert (tmp_path / "ws" / "fixed_template.jinja").read_bytes() == \
+        (MODS / "fix-chat-template" / "chat_template.jinja").read_bytes()
+
+
+def test_download_is_served_from_the_pinned_file_without_network(tmp_path):
+    name = imported(MODS / "plugin-download", tmp_path / "ws")
+    mod = load_mod(user_data_dir("mods") / name)
+    assert mod.manifest.steps[0].downloads[0].url == URL
+    apply(name, tmp_path)
+    assert (tmp_path / "ws" / "plugin_parser.py").read_bytes() == PLUGIN
+    # A changed download no longer matches its pin: the mod does not load.
+    (user_data_dir("mods") / name / "downloads" / "plugin_parser.py").write_bytes(b"evil")
+    with pytest.raises(ManifestError, match="does not match its sha256"):
+        load_mod(user_data_dir("mods") / name)
+
+
+def test_script_sees_workspace_python_root_and_the_python(tmp_path):
+    folder = tmp_path / "eugr" / "env-probe"
+    folder.mkdir(parents=True)
+    (folder / "run.sh").write_text(
+        "set -e\necho \"$PYTHON_ROOT\" > $WORKSPACE_DIR/root.txt\n"
+        "python3 -c 'import sys; print(sys.prefix)' > $WORKSPACE_DIR/python.txt\n")
+    apply(imported(folder, tmp_path / "ws"), tmp_path)
+    assert (tmp_path / "ws" / "root.txt").read_text().strip() == str(tmp_path / "site-packages")
+    assert (tmp_path / "ws" / "python.txt").read_text().strip() == sys.prefix
+
+
+def test_failing_script_fails_naming_the_mod_and_its_last_lines(tmp_path):
+    folder = tmp_path / "eugr" / "broken"
+    folder.mkdir(parents=True)
+    (folder / "run.sh").write_text("echo one\necho two\necho 'anchor not found' >&2\nexit 3\n")
+    with pytest.raises(ModFailedError) as info:
+        apply(imported(folder, tmp_path / "ws"), tmp_path)
+    assert str(info.value) == ("mod eugr-broken: run.sh exited with 3: one | two | "
+                               "anchor not found")
+
+
+def test_an_unpinned_download_fails_the_mod(tmp_path):
+    folder = tmp_path / "eugr" / "sneaky"
+    folder.mkdir(parents=True)
+    # The URL is built at run time: the import cannot see it, so nothing is pinned for it.
+    (folder / "run.sh").write_text("set -e\nHOST=$(echo example.org)\n"
+                                   "curl -sL http://$HOST/x.py -o x\n")
+    with pytest.raises(ModFailedError, match="not a download the mod pinned"):
+        apply(imported(folder, tmp_path / "ws"), tmp_path)
+
+
+def test_a_background_loop_is_not_a_build_mod(tmp_path):
+    with pytest.raises(ManifestError) as info:
+        import_eugr_mod(MODS / "cache-loop", tmp_path, ["spark"], fetch=fetched)
+    assert "starts a background loop at every start, which an image cannot hold: run it on " \
+           "the host before inv serve (sudo bash " in str(info.value)
+
+
+def test_add_mod_takes_an_eugr_mod_folder(tmp_path, cli):
+    code, _, err = cli("render", "--target", "spark", "--add-mod",
+                       str(MODS / "fix-chat-template"), "--out", str(tmp_path / "r"))
+    assert code == 0, err
+    assert "mod eugr-fix-chat-template (runs at build time)" in err
+    staged = tmp_path / "r" / "edgevllm-mods" / "eugr-fix-chat-template"
+    assert (staged / "run.sh").is_file() and (staged / "chat_template.jinja").is_file()
