@@ -9,7 +9,7 @@ every start. What a recipe's arguments can depend on is what the script leaves b
   mod folder;
 * a file it downloads (``wget URL``, ``wget -O NAME URL``, ``curl -L -o NAME URL``):
   ``downloads`` maps the name to the URL;
-* a background loop (``nohup … &``, ``while true``): such a mod makes sense only at start
+* a background loop (``nohup … &``, a line ending in ``&``): such a mod makes sense only at start
   (``start_only``), never in an image build.
 
 The script is read, never run, here: one shell word list per line, no expansion but plain
@@ -40,7 +40,7 @@ _URL = re.compile(r"^https?://\S+$")
 _SELF_DIR = re.compile(r"^(\$\(dirname [^)]*\)|\$\{?\w*DIR\}?|\.)/")
 _ASSIGN = re.compile(r"^[A-Za-z_]\w*=")
 _VARIABLE = re.compile(r"\$\{?([A-Za-z_]\w*)\}?")
-_BACKGROUND = re.compile(r"(^|\s)nohup\s|&\s*$|^\s*while\s+true")
+_BACKGROUND = re.compile(r"(^|\s)nohup\s|(?<![&|])&\s*$")
 
 
 @dataclass
