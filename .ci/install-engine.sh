@@ -8,6 +8,18 @@ export DEBIAN_FRONTEND=noninteractive
 
 log() { printf '[install-engine] %s\n' "$*"; }
 
+. "$(cd "$(dirname "$0")" && pwd)/host-os.sh"
+os_id=$(host_os_id)
+if [ "$os_id" != debian ]; then
+  # Ubuntu has /etc/debian_version too: only os-release tells them apart. Never add Debian's
+  # sources (or its docker.io) beside NVIDIA's Docker on DGX OS or JetPack.
+  echo "install-engine: this host runs '$os_id', not Debian: nothing installed, no apt source added." >&2
+  if [ "$os_id" = ubuntu ]; then
+    ubuntu_device_check || true
+    echo "install-engine: on Ubuntu (DGX OS, JetPack) install what is missing above with apt-get, then: bash .ci/ensure-engine.sh" >&2
+  fi
+  exit 3
+fi
 if [ "$(id -u)" != 0 ]; then
   echo "install-engine: run as root (it installs Debian packages and starts dockerd)" >&2
   exit 2
