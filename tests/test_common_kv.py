@@ -65,8 +65,10 @@ NOT_FLAG_PAIRS = {
     "edgevllm/mods/applier.py": "self-contained in-image applier: imports nothing of edgevllm",
     "edgevllm/serve/launch.py": "docker's own label listing (a=b,c=d) and vLLM argv (--x=y)",
     "edgevllm/serve/recipe_import.py": "an imported recipe's vLLM argv (--x=y)",
-    "edgevllm/serve/eugr_mods.py": "an imported mod's shell lines (export K=V)",
     "edgevllm/inspect/diff.py": "an image config's Env list (K=V, as docker writes it)",
+    "edgevllm/mods/eugr.py": "an eugr mod's shell lines (NAME=value, --output=F)",
+    "edgevllm/serve/recipe_build.py": "a recipe's vLLM argv (--load-format=X)",
+    "edgevllm/serve/rdma.py": "the RDMA probe's output lines (devices=...)",
 }
 
 

@@ -21,6 +21,8 @@ def spec_from_flags(values: dict, verify: bool = True):
     target, spec, lock = values.get("target"), values.get("spec"), values.get("lock")
     if values.get("recipe"):
         return _recipe_spec(values["recipe"], target, spec or lock, overrides)
+    if not (target or spec or lock):
+        target = _device_target()
     if lock:
         base = lock_overrides(read_lock(lock), target)
         base.update({k: v for k, v in overrides.items() if k not in ("vllm", "flashinfer")})
@@ -46,6 +48,16 @@ def _with_mod_names(values: dict) -> dict:
         if item != name:
             console.info(f"eugr mod {item} → mod {name} (runs at build time)")
     return {**values, "add_mod": names}
+
+
+def _device_target() -> str | None:
+    """No --target, --spec or --lock: on a Thor or a Spark, build for it (and say so)."""
+    from edgevllm.specs.targets import device_target
+
+    found = device_target()
+    if found:
+        console.info(f"this machine is {found[1]}: target {found[0]}")
+    return found[0] if found else None
 
 
 def _recipe_spec(recipe: str, target, other, overrides: dict):

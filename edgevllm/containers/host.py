@@ -3,6 +3,7 @@ platform, free disk. The engine only talks to the daemon; these only read the ho
 
 from __future__ import annotations
 
+import functools
 import os
 import platform as host_platform
 import re
@@ -100,3 +101,37 @@ def check_disk(path: Path, need_gb: float) -> None:
         raise DiskSpaceError(
             f"only {free_gb:.1f} GB free under {path}, this needs about {need_gb:.0f} GB: "
             "free disk space or prune Docker (docker builder prune)")
+
+
+# -- which device this machine is -----------------------------------------------------------------
+def device_description() -> str:
+    """What this machine says it is, in the device's own words: a Jetson's device-tree model
+    (``NVIDIA Jetson AGX Thor Developer Kit``, with ``/etc/nv_tegra_release`` as L4T's mark) and
+    the GPU names the driver gives (``/proc/driver/nvidia/gpus/*/information``, nvidia-smi:
+    ``NVIDIA GB10`` on a DGX Spark); "" on anything else.
+    ``EDGEVLLM_DEVICE_ROOT`` reads the files under another root (a test's stand-in device)."""
+    return _described(os.environ.get("EDGEVLLM_DEVICE_ROOT", "/"))
+
+
+@functools.lru_cache(maxsize=4)
+def _described(root_text: str) -> str:
+    root = Path(root_text)
+    words = []
+    model = root / "proc/device-tree/model"
+    if model.is_file():
+        words.append(model.read_bytes().rstrip(b"\0").decode(errors="replace"))
+    if (root / "etc/nv_tegra_release").is_file():
+        words.append("Jetson (L4T)")
+    # The NVIDIA driver's own description of each GPU ("Model: NVIDIA GB10").
+    for info in sorted((root / "proc/driver/nvidia/gpus").glob("*/information")):
+        words += [line.split(":", 1)[1].strip() for line in info.read_text().splitlines()
+                  if line.startswith("Model:")]
+    smi = shutil.which("nvidia-smi")
+    if smi and root == Path("/"):
+        try:
+            proc = subprocess.run([smi, "--query-gpu=name", "--format=csv,noheader"],
+                                  capture_output=True, text=True, timeout=20)
+            words += [line.strip() for line in proc.stdout.splitlines() if line.strip()]
+        except (OSError, subprocess.TimeoutExpired):
+            pass  # a driver that does not answer: not a device we can name
+    return "; ".join(words)

@@ -46,7 +46,7 @@ def template_values(recipe: Recipe, overrides: dict[str, object] | None = None,
     if unknown:
         raise RecipeError(f"--set {unknown[0]}: {source} has no such key; settable keys: "
                           f"{', '.join(sorted(known))}")
-    target = overrides.get("target", recipe.targets[0])
+    target = overrides.get("target") or _default_target(recipe, source)
     if target not in recipe.targets:
         raise RecipeError(f"{source}: target '{target}' is not one of this recipe's targets "
                           f"({', '.join(recipe.targets)})")
@@ -77,3 +77,22 @@ def _check_required(recipe: Recipe, overrides: dict[str, object], source: str) -
         hint = f" (defaults has '{close[0]}': a misspelling?)" if close else ""
         raise RecipeError(f"{source}: field 'required': placeholder '{name}' has no value{hint}; "
                           f"add it under defaults or pass --set {name}=VALUE")
+
+
+def _default_target(recipe: Recipe, source: str) -> str:
+    """No --target: on a Thor or a Spark, that device's target (said once); elsewhere the
+    recipe's first."""
+    from edgevllm.common import console
+    from edgevllm.specs.targets import device_target
+
+    found = device_target()
+    if found is None:
+        return recipe.targets[0]
+    name, said = found
+    if name not in recipe.targets:
+        raise RecipeError(f"{source}: this machine is {said} (target {name}) but the recipe runs "
+                          f"on {', '.join(recipe.targets)}: pass --target {recipe.targets[0]} "
+                          "to use it anyway")
+    if len(recipe.targets) > 1:
+        console.info(f"this machine is {said}: target {name}")
+    return name

@@ -214,3 +214,16 @@ def resolve_cuda_target(text: str) -> tuple[str, "CudaArch"]:
 
 def all_targets() -> list[Target]:
     return [load_target(name) for name in sorted(target_files())]
+
+
+def device_target(description: str | None = None) -> tuple[str, str] | None:
+    """(target name, what the machine said) when this machine is one of the targets' devices:
+    the last word of a target's ``device_name`` (``Thor``, ``GB10``) in its description."""
+    from edgevllm.containers.host import device_description
+
+    said = device_description() if description is None else description
+    for target in all_targets():
+        mark = target.device_name.split()[-1].lower()
+        if said and re.search(rf"\b{re.escape(mark)}\b", said.lower()):
+            return target.name, said
+    return None
