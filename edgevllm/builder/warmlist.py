@@ -1,0 +1,106 @@
+"""Which FlashInfer JIT modules vLLM 0.33.0 asks for when it serves a model (docs/first-start.md).
+
+The list is derived from vLLM 0.33.0's own code (the sdist on PyPI) and named the way FlashInfer
+0.7.2 names its JIT modules (``flashinfer/jit/attention/modules.py``, ``flashinfer/jit/*.py``), so
+that a warm step can build exactly these into the image's FlashInfer cache:
+
+- **attention** (``vllm/v1/attention/backends/flashinfer.py``): prefill plans
+  ``BatchPrefillWithPagedKVCacheWrapper`` / ``...RaggedKVCacheWrapper`` with ``backend="auto"``
+  (FA2 off Hopper) and decode plans ``BatchDecodeWithPagedKVCacheWrapper(use_tensor_cores=True)``,
+  which runs the same batch-prefill kernels. One module per (q dtype, KV dtype, head dim, sliding
+  window, logits soft cap): q and output in the model's dtype, KV in it too unless
+  ``--kv-cache-dtype fp8`` (``e4m3``), int32 indices, no positional encoding in the kernel
+  (``pos_encoding_mode="NONE"``: vLLM applies RoPE itself), no fp16 QK reduction. The backend
+  takes head sizes 64, 128, 256 and 512 only (``get_supported_head_sizes``).
+- **sampling** (``vllm/v1/sample/ops/topk_topp_sampler.py``): FlashInfer's top-k/top-p sampler,
+  on unless ``VLLM_USE_FLASHINFER_SAMPLER=0``.
+
+Left out, and why: TRT-LLM/XQA decode kernels (prebuilt cubins, not JIT modules; vLLM takes them on
+SM90/SM10x/SM12x only, never on Thor's SM110), MLA models (other backends), RoPE (FlashInfer's only
+for DeepSeek scaling RoPE), RMSNorm and activations (vLLM's own kernels), MoE (depends on the
+quantization and ``VLLM_USE_FLASHINFER_MOE_*``; a later round).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from edgevllm.common.errors import ConfigError
+
+SUPPORTED_HEAD_SIZES = (64, 128, 256, 512)
+_DTYPES = {"bfloat16": "bf16", "float16": "f16", "half": "f16"}
+_KV_CACHE = {"auto": None, "fp8": "e4m3", "fp8_e4m3": "e4m3", "fp8_e5m2": "e5m2"}
+
+
+@dataclass(frozen=True)
+class AttentionShape:
+    """What of a model's config.json decides its FlashInfer attention module."""
+
+    dtype: str  # bf16 | f16
+    head_dim: int
+    sliding_window: bool
+    logits_soft_cap: bool
+
+
+def _text_config(config: dict) -> dict:
+    """Multimodal configs keep the language model's fields under ``text_config``."""
+    inner = config.get("text_config")
+    return {**config, **inner} if isinstance(inner, dict) else config
+
+
+def attention_shape(config: dict, source: str = "config.json") -> AttentionShape:
+    config = _text_config(config)
+    raw = str(config.get("torch_dtype") or config.get("dtype") or "bfloat16")
+    dtype = _DTYPES.get(raw)
+    if dtype is None:
+        raise ConfigError(f"{source}: torch_dtype {raw!r}: vLLM's FlashInfer backend serves "
+                          "bfloat16 or float16 models")
+    head_dim = config.get("head_dim")
+    if not head_dim:
+        try:
+            head_dim = int(config["hidden_size"]) // int(config["num_attention_heads"])
+        except (KeyError, TypeError, ValueError, ZeroDivisionError):
+            raise ConfigError(f"{source}: neither head_dim nor hidden_size and "
+                              "num_attention_heads: is this a model's config.json?") from None
+    window = config.get("sliding_window")
+    uses_window = bool(window) and config.get("use_sliding_window", True) is not False
+    soft_cap = config.get("attn_logit_softcapping") or 0
+    return AttentionShape(dtype, int(head_dim), uses_window, bool(soft_cap))
+
+
+def batch_prefill_uri(shape: AttentionShape, kv_dtype: str) -> str:
+    """FlashInfer 0.7.2's ``get_batch_prefill_uri`` for vLLM's arguments (FA2 backend)."""
+    return (f"batch_prefill_with_kv_cache_dtype_q_{shape.dtype}_dtype_kv_{kv_dtype}_"
+            f"dtype_o_{shape.dtype}_dtype_idx_i32_head_dim_qk_{shape.head_dim}_"
+            f"head_dim_vo_{shape.head_dim}_posenc_0_use_swa_{shape.sliding_window}_"
+            f"use_logits_cap_{shape.logits_soft_cap}_f16qk_False")
+
+
+def flashinfer_modules(config: dict, kv_cache_dtype: str = "auto", sampler: bool = True,
+                       source: str = "config.json") -> list[str]:
+    """The FlashInfer JIT modules vLLM 0.33.0 requests for this model (see the module doc)."""
+    if kv_cache_dtype not in _KV_CACHE:
+        raise ConfigError(f"kv_cache_dtype {kv_cache_dtype!r}: one of {', '.join(_KV_CACHE)}")
+    shape = attention_shape(config, source)
+    if shape.head_dim not in SUPPORTED_HEAD_SIZES:
+        raise ConfigError(f"{source}: head_dim {shape.head_dim}: vLLM's FlashInfer backend takes "
+                          f"{', '.join(map(str, SUPPORTED_HEAD_SIZES))}; vLLM picks another "
+                          "attention backend for this model")
+    modules = [batch_prefill_uri(shape, _KV_CACHE[kv_cache_dtype] or shape.dtype)]
+    return modules + (["sampling"] if sampler else [])
+
+
+def modules_for_file(path: Path | str, **options) -> list[str]:
+    """``flashinfer_modules`` of a config.json file; a missing or broken file is one error."""
+    path = Path(path)
+    try:
+        config = json.loads(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read it ({exc.strerror})") from None
+    except ValueError as exc:
+        raise ConfigError(f"{path}: not JSON ({exc})") from None
+    if not isinstance(config, dict):
+        raise ConfigError(f"{path}: a model's config.json is a JSON object")
+    return flashinfer_modules(config, source=str(path), **options)
