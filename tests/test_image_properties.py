@@ -65,3 +65,32 @@ def _decode(data: bytes) -> int:
 @given(mutated(FRAMES, range(0, 24)))
 def test_a_zstd_stream_with_its_bytes_mutated(data):
     bounded(_decode, data)
+
+
+# --- a registry's manifest answers (inv push decides from them whether to push) -------------------
+INSPECT = {"Id": "sha256:" + "1" * 64, "Os": "linux", "Architecture": "arm64"}
+MANIFEST = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": {"digest": INSPECT["Id"], "size": 1234},
+            "layers": [{"digest": "sha256:" + "2" * 64, "size": 10}]}
+INDEX = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
+         "manifests": [{"digest": "sha256:" + "3" * 64,
+                        "platform": {"os": "linux", "architecture": "arm64"}}]}
+
+
+@PROPERTY
+@given(replaced_field(MANIFEST), replaced_field(INDEX), mutated(json.dumps(INDEX).encode()))
+def test_a_registry_manifest_or_index_of_any_shape(manifest, index, data):
+    from edgevllm.image.registry import describes
+
+    for raw in (json.dumps(manifest).encode(), json.dumps(index).encode(), data):
+        found = bounded(describes, raw, INSPECT, "registry.test/x:1")
+        assert found is None or isinstance(found, (bool, str, Exception))
+        if isinstance(found, str):
+            assert re.fullmatch(r"sha256:[0-9a-f]{64}", found)
+
+
+def test_the_seeds_say_what_they_hold():
+    from edgevllm.image.registry import describes
+
+    assert describes(json.dumps(MANIFEST).encode(), INSPECT, "r") is True
+    assert describes(json.dumps(INDEX).encode(), INSPECT, "r") == "sha256:" + "3" * 64

@@ -29,6 +29,7 @@ TAG_LABEL = labels.TAG
 _TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _REGISTRY_RE = re.compile(r"^[A-Za-z0-9.-]+(:\d+)?(/[a-z0-9]+(?:[._-][a-z0-9]+)*)*$")
 _REPO_RE = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(/[a-z0-9]+(?:[._-][a-z0-9]+)*)*$")
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 INDEX_TYPES = (
     "application/vnd.oci.image.index.v1+json",
     "application/vnd.docker.distribution.manifest.list.v2+json",
@@ -182,26 +183,42 @@ def holds_image(engine: DockerEngine, dest: str, raw: bytes, inspect: dict) -> b
     """Does the manifest ``raw`` (from repository ``dest``) describe the local image?"""
     if f"{dest}@{_digest(raw)}" in (inspect.get("RepoDigests") or []):
         return True
-    manifest = json.loads(raw)
+    found = describes(raw, inspect, dest)
+    if isinstance(found, str):  # an index: its child for this image's platform
+        child_raw = remote_manifest(engine, f"{dest}@{found}")
+        return child_raw is not None and describes(child_raw, inspect, f"{dest}@{found}") is True
+    return found is True
+
+
+def describes(raw: bytes, inspect: dict, where: str) -> bool | str | None:
+    """What a registry's manifest answer says of the local image: True/False for an image
+    manifest (its config is the image's, or not), the digest of the platform's child for an
+    index, None for an index without one. A registry's answer is outside data: any other shape
+    is one RegistryError line."""
+    try:
+        manifest = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise RegistryError(f"{where}: the registry's manifest is not JSON") from None
+    if not isinstance(manifest, dict):
+        raise RegistryError(f"{where}: the registry's manifest is not a JSON object")
     if manifest.get("mediaType") in INDEX_TYPES or "manifests" in manifest:
-        child = _platform_child(manifest, inspect)
-        if child is None:
-            return False
-        child_raw = remote_manifest(engine, f"{dest}@{child}")
-        if child_raw is None:
-            return False
-        manifest = json.loads(child_raw)
-    return (manifest.get("config") or {}).get("digest") == inspect.get("Id")
+        return _platform_child(manifest, inspect)
+    config = manifest.get("config")
+    return isinstance(config, dict) and config.get("digest") == inspect.get("Id")
 
 
 def _platform_child(index: dict, inspect: dict) -> str | None:
-    for entry in index.get("manifests") or []:
-        platform = entry.get("platform") or {}
+    entries = index.get("manifests")
+    for entry in entries if isinstance(entries, list) else []:
+        platform = entry.get("platform") if isinstance(entry, dict) else None
+        if not isinstance(platform, dict):
+            continue
         if (platform.get("os"), platform.get("architecture")) == (
             inspect.get("Os"),
             inspect.get("Architecture"),
         ):
-            return entry.get("digest")
+            digest = entry.get("digest")
+            return digest if isinstance(digest, str) and _DIGEST.fullmatch(digest) else None
     return None
 
 

@@ -46,6 +46,11 @@ def load_record(path: Path | str) -> dict:
         data = json.loads(path.read_text())
     except FileNotFoundError:
         raise BenchError(f"{path}: no such benchmark record") from None
+    except OSError as exc:
+        raise BenchError(f"{path}: cannot read it ({exc.strerror})") from None
+    except RecursionError:
+        raise BenchError(f"{path}: nested too deeply; give a record written by inv bench") \
+            from None
     except ValueError as exc:
         raise BenchError(f"{path}: not JSON ({exc}); give a record written by inv bench") \
             from None
