@@ -35,7 +35,7 @@ def test_unhealthy_server_gives_one_line_and_a_record_that_says_so(tmp_path, cli
 def test_bad_flags_are_one_line(cli, tmp_path):
     code, _, stderr = cli("bench", "http://127.0.0.1:9", "--lengths", "1024",
                           "--out", str(tmp_path))
-    assert code == 12 and "error: --lengths '1024': write INPUT:OUTPUT" in stderr
+    assert code == 2 and "error: --lengths '1024': write INPUT:OUTPUT" in stderr
     code, _, stderr = cli("bench", "--report", str(tmp_path / "none.json"))
     assert code == 12 and stderr.strip() == f"error: {tmp_path / 'none.json'}: no such " \
                                             "benchmark record"

@@ -9,7 +9,8 @@ from invoke import Exit
 
 from edgevllm.cli._common import cli_task
 from edgevllm.common import console
-from edgevllm.common.errors import BenchError
+from edgevllm.common.errors import BenchError, ConfigError
+from edgevllm.common.grammar import flag_float, flag_int, flag_port
 from edgevllm.common.kv import split_csv
 from edgevllm.containers.docker import DockerEngine
 
@@ -42,22 +43,22 @@ _BENCH_HELP = {
 
 
 def _ints(text: str, flag: str) -> list[int]:
-    try:
-        values = [int(v) for v in split_csv([text])]
-    except ValueError:
-        raise BenchError(f"{flag} '{text}': give whole numbers, e.g. 1,2,4") from None
-    if not values or min(values) < 1:
-        raise BenchError(f"{flag} '{text}': give positive whole numbers")
-    return values
+    values = split_csv([text])
+    if not values:
+        raise ConfigError(f"{flag} '{text}': give positive whole numbers, e.g. 1,2,4")
+    return [flag_int(v, flag, 1, 100_000) for v in values]
 
 
 def _lengths(text: str) -> list[tuple[int, int]]:
     out = []
     for item in split_csv([text]):
         inp, sep, outp = item.partition(":")
-        if not sep or not inp.isdigit() or not outp.isdigit() or int(outp) < 1:
-            raise BenchError(f"--lengths '{item}': write INPUT:OUTPUT tokens, e.g. 1024:128")
-        out.append((int(inp), int(outp)))
+        if not sep:
+            raise ConfigError(f"--lengths '{item}': write INPUT:OUTPUT tokens, e.g. 1024:128")
+        out.append((flag_int(inp, "--lengths INPUT", 0, 10_000_000),
+                    flag_int(outp, "--lengths OUTPUT", 1, 10_000_000)))
+    if not out:
+        raise ConfigError(f"--lengths '{text}': write INPUT:OUTPUT tokens, e.g. 1024:128")
     return out
 
 
@@ -107,9 +108,9 @@ def _report(paths: list[str], png: str | None) -> None:
           auto_shortflags=False)
 def bench(c, what, model=None, tokenizer=None, client_python="python3",
           client_container=None, concurrency="1,2,4,8,16", lengths="1024:128", sweep=None,
-          set_=None, repeats=3, rounds=4, seed=0, prompt_file=None, warmup=2, target=None,
-          roofline=None, out="out/bench", report=False, compare=None, png=None, engine=None,
-          wait=1800, build=False, health_timeout=60):
+          set_=None, repeats="3", rounds="4", seed="0", prompt_file=None, warmup="2",
+          target=None, roofline=None, out="out/bench", report=False, compare=None, png=None,
+          engine=None, wait="1800", build=False, health_timeout="60"):
     """Benchmark a recipe's server or a URL with vLLM's own client; --report compares records.
 
     inv bench RECIPE | inv bench http://HOST:PORT | inv bench --report A.json [--compare B.json]
@@ -118,12 +119,14 @@ def bench(c, what, model=None, tokenizer=None, client_python="python3",
 
     if report:
         return _report([what, *(compare or [])], png)
-    url = what if what.startswith(("http://", "https://")) else None
+    url = _server_url(what) if what.startswith(("http://", "https://")) else None
     plan = SweepPlan(concurrency=_ints(str(concurrency), "--concurrency"),
-                     lengths=_lengths(lengths), repeats=_ints(str(repeats), "--repeats")[0],
-                     rounds=_ints(str(rounds), "--rounds")[0], seed=int(seed),
-                     prompt_file=prompt_file, warmup_prompts=int(warmup),
-                     health_timeout_s=float(health_timeout))
+                     lengths=_lengths(lengths), repeats=flag_int(repeats, "--repeats", 1, 1000),
+                     rounds=flag_int(rounds, "--rounds", 1, 100_000),
+                     seed=flag_int(seed, "--seed", 0, 2**32 - 1), prompt_file=prompt_file,
+                     warmup_prompts=flag_int(warmup, "--warmup", 0, 100_000),
+                     health_timeout_s=flag_float(health_timeout, "--health-timeout"))
+    wait = flag_float(wait, "--wait", positive=False)
     progress = console.step
     if url:
         record = _bench_url(url, model, tokenizer, client_python, client_container, plan,
@@ -132,6 +135,22 @@ def bench(c, what, model=None, tokenizer=None, client_python="python3",
         record = _bench_recipe(what, set_, target, sweep, plan, engine, out, wait, build,
                                progress)
     _print_record(record)
+
+
+def _server_url(text: str) -> str:
+    """``http://HOST:PORT[/]``: a host and, when given, a port from 1 to 65535."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(text)
+        port = parts.port
+    except ValueError:
+        port, parts = -1, None
+    if parts is None or not parts.hostname or port == -1 or any(c.isspace() for c in text):
+        raise ConfigError(f"'{text}' is not a server URL: give http://HOST:PORT")
+    if port is not None:
+        flag_port(port, "the URL's port")
+    return text
 
 
 def _bench_url(url, model, tokenizer, client_python, client_container, plan, target, roofline,

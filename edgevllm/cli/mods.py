@@ -8,6 +8,7 @@ from pathlib import Path
 from edgevllm.cli._common import cli_task
 from edgevllm.common import console
 from edgevllm.common.errors import ConfigError, ModFailedError
+from edgevllm.common.grammar import flag_int
 from edgevllm.common.kv import split_csv
 from edgevllm.specs.outcomes import NOT_APPLICABLE
 
@@ -102,7 +103,7 @@ def tune_moe(
     experts=None,
     intermediate=None,
     dtype="auto",
-    tp_size=1,
+    tp_size="1",
     batch_size=None,
     trust_remote_code=False,
     dry_run=False,
@@ -128,9 +129,10 @@ def tune_moe(
         model=model,
         script=Path(script or "benchmark_moe.py"),
         out_dir=out,
-        tp_size=int(tp_size),
+        tp_size=flag_int(tp_size, "--tp-size", 1, 64),
         dtype=dtype,
-        batch_sizes=tuple(int(b) for b in split_csv(batch_size)),
+        batch_sizes=tuple(flag_int(b, "--batch-size", 1, 1 << 20)
+                          for b in split_csv(batch_size)),
         trust_remote_code=trust_remote_code,
     )
     engine = DockerEngine()
@@ -143,8 +145,8 @@ def tune_moe(
             engine,
             configs,
             device,
-            int(experts) if experts else None,
-            int(intermediate) if intermediate else None,
+            flag_int(experts, "--experts", 1, 1 << 20) if experts else None,
+            flag_int(intermediate, "--intermediate", 1, 1 << 30) if intermediate else None,
         )
     finally:
         remove_scratch(out)

@@ -7,6 +7,7 @@ import os
 from edgevllm.cli._common import cli_task
 from edgevllm.common import console
 from edgevllm.common.errors import ConfigError, ProbeError
+from edgevllm.common.grammar import flag_float, flag_int, flag_port
 from edgevllm.common.kv import parse_pairs, split_csv
 from edgevllm.common.secrets import secret_problem
 from edgevllm.containers.docker import DockerEngine
@@ -33,7 +34,7 @@ from edgevllm.containers.docker import DockerEngine
     },
     iterable=["serve_arg", "require", "env", "volume"],
 )
-def probe(c, image, target, level=1, model=None, json=None, timeout=None, port=None,
+def probe(c, image, target, level="1", model=None, json=None, timeout=None, port=None,
           serve_arg=None, require=None, gpus="all", runtime=None, env=None, name=None,
           volume=None, context=None):
     """Probe an image: level 1 imports and build facts; level 2 serves a model and reads the log."""
@@ -41,11 +42,13 @@ def probe(c, image, target, level=1, model=None, json=None, timeout=None, port=N
     from edgevllm.probe.level1 import LEVEL1_TIMEOUT_S
 
     engine = DockerEngine(context=context)
-    level = int(level)
+    level = flag_int(level, "--level", 1, 2)
+    timeout = flag_float(timeout, "--timeout") if timeout is not None else None
+    port = flag_port(port, "--port") if port is not None else None
     if level == 1:
         required = split_csv(require) or None
         result = probe_level1(engine, image, target, required=required,
-                              timeout=float(timeout) if timeout else LEVEL1_TIMEOUT_S)
+                              timeout=timeout or LEVEL1_TIMEOUT_S)
     elif level == 2:
         # HF_TOKEN goes by name: its value stays out of argv, labels and the result.
         settings = ServeSettings(gpus=None if gpus in (None, "", "none") else gpus,
@@ -53,9 +56,9 @@ def probe(c, image, target, level=1, model=None, json=None, timeout=None, port=N
                                  env_names=["HF_TOKEN"],
                                  volumes=[os.path.expanduser(v) for v in volume or []])
         result = probe_level2(engine, image, target, model=model,
-                              timeout=float(timeout) if timeout else 900,
+                              timeout=timeout or 900,
                               serve_args=list(serve_arg) if serve_arg else None,
-                              port=int(port) if port else None, container_name=name,
+                              port=port, container_name=name,
                               settings=settings)
     else:
         raise ConfigError(f"--level {level}: use 1 or 2")

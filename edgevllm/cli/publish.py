@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgevllm.cli._common import cli_task
+from edgevllm.common.grammar import flag_int
 from edgevllm.common.kv import split_csv
 
 
@@ -40,9 +41,9 @@ def publish(
     format="zst",
     level=None,
     part_size=None,
-    threads=-1,
+    threads="-1",
     force=False,
-    long=27,
+    long="27",
     no_layer_cache=False,
     layer_cache=None,
     prime_cache=False,
@@ -52,6 +53,7 @@ def publish(
     """Save an image as compressed, checksummed tarball part(s) plus a manifest."""
     from edgevllm.common import console
 
+    level, threads, long = _codec_flags("zst" if prime_cache else format, level, threads, long)
     if prime_cache:
         return _prime(image, level, threads, long, layer_cache)
     require(image=image, out=out)
@@ -64,11 +66,11 @@ def publish(
         out_dir=Path(out),
         name=name,
         format=format,
-        level=int(level) if level is not None else None,
+        level=level,
         part_size=parse_size(part_size),
-        threads=int(threads),
+        threads=threads,
         force=force,
-        long=int(long),
+        long=long,
         use_layer_cache=not no_layer_cache,
         layer_cache=Path(layer_cache) if layer_cache else None,
     )
@@ -107,6 +109,17 @@ def _supply_chain(image: str, manifest_path: Path, sign_key: str | None) -> None
         print(sign(view, stem, Path(sign_key)))
 
 
+def _codec_flags(format, level, threads, long) -> tuple[int | None, int, int]:
+    """--level (zstd 1-22, gzip 0-9), --threads (-1: one per CPU), --long (a window of 2^10 to
+    2^31 bytes; 0: off)."""
+    low, high = (0, 9) if format == "gz" else (1, 22)
+    level = flag_int(level, "--level", low, high) if level is not None else None
+    long = flag_int(long, "--long", 0, 31)
+    if long:
+        long = flag_int(long, "--long", 10, 31)
+    return level, flag_int(threads, "--threads", -1, 1024), long
+
+
 def _prime(image, level, threads, long, layer_cache) -> None:
     from edgevllm.common import console
 
@@ -114,7 +127,7 @@ def _prime(image, level, threads, long, layer_cache) -> None:
     from edgevllm.image.layercache import ZstdSettings
     from edgevllm.image.publish import prime_layer_cache
 
-    settings = ZstdSettings(int(level) if level is not None else 3, int(long), int(threads))
+    settings = ZstdSettings(3 if level is None else level, long, threads)
     stats = prime_layer_cache(
         _engine(), image, settings, Path(layer_cache) if layer_cache else None
     )

@@ -10,6 +10,7 @@ from pathlib import Path
 from edgevllm.cli._common import cli_task
 from edgevllm.common import console
 from edgevllm.common.errors import RecipeError
+from edgevllm.common.grammar import flag_float, flag_int
 from edgevllm.common.kv import split_csv
 from edgevllm.containers.docker import DockerEngine
 
@@ -116,7 +117,7 @@ def recipes(c, as_json=False):
 @cli_task(help=_SERVE_HELP, iterable=["set_", "node_env"], positional=["recipe"],
           auto_shortflags=False)
 def serve(c, recipe=None, set_=None, target=None, dry_run=False, name=None, engine=None,
-          build=False, wait=0, nodes=None, node_ips=None, iface=None, node_env=None, network=None,
+          build=False, wait="0", nodes=None, node_ips=None, iface=None, node_env=None, network=None,
           cluster=None, ib_hca=None, gpu_memory_gb=None, earlyoom=False, no_rdma=False):
     """Serve a model from a recipe: one container, or a Ray/torch cluster with --nodes.
 
@@ -131,9 +132,12 @@ def serve(c, recipe=None, set_=None, target=None, dry_run=False, name=None, engi
         if recipe is None:
             raise RecipeError(f"say which recipe: {_SERVE_USAGE} (inv recipes lists them)")
         return
+    wait = flag_float(wait, "--wait", positive=False)
+    gpu_gb = flag_float(gpu_memory_gb, "--gpu-memory-gb", example="40") \
+        if gpu_memory_gb is not None else None
     rendered = _rendered(recipe, set_, target, clustered=bool(nodes), extra_args=extra_args(c))
-    if gpu_memory_gb is not None:
-        rendered.gpu_memory_gb = _positive_float(gpu_memory_gb, "--gpu-memory-gb")
+    if gpu_gb is not None:
+        rendered.gpu_memory_gb = gpu_gb
     rendered.earlyoom = bool(earlyoom)
     if rendered.topology.mode != "solo" and not nodes:
         raise RecipeError(f"recipe {rendered.name} is a {rendered.topology.nodes}-node "
@@ -157,22 +161,12 @@ def serve(c, recipe=None, set_=None, target=None, dry_run=False, name=None, engi
         print(result)
 
 
-def _positive_float(text, flag: str) -> float:
-    try:
-        value = float(text)
-    except (TypeError, ValueError):
-        value = 0.0
-    if value <= 0:
-        raise RecipeError(f"{flag} '{text}': expected a positive number of GiB, e.g. {flag} 40")
-    return value
-
-
 @cli_task(help={"recipe": "stop every container of this recipe", "name": "stop one container",
                 "engine": _ENGINE, "nodes": "cluster: the engines of its nodes",
                 "cluster": "cluster name (default: the recipe name)",
                 "timeout": "seconds to wait before killing (0: kill at once)"},
           auto_shortflags=False)
-def stop(c, recipe=None, name=None, engine=None, nodes=None, cluster=None, timeout=30):
+def stop(c, recipe=None, name=None, engine=None, nodes=None, cluster=None, timeout="30"):
     """Stop and remove a recipe's container(s) (all nodes of a cluster with --nodes)."""
     from edgevllm.serve import launch as serving
     from edgevllm.serve.cluster import parse_nodes, teardown
@@ -182,7 +176,8 @@ def stop(c, recipe=None, name=None, engine=None, nodes=None, cluster=None, timeo
             raise RecipeError("say which cluster: --cluster NAME or --recipe NAME")
         removed = teardown(cluster or recipe, parse_nodes(split_csv([nodes])))
     else:
-        removed = serving.stop(DockerEngine.named(engine), recipe, name, int(timeout))
+        removed = serving.stop(DockerEngine.named(engine), recipe, name,
+                               flag_int(timeout, "--timeout", 0, 86400))
     for container in removed:
         console.info(f"removed {container}")
 
@@ -207,7 +202,7 @@ def logs(c, recipe=None, name=None, engine=None, tail=None, follow=False):
         finally:
             proc.terminate()
         return
-    print(eng.logs(container, tail=int(tail) if tail else None), end="")
+    print(eng.logs(container, tail=flag_int(tail, "--tail", 0) if tail else None), end="")
 
 
 @cli_task(help={"engine": _ENGINE, "as-json": "print JSON instead of a table"},

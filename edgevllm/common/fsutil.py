@@ -26,7 +26,7 @@ def _tmp_sibling(final: Path) -> Path:
 def atomic_open(final: Path | str, mode: str = "wb") -> Iterator[IO]:
     """Open a temporary sibling of ``final`` for writing; rename it to ``final`` on success."""
     final = Path(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
+    _check_file_destination(final)
     tmp = _tmp_sibling(final)
     try:
         with open(tmp, mode) as handle:
@@ -37,6 +37,21 @@ def atomic_open(final: Path | str, mode: str = "wb") -> Iterator[IO]:
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+def _check_file_destination(final: Path) -> None:
+    """An output file's path must name a file: a folder there, or a file where a parent folder
+    should be, is one line (exit 2), not a traceback after the work is done."""
+    from edgevllm.common.errors import ConfigError
+
+    if final.is_dir():
+        raise ConfigError(f"{final}: is a folder; give the path of a file to write")
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise ConfigError(f"{final}: a parent of this path is a file, not a folder") from None
+    except OSError as exc:
+        raise ConfigError(f"{final.parent}: cannot create the folder ({exc.strerror})") from None
 
 
 def atomic_write_text(final: Path | str, text: str) -> Path:

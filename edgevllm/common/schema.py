@@ -7,6 +7,7 @@ and a misspelt field gets a did-you-mean from the fields the model really has.
 from __future__ import annotations
 
 import difflib
+import json
 from pathlib import Path
 from typing import Any, Iterable, Literal, TypeVar, get_args, get_origin
 
@@ -99,22 +100,49 @@ def _known_list(known: dict[str, Any]) -> str:
     return f" (known: {', '.join(sorted(known))})" if 0 < len(known) <= 12 else ""
 
 
-def read_yaml(path: Path, error: type[EdgeVllmError] = ConfigError) -> object:
+def read_text(path: Path | str, error: type[EdgeVllmError] = ConfigError) -> str:
+    """A data file's text: one line for a missing or unreadable file, a folder, or bytes that
+    are not UTF-8."""
     try:
-        text = Path(path).read_text()
+        data = Path(path).read_bytes()
     except OSError as exc:
         raise error(f"{path}: cannot read ({exc.strerror}); check the path") from None
+    return decode_text(data, str(path), error)
+
+
+def decode_text(data: bytes, origin: str, error: type[EdgeVllmError] = ConfigError) -> str:
+    try:
+        return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise error(f"{path}: not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
+        raise error(f"{origin}: not UTF-8 text (byte {exc.start}); save it as UTF-8") from None
+
+
+def parse_yaml(text: str, origin: str, error: type[EdgeVllmError] = ConfigError) -> object:
     try:
         return yaml.safe_load(text)
-    except RecursionError:
-        raise error(f"{path}: nested too deeply to read; flatten the YAML") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise error(f"{path}:{where}: {problem}; fix the YAML syntax") from None
+        raise error(f"{origin}:{where}: {problem}; fix the YAML syntax") from None
+    except RecursionError:
+        raise error(f"{origin}: nested too deeply to be a data file") from None
+
+
+def parse_json(text: str | bytes, origin: str, error: type[EdgeVllmError] = ConfigError
+               ) -> object:
+    if isinstance(text, bytes):
+        text = decode_text(text, origin, error)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise error(f"{origin}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    except RecursionError:
+        raise error(f"{origin}: nested too deeply to be a data file") from None
+
+
+def read_yaml(path: Path | str, error: type[EdgeVllmError] = ConfigError) -> object:
+    return parse_yaml(read_text(path, error), str(path), error)
 
 
 def parse_model(model: type[Model], data: object, source: str,

@@ -27,6 +27,15 @@ LineSink = Callable[[str], None]
 # Deadlines for daemon calls: a hung daemon becomes one error line, never a hang.
 QUICK_TIMEOUT_S = 30.0  # version, buildx version, inspect
 DEFAULT_TIMEOUT_S = 600.0  # anything else that does not pass its own
+# What the docker CLI says when it cannot talk to the daemon at all (socket missing or refused,
+# no permission, an ssh host that does not answer): exit 3, never "image not found".
+_UNREACHABLE = (
+    "cannot connect to the docker daemon",
+    "is the docker daemon running",
+    "error during connect",
+    "permission denied while trying to connect to the docker daemon",
+    "failed to connect to the docker api",
+)
 
 
 class DockerEngine:
@@ -89,9 +98,21 @@ class DockerEngine:
                 f"docker {args[0]} timed out after {timeout:.0f}s on engine "
                 f"{self.describe()}; check that the daemon is responsive"
             ) from exc
+        if proc.returncode != 0:
+            self.raise_if_unreachable(proc.stderr)
         if check and proc.returncode != 0:
             raise EngineError(self._failure_line(args, proc))
         return proc
+
+    def raise_if_unreachable(self, stderr: bytes | str | None) -> None:
+        """A failed docker call whose message says the daemon is out of reach: exit 3."""
+        text = stderr.decode(errors="replace") if isinstance(stderr, bytes) else stderr or ""
+        if any(sign in text.lower() for sign in _UNREACHABLE):
+            lines = text.strip().splitlines()
+            raise DockerUnavailableError(
+                f"cannot reach the Docker daemon on engine {self.describe()} "
+                f"({lines[-1] if lines else 'no answer'}): start it or check DOCKER_HOST, "
+                "the context and permissions")
 
     def _failure_line(self, args: Sequence[str], proc: subprocess.CompletedProcess) -> str:
         stderr = proc.stderr.decode(errors="replace").strip().splitlines()
@@ -259,6 +280,7 @@ class DockerEngine:
         proc.stdout.close()
         stderr = proc.stderr.read().decode(errors="replace").strip() if proc.stderr else ""
         if proc.wait() != 0:
+            self.raise_if_unreachable(stderr)
             raise EngineError(f"docker save {' '.join(refs)} failed: {stderr.splitlines()[-1:]}")
 
     @contextlib.contextmanager
@@ -285,6 +307,7 @@ class DockerEngine:
             proc.stdin.close()
         err = proc.stderr.read() if proc.stderr else b""
         if proc.wait() != 0:
+            self.raise_if_unreachable(err)
             last = (err.decode(errors="replace").strip().splitlines() or ["?"])[-1]
             raise EngineError(f"docker load failed on engine {self.describe()}: {last}")
 
@@ -308,6 +331,7 @@ class DockerEngine:
             raise
         out, err = proc.communicate()
         if proc.returncode != 0:
+            self.raise_if_unreachable(err)
             raise EngineError(f"docker load failed: {err.decode(errors='replace').strip()}")
         loaded = []
         for line in out.decode().splitlines():

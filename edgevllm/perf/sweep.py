@@ -9,6 +9,7 @@ finished points. A point where every request failed stops the sweep.
 
 from __future__ import annotations
 
+import http.client
 import json
 import time
 import urllib.request
@@ -58,8 +59,10 @@ def wait_for_health(base_url: str, timeout_s: float) -> None:
                 if resp.status == 200:
                     return
                 last = f"HTTP {resp.status}"
-        except OSError as exc:
-            last = str(getattr(exc, "reason", exc))
+        except (OSError, http.client.HTTPException) as exc:
+            last = str(getattr(exc, "reason", exc)) or type(exc).__name__
+        except ValueError as exc:  # a URL urllib cannot use (bad port, bad host)
+            raise BenchError(f"server {base_url}: {exc}; give http://HOST:PORT") from None
         if time.monotonic() > deadline:
             raise BenchError(f"server {base_url} not healthy after {timeout_s:.0f}s ({last})")
         time.sleep(1)
@@ -154,7 +157,7 @@ def served_model(base_url: str, health_timeout_s: float) -> str:
     try:
         with urllib.request.urlopen(f"{base_url}/v1/models", timeout=10) as resp:
             answer = resp.read(1 << 20)  # a model list is small: a server cannot make us read more
-    except OSError as exc:
+    except (OSError, http.client.HTTPException) as exc:
         raise BenchError(f"{base_url}/v1/models did not answer ({exc}): pass --model") from None
     return first_model_id(answer, base_url)
 

@@ -286,6 +286,9 @@ def parse_lock(text: str, origin: str = "<lock>", yaml_syntax: bool = False) -> 
             f"{origin}: not valid {'YAML' if yaml_syntax else 'JSON'} ({where}); regenerate it "
             f"with inv sources"
         ) from None
+    except RecursionError:
+        raise LockError(f"{origin}: nested too deeply to be a lock; regenerate it with "
+                        "inv sources") from None
     if not isinstance(data, dict):
         raise LockError(
             f"{origin}: not a lock (expected a mapping); regenerate it with inv sources"
@@ -309,11 +312,10 @@ def check_lock_target(lock: Lock, target: str | None, origin: str = "the lock") 
 
 
 def read_lock(path: Path | str) -> Lock:
+    from edgevllm.common.schema import read_text
+
     path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise LockError(f"{path}: lock file not found; check the path given to --lock") from None
-    except OSError as exc:
-        raise LockError(f"{path}: cannot read the lock ({exc.strerror})") from None
+    if not path.exists():
+        raise LockError(f"{path}: lock file not found; check the path given to --lock")
+    text = read_text(path, LockError)
     return parse_lock(text, str(path), yaml_syntax=path.suffix.lower() in (".yaml", ".yml"))
