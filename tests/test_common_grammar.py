@@ -44,6 +44,8 @@ GOOD_BAD = {
     grammar.ContainerPath: (["/root/.cache/vllm"], ["relative", "/a:/b", "/a b", "/a,b", "/a\n"]),
     grammar.Requirement: (["certifi>=2026.10.18", "torch==2.14.0"], ["not a req!", "x>=1\n"]),
     grammar.ImageTagOrRef: (["latest", "reg/name:tag"], ["a b", "x;y", "-x", "a\n"]),
+    grammar.PortMapping: (["8000:8000", "127.0.0.1:8000:8000/tcp", "8000", "7000-7002:7000-7002"],
+                          ["99999999:1", "0:80", "80 -v /:/h", "a:b", "8000:8000\n"]),
 }
 
 

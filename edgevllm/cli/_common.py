@@ -22,13 +22,16 @@ def cli_task(*task_args, **task_kwargs) -> Callable:
     def decorate(fn: Callable) -> Callable:
         positional = list(task_kwargs.get("positional") or [])
         signature, required = _flags_not_positionals(fn, positional)
+        name = task_kwargs.get("name") or fn.__name__  # what the user typed: ``copy``
 
         @functools.wraps(fn)
         def wrapper(c, *args, **kwargs):
             try:
                 bound = signature.bind(c, *args, **kwargs)
-                _help_if_asked(fn.__name__, [bound.arguments.get(n) for n in positional])
-                _check_required(fn.__name__, required, bound)
+                values = [bound.arguments.get(n) for n in positional]
+                _help_if_asked(name, values)
+                _no_flag_as_positional(name, values)
+                _check_required(name, required, bound)
                 return fn(c, *args, **kwargs)
             except EdgeVllmError as exc:
                 console.error(str(exc))
@@ -87,6 +90,15 @@ def _check_required(task_name: str, required: list[str], bound: inspect.BoundArg
         flags = ", ".join("--" + name.replace("_", "-") for name in missing)
         raise ConfigError(f"{task_name.replace('_', '-')}: {flags} required; "
                           f"see 'inv --help {task_name.replace('_', '-')}'")
+
+
+def _no_flag_as_positional(task_name: str, positional_values: list) -> None:
+    """Invoke hands an unknown ``--flag`` to a positional argument (``inv load --bogus`` reads
+    '--bogus' as the path): refuse it as the unknown flag it is."""
+    for value in positional_values:
+        if isinstance(value, str) and value.startswith("-") and value != "-":
+            task = task_name.replace("_", "-")
+            raise ConfigError(f"unknown task or flag '{value}'; see 'inv --help {task}'")
 
 
 def _help_if_asked(task_name: str, positional_values: list) -> None:

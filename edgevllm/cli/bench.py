@@ -198,8 +198,8 @@ def roofline(c, model, target=None, json_=None):
     from edgevllm.common.fsutil import atomic_write_text
     from edgevllm.perf.roofline import format_roofline, weights_per_token
 
+    bandwidth = _bandwidth(target)  # an unknown target is refused before any download
     roof = weights_per_token(model)
-    bandwidth = _bandwidth(target)
     if target and not bandwidth:
         raise BenchError(f"targets/{target}.yaml has no memory_bandwidth_gbps")
     if bandwidth:

@@ -22,7 +22,10 @@ from edgevllm.specs.outcomes import NOT_APPLICABLE
 def mods(c, target=None, json=False):
     """List the mods: name, targets, the package versions each applies to, description."""
     from edgevllm.mods.catalog import format_rows, list_rows
+    from edgevllm.specs.targets import load_target
 
+    if target:
+        load_target(target)  # an unknown target is an error, not an empty list
     rows = list_rows(target)
     print(jsonlib.dumps(rows, indent=2) if json else format_rows(rows))
 

@@ -98,6 +98,11 @@ class LockError(SourceError):
     pass
 
 
+class RefSyntaxError(ConfigError, SourceError):
+    """A repository, ref, PR or commit spelled outside its grammar: bad input (exit 2) that
+    callers of the sources stage may still catch as a SourceError."""
+
+
 class PlanError(SourceError):
     """The kernel plan cannot be evaluated: no CMakeLists.txt, or the tree's CMake stops."""
 

@@ -88,6 +88,19 @@ def _image_ref(value: str) -> str:
     return value
 
 
+_PORT_MAPPING = re.compile(
+    r"(?:(?:\d{1,3}(?:\.\d{1,3}){3}|\[[0-9a-fA-F:]+\]):)?"
+    r"(?:(\d{1,5})(?:-(\d{1,5}))?:)?(\d{1,5})(?:-(\d{1,5}))?(?:/(?:tcp|udp|sctp))?", re.A)
+
+
+def port_mapping(value: str) -> str:
+    """``docker run -p``: ``[IP:][HOST[-HOST]:]PORT[-PORT][/tcp]``, every port 1-65535."""
+    found = _PORT_MAPPING.fullmatch(value)
+    if not found or any(p and not 1 <= int(p) <= 65535 for p in found.groups()):
+        raise ValueError(f"{value!r} is not a port mapping such as 8000:8000 (ports 1-65535)")
+    return value
+
+
 def _tag_or_ref(value: str) -> str:
     """``--tag latest`` (a tag of the image repository) or ``--tag reg/name:tag`` (a full
     reference)."""
@@ -168,6 +181,7 @@ Line = _text(_no_control)
 ContainerPath = _text(_container_path)
 HostPath = _text(_no_control)
 Port = Annotated[int, Field(strict=True, ge=1, le=65535)]
+PortMapping = _text(port_mapping)
 PositiveInt = Annotated[int, Field(strict=True, ge=1)]
 PositiveFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 NonNegativeFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]

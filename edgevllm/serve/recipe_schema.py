@@ -12,14 +12,12 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from edgevllm.common.grammar import ENV_NAME, IMAGE_REF
 from edgevllm.common.schema import Strict
 from edgevllm.common.secrets import secret_problem
 
 SCHEMA_VERSION = 1
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
-_DIGEST_REF = re.compile(r"^[^@\s]+@sha256:[0-9a-f]{64}$")
-_TAG_REF = re.compile(r"^[a-z0-9][a-z0-9._/:-]*$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _DURATION = re.compile(r"^\d+(ms|s|m|h)$")
 # Names every template sees besides ``defaults``; ``--set`` may override them too.
 RESERVED = ("model", "image", "target", "tensor_parallel", "pipeline_parallel", "nodes")
@@ -32,7 +30,7 @@ IMAGE_HINT = "must be an image tag (repo:tag) or a digest (repo@sha256:<64 hex>)
 
 
 def valid_image_ref(ref: str) -> bool:
-    return bool(_DIGEST_REF.match(ref) or _TAG_REF.match(ref))
+    return bool(IMAGE_REF.fullmatch(ref))  # the one docker reference grammar
 
 
 class BuildRef(Strict):
@@ -111,7 +109,7 @@ class RecipeFile(Strict):
     @field_validator("sha256")
     @classmethod
     def _digest(cls, value: str) -> str:
-        if not _SHA256.match(value):
+        if not _SHA256.fullmatch(value):
             raise ValueError("must be 64 lower-case hex digits (sha256sum FILE)")
         return value
 
@@ -164,7 +162,7 @@ class Health(Strict):
     @field_validator("interval", "timeout", "start_period")
     @classmethod
     def _duration(cls, value: str) -> str:
-        if not _DURATION.match(value):
+        if not _DURATION.fullmatch(value):
             raise ValueError("must be a duration such as 30s, 5m or 1h")
         return value
 
@@ -213,7 +211,7 @@ class Recipe(Strict):
     @field_validator("secrets")
     @classmethod
     def _secrets(cls, value: list[str]) -> list[str]:
-        bad = [v for v in value if not _ENV_NAME.match(v)]
+        bad = [v for v in value if not ENV_NAME.fullmatch(v)]
         if bad:
             raise ValueError(f"'{bad[0]}' is not an environment variable name")
         return value

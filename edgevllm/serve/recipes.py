@@ -26,6 +26,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from edgevllm.common.errors import RecipeError
+from edgevllm.common.grammar import PortMapping, check
 from edgevllm.common.paths import data_dirs, project_root
 from edgevllm.common.schema import describe_validation_error, parse_model, read_yaml
 from edgevllm.serve.recipe_render import check_templates, placeholders, render_text
@@ -170,9 +171,12 @@ def render(loaded: LoadedRecipe | Recipe, overrides: dict[str, object] | None = 
         build = BuildRef(spec=one("build.spec", recipe.build.spec) if recipe.build.spec else None,
                          lock=one("build.lock", recipe.build.lock) if recipe.build.lock else None)
     health_port = one("health.port", recipe.health.port)
-    if not health_port.isdigit():
+    if not health_port.isdigit() or not 1 <= int(health_port) <= 65535:
         raise RecipeError(f"{source}: field 'health.port': rendered to '{health_port}', "
-                          "expected a port number")
+                          "expected a port number from 1 to 65535")
+    for i, text in enumerate(recipe.container.ports):
+        check(PortMapping, one(f"container.ports[{i}]", text) or "1",
+              f"{source}: field 'container.ports[{i}]'", RecipeError)
     return Rendered(
         name=recipe.name, source=source,
         image=image, build=build, target=str(values["target"]), model=str(values["model"]),

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Optional
 from urllib.parse import urlsplit
 
-from edgevllm.common.errors import SourceError
+from edgevllm.common.errors import RefSyntaxError
 
 GITHUB = "github.com"
 # The upstream repositories edgevllm builds from, by source name: the one table of their URLs.
@@ -48,7 +48,7 @@ def looks_like_sha(text: str) -> bool:
 def _github_repo(owner: str, name: str, given: str) -> str:
     name = name[:-4] if name.endswith(".git") else name
     if not (_NAME_RE.match(owner) and _NAME_RE.match(name)) or name in (".", ".."):
-        raise SourceError(
+        raise RefSyntaxError(
             f"repository '{given}': not a valid GitHub owner/repo; use e.g. vllm-project/vllm"
         )
     return f"https://github.com/{owner}/{name}.git"
@@ -58,34 +58,34 @@ def _normalize_url(spec: str) -> str:
     parts = urlsplit(spec)
     scheme = parts.scheme.lower()
     if scheme not in _SCHEMES:
-        raise SourceError(
+        raise RefSyntaxError(
             f"repository '{spec}': unsupported URL scheme '{parts.scheme}'; use https://, ssh://, "
             f"git://, file:// or a local path"
         )
     if scheme == "file":
         if parts.netloc not in ("", "localhost") or not parts.path.startswith("/"):
-            raise SourceError(
+            raise RefSyntaxError(
                 f"repository '{spec}': a file:// URL needs an absolute path (file:///path/to/repo)"
             )
         return f"file://{parts.path.rstrip('/') or '/'}"
     if not parts.hostname:
-        raise SourceError(
+        raise RefSyntaxError(
             f"repository '{spec}': no host in the URL; use e.g. https://github.com/vllm-project/vllm.git"
         )
     if _PR_URL_RE.match(spec) or _COMMIT_URL_RE.match(spec):
-        raise SourceError(
+        raise RefSyntaxError(
             f"repository '{spec}': that is a PR/commit URL, not a repository; pass it to "
             f"--vllm-pr or --cherry-pick"
         )
     if parts.hostname.lower() in (GITHUB, "www." + GITHUB) and scheme in ("https", "http"):
         segments = [s for s in parts.path.split("/") if s]
         if len(segments) != 2:
-            raise SourceError(
+            raise RefSyntaxError(
                 f"repository '{spec}': a GitHub URL must be https://github.com/OWNER/REPO[.git]"
             )
         return _github_repo(segments[0], segments[1], spec)
     if not parts.path.strip("/"):
-        raise SourceError(f"repository '{spec}': no repository path in the URL")
+        raise RefSyntaxError(f"repository '{spec}': no repository path in the URL")
     return spec.rstrip("/")
 
 
@@ -97,9 +97,9 @@ def normalize_repo(spec: str) -> str:
     """
     text = (spec or "").strip()
     if not text:
-        raise SourceError("repository: empty; give a URL, owner/repo or a local path")
+        raise RefSyntaxError("repository: empty; give a URL, owner/repo or a local path")
     if any(ch.isspace() for ch in text):
-        raise SourceError(
+        raise RefSyntaxError(
             f"repository '{text}': contains whitespace; give a URL, owner/repo or a local path"
         )
     if "://" in text:
@@ -107,7 +107,7 @@ def normalize_repo(spec: str) -> str:
     local = Path(text).expanduser()
     if text.startswith(("/", "./", "../", "~")) or local.exists():
         if not local.exists():
-            raise SourceError(
+            raise RefSyntaxError(
                 f"repository '{text}': no such local path; check the path or give a URL"
             )
         return str(local.resolve())
@@ -117,7 +117,7 @@ def normalize_repo(spec: str) -> str:
         if host == GITHUB:
             segments = [s for s in path.split("/") if s]
             if len(segments) != 2:
-                raise SourceError(f"repository '{text}': expected git@github.com:OWNER/REPO.git")
+                raise RefSyntaxError(f"repository '{text}': expected git@github.com:OWNER/REPO.git")
             name = segments[1][:-4] if segments[1].endswith(".git") else segments[1]
             _github_repo(segments[0], name, text)  # validates
             return f"{scp.group('user') or 'git'}@{GITHUB}:{segments[0]}/{name}.git"
@@ -125,7 +125,8 @@ def normalize_repo(spec: str) -> str:
     segments = text.split("/")
     if len(segments) == 2 and all(segments):
         return _github_repo(segments[0], segments[1], text)
-    raise SourceError(f"repository '{text}': not a git URL, OWNER/REPO or an existing local path")
+    raise RefSyntaxError(
+        f"repository '{text}': not a git URL, OWNER/REPO or an existing local path")
 
 
 def repo_key(url: str) -> str:
@@ -155,7 +156,7 @@ def parse_pr_url(text: str) -> tuple[str, int] | None:
         return None
     owner, name, number = match.groups()
     if not number.isdigit() or int(number) < 1:
-        raise SourceError(
+        raise RefSyntaxError(
             f"PR URL '{text}': '{number}' is not a PR number; use https://github.com/OWNER/REPO/pull/N"
         )
     return _github_repo(owner, name, text), int(number)
@@ -168,7 +169,7 @@ def parse_commit_url(text: str) -> tuple[str, str] | None:
         return None
     owner, name, sha = match.groups()
     if not is_full_sha(sha.lower()):
-        raise SourceError(
+        raise RefSyntaxError(
             f"commit URL '{text}': '{sha}' is not a full commit SHA; copy the 40-character SHA"
         )
     return _github_repo(owner, name, text), sha.lower()
@@ -182,8 +183,8 @@ def display_repo(url: str) -> str:
 
 def parse_pr_number(value: object, what: str = "--vllm-pr") -> int:
     text = str(value).strip().lstrip("#")
-    if not text.isdigit() or int(text) < 1:
-        raise SourceError(
+    if not (text.isascii() and text.isdigit()) or int(text) < 1:
+        raise RefSyntaxError(
             f"{what} '{value}': not a PR number; give N or https://github.com/OWNER/REPO/pull/N"
         )
     return int(text)
@@ -196,7 +197,7 @@ def parse_pr_arg(value: object, what: str = "--vllm-pr") -> tuple[Optional[str],
     if parsed:
         return parsed
     if "://" in text:
-        raise SourceError(
+        raise RefSyntaxError(
             f"{what} '{text}': not a PR URL; use https://github.com/OWNER/REPO/pull/N"
         )
     return None, parse_pr_number(text, what)

@@ -128,6 +128,8 @@ def load_policy(path: Path | str | None = None) -> Policy:
         raise PolicyError(f"{path}: cannot read the policy file ({exc.strerror})") from None
     except yaml.YAMLError as exc:
         raise PolicyError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    except (UnicodeDecodeError, RecursionError):
+        raise PolicyError(f"{path}: not a policy (not UTF-8, or nested too deeply)") from None
     policy = parse_model(Policy, data or {}, str(path), PolicyError)
     if not policy.expects_libraries:  # a gate that gates nothing would pass anything
         raise PolicyError(f"{path}: no rule gates anything (every rule and the default are "

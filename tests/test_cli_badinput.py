@@ -1,0 +1,212 @@
+"""Every task, given bad input: one ``error:`` line on stderr, the exit code of its error class,
+no traceback, and nothing written (each case runs in an empty folder whose tree is compared
+before and after; HOME and the XDG folders point inside it).
+
+No Docker is needed: the inputs fail before the engine is asked, and the tasks that need the
+engine run against a socket nobody listens on (``DOCKER_HOST``), where the answer is exit 3. Most
+cases run in-process through the CLI's own entry (``program().run``) to stay fast; a handful run
+the real ``edgevllm`` console script and ``inv`` (tasks.py) in a subprocess.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from edgevllm.cli import namespace, program
+
+REPO = Path(__file__).resolve().parents[1]
+RECIPE = "nemotron-3-nano-nvfp4-spark"
+DEAD = 3  # the engine cannot be reached
+
+# (argv, exit code, a piece of the error line: the field, flag or file it names)
+CASES: list[tuple[list[str], int, str]] = [
+    # Invoke's own parse errors
+    (["no-such-task"], 2, "unknown task or flag 'no-such-task'"),
+    (["bench"], 2, "'what' required"),
+    (["render", "--out"], 2, "--out needs a value"),
+    (["load"], 2, "'path' required"),
+    (["targets", "extra"], 2, "unknown task or flag 'extra'"),
+    # bench
+    (["bench", "http://127.0.0.1:99999999"], 2, "not a server URL"),
+    (["bench", "http://127.0.0.1:9", "--repeats", "many"], 2, "--repeats 'many'"),
+    (["bench", "http://127.0.0.1:9", "--concurrency", "0"], 2, "--concurrency"),
+    (["bench", "http://127.0.0.1:9", "--lengths", "1024"], 2, "--lengths '1024'"),
+    (["bench", "http://127.0.0.1:9", "--seed", "-1"], 2, "--seed"),
+    (["bench", "--report", "nonutf8.json"], 12, "not UTF-8"),
+    (["bench", "--report", "adir"], 12, "adir"),
+    # build and render: every field by its grammar, before any work
+    (["build"], 2, "no target given"),
+    (["build", "--target", "nosuch"], 2, "unknown target 'nosuch'"),
+    (["build", "--target", "thor", "--env", "A\nRUN touch owned=1"], 2, "field 'env"),
+    (["build", "--target", "thor", "--max-jobs", "many"], 2, "--max-jobs 'many'"),
+    (["build", "--target", "thor", "--max-jobs", "99999999"], 2, "max_jobs"),
+    (["build", "--spec", "nonutf8.yaml"], 2, "nonutf8.yaml: not UTF-8"),
+    (["build", "--spec", "deep.yaml"], 2, "nested too deeply"),
+    (["build", "--spec", "adir"], 2, "adir"),
+    (["build", "--lock", "string.lock.json"], 5, "schema_version"),
+    (["build", "--lock", "spark.lock.json", "--target", "thor"], 2, "--target thor differs"),
+    (["render", "--target", "thor", "--platform", "linux/arm64\nRUN id"], 2, "platform"),
+    (["render", "--target", "thor", "--base-image", "Ubuntu AS x"], 2, "base_image"),
+    (["render", "--target", "thor", "--package", "torch=2.0 --pre"], 2, "packages.torch"),
+    (["render", "--target", "thor", "--build-arg", "A B=1"], 2, "build_args"),
+    (["render", "--target", "thor", "--tag", "a b"], 2, "tags.0"),
+    (["render", "--target", "thor", "--vllm-pr", "abc"], 2, "--vllm-pr 'abc'"),
+    (["render", "--lock", "spark.lock.json", "--target", "thor"], 2, "--target thor differs"),
+    # plan and sources
+    (["plan", "--target", "nosuch"], 2, "unknown target"),
+    (["plan", "--target", "thor", "--vllm-pr", "abc"], 2, "--vllm-pr 'abc'"),
+    (["sources", "--vllm-pr", "x", "--dry-run"], 2, "--vllm-pr 'x'"),
+    (["sources", "--lock", "spark.lock.json", "--target", "thor"], 2, "--target thor differs"),
+    (["sources", "--lock", "nonutf8.lock.json", "--dry-run"], 5, "not UTF-8"),
+    # mods
+    (["mods", "--target", "nosuch"], 2, "unknown target 'nosuch'"),
+    (["mods-apply"], 2, "--target"),
+    (["mods-apply", "--target", "thor", "--mod", "nosuch", "--python", "/nonexistent/python"],
+     2, "unknown mod 'nosuch'"),
+    (["tune-moe", "--image", "x", "--target", "thor", "--model", "m", "--tp-size", "x"], 2,
+     "--tp-size 'x'"),
+    # verify and probe
+    (["verify"], 2, "--target"),
+    (["verify", "--target", "thor", "--path", "nonutf8.yaml"], 8, "nonutf8.yaml"),
+    (["verify", "--target", "thor", "--policy", "nonutf8.yaml", "--path", "adir"], 2,
+     "nonutf8.yaml"),
+    (["verify", "--target", "thor", "--image", "x"], DEAD, "cannot reach the Docker daemon"),
+    (["probe", "--image", "x", "--target", "thor", "--port", "99999999"], 2, "--port"),
+    (["probe", "--image", "x", "--target", "thor", "--level", "abc"], 2, "--level 'abc'"),
+    (["probe", "--image", "x", "--target", "thor", "--timeout", "nan"], 2, "--timeout"),
+    (["probe", "--image", "x", "--target", "thor"], DEAD, "cannot reach the Docker daemon"),
+    # publish, load, push
+    (["publish", "--image", "x", "--out", "o", "--level", "99"], 2, "--level 99"),
+    (["publish", "--image", "x", "--out", "o", "--threads", "abc"], 2, "--threads 'abc'"),
+    (["publish", "--image", "x", "--out", "o"], DEAD, "cannot reach the Docker daemon"),
+    (["load", "nothere.manifest.json"], 10, "nothere.manifest.json"),
+    (["push"], 2, "--image"),
+    (["push", "--image", "x", "--registry", "localhost:5000"], DEAD, "cannot reach"),
+    # recipes and serving
+    (["serve", RECIPE, "--gpu-memory-gb", "nan"], 2, "--gpu-memory-gb 'nan'"),
+    (["serve", RECIPE, "--wait", "soon"], 2, "--wait 'soon'"),
+    (["serve", RECIPE, "--dry-run", "--set", "port=99999999"], 11, "health.port"),
+    (["serve", "nosuch"], 11, "unknown recipe 'nosuch'"),
+    (["serve", RECIPE], DEAD, "cannot reach the Docker daemon"),
+    (["compose", "--recipe", RECIPE, "--set", "port=0", "--out", "c.yaml"], 11, "health.port"),
+    (["compose", "--recipe", RECIPE], 2, "--out"),
+    (["recipes", "--as-json", "extra"], 2, "unknown task or flag 'extra'"),
+    (["recipe-import", "nosuch"], 11, "nosuch"),
+    (["status"], DEAD, "cannot reach the Docker daemon"),
+    (["stop", "--timeout", "x"], 2, "--timeout 'x'"),
+    (["stop", "--name", "x"], DEAD, "cannot reach the Docker daemon"),
+    (["logs"], 11, "--recipe NAME or --name"),
+    (["logs", "--name", "x", "--tail", "x"], 2, "--tail 'x'"),
+    (["logs", "--name", "x"], DEAD, "cannot reach the Docker daemon"),
+    (["copy"], 2, "copy: --image required"),
+    (["copy", "--image", "x", "--to", "local"], DEAD, "cannot reach the Docker daemon"),
+    (["model-fetch", "not a valid id!!"], 11, "not a valid id"),
+    (["doctor", "--target", "nosuch"], 2, "unknown target 'nosuch'"),
+    (["roofline", "nosuch-folder"], 12, "nosuch-folder"),
+    (["roofline", "adir", "--target", "nosuch"], 2, "unknown target"),
+    (["targets", "--as-json", "--bogus"], 2, "unknown task or flag '--bogus'"),
+]
+
+# A handful through the real entry points, in a process of their own.
+SUBPROCESS_CASES: list[tuple[str, list[str], int, str]] = [
+    ("edgevllm", ["build", "--no-such-flag"], 2, "unknown task or flag '--no-such-flag'"),
+    ("edgevllm", ["bench", "http://127.0.0.1:9", "--seed", "abc"], 2, "--seed 'abc'"),
+    ("edgevllm", ["serve", RECIPE, "--gpu-memory-gb", "nan"], 2, "--gpu-memory-gb"),
+    ("edgevllm", ["status"], DEAD, "cannot reach the Docker daemon"),
+    ("edgevllm", ["render", "--lock", "string.lock.json"], 5, "schema_version"),
+    ("inv", ["build", "--no-such-flag"], 2, "unknown task or flag '--no-such-flag'"),
+    ("inv", ["bench"], 2, "'what' required"),
+    ("inv", ["probe", "--image", "x", "--target", "thor", "--port", "0"], 2, "--port"),
+]
+
+
+def _inputs(folder: Path) -> None:
+    """The bad files the cases name."""
+    (folder / "nonutf8.yaml").write_bytes(b"target: thor\n\xff\xfe\n")
+    (folder / "nonutf8.json").write_bytes(b"\xff{")
+    (folder / "nonutf8.lock.json").write_bytes(b"{\"target\": \"\xff\"}")
+    (folder / "deep.yaml").write_text("[" * 30000)
+    (folder / "spark.lock.json").write_text(json.dumps({"target": "spark", "schema_version": 1}))
+    (folder / "string.lock.json").write_text(json.dumps({"target": "spark",
+                                                         "schema_version": "1"}))
+    (folder / "adir").mkdir()
+
+
+def _tree(folder: Path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in sorted(folder.rglob("*"))}
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch):
+    """An empty folder to run in, holding the bad inputs, HOME, the XDG folders and the dead
+    engine's socket path."""
+    work = tmp_path / "work"
+    work.mkdir()
+    _inputs(work)
+    monkeypatch.chdir(work)
+    env = {"HOME": str(work / "home"), "XDG_CONFIG_HOME": str(work / "home" / ".config"),
+           "XDG_CACHE_HOME": str(work / "home" / ".cache"), "NO_COLOR": "1",
+           "DOCKER_HOST": f"unix://{tmp_path / 'nobody-listens.sock'}"}
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    for key in ("DOCKER_CONTEXT", "HF_HOME", "EDGEVLLM_LAYER_CACHE", "EDGEVLLM_CACHE"):
+        monkeypatch.delenv(key, raising=False)
+    return work
+
+
+def _check(code: int, stderr: str, expected: int, needle: str, before: dict, work: Path) -> None:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert "Traceback" not in stderr, stderr
+    assert len(lines) == 1 and lines[0].startswith("error: "), f"not one error line: {stderr!r}"
+    assert needle in lines[0], f"the line does not name {needle!r}: {lines[0]}"
+    assert code == expected, f"exit {code}, expected {expected}: {lines[0]}"
+    assert _tree(work) == before, f"files written: {set(_tree(work)) ^ set(before)}"
+
+
+@pytest.mark.parametrize(("argv", "expected", "needle"), CASES,
+                         ids=[" ".join(a)[:60] for a, _, _ in CASES])
+def test_bad_input_in_process(argv, expected, needle, workdir, capsys, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["edgevllm", *argv])
+    before = _tree(workdir)
+    capsys.readouterr()
+    try:
+        program().run(["edgevllm", *argv])
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    _check(code, capsys.readouterr().err, expected, needle, before, workdir)
+
+
+@pytest.mark.parametrize(("binary", "argv", "expected", "needle"), SUBPROCESS_CASES,
+                         ids=[f"{b} {' '.join(a)}"[:60] for b, a, _, _ in SUBPROCESS_CASES])
+def test_bad_input_in_a_process(binary, argv, expected, needle, workdir):
+    found = shutil.which(binary, path=str(Path(sys.executable).parent))
+    assert found, f"no '{binary}' beside {sys.executable}: pip install -e . in this venv"
+    command = [found, "--search-root", str(REPO), *argv] if binary == "inv" else [found, *argv]
+    before = _tree(workdir)
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ), cwd=workdir)
+    _check(proc.returncode, proc.stderr, expected, needle, before, workdir)
+
+
+def test_every_task_has_bad_inputs():
+    """A new task gets its rows here: the table names every task the CLI has."""
+    tasks = set(namespace().task_names)
+    covered = {argv[0] for argv, _, _ in CASES}
+    assert tasks - covered == set(), f"tasks without a bad-input case: {tasks - covered}"
+
+
+@pytest.mark.parametrize("task", sorted(namespace().task_names))
+def test_every_task_refuses_an_unknown_flag(task, workdir, capsys):
+    before = _tree(workdir)
+    with pytest.raises(SystemExit) as exc:
+        program().run(["edgevllm", task, "--no-such-flag"])
+    _check(exc.value.code, capsys.readouterr().err, 2, "'--no-such-flag'", before, workdir)
