@@ -112,6 +112,15 @@ CASES: list[tuple[list[str], int, str]] = [
     (["roofline", "nosuch-folder"], 12, "nosuch-folder"),
     (["roofline", "adir", "--target", "nosuch"], 2, "unknown target"),
     (["targets", "--as-json", "--bogus"], 2, "unknown task or flag '--bogus'"),
+    (["diff", "spark.lock.json"], 2, "'new' required"),
+    (["diff", "spark.lock.json", "nonutf8.json"], 5, "not UTF-8"),
+    (["diff", "image-a", "image-b"], DEAD, "cannot reach the Docker daemon"),
+    (["keygen", "--out", "adir"], 2, "adir already exists"),
+    (["keygen", "--out", "spark.lock.json/key"], 2, "parent of this path is a file"),
+    (["sbom"], 2, "--image and --tarball"),
+    (["sbom", "--image", "x"], DEAD, "cannot reach the Docker daemon"),
+    (["sign", "--image", "x"], 2, "--key required"),
+    (["verify-supply-chain"], 2, "--key required"),
 ]
 
 # A handful through the real entry points, in a process of their own.

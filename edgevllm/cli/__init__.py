@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import os
 import re
 import sys
 from typing import Iterator
@@ -40,12 +41,22 @@ def parse_errors_as_lines(binary: str) -> Iterator[None]:
     except ParseError as exc:
         context = getattr(exc, "context", None)
         task = getattr(context, "name", None) or ""
-        text = _plain(str(exc).rstrip("!"))
+        text = _flag_taken_as_positional(context) or _plain(str(exc).rstrip("!"))
         where = f"'{binary} --help {task}'" if task else f"'{binary} --list'"
         raise Exit(f"error: {text}; see {where}", code=2) from None
     except ValueError as exc:  # Invoke's int() of a flag whose default is a number
         raise Exit(f"error: a number flag was given something else ({exc}); "
                    f"see '{binary} --help TASK'", code=2) from None
+
+
+def _flag_taken_as_positional(context) -> str | None:
+    """Invoke gives an unknown ``--flag`` to the next positional argument and then reports the
+    positional after it as missing: name the flag, which is the real mistake."""
+    for argument in getattr(context, "positional_args", None) or []:
+        value = argument.value
+        if isinstance(value, str) and value.startswith("-") and value != "-":
+            return f"unknown task or flag '{value}'"
+    return None
 
 
 def _plain(text: str) -> str:
@@ -115,4 +126,8 @@ def help_for_task(name: str) -> None:
 
 
 def main() -> None:
-    program().run()
+    try:
+        program().run()
+    except BrokenPipeError:  # ``edgevllm --list | head``: the reader left; say nothing more
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise SystemExit(1) from None
