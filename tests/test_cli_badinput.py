@@ -39,7 +39,7 @@ CASES: list[tuple[list[str], int, str]] = [
     (["bench", "http://127.0.0.1:9", "--concurrency", "0"], 2, "--concurrency"),
     (["bench", "http://127.0.0.1:9", "--lengths", "1024"], 2, "--lengths '1024'"),
     (["bench", "http://127.0.0.1:9", "--seed", "-1"], 2, "--seed"),
-    (["bench", "--report", "nonutf8.json"], 12, "not UTF-8"),
+    (["bench", "--report", "nonutf8.json"], 12, "nonutf8.json"),
     (["bench", "--report", "adir"], 12, "adir"),
     # build and render: every field by its grammar, before any work
     (["build"], 2, "no target given"),
