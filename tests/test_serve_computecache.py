@@ -117,3 +117,20 @@ def test_dry_run_sizes_the_cache_from_the_image_label(engine, measured_image, ca
                              engine, dry_run=True))
     assert not any(e.startswith("CUDA_CACHE_") for e in argv)
     assert not any(v.endswith(":/root/.nv/ComputeCache") for v in volumes_of(argv))
+
+
+def test_a_cluster_sizes_every_node_from_the_head_image(engine, measured_image):
+    from edgevllm.serve.cluster import Cluster, ClusterOptions, Node
+
+    rendered = render(parse_recipe({
+        "name": "cc-cluster", "description": "d", "targets": ["spark"],
+        "status": {"spark": "untested"}, "image": measured_image, "model": "org/m",
+        "serve": {"args": ["{{ model }}"]}, "container": {"network": "host", "gpus": "all"},
+        "topology": {"mode": "torch", "nodes": 2, "tensor_parallel": 1, "pipeline_parallel": 2}},
+        "t"))
+    nodes = [Node(f"n{i}", engine, f"10.0.0.{i + 1}") for i in range(2)]
+    lines = Cluster(rendered, nodes, ClusterOptions(name="cc", network="host")).dry_run()
+    runs = [shlex.split(line) for line in lines if " run -d " in line]
+    assert len(runs) == 2
+    for argv in runs:
+        assert env_of(argv)["CUDA_CACHE_MAXSIZE"] == str(1280 * MIB)

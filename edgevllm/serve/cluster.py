@@ -132,6 +132,7 @@ class Cluster:
         self.head = nodes[0]
         self.started: set[str] = set()  # nodes whose container was started by launch()
         self.image_id: str | None = None  # the head's image id once checked (JIT cache folder)
+        self.image_labels: dict[str, str] = {}  # the head's image labels (compute cache size)
         self.network = options.network or ("bridge" if self._one_engine() else "host")
         if self.network == "bridge" and not self._one_engine():
             raise ClusterError("a bridge network spans one engine only: nodes on several engines "
@@ -179,6 +180,8 @@ class Cluster:
                     from None
             check_pinned_digest(ref, inspect, node.engine.describe())
             ids[node.name] = inspect["Id"]
+            if node is self.head:
+                self.image_labels = inspect.get("Config", {}).get("Labels") or {}
         head_id = ids[self.head.name]
         for node in self.nodes[1:]:
             if ids[node.name] != head_id:
@@ -221,7 +224,8 @@ class Cluster:
             labels=self.labels(node), network=self.network_name,
             hostname=self.container(node) if self.network == "bridge" else None,
             env={**self.node_env(node), **(env or {})}, image=self.image(node), ports=is_head,
-            restart="no", healthcheck=is_head, image_id=self.image_id)
+            restart="no", healthcheck=is_head, image_id=self.image_id,
+            image_labels=self.image_labels)
         options.extra = [*self.rdma_flags(), *options.extra]
         return options
 
@@ -345,7 +349,9 @@ class Cluster:
     def dry_run(self) -> list[str]:
         ref = self.image(self.head)
         try:
-            self.image_id = self.head.engine.image_id(ref)
+            inspect = self.head.engine.image_inspect(ref)
+            self.image_id = inspect["Id"]
+            self.image_labels = inspect.get("Config", {}).get("Labels") or {}
         except EdgeVllmError:
             self.image_id = None  # no daemon or no image here: the folder shows as IMAGE-ID
         return [step.command_line() for step in self.plan()]
