@@ -41,7 +41,7 @@ def probe(c, image, target, level="1", model=None, json=None, timeout=None, port
     from edgevllm.probe import ServeSettings, probe_level1, probe_level2
     from edgevllm.probe.level1 import LEVEL1_TIMEOUT_S
 
-    engine = DockerEngine(context=context)
+    engine = DockerEngine.named(context)
     level = flag_int(level, "--level", 1, 2)
     timeout = flag_float(timeout, "--timeout") if timeout is not None else None
     port = flag_port(port, "--port") if port is not None else None

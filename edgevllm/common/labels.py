@@ -8,6 +8,8 @@ table.
 
 from __future__ import annotations
 
+import json
+
 PREFIX = "io.edgevllm."
 
 # Written by the Dockerfile (static, at build time).
@@ -56,6 +58,27 @@ CMAKE_DEPS_ENV = "edgevllm-deps.env"  # in that context: the *_SRC_DIR overrides
 MODS_MOUNT = "/edgevllm-mods"
 TUNE_MOUNT = "/edgevllm-tune"
 SERVE_MOUNT = "/edgevllm-serve"
+
+
+# The records a build leaves in an image: key → (the label holding its JSON, its files under HOME).
+RECORDS = {
+    "lock": (LOCK, (LOCK_FILENAME, "lock.json")),
+    "mods": (MODS, ("mods.json",)),
+    "verify": (VERIFY, ("verify.json",)),
+    "probe": (PROBE, ("probe.json",)),
+}
+
+
+def label_record(image_labels: dict[str, str] | None, key: str) -> object | None:
+    """Record ``key`` of ``RECORDS`` as the image's label holds it (its JSON); None when the
+    label is absent or not JSON. Host code that may also read the files: image/records.py."""
+    text = (image_labels or {}).get(RECORDS[key][0])
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
 
 
 def template_values() -> dict[str, dict[str, str]]:

@@ -15,13 +15,7 @@ from edgevllm.common import console, labels
 from edgevllm.common.errors import EngineError
 from edgevllm.containers.docker import DockerEngine
 
-# Records the build leaves in the image: a label holding JSON, or a file under RECORD_DIR.
-RECORDS = {
-    "lock": (labels.LOCK, ("edgevllm.lock.json", "lock.json")),
-    "mods": (labels.MODS, ("mods.json",)),
-    "verify": (labels.VERIFY, ("verify.json",)),
-    "probe": (labels.PROBE, ("probe.json",)),
-}
+RECORDS = labels.RECORDS
 RECORD_DIR = labels.HOME
 
 
@@ -33,10 +27,15 @@ def _json_or_none(text: str, where: str) -> object | None:
         return None
 
 
-def label_records(ref: str, labels: dict[str, str]) -> dict[str, object]:
+def label_records(ref: str, image_labels: dict[str, str]) -> dict[str, object]:
     """The records the image's labels hold (no container is created): key → JSON."""
-    return {key: _json_or_none(labels[label], f"label {label} of {ref}")
-            for key, (label, _) in RECORDS.items() if label in labels}
+    found = {}
+    for key, (label, _) in RECORDS.items():
+        if label in image_labels:
+            found[key] = labels.label_record(image_labels, key)
+            if found[key] is None:
+                console.warn(f"label {label} of {ref} is not JSON; read as no record")
+    return found
 
 
 def read_records(engine: DockerEngine, ref: str, labels: dict[str, str]) -> dict[str, object]:

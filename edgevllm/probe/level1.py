@@ -18,6 +18,7 @@ from typing import Any, Iterable
 
 from edgevllm.common import labels
 from edgevllm.common.errors import EngineError, ProbeError
+from edgevllm.common.labels import label_record
 from edgevllm.containers.docker import DockerEngine, RunOptions
 from edgevllm.probe.result import ABSENT, FAIL, PASS, WARN, ProbeResult
 from edgevllm.probe.target import DEFAULT_COMPONENTS, ProbeTarget, probe_target
@@ -28,7 +29,6 @@ MARKER = "@@EDGEVLLM-PROBE@@ "
 PROBE_LABEL = labels.PROBE
 MODS_RECORD = labels.MODS_RECORD
 LOCK_FILE = LOCK_IMAGE_PATH  # written by the build (edgevllm/lock.py)
-VERIFY_LABEL = labels.VERIFY  # verify's record, with the first-start work
 MODS_LABEL = labels.MODS_SELECTED  # the build's label: mods chosen for the image
 
 # Where the first start's compiled code goes (read so the report can say which caches are set).
@@ -283,10 +283,8 @@ def judge_lock(result: ProbeResult, facts: dict) -> None:
 
 def recorded_first_start(labels: dict[str, str]) -> dict | None:
     """The first-start record verify left in the image's label, if any."""
-    try:
-        record = json.loads(labels.get(VERIFY_LABEL) or "{}").get("first_start")
-    except (ValueError, AttributeError):
-        return None
+    verify = label_record(labels, "verify")
+    record = verify.get("first_start") if isinstance(verify, dict) else None
     return record if isinstance(record, dict) else None
 
 

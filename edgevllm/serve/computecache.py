@@ -12,7 +12,6 @@ as what is compiled. A recipe's ``env:`` or ``launch.env:`` value wins over both
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 
@@ -59,11 +58,9 @@ def cache_size(ptx_bytes: int | None) -> int:
 
 def measured_ptx_bytes(image_labels: dict[str, str] | None) -> int | None:
     """The PTX bytes verify recorded in the image's verify label; None when it recorded none."""
-    try:
-        record = json.loads((image_labels or {}).get(labels.VERIFY) or "{}")
-        value = record.get("first_start", {}).get("ptx_bytes")
-    except (ValueError, AttributeError):
-        return None
+    record = labels.label_record(image_labels, "verify")
+    first_start = record.get("first_start") if isinstance(record, dict) else None
+    value = first_start.get("ptx_bytes") if isinstance(first_start, dict) else None
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 \
         else None
 
