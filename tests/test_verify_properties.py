@@ -17,7 +17,9 @@ import io
 import json
 import tarfile
 import zipfile
+from pathlib import Path
 
+import pytest
 import zstandard
 from hypothesis import given
 from hypothesis import strategies as st
@@ -33,6 +35,7 @@ from support.cuda_libs import compressed_libs, nvcc_libs
 from support.properties import PROPERTY, bounded, json_values, mutated, replaced_field, tiny_elf
 
 THOR, SPARK = CudaArch(11, 0), CudaArch(12, 1)
+ROOT = Path(__file__).resolve().parent.parent
 SITE = "usr/lib/python3/dist-packages"
 
 
@@ -215,3 +218,12 @@ def test_an_oci_index_with_any_field_replaced(index, blob):
 @given(json_values())
 def test_an_oci_index_of_any_json(document):
     bounded(oci_layers, document, {}, "fuzz.tar")
+
+
+def test_found_by_search_a_wheel_zipfile_fails_on_with_index_error():
+    from edgevllm.common.errors import NotATarballError
+
+    found = ROOT / "tests" / "fixtures" / "property-regressions" / \
+        "wheel-extra-field-index-error.whl"
+    with pytest.raises(NotATarballError, match="not a readable wheel"):
+        scan_wheel(found)

@@ -20,6 +20,7 @@ import json
 import mmap
 import os
 import shutil
+import struct
 import tarfile
 import tempfile
 import zlib
@@ -103,7 +104,8 @@ def scan_wheel(wheel: Path, inspect: Inspect = inspect_buffer) -> list[LibraryRe
                 if report is not None:
                     reports.append(report)
     except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, zlib.error,
-            NotImplementedError, ValueError, RuntimeError) as exc:
+            NotImplementedError, ValueError, RuntimeError, IndexError, struct.error) as exc:
+        # zipfile's own ways to fail on a damaged archive (an extra field cut short: IndexError)
         detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise NotATarballError(f"{wheel}: not a readable wheel (zip) file ({detail}); download "
                                "it again") from None
