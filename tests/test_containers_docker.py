@@ -9,7 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from edgevllm.common.errors import BinfmtMissingError, DockerUnavailableError, ImageNotFoundError
+from edgevllm.common.errors import (
+    BinfmtMissingError,
+    DaemonUnreachableError,
+    DockerUnavailableError,
+    EngineError,
+    ImageNotFoundError,
+)
 from edgevllm.containers import host
 from edgevllm.containers.docker import BuildOptions, DockerEngine, RunOptions
 
@@ -52,6 +58,18 @@ def test_missing_binary_and_unreachable_daemon():
         DockerEngine(binary="docker-that-does-not-exist").check_daemon()
     with pytest.raises(DockerUnavailableError, match="cannot reach the Docker daemon"):
         DockerEngine(host="unix:///nonexistent/docker.sock").check_daemon()
+
+
+def test_a_daemon_out_of_reach_is_exit_3_on_every_call(tmp_path):
+    """The real docker CLI against a socket nobody listens on: calls that check their exit code
+    and calls that read it as an answer (image_exists) alike say the daemon is out of reach,
+    never "image not found"; a node's failure stays an EngineError for inv copy."""
+    dead = DockerEngine(host=f"unix://{tmp_path / 'nobody.sock'}")
+    for call in (lambda: dead.image_exists("x"), lambda: dead.image_inspect("x"),
+                 lambda: dead.containers()):
+        with pytest.raises(DaemonUnreachableError, match="cannot reach the Docker daemon") as exc:
+            call()
+        assert exc.value.exit_code == 3 and isinstance(exc.value, EngineError)
 
 
 def test_binfmt_missing_for_a_cross_build(tmp_path, monkeypatch):

@@ -81,6 +81,11 @@ class ImageNotFoundError(EngineError):
     pass
 
 
+class DaemonUnreachableError(DockerUnavailableError, EngineError):
+    """The daemon did not answer at all: exit 3 (environment), and still an EngineError for the
+    code that reports one node's engine failure as that node's result (inv copy, a probe)."""
+
+
 # --- sources: refs, PRs, cherry-picks, locks (5) -----------------------------------------------
 class SourceError(EdgeVllmError):
     exit_code = 5

@@ -18,7 +18,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import IO, Callable, Iterator, Sequence
 
-from edgevllm.common.errors import DockerUnavailableError, EngineError, ImageNotFoundError
+from edgevllm.common.errors import (
+    DaemonUnreachableError,
+    DockerUnavailableError,
+    EngineError,
+    ImageNotFoundError,
+)
 from edgevllm.containers.options import BuildOptions, RunOptions
 
 __all__ = ["BuildOptions", "DockerEngine", "RunOptions"]
@@ -109,7 +114,7 @@ class DockerEngine:
         text = stderr.decode(errors="replace") if isinstance(stderr, bytes) else stderr or ""
         if any(sign in text.lower() for sign in _UNREACHABLE):
             lines = text.strip().splitlines()
-            raise DockerUnavailableError(
+            raise DaemonUnreachableError(
                 f"cannot reach the Docker daemon on engine {self.describe()} "
                 f"({lines[-1] if lines else 'no answer'}): start it or check DOCKER_HOST, "
                 "the context and permissions")
