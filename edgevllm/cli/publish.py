@@ -161,19 +161,41 @@ def load(c, path):
         "tag": "immutable tag (default: from the image's lock / io.edgevllm.tag label)",
         "moving_tag": "also push this moving tag, e.g. latest-spark (repeatable, or a,b)",
         "repo": "repository name under the registry (default: the image's repository name)",
+        "attach": "the image's SBOM (X.sbom.cdx.json, or its lock X.lock.json): it and the signed "
+        "provenance beside it are pushed as <repo>:sha256-<digest>.att (docs/inside.md)",
     },
     iterable=["moving_tag"],
 )
-def push(c, image=None, registry=None, tag=None, moving_tag=None, repo=None):
+def push(c, image=None, registry=None, tag=None, moving_tag=None, repo=None, attach=None):
     """Push the immutable lock-derived tag (never overwriting another image) and moving tags."""
     require(image=image, registry=registry)
     from edgevllm.image.registry import push as run_push
+
+    stem = _attach_stem(attach) if attach else None
 
     result = run_push(
         _engine(), image, registry, tag=tag, moving_tags=split_csv(moving_tag), repo=repo
     )
     for pushed in [result.immutable] + result.moving:
         print(f"{pushed.ref} {pushed.digest} {pushed.action}")
+    if stem is not None:
+        from edgevllm.inspect.attach import push_attachment
+
+        dest = result.immutable.ref.rsplit(":", 1)[0]
+        ref, digest = push_attachment(_engine(), dest, result.immutable.digest, stem)
+        print(f"{ref} {digest} attached")
+
+
+def _attach_stem(attach: str) -> Path:
+    """Checked before anything is pushed: the SBOM must be there."""
+    from edgevllm.common.errors import ConfigError
+    from edgevllm.inspect.provenance import artefact_paths, stem_of
+
+    stem = stem_of(Path(attach))
+    if not artefact_paths(stem)[0].is_file():
+        raise ConfigError(f"--attach {attach}: {artefact_paths(stem)[0]} not found; run inv sbom "
+                          "(and inv sign) first")
+    return stem
 
 
 def require(**flags) -> None:

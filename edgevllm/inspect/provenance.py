@@ -27,11 +27,12 @@ BUILD_TYPE = "https://edgevllm.invalid/build/v1"
 SBOM_SUFFIX = ".sbom.cdx.json"
 PROVENANCE_SUFFIX = ".provenance.dsse.json"
 SBOM_MEDIA_TYPE = "application/vnd.cyclonedx+json"
-_STEM_SUFFIXES = (".manifest.json", ".lock.json", ".lock.yaml", ".lock.yml", ".json")
+_STEM_SUFFIXES = (".manifest.json", ".lock.json", ".lock.yaml", ".lock.yml", ".sbom.cdx.json",
+                  ".provenance.dsse.json", ".json")
 
 
 def stem_of(path: Path) -> Path:
-    """``out/X.lock.json`` or ``out/X.manifest.json`` → ``out/X``: where the artefacts go."""
+    """``out/X.lock.json``, ``out/X.manifest.json`` or one of the artefacts → ``out/X``."""
     name = path.name
     for suffix in _STEM_SUFFIXES:
         if name.endswith(suffix):

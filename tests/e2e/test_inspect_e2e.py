@@ -146,3 +146,42 @@ def test_publish_carries_the_sbom_and_statement_made_online(variants, cli, tmp_p
     code, _, err = cli("verify-supply-chain", "--tarball", str(tmp_path / "pub.manifest.json"),
                        "--key", str(pub))
     assert code == 0, err
+
+
+def test_push_attaches_sbom_and_statement_in_the_registry(variants, engine, cli, tmp_path):
+    """inv push --attach: the files go to <repo>:sha256-<digest>.att in a real local registry;
+    pulled back on their own, they still verify against the image."""
+    from support.registry import local_registry
+
+    image = variants[0]
+    key, pub = tmp_path / "key.pem", tmp_path / "key.pem.pub"
+    assert cli("keygen", "--out", str(key))[0] == 0
+    where = ["--image", image, "--out", str(tmp_path), "--name", "img"]
+    assert cli("sbom", *where)[0] == 0 and cli("sign", *where, "--key", str(key))[0] == 0
+    with local_registry() as host:
+        code, out, err = cli("push", "--image", image, "--registry", host, "--attach",
+                             str(tmp_path / "img.sbom.cdx.json"))
+        assert code == 0, err
+        pushed_ref, digest, _ = out.splitlines()[0].split()
+        attached = out.splitlines()[-1].split()
+        assert attached[0] == f"{host}/edgevllm-test-inside-variant:{digest.replace(':', '-')}.att"
+        assert attached[2] == "attached"
+        engine.pull(attached[0])
+        container = engine.create(attached[0])
+        try:
+            fetched = tmp_path / "fetched"
+            fetched.mkdir()
+            engine.copy_from(container, "/edgevllm/.", fetched)
+        finally:
+            engine.remove_container(container)
+            engine.remove_image(attached[0])
+            engine.remove_image(pushed_ref)
+    assert (fetched / "sbom.cdx.json").read_bytes() == (tmp_path / "img.sbom.cdx.json").read_bytes()
+    (fetched / "sbom.cdx.json").rename(fetched / "img.sbom.cdx.json")
+    (fetched / "provenance.dsse.json").rename(fetched / "img.provenance.dsse.json")
+    code, _, err = cli("verify-supply-chain", "--image", image, "--out", str(fetched), "--name",
+                       "img", "--key", str(pub))
+    assert code == 0, err
+    code, _, err = cli("push", "--image", image, "--registry", "127.0.0.1:1", "--attach",
+                       str(tmp_path / "missing.sbom.cdx.json"))
+    assert code == 2 and "missing.sbom.cdx.json not found; run inv sbom" in err
