@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgevllm.common import console, labels
-from edgevllm.common.errors import EdgeVllmError
+from edgevllm.common.errors import ConfigError, EdgeVllmError
 from edgevllm.containers.docker import DockerEngine
 from edgevllm.specs.lock import Lock, parse_lock, read_lock
 
@@ -137,8 +137,8 @@ def facts_from_manifest(text: str) -> Facts:
     tarset = open_tarball(text)
     manifest = tarset.manifest
     if manifest is None:
-        raise EdgeVllmError(f"{text}: a bare tarball has no manifest to read; give the "
-                            ".manifest.json that inv publish wrote beside it")
+        raise ConfigError(f"{text}: a bare tarball has no manifest to read; give the "
+                          ".manifest.json that inv publish wrote beside it")
     image = manifest.image or {}
     lock = None
     if isinstance(manifest.lock, dict):
