@@ -136,3 +136,12 @@ def test_not_an_sbom():
         sbom.parse_sbom("{}", "s")
     with pytest.raises(SupplyChainError, match="not JSON"):
         sbom.parse_sbom("{", "s")
+
+
+def test_lock_names_match_distributions_by_their_canonical_name():
+    lock = make_lock()
+    lock.closure.wheels[0].name = "Six"  # as a resolver may write it
+    doc = document(lock)
+    six = next(c for c in doc["components"] if c["name"] == "six")
+    assert six["hashes"][0]["content"] == sha("six-1.16.0", 64)
+    assert sbom.check_sbom(doc, "s", IMAGE_ID, dists(), lock) == []

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from edgevllm.common.errors import EngineError, SupplyChainError
 from edgevllm.containers.docker import DockerEngine, RunOptions
+from edgevllm.inspect.inimage_dists import canonical
 from edgevllm.specs.lock import Lock
 
 PROP = "edgevllm:"
@@ -77,7 +78,7 @@ def _dist_components(dists: list[dict], lock: Lock | None) -> list:
     from cyclonedx.model.component import Component, ComponentType
     from packageurl import PackageURL
 
-    locked = {w.name: w for w in (lock.closure.wheels if lock and lock.closure else [])}
+    locked = {canonical(w.name): w for w in (lock.closure.wheels if lock and lock.closure else [])}
     found = []
     for dist in sorted(dists, key=lambda d: (d["name"], d["path"])):
         wheel = locked.get(dist["name"])
@@ -191,7 +192,8 @@ def check_sbom(doc: dict, origin: str, image_id: str, dists: list[dict],
                                 f"{entry[key]} in the SBOM, {dist[key]} in the image")
     problems += [f"{origin}: the SBOM lists {e['name']} {e['version']} at {path}, which the "
                  "image does not have" for path, e in listed.items()]
-    locked = {w.name: w.sha256 for w in (lock.closure.wheels if lock and lock.closure else [])}
+    locked = {canonical(w.name): w.sha256
+              for w in (lock.closure.wheels if lock and lock.closure else [])}
     for entry in sbom_dists(doc).values():
         wheel = entry["wheel_sha256"]
         if wheel and locked.get(entry["name"]) != wheel:

@@ -163,6 +163,33 @@ def test_no_wheel_and_no_uv_cache_in_the_image(real_build, engine):
     assert text.split() == ["0", "False", "False"]
 
 
+def test_sbom_covers_every_installed_distribution_and_the_signature_holds(real_build, cli,
+                                                                         tmp_path):
+    """The build wrote the SBOM beside the lock; every locked wheel is in it by its sha256, and
+    inv verify-supply-chain (which fails on any installed distribution the SBOM leaves out)
+    passes once the provenance is signed with a key made here."""
+    from pathlib import Path
+
+    from edgevllm.inspect.dsse import generate_key
+    from edgevllm.inspect.inimage_dists import canonical
+    from edgevllm.specs.lock import read_lock
+
+    result, _, _ = real_build
+    record = result["supply_chain"]
+    doc = json.loads(Path(record["sbom"]).read_text())
+    python = [c for c in doc["components"] if c.get("group") == "python"]
+    assert len(python) == record["distributions"] > 150
+    hashed = {c["name"]: c["hashes"][0]["content"] for c in python if c.get("hashes")}
+    lock = read_lock(result["lock"])
+    assert {canonical(w.name): w.sha256 for w in lock.closure.wheels}.items() <= hashed.items()
+    key, public = generate_key(tmp_path / "signing.pem")
+    where = ["--image", result["image"], "--lock", result["lock"]]
+    code, _, stderr = cli("sign", *where, "--key", str(key))
+    assert code == 0, stderr[-2000:]
+    code, _, stderr = cli("verify-supply-chain", *where, "--key", str(public))
+    assert code == 0, stderr[-2000:]
+
+
 def test_publish_and_load_the_real_image(real_build, engine, cli, tmp_path):
     import shutil
 
