@@ -52,7 +52,7 @@ def main() -> int:
         spec = hermetic_spec(target, base, upstream, wheelhouse, platform=f"linux/{args.arch}",
                              mods=[], verify=False, image_repo="edgevllm-bench/rebuild")
         spec["vllm"]["ref"] = "main"
-        spec["compile_cache"] = f"ccache-bench-{uuid.uuid4().hex[:12]}"  # empty: truly cold
+        spec["compile_cache_id"] = f"ccache-bench-{uuid.uuid4().hex[:12]}"  # empty: truly cold
 
         started = time.perf_counter()
         cold = build(spec_from_dict(spec), tmp / "out", engine)

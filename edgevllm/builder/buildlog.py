@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from edgevllm.common.labels import CCACHE_STATS_MARKER
 from edgevllm.common.secrets import redact
 
 _STEP = re.compile(r"^#(\d+) \[(?:(?P<platform>linux/\S+) )?(?P<stage>[\w.-]+)(?: "
@@ -45,6 +46,7 @@ class BuildFollower:
         self.log_file = log_file
         self.on_stage = on_stage  # called with (vertex) when a new step starts
         self.tail: deque = deque(maxlen=40)
+        self.ccache: dict[str, int] = {}  # the compile step's ccache counters, when it printed them
 
     def feed(self, line: str) -> None:
         line = redact(line)  # the log and the failure tail are read by people, CI and issues
@@ -66,6 +68,13 @@ class BuildFollower:
             vertex = self.vertices.get(int(match[1]))
             if vertex is not None:
                 vertex.output.append(match["text"])
+            self._ccache_counter(match["text"])
+
+    def _ccache_counter(self, text: str) -> None:
+        """``edgevllm-ccache-stats cache_miss<TAB>3``: one counter of ``ccache --print-stats``."""
+        words = text.split()
+        if len(words) == 3 and words[0] == CCACHE_STATS_MARKER and words[2].isdigit():
+            self.ccache[words[1]] = int(words[2])
 
     def _start(self, number: int, stage: str, what: str) -> None:
         vertex = self.vertices.get(number)
@@ -97,6 +106,28 @@ class BuildFollower:
         body = "\n    ".join(shown) if shown else "(no output)"
         return (f"stage '{vertex.stage}' failed at: {vertex.what[:160]}\n"
                 f"    {body}\n  {vertex.error}{where}")
+
+
+def compile_cache_summary(counters: dict[str, int], remote: bool) -> dict[str, int | bool]:
+    """ccache's counters as the build summary shows them: hits (direct or preprocessed, local or
+    remote), misses (compiled), and what the remote storage answered."""
+    return {
+        "hits": counters.get("direct_cache_hit", 0) + counters.get("preprocessed_cache_hit", 0),
+        "misses": counters.get("cache_miss", 0),
+        "remote": remote,
+        "remote_hits": counters.get("remote_storage_hit", 0),
+        "remote_misses": counters.get("remote_storage_miss", 0),
+        "remote_errors": counters.get("remote_storage_error", 0)
+        + counters.get("remote_storage_timeout", 0),
+    }
+
+
+def describe_compile_cache(summary: dict) -> str:
+    text = f"compile cache: {summary['hits']} hits, {summary['misses']} misses"
+    if summary["remote"]:
+        text += (f" (shared: {summary['remote_hits']} hits, {summary['remote_misses']} misses, "
+                 f"{summary['remote_errors']} errors)")
+    return text
 
 
 def format_elapsed(seconds: float) -> str:

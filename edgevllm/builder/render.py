@@ -91,7 +91,7 @@ def template_values(eff: EffectiveSpec) -> dict:
         "max_jobs": eff.max_jobs,
         "nvcc_threads": eff.nvcc_threads,
         "flashinfer_source": eff.spec.flashinfer.source is not None,
-        "compile_cache": eff.spec.compile_cache or f"ccache-{eff.target.name}",
+        "compile_cache_id": eff.spec.compile_cache_id or f"ccache-{eff.target.name}",
         **mount_options(eff),
         **labels.template_values(),
     }

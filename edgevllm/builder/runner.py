@@ -46,6 +46,7 @@ class BuildResult:
     probe: dict | None = None
     publish_cache: dict | None = None  # set when the build primed the publish layer cache
     supply_chain: dict | None = None  # the SBOM (and signed provenance) beside the lock
+    compile_cache: dict | None = None  # ccache's hits and misses of the compile (when it ran)
 
 
 @dataclass
@@ -88,9 +89,11 @@ def compile_key(dockerfile: str, sources: dict[str, str], build_args: dict[str, 
 class BuildRunner:
     """Runs buildx with live progress, a full log file, and one failure message naming the stage."""
 
-    def __init__(self, engine: DockerEngine, log_path: Path):
+    def __init__(self, engine: DockerEngine, log_path: Path, env: dict[str, str] | None = None):
         self.engine = engine
         self.log_path = log_path
+        self.env = env or {}  # for buildx itself: the values of ``--secret id=…,env=…``
+        self.ccache: dict[str, int] = {}  # ccache's counters of the last step that printed them
 
     def run(self, options: BuildOptions, what: str) -> BuildFollower:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -99,7 +102,8 @@ class BuildRunner:
             log.write(f"\n### {what}: docker {' '.join(options.argv())}\n")
             follower = BuildFollower(log_file=log)
             follower.on_stage = lambda v: update(f"{what}: [{v.stage}] {v.what[:90]}", follower)
-            code = self.engine.build(options, follower.feed)
+            code = self.engine.build(options, follower.feed, env=self.env)
+        self.ccache = follower.ccache or self.ccache
         if code != 0:
             raise BuildError(f"{what} failed after {format_elapsed(follower.elapsed())}: "
                              + follower.failure_message(self.log_path))
@@ -179,7 +183,7 @@ def summary_json(result: BuildResult) -> dict:
         "lock": str(result.lock_path), "log": str(result.log_path),
         "compiled": result.compiled, "mods": result.mods_record, "verify": result.verify,
         "probe": result.probe, "publish_cache": result.publish_cache,
-        "supply_chain": result.supply_chain,
+        "supply_chain": result.supply_chain, "compile_cache": result.compile_cache,
         "tool_version": __version__,
     }
 

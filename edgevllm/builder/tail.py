@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from edgevllm.builder.buildlog import compile_cache_summary, describe_compile_cache
 from edgevllm.builder.prepared import Job, PreparedBuild, runtime_contexts
 from edgevllm.builder.runner import (
     BuildResult,
@@ -39,6 +40,7 @@ from edgevllm.builder.steps import (
 )
 from edgevllm.common import console
 from edgevllm.common.errors import BuildError
+from edgevllm.common.labels import CCACHE_REMOTE_SECRET
 from edgevllm.containers.docker import BuildOptions
 from edgevllm.specs.buildspec import EffectiveSpec
 from edgevllm.specs.lock import Lock, image_tag, label_value, write_lock
@@ -63,12 +65,14 @@ def run(job: Job, build: PreparedBuild) -> BuildResult:
     console.step(f"image {tags[0]}")
     write_context(job.ws, build.dockerfile, {LOCK_FILE_IN_IMAGE: label_value(lock) + "\n"})
     lock_file = write_lock(lock, job.ws.root / f"{tag}.lock.json")
-    runner = BuildRunner(engine, job.ws.logs / f"build-{timestamp()}.log")
+    secrets, secret_env = compile_cache_secret(build.eff)
+    runner = BuildRunner(engine, job.ws.logs / f"build-{timestamp()}.log", env=secret_env)
     options = BuildOptions(context=job.ws.context, dockerfile=job.ws.context / "Dockerfile",
                            platform=build.eff.platform, build_args=build.build_args,
-                           build_contexts=build.contexts)
+                           build_contexts=build.contexts, secrets=secrets)
     wheels = job.ws.wheels(build.compile_key or "none")
     exported = "wheels" in build.stages and export_wheels(runner, options, wheels)
+    cache = compile_cache_report(runner, build.eff) if exported else None
     candidate = f"{tags[0]}-unverified"
     runner.run(with_options(options, target="runtime", tags=[candidate],
                             build_contexts=runtime_contexts(build, str(wheels)),
@@ -79,11 +83,33 @@ def run(job: Job, build: PreparedBuild) -> BuildResult:
     result = BuildResult(image=tags[0], tags=tags, image_id=image_id, lock_path=lock_file,
                          log_path=runner.log_path, wheels_dir=build.wheelhouse or wheels,
                          compiled=exported and build.compiles, mods_record=record,
-                         verify=verify, probe=probe)
+                         verify=verify, probe=probe, compile_cache=cache)
     if build.eff.spec.publish_cache:
         result.publish_cache = prime_publish_cache(engine, result.image)
     result.supply_chain = supply_chain(engine, result.image, lock_file)
     return result
+
+
+# buildx reads the secret's value from its own environment: the URL is in no argument, no
+# Dockerfile, no layer and no log line (the log records only "--secret id=…,env=…").
+CCACHE_REMOTE_ENV = "EDGEVLLM_CCACHE_REMOTE_STORAGE"
+
+
+def compile_cache_secret(eff: EffectiveSpec) -> tuple[list[str], dict[str, str]]:
+    """The build secret carrying --compile-cache to the compile step, and buildx's env for it."""
+    url = eff.spec.compile_cache
+    if not url:
+        return [], {}
+    return [f"id={CCACHE_REMOTE_SECRET},env={CCACHE_REMOTE_ENV}"], {CCACHE_REMOTE_ENV: url}
+
+
+def compile_cache_report(runner: BuildRunner, eff: EffectiveSpec) -> dict | None:
+    """ccache's hits and misses of the compile that just ran, printed; None without ccache."""
+    if not runner.ccache:
+        return None
+    summary = compile_cache_summary(runner.ccache, remote=bool(eff.spec.compile_cache))
+    console.info(describe_compile_cache(summary))
+    return summary
 
 
 def check_and_tag(job: Job, build: PreparedBuild, lock: Lock, runner: BuildRunner,

@@ -132,6 +132,10 @@ def build(c, **values):
         write_summary(result, Path(values["json"]))
     console.step(f"built {', '.join(result.tags)}")
     console.info(f"  lock: {result.lock_path}\n  log:  {result.log_path}")
+    if result.compile_cache:
+        from edgevllm.builder.buildlog import describe_compile_cache
+
+        console.info(f"  {describe_compile_cache(result.compile_cache)}")
     print(result.image)
 
 

@@ -134,9 +134,15 @@ BUILD_FLAGS: tuple[Flag, ...] = (
         Flag("env", "KEY=VALUE runtime environment variable (repeatable)", "env", "pairs"),
         Flag("package", "NAME=VERSION pin for the runtime (repeatable)", "packages", "pairs"),
         Flag(
-            "compile_cache",
-            "name of the compiler cache (default ccache-<target>); a new name "
+            "compile_cache_id",
+            "name of the local compiler cache (default ccache-<target>); a new name "
             "compiles from an empty cache",
+            "compile_cache_id",
+        ),
+        Flag(
+            "compile_cache",
+            "a compile cache shared by every builder: ccache remote storage at redis://HOST:PORT "
+            "(rediss://, http://, https:// too), passed as a build secret (never logged)",
             "compile_cache",
         ),
         Flag(

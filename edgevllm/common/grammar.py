@@ -57,6 +57,12 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]", re.A)
 # Label text sits inside double quotes in the Dockerfile: no quote, backslash or $ either.
 _LABEL_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\"\\$`]", re.A)
 _URL = re.compile(r"(https?|file)://[A-Za-z0-9._~:/?#\[\]@!%*+,=-]+", re.A)
+# A ccache remote storage (ccache >= 4.4): redis(s)://[[USER:]PASSWORD@]HOST[:PORT][/DB] or
+# http(s)://[USER:PASSWORD@]HOST[:PORT][/PATH], then ccache's own "|attribute=value" options.
+COMPILE_CACHE_URL = re.compile(
+    r"(rediss?|https?)://([A-Za-z0-9._~!%*+,;=-]*(:[A-Za-z0-9._~!%*+,;=-]*)?@)?"
+    r"([A-Za-z0-9._-]+|\[[0-9a-fA-F:]+\])(:\d{1,5})?(/[A-Za-z0-9._~/%-]*)?"
+    r"(\|[a-z-]+=[A-Za-z0-9._~/%:-]+)*", re.A)
 
 
 def _matcher(pattern: re.Pattern, what: str) -> Callable[[str], str]:
@@ -145,6 +151,16 @@ def _container_path(value: str) -> str:
     return value
 
 
+def _compile_cache_url(value: str) -> str:
+    # The URL is a secret's carrier: never quote it back (it may hold a password).
+    if not COMPILE_CACHE_URL.fullmatch(value):
+        scheme = value.split("://", 1)[0] if "://" in value else "no scheme"
+        raise ValueError(f"is not a compile cache URL ({scheme[:12]}): give redis://HOST:PORT, "
+                         "rediss://, http:// or https:// (ccache remote storage); a local "
+                         "cache name is compile_cache_id")
+    return value
+
+
 def _strict_str(value: Any) -> Any:
     # YAML turns 1.10 into 1.1 and 13.0 into a float: a grammar string must be written as text.
     if not isinstance(value, str):
@@ -172,6 +188,7 @@ ImageRepo = _text(_matcher(IMAGE_REPO, "a lower-case image repository such as ed
 ImageTag = _text(_matcher(IMAGE_TAG, "an image tag ([A-Za-z0-9_][A-Za-z0-9_.-]{0,127})"))
 ImageTagOrRef = _text(_tag_or_ref)
 Digest = _text(_matcher(SHA256_DIGEST, "a digest sha256:<64 hex digits>"))
+CompileCacheUrl = _text(_compile_cache_url)
 IndexUrl = _text(_matcher(_URL, "an http(s) or file URL without spaces or shell characters"))
 Version = _text(_version)
 PackagePin = _text(_pin)

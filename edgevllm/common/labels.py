@@ -58,6 +58,10 @@ CMAKE_DEPS_ENV = "edgevllm-deps.env"  # in that context: the *_SRC_DIR overrides
 MODS_MOUNT = "/edgevllm-mods"
 TUNE_MOUNT = "/edgevllm-tune"
 SERVE_MOUNT = "/edgevllm-serve"
+# The shared compile cache's URL reaches the compile step only as this BuildKit secret (a file
+# under /run/secrets while the step runs); the step prints ccache's counters after this marker.
+CCACHE_REMOTE_SECRET = "ccache-remote"
+CCACHE_STATS_MARKER = "edgevllm-ccache-stats"
 
 
 # The records a build leaves in an image: key → (the label holding its JSON, its files under HOME).
@@ -89,5 +93,6 @@ def template_values() -> dict[str, dict[str, str]]:
         "paths": {"home": HOME, "constraints": CONSTRAINTS, "mods_record": MODS_RECORD,
                   "venv": VENV, "wheels_mount": WHEELS_MOUNT, "mods_mount": MODS_MOUNT,
                   "wheelhouse_mount": WHEELHOUSE_MOUNT, "cmake_deps_mount": CMAKE_DEPS_MOUNT,
-                  "cmake_deps_env": CMAKE_DEPS_ENV},
+                  "cmake_deps_env": CMAKE_DEPS_ENV, "ccache_remote": CCACHE_REMOTE_SECRET,
+                  "ccache_stats": CCACHE_STATS_MARKER},
     }

@@ -68,6 +68,22 @@ def redact(text: str) -> str:
     return _SHAPE.sub("***", text)
 
 
+_USERINFO = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^/@\s]*)@")
+
+
+def url_without_password(url: str) -> str:
+    """``url`` with any password in its userinfo replaced: ``redis://***@host:6379``. The whole
+    userinfo goes (``user:***`` would still read as a URL password), and a redis URL's
+    ``secret@host`` is a password alone (ccache reads it so)."""
+    found = _USERINFO.match(url)
+    if not found:
+        return url
+    redis = found["scheme"].lower().startswith("redis")
+    if ":" not in found["user"] and not redis:
+        return url  # a user name without a password
+    return f"{found['scheme']}***@{url[found.end():]}"
+
+
 def clean_environ(environ: Mapping[str, str], keep: re.Pattern[str]) -> dict[str, str]:
     """The variables whose names match ``keep``, less every secret (by name or by shape)."""
     return {k: v for k, v in environ.items() if keep.search(k) and secret_problem(k, v) is None}

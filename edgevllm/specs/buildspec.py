@@ -14,6 +14,7 @@ from pydantic import Field, field_validator
 from edgevllm.common.errors import SpecError
 from edgevllm.common.grammar import (
     AptPackage,
+    CompileCacheUrl,
     EnvName,
     HostPath,
     ImageRef,
@@ -97,9 +98,13 @@ class BuildSpec(Strict):
     wheelhouse: HostPath | None = None
     offline: bool = False
     verify: bool = True
-    # BuildKit cache-mount id of the compiler cache (default ccache-<target>); a new name
+    # BuildKit cache-mount id of the local compiler cache (default ccache-<target>); a new name
     # starts from an empty cache, e.g. to measure a truly cold compile.
-    compile_cache: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]+$")
+    compile_cache_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]+$")
+    # A shared ccache remote storage (redis://, http://) behind the local cache, for every
+    # builder. Passed as a BuildKit secret: it never changes the Dockerfile, the compile key
+    # or the image; the lock records it with its password redacted.
+    compile_cache: CompileCacheUrl | None = None
     probe_required: list[PythonModule] | None = None
     # After the checks pass, compress the image's layers into the publish layer cache, so the
     # first `inv publish` assembles cached frames (no docker save). Does not change the image.

@@ -48,7 +48,7 @@ LOCK_LABEL = labels.LOCK  # image label holding the compact lock JSON
 LOCK_HASH_LABEL = labels.LOCK_SHA  # image label holding lock_hash()
 LOCK_IMAGE_PATH = labels.LOCK_FILE  # where the lock lives inside the image
 
-_UNHASHED = {"created_at", "tags"}
+_UNHASHED = {"created_at", "tags", "compile_cache"}
 _TAG_BAD = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
@@ -198,6 +198,9 @@ class Lock(_Model):
     # and the release whose kernels were reused.
     build_closure: Optional[ClosureLock] = None
     kernels_from: Optional[KernelsFromLock] = None
+    # compile: the shared compile cache the compile used (--compile-cache), its password
+    # redacted. Not hashed: a cache only speeds a compile, it never changes the image.
+    compile_cache: Optional[str] = None
 
     @field_validator("build_args")
     @classmethod

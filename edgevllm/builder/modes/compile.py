@@ -13,6 +13,7 @@ from edgevllm.builder.render import render_dockerfile
 from edgevllm.builder.runner import compile_key
 from edgevllm.builder.steps import base_image_lock, lock_settings, stage_mods
 from edgevllm.builder.tree import PreparedTree, TreeOptions, prepare_tree
+from edgevllm.common.secrets import url_without_password
 from edgevllm.containers.docker import DockerEngine
 from edgevllm.specs.buildspec import EffectiveSpec
 from edgevllm.specs.lock import Lock, ModLock, now_utc
@@ -60,4 +61,6 @@ def make_lock(eff: EffectiveSpec, tree: PreparedTree, mod_versions: list[dict],
         kernel_plan=tree.plan_summary(),
         settings=lock_settings(eff),
         tags=list(eff.spec.tags),
+        compile_cache=url_without_password(eff.spec.compile_cache)
+        if eff.spec.compile_cache else None,
     )
