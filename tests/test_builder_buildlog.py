@@ -40,3 +40,24 @@ def test_log_file_gets_every_line_and_ran_counts_executed_steps(tmp_path):
     assert log.read_text().count("\n") == 3
     assert [v.what for v in follower.ran("build")] == ["RUN make"]
     assert follower.failed_vertex() is None
+
+
+def test_ccache_counters_from_the_compile_step_make_the_summary():
+    from edgevllm.builder.buildlog import compile_cache_summary, describe_compile_cache
+
+    follower = BuildFollower()
+    follower.feed("#9 [build 2/2] RUN --mount=type=bind,from=vllm-src ...")
+    for key, value in [("direct_cache_hit", 5), ("preprocessed_cache_hit", 1), ("cache_miss", 2),
+                       ("remote_storage_hit", 4), ("remote_storage_miss", 2)]:
+        follower.feed(f"#9 12.5 edgevllm-ccache-stats {key}\t{value}")
+    follower.feed("#9 12.6 edgevllm-ccache-stats stats_updated_timestamp\tsoon")  # not a count
+    follower.feed("#9 12.6 some compiler output cache_miss 7")
+    assert follower.ccache == {"direct_cache_hit": 5, "preprocessed_cache_hit": 1,
+                               "cache_miss": 2, "remote_storage_hit": 4, "remote_storage_miss": 2}
+    summary = compile_cache_summary(follower.ccache, remote=True)
+    assert summary == {"hits": 6, "misses": 2, "remote": True, "remote_hits": 4,
+                       "remote_misses": 2, "remote_errors": 0}
+    assert describe_compile_cache(summary) == (
+        "compile cache: 6 hits, 2 misses (shared: 4 hits, 2 misses, 0 errors)")
+    local = compile_cache_summary({"cache_miss": 3}, remote=False)
+    assert describe_compile_cache(local) == "compile cache: 0 hits, 3 misses"

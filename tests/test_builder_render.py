@@ -149,3 +149,28 @@ def test_render_from_a_lock_names_the_locked_commit(cli, tmp_path):
     code, _, stderr = cli("render", "--lock", str(path), "--target", "thor",
                           "--out", str(tmp_path / "t"))
     assert code == 2 and "differs from the target of the lock (spark)" in stderr
+
+
+def test_shared_compile_cache_is_a_secret_mount_and_keeps_the_compile_key():
+    """--compile-cache reaches the compile step only as a BuildKit secret: the Dockerfile (and so
+    the compile key) is the same text with and without it, and holds no URL."""
+    layout = read_build_layout(FAKE_VLLM)
+    url = "redis://:s3cretpw@cache.lan:6379/0"
+    plain = render_dockerfile(resolve(load_spec("spark")), {}, layout)
+    shared = render_dockerfile(resolve(load_spec("spark", overrides={"compile_cache": url})), {},
+                               layout)
+    assert shared == plain
+    assert "s3cretpw" not in shared and "cache.lan" not in shared
+    build = stage_text_of(shared, "build")
+    assert "--mount=type=secret,id=ccache-remote,target=/run/secrets/ccache-remote" in build
+    assert "CCACHE_REMOTE_STORAGE=\"$(cat /run/secrets/ccache-remote)\"" in build
+    assert "ccache --print-stats" in build and "ccache -z" in build
+    key = compile_key(shared, {"vllm": "tree"}, {"VLLM_VERSION": "0.1.0"})
+    assert key == compile_key(plain, {"vllm": "tree"}, {"VLLM_VERSION": "0.1.0"})
+    own = render_dockerfile(resolve(load_spec("spark", overrides={"compile_cache_id": "mine"})),
+                            {}, layout)
+    assert "--mount=type=cache,target=/root/.cache/ccache,id=mine" in own
+
+
+def stage_text_of(dockerfile: str, name: str) -> str:
+    return dockerfile.split(f"AS {name}\n", 1)[1].split("\nFROM ", 1)[0]

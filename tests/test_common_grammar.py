@@ -152,3 +152,24 @@ def test_a_lock_made_for_spark_is_refused_for_thor():
     lock = Lock(target="spark")
     with pytest.raises(ConfigError, match=r"--target thor differs from the target .*\(spark\)"):
         lock_overrides(lock, "thor")
+
+
+@pytest.mark.parametrize("url", [
+    "redis://cache.lan:6379", "redis://:s3cret@10.0.0.2:6379/1", "rediss://user:pw@cache.lan",
+    "http://cache.lan:8080/ccache", "https://u:p@cache.example/ccache|connect-timeout=500",
+    "redis://[::1]:6379",
+])
+def test_compile_cache_urls_ccache_speaks(url):
+    assert grammar.check(grammar.CompileCacheUrl, url, "compile_cache") == url
+
+
+@pytest.mark.parametrize("url", [
+    "ccache-spark", "file:///srv/ccache", "ftp://h/x", "redis://h:6379 ; rm -rf /",
+    "redis://h\n", "http://h/$(id)", "redis://u:pa ss@h", "s3://bucket",
+])
+def test_compile_cache_refuses_other_urls_without_quoting_them(url):
+    with pytest.raises(ConfigError) as err:
+        grammar.check(grammar.CompileCacheUrl, url, "compile_cache")
+    text = str(err.value)
+    assert text.startswith("compile_cache: is not a compile cache URL") and "redis://" in text
+    assert "pa ss" not in text and "$(id)" not in text

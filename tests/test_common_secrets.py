@@ -119,3 +119,17 @@ def test_inv_probe_refuses_a_token_given_as_env(cli):
                          "--env", f"SETTING={token}")
     assert code == 2 and err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
     assert "passed to the container by name" in err and token not in out + err
+
+
+@pytest.mark.parametrize(("url", "shown"), [
+    ("redis://cache.lan:6379", "redis://cache.lan:6379"),
+    ("redis://s3cretpw@cache.lan:6379", "redis://***@cache.lan:6379"),  # redis: a password alone
+    ("redis://:s3cretpw@cache.lan/1", "redis://***@cache.lan/1"),
+    ("https://me:s3cretpw@cache.example/c", "https://***@cache.example/c"),
+    ("http://me@cache.example/c", "http://me@cache.example/c"),  # a user name, no password
+])
+def test_url_without_password(url, shown):
+    from edgevllm.common.secrets import url_without_password
+
+    assert url_without_password(url) == shown
+    assert "s3cretpw" not in shown and token_kind(shown) is None  # a lock accepts it

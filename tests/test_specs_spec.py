@@ -146,3 +146,18 @@ def test_publish_cache_is_a_build_step_not_an_image_input():
     plain = resolve(load_spec("spark"))
     assert primed.spec.publish_cache and not plain.spec.publish_cache
     assert lock_settings(primed) == lock_settings(plain)
+
+
+def test_compile_cache_flag_and_spec_field(tmp_path):
+    url = "redis://:s3cretpw@cache.lan:6379"
+    overrides = spec_overrides({"compile_cache": url, "compile_cache_id": "ccache-mine"})
+    spec = load_spec("spark", overrides=overrides)
+    assert spec.compile_cache == url and spec.compile_cache_id == "ccache-mine"
+    path = tmp_path / "spec.yaml"
+    path.write_text("target: spark\ncompile_cache: http://cache.lan:8080/ccache\n")
+    assert load_spec(spec_file=str(path)).compile_cache == "http://cache.lan:8080/ccache"
+    path.write_text("target: spark\ncompile_cache: ftp://me:s3cretpw@cache.lan/\n")
+    with pytest.raises(SpecError) as failure:
+        load_spec(spec_file=str(path))
+    text = str(failure.value)
+    assert "compile_cache" in text and "redis://" in text and "s3cretpw" not in text
