@@ -293,7 +293,7 @@ def test_cli_failure_still_writes_the_json_and_exits_9(engine, images, tmp_path)
 @pytest.mark.parametrize("args, code, message", [
     (["--image", "edgevllm-test-probe-l1:nope", "--target", "thor"], 4, "not found"),
     (["--image", "x", "--target", "no-such-target"], 2, "unknown target 'no-such-target'"),
-    (["--image", "x", "--target", "thor", "--level", "3"], 2, 
+    (["--image", "x", "--target", "thor", "--level", "3"], 2,
      "--level 3: expected a whole number from 1 to 2"),
     (["--image", "x", "--target", "thor", "--level", "2", "--env", "NOEQUALS"], 2, "KEY=VALUE"),
 ])
