@@ -175,3 +175,29 @@ def cuda_image(engine: DockerEngine, arch: str) -> str:
                 "building the CUDA test base image failed:\n" + "\n".join(lines[-30:])
             )
     return tag
+
+
+CCACHE_DEBS = ["ccache", "libhiredis0.14"]  # ccache with redis remote storage (bookworm)
+
+
+def ccache_image(engine: DockerEngine, arch: str = "amd64") -> str:
+    """Tag of cuda_image(arch) plus Debian bookworm's ccache, from .debs the host downloads."""
+    base = cuda_image(engine, arch)
+    tag = f"edgevllm-test/cuda-ccache:13.0-{arch}-{_key(base, CCACHE_DEBS)}"
+    with image_lock(f"ccache-image-{arch}"):
+        if engine.image_exists(tag):
+            return tag
+        debs = cache_root() / f"ccache-debs-{arch}"
+        if not any(debs.glob("*.deb")):
+            debs.mkdir(parents=True, exist_ok=True)
+            names = [f"{name}:{arch}/bookworm" for name in CCACHE_DEBS]
+            subprocess.run(["apt-get", "download", *names], cwd=debs, check=True,
+                           capture_output=True)
+        lines: list[str] = []
+        code = engine.build(
+            BuildOptions(context=debs, dockerfile=Path(__file__).with_name("ccache-layer.Dockerfile"),
+                         platform=f"linux/{arch}", tags=[tag], build_args={"BASE": base}),
+            lines.append)
+        if code != 0:
+            raise RuntimeError("building the ccache test image failed:\n" + "\n".join(lines[-30:]))
+    return tag

@@ -1,0 +1,134 @@
+"""The shared compile cache (--compile-cache), end to end with real parts: a real redis-server
+process as ccache's remote storage, the fixture tree compiled through Debian's ccache (in the
+test CUDA image: tests/support/images.ccache_image) in the build stage (linux/amd64, spark's arch list), on the real Docker engine.
+
+Builder one compiles with an empty local cache (misses); builder two has its own, empty local
+cache (another cache id: what a second machine has) and the same shared cache: it compiles
+nothing (0 misses, every unit a hit from redis). The URL carries a password, which appears in
+no log line, lock, Dockerfile, label or layer history.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import time
+import uuid
+
+import pytest
+
+from e2e.conftest import hermetic_spec
+
+PASSWORD = "s3cret-" + uuid.uuid4().hex[:8]
+
+
+def bridge_gateway(engine) -> str:
+    """The address of this host on Docker's bridge: what a build step reaches the host by."""
+    proc = engine.run_cli(["network", "inspect", "bridge", "--format",
+                           "{{range .IPAM.Config}}{{.Gateway}}{{end}}"])
+    gateway = proc.stdout.decode().strip()
+    assert proc.returncode == 0 and gateway, "docker network inspect bridge gave no gateway"
+    return gateway
+
+
+def free_port(host: str) -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def redis_url(engine, tmp_path_factory):
+    if shutil.which("redis-server") is None:
+        pytest.fail("this test needs redis-server: apt-get install redis-server "
+                    "(bash .ci/install-engine.sh installs it)")
+    host = bridge_gateway(engine)
+    port = free_port(host)
+    workdir = tmp_path_factory.mktemp("redis")
+    proc = subprocess.Popen(["redis-server", "--bind", host, "--port", str(port),
+                             "--requirepass", PASSWORD, "--save", "", "--appendonly", "no",
+                             "--dir", str(workdir)], stdout=subprocess.DEVNULL)
+    try:
+        wait_listening(proc, host, port)
+        yield f"redis://{PASSWORD}@{host}:{port}"  # ccache: a password alone
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def wait_listening(proc: subprocess.Popen, host: str, port: int) -> None:
+    deadline = time.monotonic() + 20
+    while True:
+        if proc.poll() is not None:
+            pytest.fail(f"redis-server exited with {proc.returncode} before listening on "
+                        f"{host}:{port}")
+        try:
+            socket.create_connection((host, port), timeout=0.5).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                pytest.fail(f"redis-server did not listen on {host}:{port} within 20 s")
+            time.sleep(0.1)
+
+
+def builder_spec(base_image, upstream, wheelhouse, url: str, ref: str) -> dict:
+    # A cache id no build has used: this builder's local ccache starts empty, as on a new machine.
+    spec = hermetic_spec("spark", base_image, upstream, wheelhouse, platform="linux/amd64",
+                         mods=[], verify=False, compile_cache=url,
+                         compile_cache_id=f"ccache-e2e-{uuid.uuid4().hex[:12]}")
+    spec["vllm"]["ref"] = ref
+    return spec
+
+
+def salted_trees(upstream) -> tuple[str, str]:
+    """Two branches: a compile unit no cache has seen, and the same unit beside a changed README
+    (so that BuildKit runs the second compile step too, as a machine without the first one's
+    layers would; ccache sees the same unit)."""
+    from e2e.conftest import FIXTURE_TREE, KERNELS
+    from support.gitfixtures import commit, head
+
+    salt = uuid.uuid4().hex
+    kernels = (FIXTURE_TREE / KERNELS).read_text() + f"\n// compile cache test {salt}\n"
+    one = commit(upstream, [head(upstream)], {KERNELS: kernels}, "unit no cache has seen",
+                 ref=f"refs/heads/ccache-{salt}-one")
+    commit(upstream, [one], {"README.md": f"second builder {salt}\n"}, "README only",
+           ref=f"refs/heads/ccache-{salt}-two")
+    return f"ccache-{salt}-one", f"ccache-{salt}-two"
+
+
+@pytest.fixture(scope="module")
+def ccache_image_amd64(engine):
+    from support.images import ccache_image
+
+    return ccache_image(engine, "amd64")
+
+
+def test_a_second_builder_compiles_nothing_from_the_shared_cache(
+        redis_url, engine, ccache_image_amd64, fake_upstream, wheelhouse, tmp_path):
+    from edgevllm.builder.pipeline import build
+    from edgevllm.specs.buildspec import spec_from_dict
+
+    one, two = salted_trees(fake_upstream)
+    first = build(spec_from_dict(builder_spec(ccache_image_amd64, fake_upstream, wheelhouse,
+                                              redis_url, one)), tmp_path / "one", engine)
+    assert first.compiled and first.compile_cache is not None, "the compile printed no counters"
+    assert first.compile_cache["misses"] > 0 and first.compile_cache["remote"] is True
+    assert first.compile_cache["remote_errors"] == 0, first.compile_cache
+
+    second = build(spec_from_dict(builder_spec(ccache_image_amd64, fake_upstream, wheelhouse,
+                                               redis_url, two)), tmp_path / "two", engine)
+    assert second.compiled, "the second builder must run its compile (its own empty cache)"
+    cache = second.compile_cache
+    assert cache is not None and cache["misses"] == 0 and cache["hits"] > 0, cache
+    assert cache["remote_hits"] == cache["hits"], cache
+
+    for result in (first, second):
+        lock = result.lock_path.read_text()
+        assert json.loads(lock)["compile_cache"].startswith("redis://***@")
+        texts = [lock, result.log_path.read_text(),
+                 (result.lock_path.parent / "context" / "Dockerfile").read_text(),
+                 engine.run_cli(["image", "inspect", result.image]).stdout.decode(),
+                 engine.run_cli(["history", "--no-trunc", result.image]).stdout.decode()]
+        assert not [t for t in texts if PASSWORD in t], "the cache password leaked"
