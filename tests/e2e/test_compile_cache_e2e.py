@@ -1,10 +1,13 @@
 """The shared compile cache (--compile-cache), end to end with real parts: a real redis-server
 process as ccache's remote storage, the fixture tree compiled through Debian's ccache (in the
-test CUDA image: tests/support/images.ccache_image) in the build stage (linux/amd64, spark's arch list), on the real Docker engine.
+test CUDA image: tests/support/images.ccache_image) in the build stage (linux/amd64, spark's
+arch list), on the real Docker engine, which reaches redis at the host's bridge address.
 
-Builder one compiles with an empty local cache (misses); builder two has its own, empty local
+Builder one compiles a unit no cache has seen (misses); builder two has its own, empty local
 cache (another cache id: what a second machine has) and the same shared cache: it compiles
-nothing (0 misses, every unit a hit from redis). The URL carries a password, which appears in
+nothing (0 misses, every unit a hit from redis). BuildKit would serve builder two's compile step
+from builder one's layers on this one engine, so its tree differs by a README only (the compile
+key differs; the compiled unit is the same). The URL carries a password, which appears in
 no log line, lock, Dockerfile, label or layer history.
 """
 

@@ -195,7 +195,8 @@ def ccache_image(engine: DockerEngine, arch: str = "amd64") -> str:
                            capture_output=True)
         lines: list[str] = []
         code = engine.build(
-            BuildOptions(context=debs, dockerfile=Path(__file__).with_name("ccache-layer.Dockerfile"),
+            BuildOptions(context=debs,
+                         dockerfile=Path(__file__).with_name("ccache-layer.Dockerfile"),
                          platform=f"linux/{arch}", tags=[tag], build_args={"BASE": base}),
             lines.append)
         if code != 0:
