@@ -35,3 +35,16 @@ def test_a_job_without_fetching_asks_nothing_and_locks_nothing(tmp_path):
     assert build.contexts["vllm-src"].startswith("<prepared vLLM tree: ")
     assert build.stages == ("wheels", "runtime")
     assert not (tmp_path / "src").exists()
+
+
+def test_the_builder_the_rule_sees():
+    """With no engine (inv render) the builder is this machine; spark's only source patch is its
+    compile-only setting (kernel_plan.native_patches), so it does not force a compile."""
+    from edgevllm.builder.modes import builder_of
+    from edgevllm.containers.host import host_arch
+    from edgevllm.specs.targets import load_target
+
+    spark = load_target("spark")
+    assert "vllm-cmake-keep-121a" in spark.kernel_plan.native_patches
+    builder = builder_of(None, spark)
+    assert builder.arch == host_arch() and builder.source_patches == ()

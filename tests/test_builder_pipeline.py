@@ -30,3 +30,25 @@ def test_base_image_digest_is_recorded_and_pins_the_rebuild(engine, python_image
 
 def test_local_only_base_image_has_no_digest(engine, python_image_amd64):
     assert base_image_lock(python_image_amd64, engine) == BaseImageLock(ref=python_image_amd64)
+
+
+def test_plain_build_chooses_its_mode_from_the_engine_architecture(engine, cli, tmp_path):
+    """`make image TARGET=spark` as a user runs it, through the real CLI and preflight, against
+    the real engine: its architecture decides. On an x86_64 engine the release builds prebuilt
+    and says what the device loses; on an arm64 one it compiles. The spec only points the torch
+    index at a closed local port, so the build stops one line after its mode, downloading
+    nothing."""
+    (tmp_path / "spark.yaml").write_text(
+        "target: spark\ntorch: {version: '2.14.0', index_url: 'http://127.0.0.1:9/whl'}\n")
+    code, _, stderr = cli("build", "--spec", str(tmp_path / "spark.yaml"), "--out",
+                          str(tmp_path / "out"),
+                          env={"EDGEVLLM_MIN_DISK_GB": "1", "EDGEVLLM_CACHE": str(tmp_path)})
+    arch = engine.server_arch()
+    assert arch in ("amd64", "arm64"), arch
+    if arch == "amd64":
+        assert ("mode: prebuilt (vllm 0.33.0 with nothing on top, and this amd64 builder would "
+                "compile linux/arm64 under emulation") in stderr, stderr
+        assert "against a 12.1a compile the device runs the stock wheel's kernels" in stderr
+        assert code != 0 and "package index http://127.0.0.1:9/whl is unreachable" in stderr
+    else:
+        assert "mode: compile (vllm 0.33.0 on a native arm64 builder" in stderr, stderr

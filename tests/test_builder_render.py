@@ -60,10 +60,10 @@ def test_render_task_writes_dockerfile_and_context(cli, tmp_path):
 # inv render runs the build's own preparation with fetching off: per mode, the Dockerfile holds
 # only the stages the plan's build targets need, and uses exactly the plan's named contexts.
 RENDER_CASES = {
-    "compile": [],
+    "compile": ["--compile"],
     "compile-flashinfer-wheelhouse": ["--flashinfer-repo", "https://example.invalid/fi.git",
                                       "--flashinfer-ref", "v0.1.0", "--wheelhouse", "WH"],
-    "compile-no-mods": ["--spec", "SPEC"],   # mods: []
+    "compile-no-mods": ["--spec", "SPEC", "--compile"],   # mods: []
     "prebuilt": ["--vllm-wheel", "0.33.0"],
     "precompiled": ["--mode", "precompiled", "--vllm-wheel", "0.33.0"],
 }

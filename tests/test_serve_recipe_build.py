@@ -44,7 +44,9 @@ def test_a_plain_recipe_still_gets_what_its_arguments_need(tmp_path):
 
 
 def test_render_recipe_bakes_the_mod_and_pins_instanttensor(imported, tmp_path, cli):
-    code, _, err = cli("render", "--recipe", "download-mod", "--out", str(tmp_path / "r"))
+    # --compile: the compile's Dockerfile names the pin (prebuilt's closure resolves it at build)
+    code, _, err = cli("render", "--recipe", "download-mod", "--compile", "--out",
+                       str(tmp_path / "r"))
     assert code == 0, err
     assert '"instanttensor==0.2.2"' in (tmp_path / "r" / "Dockerfile").read_text()
     staged = tmp_path / "r" / "edgevllm-mods"

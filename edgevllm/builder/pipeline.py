@@ -13,11 +13,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgevllm.builder import modes, tail
+from edgevllm.builder.prepared import PreparedBuild
 from edgevllm.builder.runner import BuildResult, Workspace, preflight
 from edgevllm.common import console
 from edgevllm.common.errors import BuildError
 from edgevllm.containers.docker import DockerEngine
-from edgevllm.specs.buildspec import BuildSpec, resolve
+from edgevllm.specs.buildspec import Builder, BuildSpec, resolve, stock_kernel_note
 from edgevllm.specs.lock import Lock, read_lock
 
 
@@ -26,13 +27,29 @@ def build(
 ) -> BuildResult:
     """Build (or rebuild from a lock) one image; returns where everything went."""
     engine = engine or DockerEngine()
-    eff = resolve(spec)
-    ws = Workspace(out / eff.target.name)
+    target = resolve(spec).target
+    engine.check_daemon()
+    builder = modes.builder_of(engine, target)
+    eff = resolve(spec, builder=builder)
+    ws = Workspace(out / target.name)
     preflight(eff, engine, out)
-    locked = lock_for(lock_path, eff.target.name)
-    job = modes.start(spec, ws, engine, locked)
+    locked = lock_for(lock_path, target.name)
+    job = modes.start(spec, ws, engine, locked, builder=builder)
     console.step(f"mode: {job.eff.mode} ({job.eff.mode_reason})")
-    return tail.run(job, modes.prepare(job))
+    if job.eff.mode == "prebuilt" and not (spec.mode or spec.vllm_wheel):
+        console.info(stock_kernel_note(job.eff))
+    build = modes.prepare(job)
+    reused = any(ws.wheels(build.compile_key or "none").glob("*.whl"))
+    if modes.compiles_under_emulation(job.eff, builder) and not reused:
+        console.warn(compile_estimate(build, builder, job.eff.platform))
+    return tail.run(job, build)
+
+
+def compile_estimate(build: PreparedBuild, builder: Builder, platform: str) -> str:
+    """The compile's rough length under emulation, from the kernel plan's unit count."""
+    from edgevllm.builder.estimate import emulated_compile_line
+
+    return emulated_compile_line(build.compile_units, builder.arch, platform)
 
 
 def lock_for(lock_path: Path | None, target: str) -> Lock | None:

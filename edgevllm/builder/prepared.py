@@ -40,6 +40,7 @@ class Job:
     sources: dict[str, PreparedSource] | None = None  # fetched by the mode check, reused
     check: PythonOnlyCheck | None = None              # the tree's change, where it was checked
     fetch: bool = True
+    prepared: PreparedBuild | None = None  # prepared by the mode rule (its compile key)
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,7 @@ class PreparedBuild:
     wheelhouse: Path | None = None  # the closure folder (closure modes): the result's wheels_dir
     labels: dict[str, str] = field(default_factory=dict)  # the mode's own, added after checks
     compiles: bool = False          # whether exporting the wheels compiles vLLM's kernels
+    compile_units: int = 0          # the kernel plan's CUDA units (the estimate under emulation)
     runtime_what: str = "runtime image"
 
 

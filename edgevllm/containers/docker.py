@@ -157,6 +157,12 @@ class DockerEngine:
                 "(Debian: apt-get install docker-buildx)"
             )
 
+    def server_arch(self) -> str:
+        """The daemon's architecture in docker's words (amd64, arm64): what a build on this
+        engine runs natively; a remote engine answers for its own machine."""
+        proc = self._run(["version", "--format", "{{.Server.Arch}}"], timeout=QUICK_TIMEOUT_S)
+        return proc.stdout.decode().strip()
+
     # -- build ----------------------------------------------------------------------------------
     def build(
         self, options: BuildOptions, on_line: LineSink, env: dict[str, str] | None = None

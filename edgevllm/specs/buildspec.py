@@ -6,6 +6,8 @@ merges it with its target's defaults into the ``EffectiveSpec`` the renderer and
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol
 
@@ -33,8 +35,9 @@ from edgevllm.common.grammar import (
 )
 from edgevllm.common.schema import Strict, parse_model
 from edgevllm.common.secrets import check_no_secrets
+from edgevllm.containers.host import platform_arch
 from edgevllm.specs.modselect import select_mod_names
-from edgevllm.specs.refs import UPSTREAM_REPOS
+from edgevllm.specs.refs import UPSTREAM_REPOS, normalize_repo
 from edgevllm.specs.targets import BaseImages, Target, TorchSource, load_target
 
 # A recent vLLM release that builds for both targets with CUDA 13.0 (pins torch 2.14.0,
@@ -169,18 +172,44 @@ def wants_tree_check(spec: BuildSpec) -> bool:
     return spec.mode is None and not spec.vllm_wheel and change
 
 
-def choose_mode(spec: BuildSpec, tree: TreeChange | None = None) -> tuple[BuildMode, str]:
-    """The build mode and why (preflight prints both): the one rule. ``tree`` is the prepared
-    tree's change where ``wants_tree_check`` (None before the sources are prepared, or when
-    nothing is fetched: then the spec alone decides)."""
-    if spec.mode == "compile" and spec.vllm_wheel:
-        raise SpecError(
-            "field 'vllm_wheel' installs a released wheel: it needs mode prebuilt "
-            "(or precompiled), not compile"
-        )
-    if spec.mode == "precompiled" and spec.flashinfer.source is not None:
-        raise SpecError("field 'flashinfer.source' compiles FlashInfer: it needs mode compile, "
-                        "not precompiled")
+@dataclass(frozen=True)
+class Builder:
+    """The machine that would run the build, as far as the mode rule needs it (the builder
+    layer asks the engine: ``builder.modes.builder_of``)."""
+
+    arch: str                           # the engine's architecture, docker's word: amd64, arm64
+    compiled_wheels: str | None = None  # a folder of wheels for this very build's compile key
+    source_patches: tuple[str, ...] = ()  # the target's patches of compiled code beyond its
+    #                                       compile-only settings (kernel_plan.native_patches)
+
+    def emulates(self, platform: str) -> bool:
+        return platform_arch(platform) != self.arch
+
+
+_RELEASE_REF = re.compile(r"^v?(\d+\.\d+\.\d+(?:\.post\d+)?)$")
+
+
+def release_of(spec: BuildSpec) -> str | None:
+    """The vLLM release the spec builds with nothing on top (upstream's repository at a release
+    tag, no PR, no picks, no FlashInfer from source), e.g. ``0.33.0``; None otherwise."""
+    source = spec.vllm
+    if source.pr or source.cherry_picks or spec.flashinfer.source is not None:
+        return None
+    try:
+        upstream = normalize_repo(source.repo) == normalize_repo(UPSTREAM_REPOS["vllm"])
+    except SpecError:
+        return None
+    found = _RELEASE_REF.match(source.ref or "") if upstream else None
+    return found[1] if found else None
+
+
+def choose_mode(spec: BuildSpec, tree: TreeChange | None = None,
+                builder: Builder | None = None) -> tuple[BuildMode, str]:
+    """The build mode and why (preflight prints both): the one rule, the least work that gives
+    what was asked. ``tree`` is the prepared tree's change where ``wants_tree_check`` (None
+    before the sources are prepared, or when nothing is fetched); ``builder`` the machine that
+    would build (None: not known here, e.g. ``inv plan``; then a release compiles)."""
+    _check_mode_fields(spec)
     if tree is not None and wants_tree_check(spec):
         if tree.applies:
             return "precompiled", (f"Python-only change: reusing the compiled kernels of vllm "
@@ -195,12 +224,63 @@ def choose_mode(spec: BuildSpec, tree: TreeChange | None = None) -> tuple[BuildM
             f"--vllm-wheel {spec.vllm_wheel}: the released wheel and its locked "
             "closure; nothing is compiled"
         )
-    return "compile", "vLLM compiled from source for the target's arch list"
+    if builder is None:
+        return "compile", "vLLM compiled from source for the target's arch list"
+    return _default_mode(spec, builder)
+
+
+def _check_mode_fields(spec: BuildSpec) -> None:
+    if spec.mode == "compile" and spec.vllm_wheel:
+        raise SpecError(
+            "field 'vllm_wheel' installs a released wheel: it needs mode prebuilt "
+            "(or precompiled), not compile"
+        )
+    if spec.mode == "precompiled" and spec.flashinfer.source is not None:
+        raise SpecError("field 'flashinfer.source' compiles FlashInfer: it needs mode compile, "
+                        "not precompiled")
+
+
+def _default_mode(spec: BuildSpec, builder: Builder) -> tuple[BuildMode, str]:
+    """No mode asked and no wheel given: reuse, compile what must be compiled, else the least."""
+    if builder.compiled_wheels:
+        return "compile", (f"compiled wheels for this compile key are in "
+                           f"{builder.compiled_wheels}: the wheels stage is skipped when its "
+                           "folder holds wheels, so nothing compiles")
+    target = load_target(spec.target)
+    platform = spec.platform or target.platform
+    release = release_of(spec)
+    if spec.flashinfer.source is not None:
+        return "compile", "FlashInfer from source: compiled for the target's arch list"
+    if builder.source_patches:
+        return "compile", (f"source patch(es) of compiled code {', '.join(builder.source_patches)}"
+                           " for this target: compiled")
+    if spec.wheelhouse:
+        return "compile", "--wheelhouse feeds the compile's installs: compiled"
+    if release is None:
+        return "compile", (f"{spec.vllm.describe()} is not a vLLM release (no released wheel to "
+                           "install): compiled for the target's arch list")
+    if not builder.emulates(platform):
+        return "compile", (f"vllm {release} on a native {builder.arch} builder: compiled for the "
+                           f"target's arch list ({target.cuda_arch})")
+    return "prebuilt", (f"vllm {release} with nothing on top, and this {builder.arch} builder "
+                        f"would compile {platform} under emulation: the released wheel, stock "
+                        "kernels, the stock-kernel gate; --compile (or a native "
+                        f"{platform_arch(platform)} builder) compiles")
+
+
+def stock_kernel_note(eff: EffectiveSpec) -> str:
+    """What a prebuilt device loses against the target's own compile (preflight prints it)."""
+    arch = eff.target.cuda_arch
+    return (f"against a {arch} compile the device runs the stock wheel's kernels (upstream's "
+            f"arch list, no {arch}-native code; PTX-only units JIT-compile at first start); "
+            "`inv verify --target "
+            f"{eff.target.name} --path <the vllm wheel>` lists the units that are not native")
 
 
 def prebuilt_wheel(spec: BuildSpec) -> str:
-    """The wheel a prebuilt build installs: --vllm-wheel, else the pinned release's version."""
-    return spec.vllm_wheel or DEFAULT_VLLM_REF.lstrip("v")
+    """The wheel a prebuilt build installs: --vllm-wheel, else the spec's release (its ref), else
+    the pinned release's version."""
+    return spec.vllm_wheel or release_of(spec) or DEFAULT_VLLM_REF.lstrip("v")
 
 
 def base_images(spec: BuildSpec, target: Target, mode: str) -> BaseImages:
@@ -239,10 +319,11 @@ def _deep_merge(base: dict, top: dict) -> dict:
     return out
 
 
-def resolve(spec: BuildSpec, tree: TreeChange | None = None) -> EffectiveSpec:
+def resolve(spec: BuildSpec, tree: TreeChange | None = None,
+            builder: Builder | None = None) -> EffectiveSpec:
     """Every default filled in from the target, for the mode ``choose_mode`` picks (a tree that
     turns out Python-only becomes precompiled over the release below it)."""
-    mode, reason = choose_mode(spec, tree)
+    mode, reason = choose_mode(spec, tree, builder)
     if mode == "precompiled" and tree is not None:
         spec = spec.model_copy(update={"mode": "precompiled",
                                        "vllm_wheel": spec.vllm_wheel or tree.release})
@@ -334,6 +415,9 @@ def lock_overrides(lock, target: str | None = None) -> dict:
     ):
         if key in settings:
             data[key] = settings[key]
+    # The lock's mode, whatever builder rebuilds it: a compile lock compiles again (or reuses
+    # its wheels by the compile key), never turns into prebuilt on an emulating builder.
+    data.setdefault("mode", lock.mode)
     if "build" in images and "runtime" in images:
         # A recorded digest pins the base exactly: the rebuild uses the very same base image.
         data["images"] = {

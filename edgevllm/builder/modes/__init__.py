@@ -10,13 +10,18 @@ name and rule in ``specs/buildspec.py`` (``BuildMode``, ``choose_mode``) and its
 
 from __future__ import annotations
 
+import dataclasses
+
 from edgevllm.builder.modes import compile as compile_mode
 from edgevllm.builder.modes import prebuilt, precompiled
 from edgevllm.builder.prepared import Job, Mode, PreparedBuild
 from edgevllm.builder.runner import Workspace
+from edgevllm.common import console
 from edgevllm.containers.docker import DockerEngine
-from edgevllm.specs.buildspec import BuildSpec, resolve, wants_tree_check
+from edgevllm.containers.host import host_arch
+from edgevllm.specs.buildspec import Builder, BuildSpec, EffectiveSpec, resolve, wants_tree_check
 from edgevllm.specs.lock import Lock
+from edgevllm.specs.targets import Target
 
 MODES: dict[str, Mode] = {
     compile_mode.name: compile_mode,
@@ -25,16 +30,33 @@ MODES: dict[str, Mode] = {
 }
 
 
+def builder_of(engine: DockerEngine | None, target: Target) -> Builder:
+    """The facts the mode rule needs about the builder: the engine's own architecture (a render,
+    with no engine, assumes this machine's) and the target's source patches of compiled code
+    beyond its compile-only settings."""
+    from edgevllm.mods.patches import load_patches
+
+    own = set(target.kernel_plan.native_patches)
+    patches = tuple(p.name for p in load_patches()
+                    if target.name in p.manifest.targets and p.name not in own
+                    and any(not e.path.endswith(".py") for e in p.manifest.edits))
+    return Builder(arch=engine.server_arch() if engine is not None else host_arch(),
+                   source_patches=patches)
+
+
 def start(spec: BuildSpec, ws: Workspace, engine: DockerEngine | None, locked: Lock | None,
-          fetch: bool = True) -> Job:
-    """The job with its mode decided: by the spec alone, or (where ``wants_tree_check`` and
-    fetching is on) by the prepared tree's change against the release below it."""
+          fetch: bool = True, builder: Builder | None = None) -> Job:
+    """The job with its mode decided: by the spec and the builder, or (where
+    ``wants_tree_check`` and fetching is on) by the prepared tree's change against the release
+    below it; a default prebuilt turns compile where this build's compiled wheels exist."""
     from edgevllm.builder.tree import fetch_sources, requests_for
     from edgevllm.sources.pythononly import python_only_change
 
-    eff = resolve(spec)
+    builder = builder or builder_of(engine, resolve(spec).target)
+    eff = resolve(spec, builder=builder)
     if not wants_tree_check(spec):
-        return Job(eff=eff, ws=ws, engine=engine, locked=locked, fetch=fetch)
+        job = Job(eff=eff, ws=ws, engine=engine, locked=locked, fetch=fetch)
+        return _reuse_compiled(job, spec, builder) if _could_reuse(job, spec) else job
     if not fetch:  # the tree is not fetched, so its change is not known: say what the build does
         then = ("it must be Python-only" if spec.mode == "precompiled" else
                 "a Python-only one builds precompiled")
@@ -44,9 +66,37 @@ def start(spec: BuildSpec, ws: Workspace, engine: DockerEngine | None, locked: L
     sources = fetch_sources(requests_for(eff, locked), ws.root)
     vllm = sources["vllm"]
     check = python_only_change(vllm.repo, vllm.base_sha, vllm.commit)
-    return Job(eff=resolve(spec, check), ws=ws, engine=engine, locked=locked, sources=sources,
-               check=check)
+    return Job(eff=resolve(spec, check, builder), ws=ws, engine=engine, locked=locked,
+               sources=sources, check=check)
+
+
+def _could_reuse(job: Job, spec: BuildSpec) -> bool:
+    """A default prebuilt (no mode, no wheel asked) where some compile's wheels lie in the
+    output: only then is the compile prepared to learn its key."""
+    if not job.fetch or job.eff.mode != "prebuilt" or spec.mode or spec.vllm_wheel:
+        return False
+    return any(job.ws.root.glob("wheels/*/*.whl"))
+
+
+def _reuse_compiled(job: Job, spec: BuildSpec, builder: Builder) -> Job:
+    """Prepare the compile this spec would run (seconds, the trees come from the git cache) and
+    keep it where its key's wheels exist; otherwise the prebuilt job as it was."""
+    console.info(f"compiled wheels under {job.ws.root / 'wheels'}: preparing the compile to see "
+                 "whether they are this build's (its compile key)")
+    trial = resolve(spec, builder=dataclasses.replace(builder, compiled_wheels="<its key>"))
+    build = compile_mode.prepare(dataclasses.replace(job, eff=trial))
+    folder = job.ws.wheels(build.compile_key or "none")
+    if not any(folder.glob("*.whl")):
+        console.info(f"no wheels for compile key {build.compile_key}: {job.eff.mode}")
+        return job
+    eff = resolve(spec, builder=dataclasses.replace(builder, compiled_wheels=str(folder)))
+    return dataclasses.replace(job, eff=eff, prepared=dataclasses.replace(build, eff=eff))
+
+
+def compiles_under_emulation(eff: EffectiveSpec, builder: Builder) -> bool:
+    return eff.mode == "compile" and builder.emulates(eff.platform)
 
 
 def prepare(job: Job) -> PreparedBuild:
-    return MODES[job.eff.mode].prepare(job)
+    """The job's build: already prepared where the mode rule needed its compile key."""
+    return job.prepared or MODES[job.eff.mode].prepare(job)

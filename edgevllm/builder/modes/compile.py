@@ -30,12 +30,14 @@ def prepare(job: Job) -> PreparedBuild:
     build_args = {"VLLM_VERSION": version, **eff.spec.build_args}
     dockerfile = render_dockerfile(eff, staged.env, tree.layout)  # rendered once per build
     lock = key = None
+    plan = tree.kernel_plan
+    units = sum(e.cuda_sources for e in plan.extensions if e.language == "CUDA") if plan else 0
     if tree.fetched:
         lock = make_lock(eff, tree, staged.versions, build_args, engine_of(job))
         key = compile_key(dockerfile, tree.key_inputs(), build_args)
     return PreparedBuild(eff=eff, dockerfile=dockerfile, contexts=named_contexts(job, tree),
                          stages=("wheels", "runtime"), lock=lock, build_args=build_args,
-                         compile_key=key, compiles=True)
+                         compile_key=key, compiles=True, compile_units=units)
 
 
 def make_lock(eff: EffectiveSpec, tree: PreparedTree, mod_versions: list[dict],

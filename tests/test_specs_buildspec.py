@@ -1,0 +1,103 @@
+"""specs.buildspec.choose_mode, the one mode rule: the least work that gives what was asked, for
+the builder that would run it (its architecture passed explicitly here; the CLI asks the engine)."""
+
+from __future__ import annotations
+
+import pytest
+
+from edgevllm.builder.estimate import EMULATION_FACTOR, emulated_compile_line
+from edgevllm.specs.buildspec import (
+    Builder,
+    choose_mode,
+    load_spec,
+    lock_overrides,
+    prebuilt_wheel,
+    release_of,
+    resolve,
+    stock_kernel_note,
+)
+from edgevllm.specs.lock import Lock
+
+X86 = Builder(arch="amd64")   # a workstation: linux/arm64 would run under qemu
+ARM = Builder(arch="arm64")   # a Spark, a Thor, or an arm64 engine
+
+
+def spec(target: str = "spark", **fields):
+    return load_spec(target, overrides=fields)
+
+
+@pytest.mark.parametrize("target", ["spark", "thor"])
+def test_a_release_under_emulation_is_prebuilt_and_says_what_it_costs(target):
+    mode, reason = choose_mode(spec(target), builder=X86)
+    assert mode == "prebuilt"
+    assert reason.startswith("vllm 0.33.0 with nothing on top, and this amd64 builder would "
+                             "compile linux/arm64 under emulation")
+    assert "stock-kernel gate" in reason and "--compile" in reason
+    eff = resolve(spec(target), builder=X86)
+    assert eff.images.runtime == eff.target.prebuilt.image
+    note = stock_kernel_note(eff)
+    assert f"against a {eff.target.cuda_arch} compile" in note
+    assert f"inv verify --target {target} --path" in note
+
+
+@pytest.mark.parametrize("target", ["spark", "thor"])
+def test_a_release_on_a_native_builder_compiles(target):
+    mode, reason = choose_mode(spec(target), builder=ARM)
+    assert mode == "compile" and reason.startswith("vllm 0.33.0 on a native arm64 builder")
+
+
+def test_compile_asked_for_compiles_even_under_emulation():
+    assert choose_mode(spec(mode="compile"), builder=X86) == ("compile", "mode compile asked for")
+
+
+def test_existing_compiled_wheels_are_reused():
+    found = Builder(arch="amd64", compiled_wheels="out/spark/wheels/0123456789abcdef")
+    mode, reason = choose_mode(spec(), builder=found)
+    assert mode == "compile" and "out/spark/wheels/0123456789abcdef" in reason
+    assert "nothing compiles" in reason
+
+
+@pytest.mark.parametrize("fields, why", [
+    ({"vllm": {"ref": "main"}}, "is not a vLLM release"),
+    ({"vllm": {"repo": "someone/vllm", "ref": "v0.33.0"}}, "is not a vLLM release"),  # a fork
+    ({"flashinfer": {"source": {"repo": "flashinfer-ai/flashinfer", "ref": "v0.7.2"}}},
+     "FlashInfer from source"),
+    ({"wheelhouse": "/tmp"}, "--wheelhouse"),
+])
+def test_what_only_a_compile_gives_compiles_under_emulation(fields, why):
+    mode, reason = choose_mode(spec(**fields), builder=X86)
+    assert mode == "compile" and why in reason, reason
+
+
+def test_a_source_patch_of_compiled_code_compiles():
+    patched = Builder(arch="amd64", source_patches=("keep-my-kernel",))
+    mode, reason = choose_mode(spec(), builder=patched)
+    assert mode == "compile" and "keep-my-kernel" in reason
+
+
+def test_a_wheel_or_an_unknown_builder_keep_their_modes():
+    assert choose_mode(spec(vllm_wheel="0.33.0"), builder=ARM)[0] == "prebuilt"
+    assert choose_mode(spec())[0] == "compile"   # inv plan: no builder to ask
+
+
+def test_release_of_and_the_wheel_prebuilt_installs():
+    assert release_of(spec()) == "0.33.0"
+    older = spec(vllm={"ref": "v0.20.2"})
+    assert release_of(older) == "0.20.2" and prebuilt_wheel(older) == "0.20.2"
+    assert release_of(spec(vllm={"ref": "v0.33.0", "pr": 5})) is None
+    assert release_of(spec(vllm={"repo": "vllm-project/vllm", "ref": "0.33.0"})) == "0.33.0"
+
+
+def test_a_compile_lock_rebuilds_as_a_compile_on_any_builder():
+    data = lock_overrides(Lock(target="spark", mode="compile"))
+    assert data["mode"] == "compile"
+    rebuilt = load_spec("spark", overrides=data)
+    assert choose_mode(rebuilt, builder=X86)[0] == "compile"
+
+
+def test_the_emulated_compile_estimate_names_its_inputs():
+    line = emulated_compile_line(78, "amd64", "linux/arm64", cores=2)
+    assert "78 CUDA units" in line and f"{EMULATION_FACTOR:.1f}" in line and "/ 2 cores" in line
+    assert "h" in line.split("≈")[1] and "--compile" in line
+    fewer = emulated_compile_line(78, "amd64", "linux/arm64", cores=64)
+    assert fewer != line
