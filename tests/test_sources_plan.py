@@ -1,8 +1,9 @@
 """The kernel plan on the real vLLM 0.33.0 tree (sdist from PyPI), evaluated by its own CMake.
 
-The expected arches are the ones vLLM's CMake gives for CUDA 13.0 (checked independently in
-/work/shared/reference/vllm-0.33.0-real-path.md): Thor 11.0a stays 11.0a; Spark 12.1a becomes 12.0
-without the vllm-cmake-keep-121a patch and stays 12.1a with it. A git repository made from the
+The expected arches are the ones vLLM's CMake gives for CUDA 13.0 (its real configure prints
+them as "CUDA supported target architectures"; `python bench/compile_slice.py --target spark`
+runs that configure beside the plan where GitHub is reachable): Thor 11.0a stays 11.0a; Spark
+12.1a becomes 12.0 without the vllm-cmake-keep-121a patch and stays 12.1a with it. A git repository made from the
 sdist stands in for the GitHub clone in the CLI tests.
 """
 
