@@ -3,8 +3,8 @@
 The expected arches are the ones vLLM's CMake gives for CUDA 13.0 (its real configure prints
 them as "CUDA supported target architectures"; `python bench/compile_slice.py --target spark`
 runs that configure beside the plan where GitHub is reachable): Thor 11.0a stays 11.0a; Spark
-12.1a becomes 12.0 without the vllm-cmake-keep-121a patch and stays 12.1a with it. A git repository made from the
-sdist stands in for the GitHub clone in the CLI tests.
+12.1a becomes 12.0 without the vllm-cmake-keep-121a patch and stays 12.1a with it. A git
+repository made from the sdist stands in for the GitHub clone in the CLI tests.
 """
 
 from __future__ import annotations
