@@ -3,6 +3,7 @@ the shared base; the mode is decided in one place (builder/modes.start, with spe
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import get_args
 
 from edgevllm.builder.modes import MODES, prepare, start
@@ -48,3 +49,46 @@ def test_the_builder_the_rule_sees():
     assert "vllm-cmake-keep-121a" in spark.kernel_plan.native_patches
     builder = builder_of(None, spark)
     assert builder.arch == host_arch() and builder.source_patches == ()
+
+
+def test_a_default_prebuilt_turns_compile_where_this_keys_wheels_exist(
+        engine, python_image_amd64, tmp_path, monkeypatch):
+    """Road 1 of the rule, through modes.start with real git and the real engine (base image
+    digests): a release under emulation builds prebuilt; wheels of another compile key change
+    nothing; wheels under this build's own key make it compile, reusing them (nothing compiles).
+    The fixture tree stands in for upstream, so its tag v0.1.0 reads as a release."""
+    import dataclasses
+    import shutil
+
+    from edgevllm.builder.modes import compile_mode
+    from edgevllm.specs.buildspec import Builder, resolve
+    from edgevllm.specs.refs import UPSTREAM_REPOS
+    from support.gitfixtures import make_upstream_repo
+
+    fixture = Path(__file__).parent / "e2e" / "fixtures" / "fake-vllm"
+    upstream = make_upstream_repo(tmp_path / "up", fixture)
+    monkeypatch.setitem(UPSTREAM_REPOS, "vllm", upstream.url)
+    monkeypatch.setenv("EDGEVLLM_CACHE", str(tmp_path / "cache"))
+    spec = load_spec("spark", overrides={
+        "vllm": {"repo": upstream.url, "ref": "v0.1.0"}, "mods": [],
+        "images": {"build": python_image_amd64, "runtime": python_image_amd64},
+        "torch": {"version": None}, "apt_packages": [], "python": "python3",
+        "packages": {"flashinfer-python": None, "nvidia-cutlass-dsl": None}})
+    x86 = Builder(arch="amd64")
+    ws = Workspace(tmp_path / "out" / "spark")
+    assert start(spec, ws, engine, None, builder=x86).eff.mode == "prebuilt"
+
+    other = ws.wheels("0000000000000000")
+    other.mkdir(parents=True)
+    (other / "vllm-0.1.0-py3-none-any.whl").write_bytes(b"not this key's")
+    job = start(spec, ws, engine, None, builder=x86)
+    assert job.eff.mode == "prebuilt" and job.prepared is None
+
+    forced = resolve(spec.model_copy(update={"mode": "compile"}), builder=x86)
+    key = compile_mode.prepare(dataclasses.replace(job, eff=forced)).compile_key
+    assert key and key != "0000000000000000"
+    shutil.copytree(other, ws.wheels(key))
+    job = start(spec, ws, engine, None, builder=x86)
+    assert job.eff.mode == "compile" and str(ws.wheels(key)) in job.eff.mode_reason
+    assert job.prepared is not None and prepare(job) is job.prepared
+    assert job.prepared.compile_key == key and job.prepared.eff.mode_reason == job.eff.mode_reason
