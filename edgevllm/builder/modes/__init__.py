@@ -17,6 +17,7 @@ from edgevllm.builder.modes import prebuilt, precompiled
 from edgevllm.builder.prepared import Job, Mode, PreparedBuild
 from edgevllm.builder.runner import Workspace
 from edgevllm.common import console
+from edgevllm.common.errors import EdgeVllmError
 from edgevllm.containers.docker import DockerEngine
 from edgevllm.containers.host import host_arch
 from edgevllm.specs.buildspec import Builder, BuildSpec, EffectiveSpec, resolve, wants_tree_check
@@ -84,7 +85,11 @@ def _reuse_compiled(job: Job, spec: BuildSpec, builder: Builder) -> Job:
     console.info(f"compiled wheels under {job.ws.root / 'wheels'}: preparing the compile to see "
                  "whether they are this build's (its compile key)")
     trial = resolve(spec, builder=dataclasses.replace(builder, compiled_wheels="<its key>"))
-    build = compile_mode.prepare(dataclasses.replace(job, eff=trial))
+    try:
+        build = compile_mode.prepare(dataclasses.replace(job, eff=trial))
+    except EdgeVllmError as exc:  # the prebuilt build needs none of it: it goes on without
+        console.info(f"the compile could not be prepared ({exc}): {job.eff.mode}")
+        return job
     folder = job.ws.wheels(build.compile_key or "none")
     if not any(folder.glob("*.whl")):
         console.info(f"no wheels for compile key {build.compile_key}: {job.eff.mode}")
