@@ -18,7 +18,7 @@ from edgevllm.containers.docker import DockerEngine
 from edgevllm.specs.lock import Lock, parse_lock, read_lock
 
 MANIFEST_SUFFIX = ".manifest.json"
-RECORD_LABELS = {"mods": labels.MODS, "verify": labels.VERIFY, "probe": labels.PROBE}
+RECORD_KEYS = ("mods", "verify", "probe")  # of labels.RECORDS; the lock is read apart
 CONFIG_KEYS = ("Env", "Entrypoint", "Cmd", "WorkingDir", "User")
 
 
@@ -71,12 +71,12 @@ def lock_from_label(text: str | None, origin: str) -> Lock | None:
 
 def _records_from_labels(found: dict[str, str], origin: str) -> dict:
     records = {}
-    for key, label in RECORD_LABELS.items():
-        if label in found:
-            try:
-                records[key] = json.loads(found[label])
-            except ValueError:
-                console.warn(f"label {label} of {origin} is not JSON; left out")
+    for key in RECORD_KEYS:
+        record = labels.label_record(found, key)
+        if record is not None:
+            records[key] = record
+        elif found.get(labels.RECORDS[key][0]):
+            console.warn(f"label {labels.RECORDS[key][0]} of {origin} is not JSON; left out")
     return records
 
 
@@ -148,5 +148,5 @@ def facts_from_manifest(text: str) -> Facts:
         text, "tarball", image_id=image.get("id"), lock=lock, labels=dict(manifest.labels),
         config=dict(image.get("config") or {}),
         layers=[Layer(d) for d in diff_ids] if isinstance(diff_ids, list) else None,
-        records={k: v for k in RECORD_LABELS if (v := getattr(manifest, k)) is not None},
+        records={k: v for k in RECORD_KEYS if (v := getattr(manifest, k)) is not None},
         repo_digests=list(image.get("repo_digests") or []))
