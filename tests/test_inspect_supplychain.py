@@ -10,21 +10,11 @@ import json
 import pytest
 
 from edgevllm.common.errors import SupplyChainError
-from edgevllm.inspect import dsse, inimage_dists, provenance
-from edgevllm.inspect.supplychain import ImageView, check, raise_first, sign, write_sbom
+from edgevllm.inspect import dsse, provenance
+from edgevllm.inspect.supplychain import check, raise_first, sign, write_sbom
 from support.inside_locks import make_lock
-
-IMAGE_ID = "sha256:" + "cd" * 32
-
-
-def view(**changes) -> ImageView:
-    dists = [inimage_dists.entry("/site/six-1.16.0.dist-info", b"Name: six\nVersion: 1.16.0\n",
-                                 b"six.py,,\n")]
-    values = dict(ref="img:1", image_id=IMAGE_ID, repo_digests=[], lock=make_lock(),
-                  mods_record=[{"name": "fastsafetensors", "version": "1.0",
-                                "outcome": "applied"}], dists=dists)
-    values.update(changes)
-    return ImageView(**values)
+from support.inside_view import IMAGE_ID
+from support.inside_view import make_view as view
 
 
 @pytest.fixture

@@ -142,14 +142,23 @@ def keygen(c, out):
         print(path)
 
 
-@cli_task(help={**_TARGET_HELP, "key": "the signer's public key (or the private key file)"})
+SUPPLY_CHAIN_HELP = {**_TARGET_HELP, "key": "the signer's public key (or the private key file)"}
+
+
+@cli_task(help=SUPPLY_CHAIN_HELP)
 def verify_supply_chain(c, image=None, tarball=None, key=None, lock=None, out=None, name=None):
     """Check signature, SBOM and image together (online, or offline on a published set)."""
+    check_supply_chain("verify-supply-chain", image, tarball, key, lock, out, name)
+
+
+def check_supply_chain(task: str, image, tarball, key, lock, out, name) -> None:
+    """The supply-chain check of ``inv verify-supply-chain`` and ``inv verify --supply-chain``:
+    online on ``image``, offline on the published set ``tarball``; exit 8 on the first problem."""
     from edgevllm.common import console
     from edgevllm.inspect.supplychain import check, raise_first
 
     if not key:
-        raise ConfigError("verify-supply-chain: --key required (the signer's public key)")
+        raise ConfigError(f"{task}: --key required (the signer's public key)")
     stem = _stem(image, tarball, lock, out, name)
     view = _view(image, tarball)
     raise_first(check(view, stem, Path(key)))

@@ -1,4 +1,5 @@
-"""``inv verify``: which GPU architectures an image's CUDA libraries carry, judged for a target."""
+"""``inv verify``: which GPU architectures an image's CUDA libraries carry, judged for a target;
+with ``--supply-chain``, the signed provenance check of ``inv verify-supply-chain`` instead."""
 
 from __future__ import annotations
 
@@ -17,10 +18,32 @@ from edgevllm.common.errors import ArchGateFailed, ConfigError
     "diff": "compare two sources (images, tarballs, wheels, folders): --diff A,B",
     "max_library_size": "the most one library may hold, e.g. 8G (default 4G; "
                         "EDGEVLLM_MAX_LIBRARY_SIZE)",
+    "supply_chain": "instead of the arch gate, check signature, SBOM and image together "
+                    "(--image online, --tarball X.manifest.json offline; as inv "
+                    "verify-supply-chain)",
+    "key": "--supply-chain: the signer's public key (or the private key file)",
+    "lock": "--supply-chain: the image's lock file (its SBOM and statement lie beside it)",
+    "out": "--supply-chain: folder holding the SBOM and statement when there is no --lock or "
+           "--tarball (default: .)",
+    "name": "--supply-chain: their file name stem in --out (default: from the image tag)",
 }, iterable=["diff"])
-def verify(c, target, image=None, tarball=None, path=None, json=None, cuobjdump=False,
-           policy=None, diff=None, max_library_size=None):
+def verify(c, target=None, image=None, tarball=None, path=None, json=None, cuobjdump=False,
+           policy=None, diff=None, max_library_size=None, supply_chain=False, key=None,
+           lock=None, out=None, name=None):
     """Gate: vLLM/FlashInfer/flash-attn/torch CUDA libraries must run on the target GPU."""
+    supply_chain_only = {"--key": key, "--lock": lock, "--out": out, "--name": name}
+    if supply_chain:
+        _refuse_with_supply_chain({"--target": target, "--path": path, "--json": json,
+                                   "--cuobjdump": cuobjdump, "--policy": policy,
+                                   "--diff": diff, "--max-library-size": max_library_size})
+        from edgevllm.cli.inspect import check_supply_chain
+
+        return check_supply_chain("verify --supply-chain", image, tarball, key, lock, out, name)
+    given = [flag for flag, value in supply_chain_only.items() if value]
+    if given:
+        raise ConfigError(f"{', '.join(given)}: only with --supply-chain")
+    if not target:
+        raise ConfigError("verify: --target required; see 'inv --help verify'")
     if max_library_size:
         _set_ceiling(str(max_library_size))
     if diff:
@@ -34,6 +57,13 @@ def verify(c, target, image=None, tarball=None, path=None, json=None, cuobjdump=
     print_verdict(verdict)
     if not verdict.passed:
         raise ArchGateFailed(f"arch gate failed for {verdict.target}: {_why(verdict)}")
+
+
+def _refuse_with_supply_chain(flags: dict) -> None:
+    given = [flag for flag, value in flags.items() if value]
+    if given:
+        raise ConfigError(f"--supply-chain checks signature, SBOM and image; it takes no "
+                          f"{', '.join(given)} (run inv verify --target ... for the arch gate)")
 
 
 def _set_ceiling(text: str) -> None:
