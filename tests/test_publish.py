@@ -561,7 +561,7 @@ def test_the_reader_takes_the_window_its_manifest_declares_and_no_more(tmp_path)
 
 def test_bad_long_window_is_one_line(cli, image, tmp_path):
     code, out, err = cli("publish", "--image", image, "--out", str(tmp_path), "--long", "40")
-    assert code == 2 and "--long 40: use a window log from 10 to 31" in err
+    assert code == 2 and "--long 40: expected a whole number from 10 to 31" in err
     assert err.count("\n") == 1 and list(tmp_path.iterdir()) == []
 
 

@@ -113,9 +113,8 @@ def _codec_flags(format, level, threads, long) -> tuple[int | None, int, int]:
     2^31 bytes; 0: off)."""
     low, high = (0, 9) if format == "gz" else (1, 22)
     level = flag_int(level, "--level", low, high) if level is not None else None
-    long = flag_int(long, "--long", 0, 31)
-    if long:
-        long = flag_int(long, "--long", 10, 31)
+    # 0 turns the long window off; otherwise zstd takes a window log of 10 to 31
+    long = 0 if str(long).strip() == "0" else flag_int(long, "--long", 10, 31)
     return level, flag_int(threads, "--threads", -1, 1024), long
 
 
