@@ -426,7 +426,10 @@ def step_dist_files(ctx: Context, step: dict) -> tuple[str, str]:
         wrong = None  # not installed (or another version): install every file of the wheel
     root = _site_root(ctx, dist)
     wheel = _fetch_wheel(ctx, f"{package}=={version}")
-    changed = _overlay_wheel(wheel, root, set(wrong) if wrong is not None else None)
+    try:
+        changed = _overlay_wheel(wheel, root, set(wrong) if wrong is not None else None)
+    finally:  # the download is ours: it must not stay in /tmp (or in the image layer)
+        shutil.rmtree(wheel.parent, ignore_errors=True)
     dist = ctx.env.dists().get(_norm(package))
     left = _wrong_copies(dist, over) if dist else ["(not installed)"]
     if left:
@@ -458,6 +461,7 @@ def _fetch_wheel(ctx: Context, requirement: str) -> Path:
     proc = subprocess.run(argv + [requirement], capture_output=True, text=True)
     wheels = sorted(tmp.glob("*.whl"))
     if proc.returncode != 0 or not wheels:
+        shutil.rmtree(tmp, ignore_errors=True)
         last = (proc.stderr.strip().splitlines() or ["no wheel"])[-1]
         raise ctx.fail(f"cannot obtain the wheel {requirement}: {last}")
     return wheels[0]

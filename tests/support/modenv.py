@@ -110,7 +110,15 @@ def stage_and_apply(
     ]
     if record:
         argv += ["--record", str(record_path)]
-    proc = subprocess.run(argv, capture_output=True, text=True)
+    # the applier's own temporary files (downloaded wheels) must not outlive it: in an image
+    # build they would stay in the mods layer
+    scratch = work / "applier-tmp"
+    scratch.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run(argv, capture_output=True, text=True,
+                          env={**os.environ, "TMPDIR": str(scratch)})
+    # (a verify step's import may leave its package's own cache there, e.g. CuTe DSL's)
+    left = sorted(p.name for p in scratch.glob("edgevllm-*"))
+    assert not left, f"the applier left temporary files behind: {left}"
     data = json.loads(record_path.read_text()) if record and record_path.is_file() else None
     return proc.returncode, data, proc.stdout, proc.stderr
 
