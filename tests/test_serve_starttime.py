@@ -145,7 +145,9 @@ def test_bench_recipe_records_each_start(engine, python_image_amd64, tmp_path):
             _stop_quietly(engine, name)
     (run,) = record["runs"]
     start = run["start"]
-    assert start["error"] is None and start["first_token_s"] >= start["health_s"] + TTFT_S
+    # the record keeps each figure rounded to 0.01 s: two roundings may cost 0.01 s together
+    assert start["error"] is None
+    assert start["first_token_s"] >= start["health_s"] + TTFT_S - 0.011
     saved = json.loads(Path(record["path"]).read_text())
     assert saved["runs"][0]["start"] == start
     assert "| to health s | to first token s |" in start_markdown([saved])
