@@ -111,3 +111,11 @@ def test_engines_are_named_in_one_place():
             if isinstance(node, ast.Call) and ast.unparse(node.func) == "DockerEngine"
             and any(k.arg in ("host", "context") for k in node.keywords)}
     assert not made, "get an engine from a flag with DockerEngine.named"
+
+
+def test_image_layers_are_read_in_one_place():
+    """Whiteouts are the mark of reading an image's layers: only verify/archive.py spells them."""
+    spelt = {rel for rel, tree in py_files("verify/archive.py") for node in ast.walk(tree)
+             if isinstance(node, ast.Constant) and isinstance(node.value, str)
+             and ".wh." in node.value}
+    assert not spelt, "read an image's layers with edgevllm.verify.archive.read_image"
