@@ -96,3 +96,39 @@ def test_inv_render_twice_and_with_force(tmp_path, cli):
     code, _, err = cli("render", "--target", "thor", "--out", str(folder))
     assert code == 0, err
     assert (folder / "keep.txt").read_text() == "mine" and (folder / "Dockerfile").is_file()
+
+
+def test_atomic_dir_replaces_what_it_wrote_and_keeps_a_folder_it_has_no_record_of(tmp_path,
+                                                                                  capsys):
+    """``inv build --out`` subfolders (src/<name>, context/edgevllm-mods/<mod>, wheels/<key>):
+    a folder of the user's there is moved aside with one warning, never deleted."""
+    from edgevllm.common.fsutil import atomic_dir
+
+    final = tmp_path / "src" / "vllm"
+    final.mkdir(parents=True)
+    (final / "my-notes.txt").write_text("years of work")
+    with atomic_dir(final) as tmp:
+        (tmp / "setup.py").write_text("v1")
+    kept = [p for p in final.parent.iterdir() if p.name.startswith("vllm.kept-")]
+    assert len(kept) == 1 and (kept[0] / "my-notes.txt").read_text() == "years of work"
+    assert "vllm: edgevllm has no record of writing it; kept it as vllm.kept-" in \
+        capsys.readouterr().err
+    with atomic_dir(final) as tmp:  # recorded now: replaced whole, nothing moved aside
+        (tmp / "setup.py").write_text("v2")
+    assert sorted(p.name for p in final.parent.iterdir()) == sorted(
+        [kept[0].name, "vllm", OUTPUT_MARKER])
+    assert [p.name for p in final.iterdir()] == ["setup.py"]
+    assert (final.parent / OUTPUT_MARKER).read_text() == "vllm\n"
+
+
+def test_atomic_dir_leaves_the_old_folder_when_the_block_fails(tmp_path):
+    from edgevllm.common.fsutil import atomic_dir
+
+    final = tmp_path / "wheels"
+    with atomic_dir(final) as tmp:
+        (tmp / "a.whl").write_text("a")
+    with pytest.raises(RuntimeError), atomic_dir(final) as tmp:
+        (tmp / "b.whl").write_text("b")
+        raise RuntimeError("compile failed")
+    assert [p.name for p in final.iterdir()] == ["a.whl"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["wheels", OUTPUT_MARKER])

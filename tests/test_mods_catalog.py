@@ -80,6 +80,19 @@ def test_target_defaults_select_and_stage_cleanly(tmp_path):
         assert staged.names == names
 
 
+def test_staging_again_replaces_its_copy_and_keeps_a_users_folder(tmp_path):
+    """The build context under ``--out`` is staged again on every build: a mod's folder it
+    wrote is replaced; one it has no record of (the user's) is moved aside, not deleted."""
+    dest = tmp_path / "ctx"
+    (dest / SPARK[0]).mkdir(parents=True)
+    (dest / SPARK[0] / "mine.txt").write_text("mine")
+    M.stage_mods(SPARK, "spark", dest)
+    M.stage_mods(SPARK, "spark", dest)
+    kept = [p for p in dest.iterdir() if p.name.startswith(f"{SPARK[0]}.kept-")]
+    assert len(kept) == 1 and (kept[0] / "mine.txt").read_text() == "mine"
+    assert not (dest / SPARK[0] / "mine.txt").exists() and (dest / SPARK[0]).is_dir()
+
+
 def test_stage_contract(tmp_path):
     dest = tmp_path / "ctx"
     staged = M.stage_mods(SPARK, "spark", dest)

@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import IO, Iterator
 
@@ -73,23 +74,34 @@ def atomic_write_json(final: Path | str, obj: object) -> Path:
 @contextlib.contextmanager
 def atomic_dir(final: Path | str) -> Iterator[Path]:
     """Yield a temporary folder beside ``final``; it replaces ``final`` only if the block
-    succeeds. For edgevllm's own folders (caches, build contexts): a folder the user names goes
-    through ``output_dir``, which never deletes what edgevllm did not write."""
+    succeeds. For edgevllm's own folders (caches, build trees and contexts under ``--out``): the
+    parent's marker records ``final`` as edgevllm's, and a ``final`` it does not record (the
+    user's, or written before records were kept) is moved aside, never deleted. A folder the
+    user names goes through ``output_dir``."""
     final = Path(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
-    try:
+    with atomic_dir_staging(final) as tmp:
         yield tmp
-        if final.exists():
-            old = final.with_name(f".{final.name}.old-{os.getpid()}")
-            os.replace(final, old)
-            os.replace(tmp, final)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, final)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+        ours = _written_by_us(final.parent) or set()
+        if (final.exists() or final.is_symlink()) and final.name not in ours:
+            _move_aside(final)
+        _swap_in(tmp, final)
+        _record(final.parent, ours | {final.name})
+
+
+def _move_aside(final: Path) -> None:
+    from edgevllm.common import console
+
+    kept = final.with_name(f"{final.name}.kept-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
+    os.replace(final, kept)
+    console.warn(f"{final}: edgevllm has no record of writing it; kept it as {kept.name} "
+                 "(delete it when you no longer need it)")
+
+
+def _record(folder: Path, names: set[str]) -> None:
+    """The names edgevllm wrote in ``folder``, in its marker (written whole, then renamed)."""
+    tmp = folder / f"{OUTPUT_MARKER}.tmp-{os.getpid()}"
+    tmp.write_text("".join(f"{n}\n" for n in sorted(names)))
+    os.replace(tmp, folder / OUTPUT_MARKER)
 
 
 # An output folder edgevllm wrote holds this file: the names it wrote there, one per line. Only

@@ -20,7 +20,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import Field, field_validator, model_validator
 
 from edgevllm.common.errors import ManifestError, ModConflictError, ModNotForTargetError
-from edgevllm.common.fsutil import atomic_write_json
+from edgevllm.common.fsutil import atomic_dir, atomic_write_json
 from edgevllm.common.schema import Strict, load_model
 from edgevllm.specs.modselect import MANIFEST, check_mod_names, mod_folders
 from edgevllm.specs.outcomes import FAILED
@@ -354,10 +354,9 @@ def stage_mods(mod_names: list[str], target_name: str, dest: Path) -> StagedMods
     dest.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(Path(__file__).with_name("applier.py"), dest / "applier.py")
     for mod in mods:
-        target_dir = dest / mod.name
-        if target_dir.exists():
-            shutil.rmtree(target_dir)
-        shutil.copytree(mod.folder, target_dir, ignore=shutil.ignore_patterns("__pycache__"))
+        with atomic_dir(dest / mod.name) as tmp:  # an older copy goes only if edgevllm wrote it
+            shutil.copytree(mod.folder, tmp, dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns("__pycache__"))
     plan_path = dest / "plan.json"
     atomic_write_json(plan_path, plan_for(mods, target_name))
     env: dict[str, str] = {}
