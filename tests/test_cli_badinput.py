@@ -25,7 +25,8 @@ REPO = Path(__file__).resolve().parents[1]
 RECIPE = "nemotron-3-nano-nvfp4-spark"
 DEAD = 3  # the engine cannot be reached
 
-# (argv, exit code, a piece of the error line: the field, flag or file it names)
+# (argv, exit code, a piece of the error line: the field, flag or file it names). A file or
+# folder the user named that is not there is an input error (2), whichever stage reads it.
 CASES: list[tuple[list[str], int, str]] = [
     # Invoke's own parse errors
     (["no-such-task"], 2, "unknown task or flag 'no-such-task'"),
@@ -41,6 +42,9 @@ CASES: list[tuple[list[str], int, str]] = [
     (["bench", "http://127.0.0.1:9", "--seed", "-1"], 2, "--seed"),
     (["bench", "--report", "nonutf8.json"], 12, "nonutf8.json"),
     (["bench", "--report", "adir"], 12, "adir"),
+    (["bench", "--report", "nothere.json"], 2, "nothere.json: no such benchmark record"),
+    (["bench", "--report", "good.bench.json", "--compare", "bad.bench.json"], 12,
+     "bad.bench.json: field 'points.0.concurrency'"),
     # build and render: every field by its grammar, before any work
     (["build"], 2, "no target given"),
     (["build", "--target", "nosuch"], 2, "unknown target 'nosuch'"),
@@ -50,6 +54,8 @@ CASES: list[tuple[list[str], int, str]] = [
     (["build", "--spec", "nonutf8.yaml"], 2, "nonutf8.yaml: not UTF-8"),
     (["build", "--spec", "deep.yaml"], 2, "nested too deeply"),
     (["build", "--spec", "adir"], 2, "adir"),
+    (["build", "--spec", "nothere.yaml"], 2, "nothere.yaml: no such file"),
+    (["build", "--lock", "nothere.lock.json"], 2, "nothere.lock.json: no such lock file"),
     (["build", "--lock", "string.lock.json"], 5, "schema_version"),
     (["build", "--lock", "spark.lock.json", "--target", "thor"], 2, "--target thor differs"),
     (["render", "--target", "thor", "--platform", "linux/arm64\nRUN id"], 2, "platform"),
@@ -65,6 +71,7 @@ CASES: list[tuple[list[str], int, str]] = [
     (["sources", "--vllm-pr", "x", "--dry-run"], 2, "--vllm-pr 'x'"),
     (["sources", "--lock", "spark.lock.json", "--target", "thor"], 2, "--target thor differs"),
     (["sources", "--lock", "nonutf8.lock.json", "--dry-run"], 5, "not UTF-8"),
+    (["sources", "--lock", "nothere.lock.json", "--dry-run"], 2, "nothere.lock.json: no such"),
     # mods
     (["mods", "--target", "nosuch"], 2, "unknown target 'nosuch'"),
     (["mods-apply"], 2, "--target"),
@@ -88,8 +95,9 @@ CASES: list[tuple[list[str], int, str]] = [
      "takes no --path, --json"),
     (["verify", "--target", "thor", "--path", "adir", "--key", "k"], 2,
      "--key: only with --supply-chain"),
-    (["verify", "--supply-chain", "--key", "k", "--tarball", "nothere.manifest.json"], 10,
-     "nothere.manifest.json"),
+    (["verify", "--supply-chain", "--key", "k", "--tarball", "nothere.manifest.json"], 2,
+     "nothere.manifest.json: no such file"),
+    (["verify", "--target", "thor", "--tarball", "nothere.tar"], 2, "nothere.tar: no such file"),
     (["verify", "--supply-chain", "--key", "k", "--tarball", "spark.lock.json"], 10,
      "spark.lock.json: neither a tar"),
     (["verify", "--supply-chain", "--key", "k", "--image", "x"], DEAD, "cannot reach"),
@@ -101,7 +109,8 @@ CASES: list[tuple[list[str], int, str]] = [
     (["publish", "--image", "x", "--out", "o", "--level", "99"], 2, "--level 99"),
     (["publish", "--image", "x", "--out", "o", "--threads", "abc"], 2, "--threads 'abc'"),
     (["publish", "--image", "x", "--out", "o"], DEAD, "cannot reach the Docker daemon"),
-    (["load", "nothere.manifest.json"], 10, "nothere.manifest.json"),
+    (["load", "nothere.manifest.json"], 2, "nothere.manifest.json: no such file"),
+    (["load", "nothere.tar.zst"], 2, "nothere.tar.zst: no such file"),
     (["push"], 2, "--image"),
     (["push", "--image", "x", "--registry", "localhost:5000"], DEAD, "cannot reach"),
     # recipes and serving
@@ -113,7 +122,8 @@ CASES: list[tuple[list[str], int, str]] = [
     (["compose", "--recipe", RECIPE, "--set", "port=0", "--out", "c.yaml"], 11, "health.port"),
     (["compose", "--recipe", RECIPE], 2, "--out"),
     (["recipes", "--as-json", "extra"], 2, "unknown task or flag 'extra'"),
-    (["recipe-import", "nosuch"], 11, "nosuch"),
+    (["recipe-import", "nosuch"], 2, "nosuch: no such file"),
+    (["compose", "--recipe", "nothere.yaml", "--out", "c.yaml"], 2, "nothere.yaml not found"),
     (["status"], DEAD, "cannot reach the Docker daemon"),
     (["stop", "--timeout", "x"], 2, "--timeout 'x'"),
     (["stop", "--name", "x"], DEAD, "cannot reach the Docker daemon"),
@@ -124,16 +134,18 @@ CASES: list[tuple[list[str], int, str]] = [
     (["copy", "--image", "x", "--to", "local"], DEAD, "cannot reach the Docker daemon"),
     (["model-fetch", "not a valid id!!"], 11, "not a valid id"),
     (["doctor", "--target", "nosuch"], 2, "unknown target 'nosuch'"),
-    (["roofline", "nosuch-folder"], 12, "nosuch-folder"),
+    (["roofline", "nosuch-folder"], 2, "nosuch-folder is neither a folder nor a model id"),
     (["roofline", "adir", "--target", "nosuch"], 2, "unknown target"),
     (["targets", "--as-json", "--bogus"], 2, "unknown task or flag '--bogus'"),
     (["diff", "spark.lock.json"], 2, "'new' required"),
     (["diff", "spark.lock.json", "nonutf8.json"], 5, "not UTF-8"),
     (["diff", "image-a", "image-b"], DEAD, "cannot reach the Docker daemon"),
+    (["diff", "nothere.lock.json", "spark.lock.json"], 2, "nothere.lock.json: no such file"),
     (["keygen", "--out", "adir"], 2, "adir already exists"),
     (["keygen", "--out", "spark.lock.json/key"], 2, "parent of this path is a file"),
     (["sbom"], 2, "--image and --tarball"),
     (["sbom", "--image", "x"], DEAD, "cannot reach the Docker daemon"),
+    (["sbom", "--tarball", "nothere.manifest.json"], 2, "nothere.manifest.json: no such file"),
     (["sign", "--image", "x"], 2, "--key required"),
     (["verify-supply-chain"], 2, "--key required"),
 ]
@@ -161,6 +173,11 @@ def _inputs(folder: Path) -> None:
     (folder / "string.lock.json").write_text(json.dumps({"target": "spark",
                                                          "schema_version": "1"}))
     (folder / "adir").mkdir()
+    record = {"schema": "edgevllm-bench/1", "name": "run", "points": []}
+    (folder / "good.bench.json").write_text(json.dumps(record))
+    (folder / "bad.bench.json").write_text(json.dumps(
+        {**record, "points": [{"concurrency": "many", "input_len": 1, "output_len": 1,
+                               "summary": {}}]}))
 
 
 def _tree(folder: Path) -> dict[str, tuple[int, int]]:

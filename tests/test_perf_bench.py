@@ -37,8 +37,8 @@ def test_bad_flags_are_one_line(cli, tmp_path):
                           "--out", str(tmp_path))
     assert code == 2 and "error: --lengths '1024': write INPUT:OUTPUT" in stderr
     code, _, stderr = cli("bench", "--report", str(tmp_path / "none.json"))
-    assert code == 12 and stderr.strip() == f"error: {tmp_path / 'none.json'}: no such " \
-                                            "benchmark record"
+    assert code == 2 and stderr.strip() == f"error: {tmp_path / 'none.json'}: no such " \
+                                           "benchmark record; give a file inv bench wrote"
     code, _, stderr = cli("bench", "http://127.0.0.1:9", "--sweep", "k=1,2")
     assert code == 12 and "give a recipe, not a URL" in stderr
 

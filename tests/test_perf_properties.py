@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import struct
 
-from hypothesis import given
+from hypothesis import example, given
 
 from edgevllm.perf.client import parse_result
 from edgevllm.perf.metrics import figures, summarise
@@ -94,3 +94,51 @@ def test_a_models_answer(document, data):
     for answer in (json.dumps(document).encode(), data):
         model = bounded(first_model_id, answer, "http://fuzz:8000")
         assert not isinstance(model, str) or (model.strip() and model.isprintable())
+
+
+def _saved_record() -> dict:
+    """A real record's shape: one point with its repeats summarised, a timed start, a roofline."""
+    from edgevllm.perf.record import new_record
+
+    runs = [{"itl_ms": v, "tok_s_stream": 1000 / v, "ttft_ms": 30.0, "failed": 0}
+            for v in (20.0, 21.0, 22.0)]
+    record = new_record("fuzz", target="spark", roofline={"ceiling_tok_s": 60.0})
+    record["points"] = [{"concurrency": 1, "input_len": 32, "output_len": 16,
+                         "labels": {"max_num_seqs": 8}, "runs": runs, "summary": summarise(runs)}]
+    record["runs"] = [{"labels": {"max_num_seqs": 8},
+                       "start": {"health_s": 41.5, "first_token_s": 43.0, "error": None}}]
+    record["status"] = "complete"
+    return record
+
+
+def _report_of(base: dict, other_path) -> str:
+    from edgevllm.perf.record import load_record
+    from edgevllm.perf.report import compare_markdown, markdown, start_markdown
+
+    other = load_record(other_path)
+    return markdown([base, other]) + compare_markdown(base, other) + start_markdown([other])
+
+
+def _with(path: tuple, value) -> dict:
+    record = _saved_record()
+    node = record
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    return record
+
+
+@PROPERTY
+@given(replaced_field(_saved_record()), mutated(json.dumps(_saved_record()).encode()))
+@example(_with(("points", 0, "summary"), None), b"{}")
+@example(_with(("runs", 0, "start"), "soon"), b"[]")
+@example(_with(("points", 0, "summary", "itl_ms", "median"), "fast"), b"null")
+def test_a_record_given_to_compare(tmp_path_factory, document, data):
+    """``inv bench --report A --compare B``: a record with any field replaced, or its bytes
+    mutated, is reported or refused in one line naming the file."""
+    folder = tmp_path_factory.mktemp("records")
+    for index, raw in enumerate((json.dumps(document).encode(), data)):
+        path = folder / f"other-{index}.json"
+        path.write_bytes(raw)
+        out = bounded(_report_of, _saved_record(), path)
+        assert isinstance(out, str) or str(path) in str(out), out

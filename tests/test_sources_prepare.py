@@ -451,8 +451,8 @@ CLI_FAILURES = {
     ),
     "missing lock": (
         lambda up, tmp: ["--lock", str(tmp / "none.lock.json")],
-        ["lock file not found"],
-        5,
+        ["no such lock file"],
+        2,  # a file the user named that is not there: bad input
     ),
     "malformed lock": (lambda up, tmp: ["--lock", _bad_lock(tmp)], ["field 'vllm'"], 5),
     "unknown target": (

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from edgevllm.common.errors import LockError
+from edgevllm.common.errors import LockError, MissingInputError
 from edgevllm.specs.lock import (
     LOCK_FILENAME,
     BaseImageLock,
@@ -140,7 +140,7 @@ def test_secrets_are_refused_in_build_args():
 
 
 def test_missing_lock_file(tmp_path):
-    with pytest.raises(LockError, match="lock file not found; check the path given to --lock"):
+    with pytest.raises(MissingInputError, match="no such lock file; check the path given to"):
         read_lock(tmp_path / "nope.lock.json")
 
 

@@ -51,6 +51,10 @@ class OutputFolderError(ConfigError):
     """An output folder that holds files edgevllm did not write (it would have to delete them)."""
 
 
+class MissingInputError(ConfigError):
+    """A file or folder the user named is not there: an input error (2), whatever reads it."""
+
+
 # --- environment: tools missing (3) ------------------------------------------------------------
 class MissingToolError(EdgeVllmError):
     """A required program or service is missing or not running."""
@@ -191,6 +195,11 @@ class BenchError(EdgeVllmError):
 
 class RooflineUnknown(BenchError):
     """The checkpoint's layout is not one the roofline knows: it says so instead of guessing."""
+
+
+class NoSuchModelError(MissingInputError, RooflineUnknown):
+    """A model that is neither a folder nor a model id: an input error (2) for ``inv roofline``,
+    a roofline the bench record calls unknown."""
 
 
 # --- arch verification: specific causes (edgevllm/verify) ------------------------------------

@@ -14,7 +14,7 @@ from typing import Any, Iterable, Literal, TypeVar, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from edgevllm.common.errors import ConfigError, EdgeVllmError
+from edgevllm.common.errors import ConfigError, EdgeVllmError, MissingInputError
 
 Model = TypeVar("Model", bound=BaseModel)
 
@@ -105,6 +105,8 @@ def read_text(path: Path | str, error: type[EdgeVllmError] = ConfigError) -> str
     are not UTF-8."""
     try:
         data = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise MissingInputError(f"{path}: no such file; check the path") from None
     except OSError as exc:
         raise error(f"{path}: cannot read ({exc.strerror}); check the path") from None
     return decode_text(data, str(path), error)

@@ -27,7 +27,7 @@ from typing import IO, Any, Callable, Iterator
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
-from edgevllm.common.errors import IntegrityError
+from edgevllm.common.errors import IntegrityError, MissingInputError
 from edgevllm.common.schema import parse_model
 from edgevllm.common.streams import ByteReader, as_binary_io
 from edgevllm.image.zstdframes import zstd_chunks
@@ -81,6 +81,9 @@ def read_manifest(path: Path) -> ManifestModel:
     """Parse and validate a manifest; one line naming the file and the field on any problem."""
     try:
         data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise MissingInputError(f"{path}: no such file; give the <name>.manifest.json that "
+                                "inv publish wrote") from None
     except OSError as exc:
         raise IntegrityError(f"{path}: cannot read the manifest ({exc.strerror})") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -355,7 +358,7 @@ def open_tarball(path: Path | str) -> TarballSet:
     if sibling is not None:
         return from_manifest(sibling)
     if not path.is_file():
-        raise IntegrityError(
+        raise MissingInputError(
             f"{path}: no such file; pass a manifest (*.manifest.json) or a "
             "tarball (.tar, .tar.gz, .tar.zst)"
         )

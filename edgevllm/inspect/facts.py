@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgevllm.common import console, labels
-from edgevllm.common.errors import ConfigError, EdgeVllmError
+from edgevllm.common.errors import ConfigError, EdgeVllmError, MissingInputError
 from edgevllm.containers.docker import DockerEngine
 from edgevllm.specs.lock import Lock, parse_lock, read_lock
 
@@ -41,8 +41,16 @@ class Facts:
     repo_digests: list[str] = field(default_factory=list)
 
 
+_FILE_ENDINGS = (MANIFEST_SUFFIX, ".lock.json", ".lock.yaml", ".lock.yml", ".tar", ".tar.gz",
+                 ".tar.zst")
+
+
 def source_kind(text: str) -> str:
+    """``tarball``, ``lock`` or ``image``; a name with a file's ending must be a file."""
     path = Path(text)
+    if not path.exists() and text.endswith(_FILE_ENDINGS):
+        raise MissingInputError(f"{text}: no such file; give a lock, a published "
+                                "<name>.manifest.json or an image reference")
     if path.is_file() and (text.endswith(MANIFEST_SUFFIX) or ".tar" in path.name):
         return "tarball"
     if path.is_file():

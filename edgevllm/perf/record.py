@@ -17,10 +17,59 @@ import re
 import time
 from pathlib import Path
 
-from edgevllm.common.errors import BenchError
+from pydantic import BaseModel, ConfigDict, Field
+
+from edgevllm.common.errors import BenchError, MissingInputError
 from edgevllm.common.fsutil import atomic_write_json
 
 SCHEMA = "edgevllm-bench/1"
+Swept = str | int | float | bool | None
+
+
+class _Open(BaseModel):
+    """A record holds more facts than a report reads: those are kept, not checked."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class _Stats(_Open):
+    median: float
+    min: float
+    max: float
+
+
+class _Point(_Open):
+    concurrency: int = Field(ge=1)
+    input_len: int = Field(ge=0)
+    output_len: int = Field(ge=0)
+    labels: dict[str, Swept] | None = None
+    summary: dict[str, _Stats]
+
+
+class _Start(_Open):
+    health_s: float | None = None
+    first_token_s: float | None = None
+    error: str | None = None
+
+
+class _Run(_Open):
+    labels: dict[str, Swept] | None = None
+    start: _Start | None = None
+
+
+class _Roofline(_Open):
+    ceiling_tok_s: float | None = None
+    unknown: str | None = None
+
+
+class BenchRecordModel(_Open):
+    """What ``inv bench --report`` / ``--compare`` read of a record (report.py)."""
+
+    name: str
+    started: str = ""
+    points: list[_Point] = []
+    runs: list[_Run] | None = None
+    roofline: _Roofline | None = None
 
 
 def new_record(name: str, **facts) -> dict:
@@ -45,7 +94,8 @@ def load_record(path: Path | str) -> dict:
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
-        raise BenchError(f"{path}: no such benchmark record") from None
+        raise MissingInputError(f"{path}: no such benchmark record; give a file inv bench "
+                                "wrote") from None
     except OSError as exc:
         raise BenchError(f"{path}: cannot read it ({exc.strerror})") from None
     except RecursionError:
@@ -56,4 +106,7 @@ def load_record(path: Path | str) -> dict:
             from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise BenchError(f"{path}: not an inv bench record (schema {SCHEMA} expected)")
+    from edgevllm.common.schema import parse_model
+
+    parse_model(BenchRecordModel, data, str(path), BenchError)
     return data

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import requests
 
-from edgevllm.common.errors import RooflineUnknown
+from edgevllm.common.errors import NoSuchModelError, RooflineUnknown
 from edgevllm.common.http import InsecureRedirect, bearer, credential_session
 from edgevllm.common.paths import host_hf_cache
 
@@ -199,7 +199,7 @@ def _local_folder(spec: str) -> Path | None:
     if path.is_dir():
         return path
     if spec.count("/") != 1 or spec.startswith((".", "/")):
-        raise RooflineUnknown(f"roofline unknown: {spec} is neither a folder nor a model id "
+        raise NoSuchModelError(f"roofline unknown: {spec} is neither a folder nor a model id "
                               "(org/name)")
     hub = host_hf_cache() / "hub"
     snapshots = hub / f"models--{spec.replace('/', '--')}" / "snapshots"

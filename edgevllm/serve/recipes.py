@@ -25,7 +25,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from edgevllm.common.errors import RecipeError
+from edgevllm.common.errors import MissingInputError, RecipeError
 from edgevllm.common.grammar import PortMapping, check
 from edgevllm.common.paths import data_dirs, project_root
 from edgevllm.common.schema import describe_validation_error, parse_model, read_yaml
@@ -111,7 +111,7 @@ def find_recipe(ref: str) -> Path:
     as_name = ref.replace("/", "-").lower()
     if path.suffix in (".yaml", ".yml") or ("/" in ref and as_name not in files):
         if not path.is_file():
-            raise RecipeError(f"recipe file {ref} not found; check the path")
+            raise MissingInputError(f"recipe file {ref} not found; check the path")
         return path
     ref = ref if ref in files else as_name
     if ref not in files:

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from edgevllm import __version__
 from edgevllm.common import labels
-from edgevllm.common.errors import LockError
+from edgevllm.common.errors import LockError, MissingInputError
 from edgevllm.common.fsutil import atomic_write_text
 from edgevllm.common.grammar import (
     Digest,
@@ -319,6 +319,6 @@ def read_lock(path: Path | str) -> Lock:
 
     path = Path(path)
     if not path.exists():
-        raise LockError(f"{path}: lock file not found; check the path given to --lock")
+        raise MissingInputError(f"{path}: no such lock file; check the path given to --lock")
     text = read_text(path, LockError)
     return parse_lock(text, str(path), yaml_syntax=path.suffix.lower() in (".yaml", ".yml"))
