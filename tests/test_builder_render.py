@@ -121,8 +121,10 @@ def test_compile_key_of_an_unchanged_input_stays_the_same():
     # libraries (libibverbs1, ibverbs-providers, rdma-core) that clusters need for RDMA. spark
     # and thor changed deliberately again: the compile step gained the shared compile cache's
     # secret mount and ccache's counters (the same text with and without --compile-cache).
+    # precompiled changed deliberately: its closure became the shared closure stages (no target
+    # name, the byte-code compiled on the build platform).
     assert keys == {"spark": "8e2b35250a22dc98", "thor": "4e3493736b217fcb",
-                    "precompiled": "913058a639337555"}
+                    "precompiled": "8a86ae0a531f87dd"}
 
 
 def test_templates_render_in_the_sandbox():
@@ -174,3 +176,67 @@ def test_shared_compile_cache_is_a_secret_mount_and_keeps_the_compile_key():
 
 def stage_text_of(dockerfile: str, name: str) -> str:
     return dockerfile.split(f"AS {name}\n", 1)[1].split("\nFROM ", 1)[0]
+
+
+CLOSURE_STAGES = ("closure-files", "closure-bytecode", "closure")
+
+
+def _steps(stage: str) -> str:
+    """A stage's instructions (what BuildKit keys its steps by), without its comments."""
+    return "".join(line for line in stage.splitlines(keepends=True)
+                   if line.strip() and not line.lstrip().startswith("#"))
+
+
+def _folder_digest(folder: Path) -> str:
+    """What a build context holds: every file's relative name and bytes."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        digest.update(f"{path.relative_to(folder)}\0".encode() + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def test_targets_and_modes_with_one_closure_share_its_install(tmp_path):
+    """spark and thor (and spark's precompiled mode) with the same closure: the install stages
+    are byte-identical and name no target, and the wheelhouse context they bind holds the same
+    bytes (thor's extra resolver override is in the lock, not in requirements.txt); what
+    differs per target comes after the stage ``closure``."""
+    import hashlib
+
+    from edgevllm.builder.modes.prebuilt import closure_overrides
+    from edgevllm.sources.wheels import Closure, Wheelhouse, WheelPin
+
+    effs = {"spark": resolve(load_spec("spark", overrides={"vllm_wheel": "0.33.0"})),
+            "thor": resolve(load_spec("thor", overrides={"vllm_wheel": "0.33.0"})),
+            "spark-precompiled": resolve(load_spec("spark", overrides={
+                "mode": "precompiled", "vllm_wheel": "0.33.0"}))}
+    texts = {name: render_dockerfile(eff, layout=read_build_layout(FAKE_VLLM))
+             for name, eff in effs.items()}
+    install = {name: [_steps(stages(text)[s]) for s in CLOSURE_STAGES]
+               for name, text in texts.items()}
+    assert install["spark"] == install["thor"] == install["spark-precompiled"]
+    assert not re.search(r"spark|thor|12\.1a|11\.0a", "".join(install["spark"]))
+    assert "FROM --platform=$BUILDPLATFORM" in install["spark"][1]
+    assert stages(texts["spark"])["runtime"] != stages(texts["thor"])["runtime"]
+    assert stages(texts["thor"])["runtime"].startswith("FROM closure AS runtime")
+
+    wheelhouse = Wheelhouse(tmp_path / "cache")
+    pins = []
+    for name in ("idna", "six", "uv"):
+        data = f"{name} wheel bytes".encode()
+        pin = WheelPin(name, "1.0", f"{name}-1.0-py3-none-any.whl",
+                       hashlib.sha256(data).hexdigest())
+        wheelhouse.path_for(pin).parent.mkdir(parents=True)
+        wheelhouse.path_for(pin).write_bytes(data)
+        pins.append(pin)
+    overrides = {name: closure_overrides(effs[name], []) for name in ("spark", "thor")}
+    assert overrides["spark"] != overrides["thor"]   # thor removes flashinfer-cubin
+    closures = {name: Closure("aarch64-manylinux_2_34", "3.12", ["vllm==0.33.0"],
+                              overrides[name], pins=list(pins)) for name in overrides}
+    assert wheelhouse.set_folder(closures["spark"]) == wheelhouse.set_folder(closures["thor"])
+    digests = {name: _folder_digest(wheelhouse.assemble(c, tmp_path / name))
+               for name, c in closures.items()}
+    assert digests["spark"] == digests["thor"]
+    fewer = Closure("aarch64-manylinux_2_34", "3.12", ["vllm==0.33.0"], pins=pins[:2])
+    assert _folder_digest(wheelhouse.assemble(fewer, tmp_path / "fewer")) != digests["spark"]

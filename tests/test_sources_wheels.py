@@ -232,11 +232,12 @@ def test_prebuilt_dockerfile_installs_the_closure_offline_by_hash():
     from edgevllm.specs.buildspec import load_spec, resolve
 
     text = render_dockerfile(resolve(load_spec("thor", None, {"vllm_wheel": "0.33.0"})))
+    closure = text[text.index("AS closure-files"):text.index("##### runtime")]
     runtime = text[text.index("##### runtime"):]
-    assert "--no-deps --require-hashes" in runtime and "UV_NO_CACHE=1" in runtime
-    assert "--mount=type=bind,from=wheelhouse,target=/wheelhouse" in runtime
-    assert "from=wheels" not in runtime and '"torch==' not in text
-    assert "ENV CUDA_HOME=/usr/local/cuda" in runtime
+    assert "--no-deps --require-hashes" in closure and "UV_NO_CACHE=1" in closure
+    assert "--mount=type=bind,from=wheelhouse,target=/wheelhouse" in closure
+    assert "from=wheels" not in text and '"torch==' not in text
+    assert "ENV CUDA_HOME=/usr/local/cuda" in closure and "FROM closure AS runtime" in runtime
     assert "pip uninstall -y flashinfer-cubin" in runtime
     assert 'io.edgevllm.mode="prebuilt"' in runtime
 

@@ -41,6 +41,10 @@ def test_a_user_adds_a_target_by_adding_a_file(tmp_path, monkeypatch):
     (tmp_path / "spark2.yaml").write_text(text.replace("name: spark", "name: spark2"))
     monkeypatch.setenv("EDGEVLLM_TARGETS_PATH", str(tmp_path))
     assert load_target("spark2").torch_cuda_arch_list == "12.1a"
+    assert load_target("spark2").size_budget_gb is None   # no budget unless the file sets one
+    (tmp_path / "spark3.yaml").write_text(text.replace("name: spark", "name: spark3")
+                                          + "size_budget_gb: 10.5\n")
+    assert load_target("spark3").size_budget_gb == 10.5
 
 
 @pytest.mark.parametrize(
@@ -53,6 +57,7 @@ def test_a_user_adds_a_target_by_adding_a_file(tmp_path, monkeypatch):
         ),
         (("platform: linux/arm64", "platform: linux/riscv"), "field 'platform'"),
         (("device_name: NVIDIA GB10", "device_name: [NVIDIA"), "bad.yaml: line"),
+        (("min_disk_gb: 60", "min_disk_gb: 60\nsize_budget_gb: -1"), "field 'size_budget_gb'"),
     ],
 )
 def test_bad_target_file_fails_in_one_line(tmp_path, monkeypatch, change, message):

@@ -70,6 +70,17 @@ def mount_options(eff: EffectiveSpec) -> dict[str, str]:
     }
 
 
+def closure_values(eff: EffectiveSpec) -> dict:
+    """What the shared closure stages (dockerfiles/_install.j2) read. Nothing here may name the
+    target: the interpreter's apt packages (``python3.12``, ``python3.12-venv``) come before the
+    install, the target's other packages after it; the build platform's base for the byte-code
+    is the runtime base's own reference unless the spec names its stand-in."""
+    interpreter = [p for p in eff.apt_packages if p == eff.python or p.startswith(eff.python + "-")]
+    return {"interpreter_apt": interpreter,
+            "target_apt": [p for p in eff.apt_packages if p not in interpreter],
+            "bytecode_image": eff.spec.bytecode_image or eff.images.runtime}
+
+
 def template_values(eff: EffectiveSpec) -> dict:
     return {
         "tool_version": __version__,
@@ -92,6 +103,7 @@ def template_values(eff: EffectiveSpec) -> dict:
         "nvcc_threads": eff.nvcc_threads,
         "flashinfer_source": eff.spec.flashinfer.source is not None,
         "compile_cache_id": eff.spec.compile_cache_id or f"ccache-{eff.target.name}",
+        "closure": closure_values(eff),
         **mount_options(eff),
         **labels.template_values(),
     }

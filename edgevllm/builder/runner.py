@@ -47,6 +47,8 @@ class BuildResult:
     publish_cache: dict | None = None  # set when the build primed the publish layer cache
     supply_chain: dict | None = None  # the SBOM (and signed provenance) beside the lock
     compile_cache: dict | None = None  # ccache's hits and misses of the compile (when it ran)
+    layers: dict | None = None  # bytes per layer and shadowed bytes (inspect/layersizes.py)
+    image_seconds: float | None = None  # the runtime image's build (BuildKit), in seconds
 
 
 @dataclass
@@ -184,6 +186,7 @@ def summary_json(result: BuildResult) -> dict:
         "compiled": result.compiled, "mods": result.mods_record, "verify": result.verify,
         "probe": result.probe, "publish_cache": result.publish_cache,
         "supply_chain": result.supply_chain, "compile_cache": result.compile_cache,
+        "layers": result.layers, "image_seconds": result.image_seconds,
         "tool_version": __version__,
     }
 

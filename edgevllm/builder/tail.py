@@ -3,7 +3,8 @@
 1. inputs    the Dockerfile and the meta context (the lock) written; the lock file beside them
 2. wheels    the ``wheels`` target exported to ``wheels/<compile key>`` (modes that have one;
              skipped when that folder already holds wheels: no input of the compile changed)
-3. runtime   the image, tagged ``<tag>-unverified``, with the wheels bind-mounted
+3. runtime   the image, tagged ``<tag>-unverified``, with the wheels bind-mounted; its bytes per
+             layer and bytes shadowed by a later layer printed, the target's size budget checked
 4. mods      the in-image mods record, read back and printed
 5. checks    arch verify + probe level 1 (unless --no-verify, which is recorded); the kernel plan
              compared with the binaries verify scanned, from its verdict in memory
@@ -41,7 +42,7 @@ from edgevllm.builder.steps import (
 from edgevllm.common import console
 from edgevllm.common.errors import BuildError
 from edgevllm.common.labels import CCACHE_REMOTE_SECRET
-from edgevllm.containers.docker import BuildOptions
+from edgevllm.containers.docker import BuildOptions, DockerEngine
 from edgevllm.specs.buildspec import EffectiveSpec
 from edgevllm.specs.lock import Lock, image_tag, label_value, write_lock
 
@@ -74,20 +75,37 @@ def run(job: Job, build: PreparedBuild) -> BuildResult:
     exported = "wheels" in build.stages and export_wheels(runner, options, wheels)
     cache = compile_cache_report(runner, build.eff) if exported else None
     candidate = f"{tags[0]}-unverified"
-    runner.run(with_options(options, target="runtime", tags=[candidate],
-                            build_contexts=runtime_contexts(build, str(wheels)),
-                            labels=static_labels(build.eff, lock, tag)),
-               build.runtime_what)
+    image_build = runner.run(with_options(options, target="runtime", tags=[candidate],
+                                          build_contexts=runtime_contexts(build, str(wheels)),
+                                          labels=static_labels(build.eff, lock, tag)),
+                             build.runtime_what)
+    layers = layer_report(engine, candidate, build.eff)
     record, verify, probe, image_id = check_and_tag(job, build, lock, runner, candidate, tags)
     copy_lock_beside(lock_file, job.ws.root / "latest.lock.json")
     result = BuildResult(image=tags[0], tags=tags, image_id=image_id, lock_path=lock_file,
                          log_path=runner.log_path, wheels_dir=build.wheelhouse or wheels,
                          compiled=exported and build.compiles, mods_record=record,
-                         verify=verify, probe=probe, compile_cache=cache)
+                         verify=verify, probe=probe, compile_cache=cache, layers=layers,
+                         image_seconds=round(image_build.elapsed(), 1))
     if build.eff.spec.publish_cache:
         result.publish_cache = prime_publish_cache(engine, result.image)
     result.supply_chain = supply_chain(engine, result.image, lock_file)
     return result
+
+
+def layer_report(engine: DockerEngine, image: str, eff: EffectiveSpec) -> dict:
+    """Bytes per layer and bytes shadowed by a later layer, printed; the target's size budget
+    checked (leaving only the unverified tag when it is over, as a failed check does)."""
+    from edgevllm.inspect.layersizes import check_budget, describe, image_layers, measure, summary
+
+    sizes = measure(image_layers(engine, image))
+    report = summary(sizes)
+    console.info(f"layers: {report['total_bytes'] / 1e9:.2f} GB in {len(sizes)}, "
+                 f"{report['shadowed_bytes'] / 1e9:.3f} GB shadowed by a later layer")
+    for line in describe(sizes):
+        console.info(f"  {line}")
+    check_budget(sizes, eff.target.size_budget_gb, eff.target.name)
+    return report
 
 
 # buildx reads the secret's value from its own environment: the URL is in no argument, no

@@ -83,6 +83,14 @@ class LocalLayerStore:
         return sum(len(base64.b64decode(entry.get("payload") or b"")) if entry["type"] == 2
                    else int(entry.get("size") or 0) for entry in self._entries(chain_id))
 
+    def members(self, chain_id: str) -> Iterator[tuple[str, int]]:
+        """Each member's name (folders end in "/") and size, from the tar's headers alone."""
+        for entry in self._entries(chain_id):
+            if entry["type"] == 1:
+                name = (os.fsdecode(base64.b64decode(entry["name_raw"])) if entry.get("name_raw")
+                        else entry["name"])
+                yield name, int(entry.get("size") or 0)
+
     def _diff_dir(self, chain_id: str) -> Path:
         try:
             cache_id = (self.layerdb / chain_id.split(":", 1)[1] / "cache-id").read_text().strip()

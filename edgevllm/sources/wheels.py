@@ -411,10 +411,12 @@ class Wheelhouse:
 
 
 def requirements_text(closure: Closure) -> str:
-    """What the image installs: every pin with its hash (``--no-deps``: the closure is whole)."""
+    """What the image installs: every pin with its hash (``--no-deps``: the closure is whole).
+    Nothing but the pins and where they install: two targets (or modes) with the same pins get
+    the same bytes, so the same build context and one shared install layer (the overrides that
+    led to the pins are in the lock)."""
     head = ("# The locked closure, installed offline with --no-deps --require-hashes.\n"
-            f"# {closure.python_platform}, Python {closure.python_version}; overrides: "
-            f"{', '.join(closure.overrides) or 'none'}\n")
+            f"# {closure.python_platform}, Python {closure.python_version}\n")
     return head + "".join(p.requirement_line() + "\n" for p in closure.pins)
 
 

@@ -80,6 +80,10 @@ class BuildSpec(Strict):
     vllm_wheel: Line | None = None  # prebuilt: a version, a local .whl or a URL
     overrides: list[Requirement] = Field(default_factory=list)  # resolver overrides (uv)
     base_image: ImageRef | None = None  # replaces the target's base image(s)
+    # The runtime base for the build platform, where a closure's byte-code is compiled (default:
+    # the runtime base's own reference, which a registry serves for every platform); a local
+    # single-platform image needs its build-platform twin with the same Python here.
+    bytecode_image: ImageRef | None = None
     vllm: SourceSpec = Field(default_factory=lambda: SourceSpec(ref=DEFAULT_VLLM_REF))
     flashinfer: FlashInferSpec = Field(default_factory=FlashInferSpec)
     # Pins over the target's; a null value drops the target's pin of that package.

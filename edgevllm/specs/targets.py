@@ -151,6 +151,9 @@ class Target(Strict):
     max_jobs: int = Field(default=4, ge=1, le=1024)
     nvcc_threads: int = Field(default=1, ge=1, le=1024)
     min_disk_gb: float = Field(default=0, ge=0, allow_inf_nan=False)
+    # The most the image's layers may add up to (GB, 1e9 bytes); over it the build fails, naming
+    # the largest layers (builder/tail.py). None: no budget.
+    size_budget_gb: PositiveFloat | None = None
     runtime_env: dict[EnvName, Line] = Field(default_factory=dict)
     default_mods: list[ModName] = Field(default_factory=list)
     probe: ProbeDefaults = Field(default_factory=ProbeDefaults)

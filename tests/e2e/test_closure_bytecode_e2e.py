@@ -1,0 +1,167 @@
+"""The shared closure install end to end, cross-built: a prebuilt linux/arm64 image (under qemu
+on an x86_64 host) whose closure's byte-code is compiled on the build platform, through
+``build()`` as ``inv build --vllm-wheel FILE`` runs it.
+
+What stands in for what: a small pure-Python "vllm" wheel written here (it imports two real
+PyPI packages, idna and packaging, which the closure resolves with uv and downloads by hash);
+the Debian bookworm test images (Python 3.11) as the runtime base, the arm64 one for the image
+and the amd64 one as its build-platform twin (``bytecode_image``: no registry here serves one
+reference for both platforms). No mods, no verify (no CUDA in this closure).
+
+What it checks: the byte-code step ran on linux/amd64; the image starts without compiling
+anything (``import`` writes no .pyc in a fresh container, with PYTHONDONTWRITEBYTECODE unset;
+the same check on a module whose .pyc was removed sees the new file, so the check can fail);
+the .pyc are unchecked-hash ones; the layers report their bytes and nothing is shadowed.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import re
+import uuid
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from e2e.conftest import write_spec
+
+pytestmark = pytest.mark.e2e
+
+PYTHON = "python3.11"   # bookworm's
+IMPORTS = "import vllm, idna, packaging.version; print(vllm.VERSION)"
+
+
+def _record_line(name: str, data: bytes) -> str:
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"{name},sha256={digest},{len(data)}"
+
+
+def fake_vllm_wheel(folder: Path) -> Path:
+    """vllm 0.0.1 (pure Python) needing idna and packaging: a closure of three wheels and uv."""
+    files = {
+        "vllm/__init__.py": b"import idna\nimport packaging.version\nfrom vllm import util\n"
+                            b"VERSION = util.version()\n",
+        # a new closure each run, so the install and byte-code steps run (and print) each time
+        "vllm/util.py": f"RUN = {uuid.uuid4().hex!r}\n\ndef version():\n    return '0.0.1'\n"
+                        .encode(),
+        "vllm-0.0.1.dist-info/METADATA": b"Metadata-Version: 2.1\nName: vllm\nVersion: 0.0.1\n"
+                                         b"Requires-Dist: idna\nRequires-Dist: packaging\n",
+        "vllm-0.0.1.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: edgevllm-test\n"
+                                      b"Root-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = [_record_line(name, data) for name, data in files.items()]
+    files["vllm-0.0.1.dist-info/RECORD"] = ("\n".join(record)
+                                            + "\nvllm-0.0.1.dist-info/RECORD,,\n").encode()
+    wheel = folder / "vllm-0.0.1-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for name, data in files.items():
+            archive.writestr(zipfile.ZipInfo(name, (2026, 1, 1, 0, 0, 0)), data)
+    return wheel
+
+
+def bytecode_spec(engine, wheel: Path, target: str = "spark") -> dict:
+    from support.images import python_image
+
+    return {"target": target, "platform": "linux/arm64", "mode": "prebuilt",
+            "vllm_wheel": str(wheel), "python": PYTHON,
+            "base_image": python_image(engine, "arm64"),
+            "bytecode_image": python_image(engine, "amd64"),
+            "apt_packages": [], "mods": [], "torch": {"version": None},
+            "packages": {"flashinfer-python": None, "nvidia-cutlass-dsl": None},
+            "verify": False, "image_repo": f"edgevllm-test/e2e-bytecode-{target}"}
+
+
+@pytest.fixture(scope="module")
+def arm64_build(engine, tmp_path_factory, cli):
+    """The build summary (``edgevllm build --json``), with the spec and wheel it was built from."""
+    if not Path("/proc/sys/fs/binfmt_misc/qemu-aarch64").exists():
+        pytest.fail("this test builds linux/arm64 under qemu: apt-get install qemu-user-static "
+                    "binfmt-support; update-binfmts --enable qemu-aarch64")
+    work = tmp_path_factory.mktemp("bytecode")
+    wheel = fake_vllm_wheel(work)
+    spec = write_spec(work / "spec.yaml", **bytecode_spec(engine, wheel))
+    code, _, stderr = cli("build", "--spec", str(spec), "--out", str(work / "out"),
+                          "--json", str(work / "result.json"), timeout=3000)
+    assert code == 0, stderr[-6000:]
+    result = json.loads((work / "result.json").read_text())
+    yield {**result, "work": work, "wheel": wheel}
+    for tag in result["tags"]:
+        engine.remove_image(tag)
+
+
+def run_sh(engine, image: str, script: str) -> str:
+    proc = engine.run_cli(["run", "--rm", "--platform", "linux/arm64", "--entrypoint", "sh",
+                           image, "-c", script], timeout=600)
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+    return proc.stdout.decode()
+
+
+def test_bytecode_is_compiled_on_the_build_platform(arm64_build):
+    log = Path(arm64_build["log"]).read_text()
+    compiled = re.findall(r"edgevllm: (\d+) \.pyc files compiled on (\S+)", log)
+    assert compiled, f"no byte-code step in {arm64_build['log']}"
+    count, machine = compiled[-1]
+    assert int(count) > 10 and machine == "x86_64", compiled  # the build platform, not qemu's
+
+
+def test_a_fresh_container_compiles_nothing(arm64_build, engine):
+    listing = "find / -xdev -name '*.pyc' 2>/dev/null | sort"
+    script = (f"unset PYTHONDONTWRITEBYTECODE; {listing} > /tmp/before; "
+              f"python -c '{IMPORTS}' >/dev/null; {listing} > /tmp/after; "
+              "echo imported; diff /tmp/before /tmp/after; wc -l < /tmp/before; "
+              # the check can fail: without its .pyc, idna's core recompiles on import
+              "rm /opt/venv/lib/python3.11/site-packages/idna/__pycache__/core.*.pyc; "
+              f"{listing} > /tmp/removed; python -c 'import idna' >/dev/null; "
+              f"{listing} > /tmp/again; "
+              "echo control; diff /tmp/removed /tmp/again | grep -c '^>' || true")
+    out = run_sh(engine, arm64_build["image"], script).split()
+    imported, control = out.index("imported"), out.index("control")
+    assert out[imported + 1:imported + 2] and out[imported + 1].isdigit(), \
+        f"import vllm wrote .pyc files in a fresh container: {out[imported + 1:control]}"
+    assert int(out[imported + 1]) > 10
+    assert out[control + 1] == "1", "removing a .pyc did not make the import write one"
+
+
+def test_pyc_are_unchecked_hash_ones(arm64_build, engine):
+    pyc = "/opt/venv/lib/python3.11/site-packages/vllm/__pycache__/__init__.cpython-311.pyc"
+    out = run_sh(engine, arm64_build["image"], f"od -An -tu4 -j4 -N4 {pyc}")
+    assert int(out.split()[0]) == 0b01   # hash-based, not checked against the source
+
+
+def test_layers_report_bytes_and_nothing_shadowed(arm64_build):
+    summary = arm64_build["layers"]
+    assert summary is not None and summary["shadowed_bytes"] == 0, json.dumps(summary)
+    steps = [layer["step"] for layer in summary["layers"]]
+    bytecode = [layer for layer in summary["layers"] if "COPY /bytecode/ /" in layer["step"]]
+    assert len(bytecode) == 1 and bytecode[0]["files"] > 10, steps   # its own layer of .pyc
+    assert sum(layer["bytes"] for layer in summary["layers"]) == summary["total_bytes"] > 0
+
+
+def test_another_target_reuses_the_closure_and_a_size_budget_fails_it(
+        arm64_build, engine, cli, tmp_path):
+    """A second target with the same closure: its build runs no closure step again (BuildKit
+    has them all), and its size budget, far below the image, fails it in one line (exit 6)."""
+    from edgevllm.common.paths import data_dirs
+
+    spark = (data_dirs("targets")[0] / "spark.yaml").read_text()
+    (tmp_path / "targets").mkdir()
+    (tmp_path / "targets" / "budget.yaml").write_text(
+        spark.replace("name: spark", "name: budget") + "size_budget_gb: 0.001\n")
+    spec = write_spec(tmp_path / "spec.yaml",
+                      **bytecode_spec(engine, arm64_build["wheel"], target="budget"))
+    code, _, stderr = cli("build", "--spec", str(spec), "--out", str(tmp_path / "out"),
+                          env={"EDGEVLLM_TARGETS_PATH": str(tmp_path / "targets")}, timeout=3000)
+    for line in engine.run_cli(["images", "-q", "edgevllm-test/e2e-bytecode-budget"]).stdout \
+            .decode().split():
+        engine.run_cli(["rmi", "-f", line])
+    errors = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert code == 6 and len(errors) == 1, stderr[-4000:]
+    assert "field 'size_budget_gb' (0.001 GB)" in errors[0] and "largest layers:" in errors[0]
+    log = next((tmp_path / "out" / "budget" / "logs").glob("build-*.log")).read_text()
+    steps = re.findall(r"^(#\d+) \[(closure[a-z-]*) \d+/\d+\] (?:RUN|COPY)", log, re.MULTILINE)
+    assert {stage for _, stage in steps} == {"closure-files", "closure-bytecode", "closure"}, log
+    ran = [f"{number} {stage}" for number, stage in steps if f"{number} CACHED" not in log]
+    assert not ran, f"closure steps ran again for another target: {ran}\n{log[-3000:]}"
