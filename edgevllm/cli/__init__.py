@@ -19,7 +19,7 @@ from edgevllm import __version__
 
 # One task module per concern.
 TASK_MODULES = ("build", "plan", "sources", "mods", "verify", "probe", "publish", "recipes",
-                "distribute", "bench", "inspect")
+                "distribute", "bench", "inspect", "warm")
 
 
 def namespace() -> Collection:

@@ -38,6 +38,9 @@ _SERVE_HELP = {
     "gpu-memory-gb": "memory budget in GiB; turned into --gpu-memory-utilization from the "
                      "device's total memory when the container starts",
     "earlyoom": "run earlyoom in the container first (the image needs the earlyoom mod)",
+    "caches": "a JIT cache bundle (inv warm) to fill the cache folders with before the start "
+              "(default: the one of this recipe and image in the bundle folder, if any)",
+    "no-caches": "start without a cache bundle, even when the bundle folder has one",
 }
 _SERVE_USAGE = "inv serve RECIPE [--options] [-- EXTRA VLLM ARGS...]"
 
@@ -118,7 +121,8 @@ def recipes(c, as_json=False):
           auto_shortflags=False)
 def serve(c, recipe=None, set_=None, target=None, dry_run=False, name=None, engine=None,
           build=False, wait="0", nodes=None, node_ips=None, iface=None, node_env=None, network=None,
-          cluster=None, ib_hca=None, gpu_memory_gb=None, earlyoom=False, no_rdma=False):
+          cluster=None, ib_hca=None, gpu_memory_gb=None, earlyoom=False, no_rdma=False,
+          caches=None, no_caches=False):
     """Serve a model from a recipe: one container, or a Ray/torch cluster with --nodes.
 
     inv serve RECIPE [--options] [-- EXTRA VLLM ARGS...]: words after -- are appended to the
@@ -143,6 +147,12 @@ def serve(c, recipe=None, set_=None, target=None, dry_run=False, name=None, engi
         raise RecipeError(f"recipe {rendered.name} is a {rendered.topology.nodes}-node "
                           f"{rendered.topology.mode} cluster: pass --nodes ENGINE,ENGINE,... "
                           "(head first)")
+    if caches:
+        if nodes:
+            raise RecipeError("--caches fills one container: warm and serve each node on its own")
+        from edgevllm.serve.cachebundle import read_manifest
+
+        read_manifest(caches)  # a bad bundle is refused before the engine is asked
     if nodes:
         node_list = parse_nodes(split_csv([nodes] if nodes else []), split_csv([node_ips])
                                 if node_ips else None, iface, list(node_env or []))
@@ -156,7 +166,8 @@ def serve(c, recipe=None, set_=None, target=None, dry_run=False, name=None, engi
         console.step(f"cluster {plan.options.name} up; API on {head} (inv logs --name {head})")
         return
     result = serving.serve(rendered, DockerEngine.named(engine), name=name, dry_run=dry_run,
-                           build=build, wait_s=float(wait))
+                           build=build, wait_s=float(wait), caches=caches,
+                           find_caches=not no_caches)
     if dry_run:
         print(result)
 

@@ -74,9 +74,11 @@ def templates_dir() -> Path:
     return project_root() / "dockerfiles"
 
 
-def cache_dir(*parts: str) -> Path:
-    """A cache folder (created on demand): git mirrors, exported wheels, downloads."""
+def cache_dir(*parts: str, create: bool = True) -> Path:
+    """A cache folder (created on demand, unless ``create`` is False): git mirrors, exported
+    wheels, downloads."""
     base = Path(os.environ.get("EDGEVLLM_CACHE", Path.home() / ".cache" / "edgevllm"))
     path = base.joinpath(*parts)
-    path.mkdir(parents=True, exist_ok=True)
+    if create:
+        path.mkdir(parents=True, exist_ok=True)
     return path

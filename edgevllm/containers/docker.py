@@ -404,6 +404,36 @@ class DockerEngine:
     def copy_from(self, container: str, src: str, dest: Path) -> None:
         self._run(["cp", f"{container}:{src}", str(dest)])
 
+    def create_container(self, options: RunOptions) -> str:
+        """``docker create`` with the options of a ``docker run`` (to fill it before start)."""
+        argv = replace(options, detach=False).argv()
+        return self._run(["create"] + argv[1:]).stdout.decode().strip()
+
+    def start_container(self, container: str) -> None:
+        self._run(["start", container])
+
+    def copy_into(self, container: str, write: Callable[[IO[bytes]], None], dest: str = "/"
+                  ) -> None:
+        """``docker cp - CONTAINER:DEST`` fed a tar stream by ``write(stdin)``."""
+        self._require_binary()
+        proc = subprocess.Popen(self.base_argv() + ["cp", "-", f"{container}:{dest}"],
+                                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE)
+        assert proc.stdin is not None
+        try:
+            write(proc.stdin)
+            proc.stdin.close()
+            proc.stdin = None
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+        _, err = proc.communicate()
+        if proc.returncode != 0:
+            self.raise_if_unreachable(err)
+            last = (err.decode(errors="replace").strip().splitlines() or ["?"])[-1]
+            raise EngineError(f"docker cp into {container} failed: {last}")
+
     def create(self, image: str, name: str | None = None) -> str:
         args = ["create"] + (["--name", name] if name else []) + [image, "true"]
         return self._run(args).stdout.decode().strip()

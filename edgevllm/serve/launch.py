@@ -26,6 +26,7 @@ from edgevllm.common.errors import EdgeVllmError, RecipeError
 from edgevllm.common.fsutil import atomic_write_text
 from edgevllm.common.poll import poll
 from edgevllm.containers.docker import DockerEngine, RunOptions
+from edgevllm.serve.cacheharvest import start_with_caches
 from edgevllm.serve.recipes import BuildRef, Rendered
 
 LABEL_RECIPE = labels.RECIPE
@@ -278,8 +279,10 @@ def build_on_demand(build: BuildRef, recipe: str, engine: DockerEngine | None = 
 
 # -- solo serve ---------------------------------------------------------------------------------
 def serve(rendered: Rendered, engine: DockerEngine, *, name: str | None = None,
-          dry_run: bool = False, build: bool = False, wait_s: float = 0) -> str:
-    """Start the recipe's container; return its name (or, with ``dry_run``, the docker command)."""
+          dry_run: bool = False, build: bool = False, wait_s: float = 0,
+          caches: Path | str | None = None, find_caches: bool = True) -> str:
+    """Start the recipe's container; return its name (or, with ``dry_run``, the docker command).
+    ``caches``: a JIT cache bundle, else (``find_caches``) the one of this recipe and image."""
     if rendered.topology.mode != "solo":
         raise RecipeError(f"recipe {rendered.name} is a {rendered.topology.nodes}-node "
                           f"{rendered.topology.mode} cluster: pass --nodes ENGINE,ENGINE,...")
@@ -301,8 +304,9 @@ def serve(rendered: Rendered, engine: DockerEngine, *, name: str | None = None,
                           f"inv stop --recipe {rendered.name} first, or pass --name")
     check_memory_fits(rendered, engine)
     inspect = engine.image_inspect(image)
-    engine.start(run_options(rendered, engine, name=cname, image=image,
-                             image_id=inspect["Id"], image_labels=_labels_of(inspect)))
+    options = run_options(rendered, engine, name=cname, image=image, image_id=inspect["Id"],
+                          image_labels=_labels_of(inspect))
+    start_with_caches(engine, options, rendered, inspect["Id"], caches, find_caches)
     console.step(f"started {cname} ({image}) on engine {engine.describe()}")
     if wait_s > 0:
         wait_timed(engine, cname, rendered, wait_s)

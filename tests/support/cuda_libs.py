@@ -274,3 +274,24 @@ def wheel_verdict(spec: str, target: str):
         tmp.write_bytes(pickle.dumps(verdict))
         os.replace(tmp, slot)
         return verdict
+
+
+@functools.lru_cache(maxsize=None)
+def nvcc_cubin(sm: str) -> Path:
+    """A raw cubin of SOURCE for ``sm`` (``121a``): what Triton's and FlashInfer's JIT caches
+    hold; built with ``nvcc -cubin`` once, cached like ``nvcc_libs``."""
+    require_nvcc()
+    root = test_cache_dir("nvcc-libs")
+    version = subprocess.run([str(NVCC), "--version"], capture_output=True, text=True).stdout
+    key = hashlib.sha256(repr((SOURCE, sm, version)).encode()).hexdigest()[:16]
+    final = root / f"cubin-{sm}-{key}.cubin"
+    with file_lock(root / f".{final.name}.lock"):
+        if not final.is_file():
+            work = Path(tempfile.mkdtemp(dir=root))
+            try:
+                (work / "k.cu").write_text(SOURCE)
+                _run([str(NVCC), "-cubin", f"-arch=sm_{sm}", "-o", "k.cubin", "k.cu"], work)
+                os.replace(work / "k.cubin", final)
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+    return final
