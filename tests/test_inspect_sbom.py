@@ -13,8 +13,11 @@ from edgevllm.common.errors import SupplyChainError
 from edgevllm.inspect import inimage_dists, sbom
 from edgevllm.inspect.offline import read_archive
 from support.fake_rootfs import (
+    INSTALLED,
     LAYER1,
+    OS_RELEASE,
     docker_save_archive,
+    dpkg_status,
     final_files,
     write_tree,
 )
@@ -70,10 +73,59 @@ def dists():
                                 None)]
 
 
+def debs():
+    return inimage_dists.deb_packages(dpkg_status(
+        ("libc6", "2.41-12", "arm64", INSTALLED), ("libc6", "2.41-12", "amd64", INSTALLED),
+        ("zlib1g", "1:1.3.dfsg+really1.3.1-1", "arm64", INSTALLED)), OS_RELEASE)
+
+
 def document(lock=None, mods=None) -> dict:
     text = sbom.build_sbom(sbom.Subject("img:1", IMAGE_ID, []), lock or make_lock(), dists(),
-                           mods)
+                           mods, debs())
     return json.loads(text)
+
+
+def test_debian_packages_are_found_the_same_in_a_folder_and_in_the_archive(tmp_path):
+    """Only ``installed`` entries count (curl's config files outlive it); the later layer's
+    dpkg status wins; os-release names the distribution."""
+    in_folder = inimage_dists.debs(str(write_tree(tmp_path, final_files())))
+    archive, _ = docker_save_archive()
+    assert read_archive(io.BytesIO(archive), "set").debs == in_folder
+    assert [(d["name"], d["version"], d["arch"], d["distro"], d["codename"]) for d in in_folder] \
+        == [("libc6", "2.41-12", "amd64", "debian", "trixie"),
+            ("zlib1g", "1:1.3.dfsg+really1.3.1-1", "amd64", "debian", "trixie")]
+
+
+def test_an_image_without_dpkg_has_no_debian_packages(tmp_path):
+    assert inimage_dists.debs(str(tmp_path)) == []
+    assert inimage_dists.deb_packages(b"Package: x\nVersion: 1\n", None) == []  # no Status
+
+
+def test_debian_packages_are_purls_in_the_document():
+    from packageurl import PackageURL
+
+    found = {(c["name"], c["bom-ref"]): c for c in document()["components"]
+             if c.get("group") == "deb"}
+    assert set(found) == {("libc6", "deb:libc6:amd64"), ("libc6", "deb:libc6:arm64"),
+                          ("zlib1g", "deb:zlib1g:arm64")}
+    purl = PackageURL.from_string(found[("zlib1g", "deb:zlib1g:arm64")]["purl"])
+    assert (purl.type, purl.namespace, purl.name, purl.version, purl.qualifiers) == (
+        "deb", "debian", "zlib1g", "1:1.3.dfsg+really1.3.1-1",
+        {"arch": "arm64", "distro": "trixie"})
+
+
+def test_check_names_a_debian_package_missing_changed_or_extra():
+    assert sbom.check_sbom(document(), "s", IMAGE_ID, dists(), make_lock(), debs()) == []
+    image = debs()
+    image[0]["version"] = "2.41-13"  # libc6 amd64 upgraded
+    image.append({**image[2], "name": "curl", "version": "8.14.1-2"})
+    del image[2]  # zlib1g removed
+    problems = sbom.check_sbom(document(), "s", IMAGE_ID, dists(), make_lock(), image)
+    assert problems == [
+        "s: Debian package libc6 (amd64): version 2.41-12 in the SBOM, 2.41-13 in the image",
+        "s: Debian package curl 8.14.1-2 (arm64) is installed but missing from the SBOM",
+        "s: the SBOM lists Debian package zlib1g 1:1.3.dfsg+really1.3.1-1 (arm64), which the "
+        "image does not have"]
 
 
 def test_document_is_valid_cyclonedx_1_6_with_every_input():
@@ -82,7 +134,8 @@ def test_document_is_valid_cyclonedx_1_6_with_every_input():
 
     text = sbom.build_sbom(sbom.Subject("img:1", IMAGE_ID, ["reg/img@sha256:" + "c" * 64]),
                            make_lock(), dists(),
-                           [{"name": "fastsafetensors", "version": "1.0", "outcome": "applied"}])
+                           [{"name": "fastsafetensors", "version": "1.0", "outcome": "applied"}],
+                           debs())
     assert JsonStrictValidator(SchemaVersion.V1_6).validate_str(text) is None
     doc = json.loads(text)
     groups = {(c.get("group"), c["name"]): c for c in doc["components"]}

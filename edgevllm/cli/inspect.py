@@ -118,7 +118,8 @@ def sbom(c, image=None, tarball=None, lock=None, out=None, name=None):
     started = time.perf_counter()
     view = _view(image, tarball)
     path, _ = write_sbom(view, stem)
-    console.info(f"{len(view.dists)} Python distributions, {time.perf_counter() - started:.1f}s")
+    console.info(f"{len(view.dists)} Python distributions, {len(view.debs)} Debian packages, "
+                 f"{time.perf_counter() - started:.1f}s")
     print(path)
 
 
@@ -163,4 +164,4 @@ def check_supply_chain(task: str, image, tarball, key, lock, out, name) -> None:
     view = _view(image, tarball)
     raise_first(check(view, stem, Path(key)))
     console.info(f"OK: {view.image_id}: signature, statement, SBOM ({len(view.dists)} "
-                 "distributions) and image agree")
+                 f"distributions, {len(view.debs)} Debian packages) and image agree")

@@ -1,10 +1,14 @@
-"""Every installed Python distribution of a filesystem, as JSON. Stdlib only: it runs inside the
-image (fed to the image's python3 on stdin, ``--network none``) and its functions are reused on
-the host for the layers of a published tarball set, so both ways find the same set.
+"""Every installed Python distribution and Debian package of a filesystem, as JSON. Stdlib only:
+it runs inside the image (fed to the image's python3 on stdin, ``--network none``) and its
+functions are reused on the host for the layers of a published tarball set, so both ways find
+the same set.
 
 A distribution is a ``*.dist-info`` (METADATA, RECORD) or ``*.egg-info`` (PKG-INFO) entry whose
 parent folder is the first ``site-packages`` / ``dist-packages`` on its path; folders inside a
 packages folder are not walked (a vendored copy is part of the package that vendors it).
+
+A Debian package is a ``/var/lib/dpkg/status`` entry whose status is ``installed``; the
+distribution it belongs to (its purl's namespace) is ``/etc/os-release``'s ID and codename.
 """
 
 import hashlib
@@ -15,6 +19,9 @@ import sys
 PACKAGE_DIRS = ("site-packages", "dist-packages")
 SKIP = ("/proc", "/sys", "/dev")
 MARKER = "EDGEVLLM-DISTS "
+DEBS_MARKER = "EDGEVLLM-DEBS "
+DPKG_STATUS = "var/lib/dpkg/status"
+OS_RELEASE = ("etc/os-release", "usr/lib/os-release")  # the first one that is there
 
 
 def canonical(name):
@@ -90,8 +97,50 @@ def distributions(root="/"):
     return found
 
 
+def _release_fields(data):
+    """ID and VERSION_CODENAME of an os-release file (KEY=value lines, values maybe quoted)."""
+    found = {}
+    for raw in (data or b"").decode("utf-8", "replace").splitlines():
+        key, sep, value = raw.partition("=")
+        if sep and key.strip() in ("ID", "VERSION_CODENAME"):
+            found[key.strip()] = value.strip().strip("'\"")
+    return found
+
+
+def _paragraphs(text):
+    """The stanzas of a dpkg status file: field -> value (continuation lines skipped)."""
+    fields = {}  # type: dict
+    for line in text.splitlines() + [""]:
+        if not line.strip():
+            if fields:
+                yield fields
+            fields = {}
+        elif line[0] not in " \t":
+            key, sep, value = line.partition(":")
+            if sep:
+                fields[key] = value.strip()
+
+
+def deb_packages(status, os_release=None):
+    """The installed packages of a dpkg status file: name, version, architecture, distro."""
+    release = _release_fields(os_release)
+    found = [{"name": p["Package"], "version": p.get("Version", ""),
+              "arch": p.get("Architecture", ""), "distro": release.get("ID", ""),
+              "codename": release.get("VERSION_CODENAME", "")}
+             for p in _paragraphs((status or b"").decode("utf-8", "replace"))
+             if p.get("Package") and p.get("Status", "").endswith(" installed")]
+    return sorted(found, key=lambda d: (d["name"], d["arch"]))
+
+
+def debs(root="/"):
+    release = next((data for data in (_read(os.path.join(root, p)) for p in OS_RELEASE)
+                    if data is not None), None)
+    return deb_packages(_read(os.path.join(root, DPKG_STATUS)), release)
+
+
 def main():
     sys.stdout.write(MARKER + json.dumps(distributions(), sort_keys=True) + "\n")
+    sys.stdout.write(DEBS_MARKER + json.dumps(debs(), sort_keys=True) + "\n")
 
 
 if __name__ == "__main__":

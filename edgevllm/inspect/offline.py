@@ -1,9 +1,11 @@
 """A published tarball set read once, for the offline supply-chain check: the image config (its
 sha256 is the image id), every layer hashed against the config's diff ids, and the Python
-distributions of the stacked layers (whiteouts applied), found by the same rule as in the image.
+distributions and Debian packages of the stacked layers (whiteouts applied), found by the same
+rules as in the image (``inimage_dists.py``).
 
 The layers are read by verify's one layer reader (``verify/archive.py``); nothing is unpacked to
-disk: only METADATA / RECORD / PKG-INFO files are kept in memory, each under ``KEPT_LIMIT``.
+disk: only METADATA / RECORD / PKG-INFO files, the dpkg status and os-release are kept in memory,
+each under ``KEPT_LIMIT``.
 """
 
 from __future__ import annotations
@@ -15,7 +17,13 @@ from dataclasses import dataclass
 from typing import IO
 
 from edgevllm.common.errors import ResourceLimitError, SupplyChainError
-from edgevllm.inspect.inimage_dists import PACKAGE_DIRS, entry
+from edgevllm.inspect.inimage_dists import (
+    DPKG_STATUS,
+    OS_RELEASE,
+    PACKAGE_DIRS,
+    deb_packages,
+    entry,
+)
 from edgevllm.verify.archive import ImageLayers, apply, clean, config_name, read_image, regular
 
 KEPT_LIMIT = 64 << 20  # the largest METADATA / RECORD kept (torch's RECORD: under 2 MiB)
@@ -27,6 +35,7 @@ class ImageArchive:
     config_sha256: str
     dists: list[dict]
     problems: list[str]
+    debs: list[dict]
 
 
 def dist_file(path: str) -> bool:
@@ -41,12 +50,12 @@ def dist_file(path: str) -> bool:
     return name.endswith(".egg-info") and rest in ([], ["PKG-INFO"])
 
 
-def _keep_dist_file(tar: tarfile.TarFile, member: tarfile.TarInfo, path: str) -> bytes | None:
-    if not dist_file(path):
+def _keep_file(tar: tarfile.TarFile, member: tarfile.TarInfo, path: str) -> bytes | None:
+    if not (dist_file(path) or path == DPKG_STATUS or path in OS_RELEASE):
         return None
     if member.size > KEPT_LIMIT:
         raise ResourceLimitError(f"{path}: declares {member.size} bytes, over the "
-                                 f"{KEPT_LIMIT >> 20} MiB a distribution's metadata may hold: "
+                                 f"{KEPT_LIMIT >> 20} MiB a package's metadata may hold: "
                                  "the archive is corrupt or hostile")
     return regular(tar, member).read()
 
@@ -54,6 +63,8 @@ def _keep_dist_file(tar: tarfile.TarFile, member: tarfile.TarInfo, path: str) ->
 def dists_of(files: dict[str, bytes]) -> list[dict]:
     found = []
     for path, data in sorted(files.items()):
+        if not dist_file(path):
+            continue
         location, _, base = ("/" + path).rpartition("/")
         if base == "METADATA":
             found.append(entry(location, data, files.get(path[:-len("METADATA")] + "RECORD")))
@@ -66,7 +77,12 @@ def dists_of(files: dict[str, bytes]) -> list[dict]:
 
 def read_archive(stream: IO[bytes], label: str) -> ImageArchive:
     """The ``docker save`` stream of a published set, checked and read in one pass."""
-    return _assemble(read_image(stream, label, _keep_dist_file, hashed=True), label)
+    return _assemble(read_image(stream, label, _keep_file, hashed=True), label)
+
+
+def debs_of(files: dict[str, bytes]) -> list[dict]:
+    release = next((files[p] for p in OS_RELEASE if p in files), None)
+    return deb_packages(files.get(DPKG_STATUS), release)
 
 
 def _config(found: ImageLayers, label: str) -> tuple[bytes, dict, list[str]]:
@@ -106,4 +122,4 @@ def _assemble(found: ImageLayers, label: str) -> ImageArchive:
                             f"says {diff_id}")
         apply(files, layer)
     return ImageArchive(config, "sha256:" + hashlib.sha256(config_bytes).hexdigest(),
-                        dists_of(files), problems)
+                        dists_of(files), problems, debs_of(files))

@@ -1,14 +1,16 @@
 """The SBOM of an image: CycloneDX 1.6 (cyclonedx-python-lib), from the lock and the image itself.
 
-Components: every installed Python distribution (``inimage_dists.py``: name, version, where, and
-the sha256 of its METADATA and RECORD files; a RECORD lists the hash of every file the
+Components: every installed Debian package (purl ``pkg:deb/<distro>/<name>@<version>?arch=``, from
+the image's dpkg status), every installed Python distribution (``inimage_dists.py``: name, version,
+where, and the sha256 of its METADATA and RECORD files; a RECORD lists the hash of every file the
 distribution installed, so its hash stands for them all), with the wheel's sha256 from the lock
-where the lock pins it; the base images by digest; the vLLM / FlashInfer trees by commit (picks
-as properties); the repositories vLLM's CMake would clone, by commit; the mods with their
-recorded outcome. The document describes the image by its id.
+where the lock pins it; the base images by digest; the vLLM / FlashInfer trees by commit (picks as
+properties); the repositories vLLM's CMake would clone, by commit; the mods with their recorded
+outcome. The document describes the image by its id.
 
-``check`` holds an SBOM to an image: a distribution installed but missing from the SBOM, one the
-SBOM lists but the image lacks, or a hash that differs, is a problem named in one line.
+``check`` holds an SBOM to an image: a distribution or Debian package installed but missing from
+the SBOM, one the SBOM lists but the image lacks, or a hash or version that differs, is a problem
+named in one line.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from edgevllm.specs.lock import Lock
 
 PROP = "edgevllm:"
 DIST_GROUP = "python"
+DEB_GROUP = "deb"
 MOD_GROUP = "edgevllm-mod"
 
 
@@ -34,9 +37,15 @@ def dists_script() -> bytes:
 
 
 def installed_distributions(engine: DockerEngine, image: str, timeout: float = 300) -> list[dict]:
-    """Every Python distribution installed in ``image``, found by a short script in a throw-away
-    container (no network) run by the image's python3."""
-    from edgevllm.inspect.inimage_dists import MARKER
+    """Every Python distribution installed in ``image``."""
+    return installed_software(engine, image, timeout)[0]
+
+
+def installed_software(engine: DockerEngine, image: str, timeout: float = 300
+                       ) -> tuple[list[dict], list[dict]]:
+    """Every Python distribution and Debian package installed in ``image``, found by a short
+    script in a throw-away container (no network) run by the image's python3."""
+    from edgevllm.inspect.inimage_dists import DEBS_MARKER, MARKER
 
     name = f"edgevllm-sbom-{uuid.uuid4().hex[:8]}"
     options = RunOptions(image=image, command=["-"], entrypoint="python3", name=name, remove=True,
@@ -45,9 +54,11 @@ def installed_distributions(engine: DockerEngine, image: str, timeout: float = 3
         proc = engine.run(options, timeout=timeout, input=dists_script())
     finally:  # --rm does not cover a docker client killed by a timeout or Ctrl-C
         engine.remove_container(name)
-    for line in proc.stdout.decode(errors="replace").splitlines():
-        if line.startswith(MARKER):
-            return json.loads(line[len(MARKER):])
+    found = {marker: json.loads(line[len(marker):])
+             for line in proc.stdout.decode(errors="replace").splitlines()
+             for marker in (MARKER, DEBS_MARKER) if line.startswith(marker)}
+    if MARKER in found:
+        return found[MARKER], found.get(DEBS_MARKER, [])
     tail = proc.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
     raise EngineError(f"{image}: listing its Python distributions failed (python3 in the image "
                       f"exited {proc.returncode}: {tail[0]})")
@@ -94,6 +105,20 @@ def _dist_components(dists: list[dict], lock: Lock | None) -> list:
     return found
 
 
+def _deb_components(debs: list[dict]) -> list:
+    from cyclonedx.model.component import Component, ComponentType
+    from packageurl import PackageURL
+
+    return [Component(
+        type=ComponentType.LIBRARY, group=DEB_GROUP, name=deb["name"], version=deb["version"],
+        bom_ref=f"deb:{deb['name']}:{deb['arch']}",
+        purl=PackageURL("deb", deb["distro"] or None, deb["name"], deb["version"] or None,
+                        qualifiers={k: v for k, v in (("arch", deb["arch"]),
+                                                      ("distro", deb["codename"])) if v}),
+        properties=_props(arch=deb["arch"]))
+        for deb in sorted(debs, key=lambda d: (d["name"], d["arch"]))]
+
+
 def _lock_components(lock: Lock | None, mods_record: list | None) -> list:
     from cyclonedx.model.component import Component, ComponentType
 
@@ -126,7 +151,7 @@ def _lock_components(lock: Lock | None, mods_record: list | None) -> list:
 
 
 def build_sbom(subject: Subject, lock: Lock | None, dists: list[dict],
-               mods_record: list | None = None) -> str:
+               mods_record: list | None = None, debs: list[dict] | None = None) -> str:
     """The CycloneDX JSON document (1.6) for one image."""
     from cyclonedx.model.bom import Bom
     from cyclonedx.model.component import Component, ComponentType
@@ -138,7 +163,8 @@ def build_sbom(subject: Subject, lock: Lock | None, dists: list[dict],
         bom_ref="image", hashes=_sha256(subject.image_id.split(":", 1)[-1]),
         properties=_props(**{"image-id": subject.image_id, "lock-target": lock and lock.target})
         + [p for d in subject.repo_digests for p in _props(**{"repo-digest": d})])
-    for component in _dist_components(dists, lock) + _lock_components(lock, mods_record):
+    for component in (_deb_components(debs or []) + _dist_components(dists, lock)
+                      + _lock_components(lock, mods_record)):
         bom.components.add(component)
     bom.register_dependency(bom.metadata.component, list(bom.components))
     return JsonV1Dot6(bom).output_as_string(indent=1)
@@ -173,9 +199,33 @@ def sbom_dists(doc: dict) -> dict[str, dict]:
         for c in doc.get("components") or [] if c.get("group") == DIST_GROUP}
 
 
+def sbom_debs(doc: dict) -> dict[tuple[str, str], str]:
+    """The SBOM's Debian packages: (name, architecture) -> version."""
+    return {(c.get("name") or "", _prop(c, "arch") or ""): c.get("version") or ""
+            for c in doc.get("components") or [] if c.get("group") == DEB_GROUP}
+
+
+def check_debs(doc: dict, origin: str, debs: list[dict]) -> list[str]:
+    """Every installed Debian package the SBOM leaves out or gives another version, and every
+    one it lists that the image does not have."""
+    listed = sbom_debs(doc)
+    problems = []
+    for deb in debs:
+        version = listed.pop((deb["name"], deb["arch"]), None)
+        if version is None:
+            problems.append(f"{origin}: Debian package {deb['name']} {deb['version']} "
+                            f"({deb['arch']}) is installed but missing from the SBOM")
+        elif version != deb["version"]:
+            problems.append(f"{origin}: Debian package {deb['name']} ({deb['arch']}): version "
+                            f"{version} in the SBOM, {deb['version']} in the image")
+    return problems + [f"{origin}: the SBOM lists Debian package {name} {version} ({arch}), "
+                       "which the image does not have" for (name, arch), version in listed.items()]
+
+
 def check_sbom(doc: dict, origin: str, image_id: str, dists: list[dict],
-               lock: Lock | None) -> list[str]:
-    """Every way ``doc`` disagrees with the image (its id, installed distributions, lock)."""
+               lock: Lock | None, debs: list[dict] | None = None) -> list[str]:
+    """Every way ``doc`` disagrees with the image (its id, installed distributions and, given
+    ``debs``, Debian packages, lock)."""
     problems = []
     if sbom_image_id(doc) != image_id:
         problems.append(f"{origin}: the SBOM describes image {sbom_image_id(doc)}, not {image_id}")
@@ -200,4 +250,4 @@ def check_sbom(doc: dict, origin: str, image_id: str, dists: list[dict],
             problems.append(f"{origin}: wheel {entry['name']} {entry['version']}: sha256 "
                             f"{wheel[:12]}… in the SBOM, {str(locked.get(entry['name']))[:12]}… "
                             f"in the image's lock")
-    return problems
+    return problems + (check_debs(doc, origin, debs) if debs is not None else [])

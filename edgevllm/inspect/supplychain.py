@@ -4,7 +4,8 @@ written beside the lock or a published set, and both held to the image.
 The check, online (a local image) or offline (a published set, read once): the envelope's
 signature by the given key; the statement's subject is this image's id; the SBOM is the one the
 statement names (sha256); the lock in the image is the one the statement names; and the SBOM
-matches the image's installed distributions and the lock's wheel hashes (``sbom.check_sbom``).
+matches the image's installed distributions, Debian packages and the lock's wheel hashes
+(``sbom.check_sbom``).
 Offline, every part is checked against the manifest first, the config must hash to the image id
 and each layer to its diff id. The first problem is raised as one line; the others are listed.
 """
@@ -37,14 +38,16 @@ class ImageView:
     mods_record: list | None
     dists: list[dict]
     problems: list[str] = field(default_factory=list)  # offline: parts, config, layer hashes
+    debs: list[dict] = field(default_factory=list)  # Debian packages (dpkg status)
 
 
 def view_of_image(engine: DockerEngine, ref: str) -> ImageView:
     inspect = engine.image_inspect(ref)
     found = (inspect.get("Config") or {}).get("Labels") or {}
+    dists, debs = sbom.installed_software(engine, ref)
     return ImageView(ref, inspect["Id"], list(inspect.get("RepoDigests") or []),
                      lock_from_label(found.get(labels.LOCK), f"label {labels.LOCK} of {ref}"),
-                     _json_list(found.get(labels.MODS)), sbom.installed_distributions(engine, ref))
+                     _json_list(found.get(labels.MODS)), dists, debs=debs)
 
 
 def _json_list(text: str | None) -> list | None:
@@ -74,7 +77,8 @@ def view_of_tarball(manifest_path: Path) -> ImageView:
     view = ImageView(str(manifest_path), archive.config_sha256,
                      list(tarset.manifest.image.get("repo_digests") or []),
                      lock_from_label(found.get(labels.LOCK), f"{manifest_path}: the image's lock"),
-                     _json_list(found.get(labels.MODS)), archive.dists, list(archive.problems))
+                     _json_list(found.get(labels.MODS)), archive.dists, list(archive.problems),
+                     archive.debs)
     if tarset.manifest.image.get("id") != archive.config_sha256:
         view.problems.insert(0, f"{manifest_path}: manifest: image id "
                              f"{tarset.manifest.image.get('id')} is not the archive's "
@@ -88,7 +92,7 @@ def view_of_tarball(manifest_path: Path) -> ImageView:
 def write_sbom(view: ImageView, stem: Path) -> tuple[Path, float]:
     started = time.perf_counter()
     text = sbom.build_sbom(sbom.Subject(view.ref, view.image_id, view.repo_digests), view.lock,
-                           view.dists, view.mods_record)
+                           view.dists, view.mods_record, view.debs)
     path, _ = provenance.artefact_paths(stem)
     atomic_write_text(path, text)
     return path, time.perf_counter() - started
@@ -135,7 +139,7 @@ def check(view: ImageView, stem: Path, public_key: Path) -> list[str]:
         problems.append(f"{envelope_path}: statement: lock sha256 "
                         f"{provenance.lock_digest(found)}, the image's lock is {locked}")
     problems += sbom.check_sbom(sbom.parse_sbom(sbom_text, str(sbom_path)), str(sbom_path),
-                                view.image_id, view.dists, view.lock)
+                                view.image_id, view.dists, view.lock, view.debs)
     return problems
 
 
@@ -155,7 +159,8 @@ def supply_chain_after_build(engine: DockerEngine, image: str, lock_file: Path,
     view = view_of_image(engine, image)
     stem = provenance.stem_of(Path(lock_file))
     sbom_path, _ = write_sbom(view, stem)
-    record = {"sbom": str(sbom_path), "distributions": len(view.dists)}
+    record = {"sbom": str(sbom_path), "distributions": len(view.dists),
+              "debian_packages": len(view.debs)}
     if key is not None:
         record["provenance"] = str(sign(view, stem, key))
     record["seconds"] = round(time.perf_counter() - started, 2)

@@ -60,6 +60,9 @@ def test_online_sbom_sign_verify_and_tampers(variants, cli, tmp_path):
     doc = json.loads(sbom_path.read_text())
     names = {(c["name"], c.get("version")) for c in doc["components"] if c["group"] == "python"}
     assert ("six", "1.16.0") in names and ("pip", "23.0.1") in names  # venv and Debian's
+    debs = {c["name"]: c for c in doc["components"] if c["group"] == "deb"}
+    assert len(debs) > 50 and debs["libc6"]["purl"].startswith("pkg:deb/debian/libc6@")
+    assert "arch=amd64" in debs["libc6"]["purl"] and "python3" in debs  # the base's own python
     assert cli("sign", *where, "--key", str(key))[0] == 0
     code, _, err = cli("verify-supply-chain", *where, "--key", str(pub))
     assert code == 0, err
@@ -72,6 +75,14 @@ def test_online_sbom_sign_verify_and_tampers(variants, cli, tmp_path):
     code, _, err = cli("verify-supply-chain", *where, "--key", str(pub))
     assert code == 8 and "six 1.16.0 is installed at /opt/venv/" in err
     assert "missing from the SBOM" in err and "Traceback" not in err
+
+    # A Debian package the SBOM leaves out fails the same way.
+    doc = json.loads(original)
+    doc["components"] = [c for c in doc["components"] if c["name"] != "libc6"]
+    sbom_path.write_text(json.dumps(doc))
+    assert cli("sign", *where, "--key", str(key))[0] == 0
+    code, _, err = cli("verify-supply-chain", *where, "--key", str(pub))
+    assert code == 8 and "Debian package libc6" in err and "missing from the SBOM" in err
 
     # A tampered wheel hash in the signed SBOM: the SBOM no longer matches the statement.
     sbom_path.write_text(original)
@@ -135,7 +146,8 @@ def test_offline_on_a_published_set_and_tampers(variants, engine, cli, tmp_path)
 
 def test_publish_carries_the_sbom_and_statement_made_online(variants, cli, tmp_path):
     """The SBOM made in a container of the image (online) holds against the same image read
-    from its published set (offline): both ways find the same distributions."""
+    from its published set (offline): both ways find the same distributions and Debian
+    packages (the offline ones from the layers' dpkg status)."""
     key, pub = tmp_path / "key.pem", tmp_path / "key.pem.pub"
     assert cli("keygen", "--out", str(key))[0] == 0
     code, out, err = cli("publish", "--image", variants[0], "--out", str(tmp_path), "--name",

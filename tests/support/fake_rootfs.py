@@ -18,6 +18,18 @@ def metadata(name: str, version: str) -> bytes:
     return f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n\nlong text\n".encode()
 
 
+def dpkg_status(*packages: tuple[str, str, str, str]) -> bytes:
+    """A dpkg status file in Debian's own shape (continuation lines, conffiles) of
+    (name, version, architecture, status) entries."""
+    return "".join(
+        f"Package: {name}\nStatus: {status}\nPriority: optional\nArchitecture: {arch}\n"
+        f"Version: {version}\nConffiles:\n /etc/{name}.conf 0123\nDescription: {name}\n"
+        " a package\n .\n more text: Version: 9.9\n\n"
+        for name, version, arch, status in packages).encode()
+
+
+OS_RELEASE = b'PRETTY_NAME="Debian GNU/Linux 13 (trixie)"\nID=debian\nVERSION_CODENAME=trixie\n'
+INSTALLED = "install ok installed"
 LAYER1 = {
     f"{SITE}/six-1.16.0.dist-info/METADATA": metadata("six", "1.16.0"),
     f"{SITE}/six-1.16.0.dist-info/RECORD": b"six.py,sha256=abc,10\n",
@@ -29,9 +41,16 @@ LAYER1 = {
     f"{VENV}/idna-3.10.dist-info/RECORD": b"idna/__init__.py,,\n",
     # vendored inside a package: part of that package, not a distribution of its own
     f"{VENV}/pip/_vendor/site-packages/inner-1.0.dist-info/METADATA": metadata("inner", "1.0"),
+    "usr/lib/os-release": OS_RELEASE,
+    "var/lib/dpkg/status": dpkg_status(("libc6", "2.41-12", "amd64", INSTALLED),
+                                       ("curl", "8.14.1-2", "amd64", INSTALLED)),
 }
-# The second layer removes idna and installs six 1.17.0 over 1.16.0.
+# The second layer removes idna and installs six 1.17.0 over 1.16.0; it removes curl (its
+# config files stay) and installs zlib1g.
 LAYER2_FILES = {
+    "var/lib/dpkg/status": dpkg_status(("libc6", "2.41-12", "amd64", INSTALLED),
+                                       ("curl", "8.14.1-2", "amd64", "deinstall ok config-files"),
+                                       ("zlib1g", "1:1.3.dfsg+really1.3.1-1", "amd64", INSTALLED)),
     f"{SITE}/six-1.17.0.dist-info/METADATA": metadata("six", "1.17.0"),
     f"{SITE}/six-1.17.0.dist-info/RECORD": b"six.py,sha256=def,10\n",
 }
