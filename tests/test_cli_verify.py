@@ -49,7 +49,8 @@ def test_online_on_an_image_passes(signed, capsys, monkeypatch):
     code, err = run(capsys, monkeypatch, "verify", "--supply-chain", "--image", "img:1",
                     "--out", str(stem.parent), "--name", "img", "--key", str(public))
     assert code == 0, err
-    assert f"OK: {IMAGE_ID}: signature, statement, SBOM (1 distributions)" in err
+    assert f"OK: {IMAGE_ID}: signature, statement, SBOM (1 distributions, 0 Debian " \
+        "packages)" in err
     assert seen == [("image", "img:1")]
 
 
