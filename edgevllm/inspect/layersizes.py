@@ -4,7 +4,7 @@ A file written in layer N and overwritten, deleted (a whiteout) or hidden (an op
 in a later layer still ships in layer N: those are its shadowed bytes, carried by every pull and
 publish for nothing (e.g. a release's vLLM reinstalled over by a tree's). The files and sizes
 come from the local engine's layer store (``image/layerstore.py``: the tar headers only, no file
-is read) where it is usable, else from one ``docker save`` read with ``verify/readers.py``.
+is read) where it is usable, else from one ``docker save`` read with ``verify/archive.py``.
 
 A target's ``size_budget_gb`` fails the build when the image's layers add up to more
 (``SizeBudgetError``, exit code of the build class), naming the largest layers.
@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import bisect
 import json
-import tarfile
 from dataclasses import asdict, dataclass, field
 from typing import IO
 
 from edgevllm.common.errors import BuildError
 from edgevllm.containers.docker import DockerEngine
+from edgevllm.verify.archive import OPAQUE, WHITEOUT, clean
 
-_WHITEOUT, _OPAQUE = ".wh.", ".wh..wh..opq"
 GB = 1e9
 
 
@@ -39,15 +38,12 @@ class LayerFiles:
     opaque: list[str] = field(default_factory=list)     # a folder whose lower contents go
 
     def add(self, name: str, size: int, is_dir: bool) -> None:
-        path = name
-        while path.startswith("./"):
-            path = path[2:]
-        path = path.strip("/")
+        path = clean(name)
         folder, _, base = path.rpartition("/")
-        if base == _OPAQUE:
+        if base == OPAQUE:
             self.opaque.append(folder)
-        elif base.startswith(_WHITEOUT):
-            self.whiteouts.append(f"{folder}/{base[len(_WHITEOUT):]}".lstrip("/"))
+        elif base.startswith(WHITEOUT):
+            self.whiteouts.append(f"{folder}/{base[len(WHITEOUT):]}".lstrip("/"))
         elif not is_dir:
             self.files[path] = size
 
@@ -151,36 +147,19 @@ def image_layers(engine: DockerEngine, image: str) -> list[LayerFiles]:
 
 
 def layers_of_save(stream: IO[bytes], label: str) -> list[LayerFiles]:
-    """A ``docker save`` archive's layers, in its manifest's order (legacy or OCI layout)."""
-    from edgevllm.verify.readers import read_tar
-    from edgevllm.verify.streams import sniff, unpacked
+    """A ``docker save`` archive's layers, in its manifest's order (legacy or OCI layout), read
+    by verify's one archive reader keeping each regular file's size."""
+    from edgevllm.verify.archive import config_name, layer_order, read_image
 
-    layers: dict[str, LayerFiles] = {}
-    blobs: dict[str, bytes] = {}
-
-    def inner(layer: LayerFiles):
-        return lambda tar, member: layer.add(member.name, member.size if member.isfile() else 0,
-                                             member.isdir())
-
-    def outer(tar: tarfile.TarFile, member: tarfile.TarInfo) -> None:
-        handle = tar.extractfile(member) if member.isfile() else None
-        if handle is None:
-            return
-        head, raw = sniff(handle)
-        plain = unpacked(head, raw)
-        if plain is not None:
-            layers[member.name] = LayerFiles()
-            read_tar(plain, f"{label}: {member.name}", inner(layers[member.name]))
-        elif member.size <= 1 << 24:
-            blobs[member.name] = raw.read()
-
-    read_tar(stream, label, outer)
-    manifest = json.loads(blobs.get("manifest.json", b"[]") or b"[]")
-    if not manifest:
-        raise BuildError(f"{label}: docker save wrote no manifest.json")
-    order = manifest[0]["Layers"]
-    steps = _steps(json.loads(blobs.get(manifest[0]["Config"], b"{}")))
-    stacked = [layers.get(name) or LayerFiles() for name in order]  # an all-zero tar: empty
-    for layer, step in zip(stacked, steps, strict=True):
-        layer.step = step
+    found = read_image(stream, label, lambda tar, member, path: member.size)
+    order = layer_order(found, label)
+    if order is None:
+        raise BuildError(f"{label}: docker save wrote no manifest naming the image's layers")
+    config = found.json_blobs.get(config_name(found) or "", b"{}")
+    stacked = []
+    for name, step in zip(order, _steps(json.loads(config)), strict=True):
+        layer = found.layers.get(name)  # none for an all-zero (empty) layer tar
+        stacked.append(LayerFiles(step=step) if layer is None else LayerFiles(
+            step, {path: layer.kept.get(path, 0) for path in layer.present},
+            list(layer.whiteouts), list(layer.opaque)))
     return stacked
