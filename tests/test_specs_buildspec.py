@@ -95,6 +95,17 @@ def test_a_compile_lock_rebuilds_as_a_compile_on_any_builder():
     assert choose_mode(rebuilt, builder=X86)[0] == "compile"
 
 
+def test_a_lock_rebuilds_with_the_bytecode_base_it_was_built_with():
+    from edgevllm.builder.steps import lock_settings
+
+    spec = load_spec("spark", overrides={"vllm_wheel": "0.33.0", "bytecode_image": "twin:1"})
+    settings = lock_settings(resolve(spec))
+    assert settings["bytecode_image"] == "twin:1"
+    data = lock_overrides(Lock(target="spark", mode="prebuilt", settings=settings))
+    assert load_spec("spark", overrides=data).bytecode_image == "twin:1"
+    assert "bytecode_image" not in lock_settings(resolve(load_spec("spark")))
+
+
 def test_the_emulated_compile_estimate_names_its_inputs():
     line = emulated_compile_line(78, "amd64", "linux/arm64", cores=2)
     assert "78 CUDA units" in line and f"{EMULATION_FACTOR:.1f}" in line and "/ 2 cores" in line

@@ -56,6 +56,8 @@ def lock_settings(eff: EffectiveSpec) -> dict:
         "max_jobs": eff.max_jobs,
         "nvcc_threads": eff.nvcc_threads,
         "forbidden_packages": eff.target.forbidden_packages,
+        # the build platform's base of a closure's byte-code, where the spec named one
+        **({"bytecode_image": eff.spec.bytecode_image} if eff.spec.bytecode_image else {}),
     }
 
 

@@ -416,6 +416,7 @@ def lock_overrides(lock, target: str | None = None) -> dict:
         "mode",
         "vllm_wheel",
         "overrides",
+        "bytecode_image",
     ):
         if key in settings:
             data[key] = settings[key]
