@@ -19,7 +19,7 @@ from typing import IO
 
 from edgevllm.common.errors import BuildError
 from edgevllm.containers.docker import DockerEngine
-from edgevllm.verify.archive import OPAQUE, WHITEOUT, clean
+from edgevllm.verify.archive import entry_kind
 
 GB = 1e9
 
@@ -38,12 +38,11 @@ class LayerFiles:
     opaque: list[str] = field(default_factory=list)     # a folder whose lower contents go
 
     def add(self, name: str, size: int, is_dir: bool) -> None:
-        path = clean(name)
-        folder, _, base = path.rpartition("/")
-        if base == OPAQUE:
-            self.opaque.append(folder)
-        elif base.startswith(WHITEOUT):
-            self.whiteouts.append(f"{folder}/{base[len(WHITEOUT):]}".lstrip("/"))
+        kind, path = entry_kind(name)
+        if kind == "opaque":
+            self.opaque.append(path)
+        elif kind == "whiteout":
+            self.whiteouts.append(path)
         elif not is_dir:
             self.files[path] = size
 

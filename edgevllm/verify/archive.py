@@ -86,14 +86,25 @@ def read_tar(stream: IO[bytes], label: str, on_member: Callable) -> None:
                                    "after its last whole member); copy or save it again")
 
 
-def add_member(layer: Layer, tar: tarfile.TarFile, member: tarfile.TarInfo, keep: Keep) -> None:
-    """One member into ``layer``: a whiteout, an opaque marker, or a file (kept if asked)."""
-    path = clean(member.name)
+def entry_kind(name: str) -> tuple[str, str]:
+    """A layer member's name as (``opaque``, the folder whose lower contents go), (``whiteout``,
+    the path deleted with all under it) or (``path``, the member's own path)."""
+    path = clean(name)
     folder, _, base = path.rpartition("/")
     if base == OPAQUE:
-        layer.opaque.append(folder)
-    elif base.startswith(WHITEOUT):
-        layer.whiteouts.append(f"{folder}/{base[len(WHITEOUT):]}".lstrip("/"))
+        return "opaque", folder
+    if base.startswith(WHITEOUT):
+        return "whiteout", f"{folder}/{base[len(WHITEOUT):]}".lstrip("/")
+    return "path", path
+
+
+def add_member(layer: Layer, tar: tarfile.TarFile, member: tarfile.TarInfo, keep: Keep) -> None:
+    """One member into ``layer``: a whiteout, an opaque marker, or a file (kept if asked)."""
+    kind, path = entry_kind(member.name)
+    if kind == "opaque":
+        layer.opaque.append(path)
+    elif kind == "whiteout":
+        layer.whiteouts.append(path)
     elif not member.isdir():
         layer.present.add(path)
         if member.isfile():
