@@ -203,8 +203,8 @@ def test_launch_script_is_refused_with_a_clear_line():
 
 
 NAMES = ["4x-spark-cluster-big-moe", "4x-spark-cluster-dense-a17b", "cluster-moe",
-         "download-mod", "dual-dense", "mod-args", "one-mod", "solo-tp2", "template-gb",
-         "thor-small", "trailing-backslash", "typo-placeholder", "v2-quickstart"]
+         "download-mod", "dual-dense", "mod-args", "one-mod", "picked-prs", "solo-tp2",
+         "template-gb", "thor-small", "trailing-backslash", "typo-placeholder", "v2-quickstart"]
 
 
 def test_folder_import_summary_and_dry_run_writes_nothing(tmp_path, cli, web):
@@ -214,7 +214,7 @@ def test_folder_import_summary_and_dry_run_writes_nothing(tmp_path, cli, web):
     assert not out.exists()
     lines = stdout.splitlines()
     assert lines[0].split()[:4] == ["recipe", "status", "notes", "warnings"]
-    assert lines[-1].startswith("13 imported, 0 failed,") and lines[-1].endswith(" 2 warnings")
+    assert lines[-1].startswith("14 imported, 0 failed,") and lines[-1].endswith(" 2 warnings")
     code, stdout, stderr = cli("recipe-import", str(EUGR), "--out", str(out), env=web)
     assert code == 0, stderr
     # Each recipe is named by its file, subfolder in front: what eugr's users type.
@@ -313,7 +313,7 @@ def test_import_dir_reports_each_file():
     rows = import_dir(EUGR, dry_run=True)
     by = {r.source: r for r in rows}
     assert by["4x-spark-cluster/big-moe.yaml"].status == "would import"
-    assert len(by) == 13 and not any(s.startswith(("mods/", "examples/")) for s in by)
+    assert len(by) == 14 and not any(s.startswith(("mods/", "examples/")) for s in by)
 
 
 def test_single_file_dry_run_shows_warnings_and_writes_nothing(tmp_path, cli):

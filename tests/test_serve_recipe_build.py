@@ -4,14 +4,28 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
+import yaml
 
+from edgevllm.cli.build import spec_from_flags
+from edgevllm.common.errors import CherryPickConflictError, RecipeError
 from edgevllm.serve.recipe_build import recipe_spec_fields
-from edgevllm.serve.recipe_folder import import_file
+from edgevllm.serve.recipe_folder import convert_file, import_file
 from edgevllm.serve.recipes import parse_recipe
+from edgevllm.sources.prepare import prepare_sources
+from edgevllm.sources.requests import SourceRequest
 from support import web_standin
+from support.gitfixtures import (  # noqa: F401
+    PR_ANCESTOR,
+    PR_CLEAN,
+    PR_CODE_CONFLICT,
+    PR_MOVABLE,
+    git_cache,
+    upstream,
+)
 
 RECIPES = Path(__file__).parent / "fixtures" / "eugr-recipes" / "recipes"
 
@@ -27,9 +41,11 @@ def imported(monkeypatch, user_config_home):
 
 
 def test_recipe_spec_fields_carry_mods_packages_and_tag(imported):
+    # The probe of the build imports InstantTensor besides the target's own imports.
     assert recipe_spec_fields("download-mod") == {
         "target": "spark", "add_mods": ["eugr-plugin-download"],
-        "packages": {"instanttensor": "0.2.2"}, "tags": ["vllm-node"]}
+        "packages": {"instanttensor": "0.2.2"}, "tags": ["vllm-node"],
+        "probe_required": ["vllm", "torch", "flashinfer", "fastsafetensors", "instanttensor"]}
 
 
 def test_a_plain_recipe_still_gets_what_its_arguments_need(tmp_path):
@@ -40,7 +56,8 @@ def test_a_plain_recipe_still_gets_what_its_arguments_need(tmp_path):
         "model": "org/m", "serve": {"args": ["{{ model }}", "--load-format=instanttensor"]}}))
     parse_recipe(json.loads(recipe.read_text()), "plain")
     assert recipe_spec_fields(str(recipe), "thor") == {
-        "target": "thor", "packages": {"instanttensor": "0.2.2"}, "tags": ["me/plain:1"]}
+        "target": "thor", "packages": {"instanttensor": "0.2.2"}, "tags": ["me/plain:1"],
+        "probe_required": ["vllm", "torch", "flashinfer", "fastsafetensors", "instanttensor"]}
 
 
 def test_render_recipe_bakes_the_mod_and_pins_instanttensor(imported, tmp_path, cli):
@@ -58,3 +75,63 @@ def test_render_recipe_bakes_the_mod_and_pins_instanttensor(imported, tmp_path, 
     code, _, err = cli("render", "--recipe", "download-mod", "--spec", "x.yaml", "--out",
                        str(tmp_path / "r2"))
     assert code != 0 and "error: --recipe and --spec/--lock: give one of them" in err
+
+
+# -- a recipe's picks (eugr's build_args) through the cherry-pick engine, on real git ------------
+@pytest.fixture
+def picked(user_config_home):
+    result = import_file(RECIPES / "picked-prs.yaml", force=True)
+    yield result
+    result.path.unlink()
+
+
+def test_picks_and_base_ref_are_carried_into_the_build_spec(picked):
+    spec = yaml.safe_load(Path(picked.recipe["build"]["spec"]).read_text())
+    assert spec == {"target": "spark", "vllm": {"ref": "v0.2.0", "cherry_picks": ["101", "105"]},
+                    "tags": ["vllm-node-picks"]}
+    assert "build_args: vLLM at v0.2.0 + PR(s) 101, 105 (inv build --recipe applies the picks " \
+           "and pins them in the lock)" in picked.notes
+    assert "build_args --tag vllm-node-picks: a build-and-copy.sh setting; edgevllm takes it " \
+           "from the target (inv build --help)" in picked.notes
+    assert "build_args --rebuild-vllm: a build-and-copy.sh flag with no edgevllm equivalent; " \
+           "left out" in picked.notes
+
+
+def test_recipe_picks_go_through_the_cherry_pick_engine(picked, git_cache, upstream):
+    """The recipe's PRs, then --cherry-pick's, applied onto the recipe's ref of --vllm-repo."""
+    spec = spec_from_flags({"recipe": "picked-prs", "vllm_repo": upstream.file_url,
+                            "cherry_pick": [str(PR_ANCESTOR)]})
+    assert spec.vllm.ref == "v0.2.0"  # a repo without a ref keeps the recipe's base
+    assert spec.vllm.cherry_picks == ["101", "105", str(PR_ANCESTOR)]
+    request = SourceRequest.from_cli("vllm", spec.vllm.repo, spec.vllm.ref, spec.vllm.pr,
+                                     spec.vllm.cherry_picks, spec.vllm.allow_doc_conflicts)
+    prepared = prepare_sources(request, None)
+    assert [p.pr for p in prepared.applied] == [PR_CLEAN, PR_MOVABLE]
+    assert [p.pr for p in prepared.skipped] == [PR_ANCESTOR]  # already in v0.2.0
+    assert prepared.base_sha == upstream.shas["c4"]
+
+
+def test_a_conflicting_recipe_pick_fails_naming_it(git_cache, upstream, tmp_path):
+    recipe = tmp_path / "conflict.yaml"
+    text = (RECIPES / "picked-prs.yaml").read_text().replace('"101"', str(PR_CODE_CONFLICT))
+    recipe.write_text(text)
+    result = import_file(recipe, tmp_path / "out" / "conflict.yaml")
+    spec = spec_from_flags({"recipe": str(result.path), "vllm_repo": upstream.file_url})
+    request = SourceRequest.from_cli("vllm", spec.vllm.repo, spec.vllm.ref, None,
+                                     spec.vllm.cherry_picks, False)
+    with pytest.raises(CherryPickConflictError, match=f"PR #{PR_CODE_CONFLICT}"):
+        prepare_sources(request, None)
+
+
+@pytest.mark.parametrize("args, problem", [
+    (["--apply-vllm-pr", "; rm -rf /"], "is not a PR number or PR URL"),
+    (["--vllm-ref", "main; id"], "is not a git ref"),
+    ("--vllm-ref v1", "expected a list of flags"),
+])
+def test_bad_build_args_are_one_error_naming_the_field(tmp_path, args, problem):
+    recipe = tmp_path / "bad.yaml"
+    data = yaml.safe_load((RECIPES / "picked-prs.yaml").read_text())
+    data["build_args"] = args
+    recipe.write_text(yaml.safe_dump(data))
+    with pytest.raises(RecipeError, match=f"field 'build_args'.*{re.escape(problem)}"):
+        convert_file(recipe)

@@ -62,18 +62,13 @@ def _device_target() -> str | None:
 
 def _recipe_spec(recipe: str, target, other, overrides: dict):
     from edgevllm.common.errors import SpecError
-    from edgevllm.serve.recipe_build import recipe_spec_fields
+    from edgevllm.serve.recipe_build import recipe_spec_fields, with_overrides
     from edgevllm.specs.buildspec import spec_from_dict
 
     if other:
         raise SpecError("--recipe and --spec/--lock: give one of them")
     fields = recipe_spec_fields(recipe, target)
-    for key in ("add_mods", "tags"):
-        if key in overrides:
-            overrides[key] = [*fields.get(key, []), *overrides[key]]
-    if "packages" in overrides:
-        overrides["packages"] = {**fields.get("packages", {}), **overrides["packages"]}
-    return spec_from_dict({**fields, **overrides}, f"recipe {recipe}")
+    return spec_from_dict(with_overrides(fields, overrides), f"recipe {recipe}")
 
 
 @cli_task(help={"as_json": "print the targets as JSON"})

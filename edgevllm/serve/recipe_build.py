@@ -2,8 +2,8 @@
 
 A recipe with ``build: {spec: FILE}`` (an imported eugr recipe has one: its mods, packages and
 tag) gives that file's fields. Any recipe also gets what its own arguments need: the packages of
-the ``--load-format`` it names (InstantTensor), pinned, and its image tag as the build's tag, so
-``inv serve`` finds the image the recipe names.
+the ``--load-format`` it names (InstantTensor), pinned and required by the build's probe, and its
+image tag as the build's tag, so ``inv serve`` finds the image the recipe names.
 """
 
 from __future__ import annotations
@@ -15,10 +15,12 @@ from edgevllm.common.paths import project_root
 from edgevllm.common.schema import read_yaml
 from edgevllm.serve.recipe_schema import Recipe
 from edgevllm.serve.recipes import load_recipe
+from edgevllm.specs.targets import load_target
 
 # ``--load-format X`` → the package vLLM imports for it (PyPI name and the pin edgevllm tested:
 # instanttensor 0.2.2 has an aarch64 wheel).
 LOAD_FORMAT_PACKAGES = {"instanttensor": ("instanttensor", "0.2.2")}
+LOAD_FORMAT_IMPORTS = {"instanttensor": "instanttensor"}  # PyPI name → the module vLLM imports
 
 
 def recipe_spec_fields(ref: str, target: str | None = None) -> dict:
@@ -46,9 +48,37 @@ def recipe_spec_fields(ref: str, target: str | None = None) -> dict:
                      if name not in packages})
     if packages:
         fields["packages"] = packages
+    imports = [LOAD_FORMAT_IMPORTS[name] for name, _ in needed_packages(recipe)]
+    if imports:  # the build's probe imports them: the recipe needs them, not just its install
+        given = fields.get("probe_required")
+        if given is None:
+            given = load_target(chosen).probe.required_imports
+        fields["probe_required"] = list(dict.fromkeys([*given, *imports]))
     if recipe.image and "{{" not in recipe.image and "@" not in recipe.image:
         fields["tags"] = list(dict.fromkeys([*(fields.get("tags") or []), recipe.image]))
     return fields
+
+
+def with_overrides(fields: dict, overrides: dict) -> dict:
+    """The recipe's fields under the command line's: lists that add (mods, tags, picks) append to
+    the recipe's, mappings merge, anything else replaces; a ``--vllm-repo`` given without a ref
+    keeps the recipe's ref (the recipe names the base its picks apply to)."""
+    out = dict(fields)
+    for key, value in overrides.items():
+        base = out.get(key)
+        if key in _APPENDED and isinstance(base, list):
+            out[key] = [*base, *[v for v in value if v not in base]]
+        elif isinstance(value, dict) and isinstance(base, dict):
+            merged = with_overrides(base, value)
+            if value.get("ref", "") is None and base.get("ref") and "pr" not in value:
+                merged["ref"] = base["ref"]
+            out[key] = merged
+        else:
+            out[key] = value
+    return out
+
+
+_APPENDED = ("add_mods", "tags", "cherry_picks")
 
 
 def needed_packages(recipe: Recipe) -> list[tuple[str, str]]:
@@ -60,11 +90,12 @@ def needed_packages(recipe: Recipe) -> list[tuple[str, str]]:
 
 
 def spec_file_text(target: str, add_mods: list[str], packages: dict[str, str],
-                   tags: list[str]) -> str:
-    """The build spec an imported recipe carries (``<name>.build/spec.yaml``)."""
+                   tags: list[str], sources: dict | None = None) -> str:
+    """The build spec an imported recipe carries (``<name>.build/spec.yaml``); ``sources``: the
+    ``vllm`` / ``flashinfer`` fields its build_args name (base ref, picks)."""
     import yaml
 
-    data: dict = {"target": target}
+    data: dict = {"target": target, **(sources or {})}
     if add_mods:
         data["add_mods"] = add_mods
     if packages:

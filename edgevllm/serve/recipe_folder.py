@@ -59,7 +59,8 @@ def convert_file(path: Path, name: str | None = None) -> ImportResult:
 def write_result(result: ImportResult, source: Path, target: Path) -> None:
     """The recipe, its carried files (``<name>.files/``) and the build spec of its image
     (``<name>.build/spec.yaml``: its eugr mods, imported into the user's mods, the packages its
-    arguments need, the tag it names), each written atomically."""
+    arguments need, the vLLM and picks its build_args name, the tag it names), each written
+    atomically."""
     for fname, body in result.files.items():
         atomic_write_bytes(target.parent / f"{result.recipe['name']}.files" / fname, body)
     _write_build_spec(result, target)
@@ -73,11 +74,12 @@ def _write_build_spec(result: ImportResult, target: Path) -> None:
     mods = [import_eugr_mod(folder, user_data_dir("mods"), targets).name
             for folder in result.build_mods]
     packages = dict(needed_packages(parse_recipe(recipe, str(target))))
-    if not mods and not packages:
+    if not mods and not packages and not result.build_fields:
         return
     spec = spec_path_of(target)
     tags = [recipe["image"]] if "@" not in recipe["image"] else []
-    atomic_write_text(spec, spec_file_text(recipe["targets"][0], mods, packages, tags))
+    atomic_write_text(spec, spec_file_text(recipe["targets"][0], mods, packages, tags,
+                                           result.build_fields))
     recipe["build"] = {"spec": str(spec.resolve())}
 
 

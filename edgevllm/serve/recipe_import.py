@@ -4,7 +4,8 @@ An eugr recipe has ``recipe_version``, ``name``, ``description``, ``model``, ``c
 tag its build script produced), ``command`` (one shell line with ``{placeholder}`` fields filled by
 ``str.format``, so literal braces are doubled), ``defaults``, ``env``, ``mods`` (scripts run in the
 container at every start), ``build_args`` (flags for its build script), ``solo_only`` and
-``cluster_only``. The import runs the recipe the way eugr's own runner does:
+``cluster_only``; ``build_args`` pins the vLLM to build (``recipe_buildargs``). The import runs
+the recipe the way eugr's own runner does:
 
 * ``cluster_only`` → a torch-distributed (no-Ray) cluster, eugr's default backend, of
   tensor × pipeline × data parallel nodes; a recipe that is neither solo- nor cluster-only and
@@ -32,6 +33,7 @@ from pathlib import Path
 
 from edgevllm.common.errors import RecipeError
 from edgevllm.mods.eugr import EugrMod, find_mod
+from edgevllm.serve.recipe_buildargs import build_fields
 from edgevllm.serve.recipes import FILES_DIR, parse_recipe, valid_image_ref
 
 KNOWN = {"recipe_version", "name", "description", "model", "container", "command", "defaults",
@@ -55,6 +57,7 @@ class ImportResult:
     files: dict[str, bytes] = field(default_factory=dict)  # carried files by name
     path: Path | None = None
     build_mods: list[Path] = field(default_factory=list)  # eugr mod folders run at build time
+    build_fields: dict = field(default_factory=dict)  # build spec fields from build_args (picks)
 
 
 @dataclass
@@ -125,8 +128,10 @@ def convert(data: object, source: str, name: str | None = None) -> ImportResult:
     }
     recipe.update(_optional(required, gpu_memory_gb, ctx.files, name))
     build_mods = _unconvertible(data, ctx, name, converted=gpu_memory_gb is not None)
+    spec_fields = build_fields(data.get("build_args"), source, ctx.notes)
     parse_recipe(recipe, f"{source} (converted)")
-    return ImportResult(recipe, ctx.notes, ctx.warnings, ctx.files, build_mods=build_mods)
+    return ImportResult(recipe, ctx.notes, ctx.warnings, ctx.files, build_mods=build_mods,
+                        build_fields=spec_fields)
 
 
 _SHAPES = {"defaults": (dict, "a mapping"), "env": (dict, "a mapping"), "mods": (list, "a list")}
@@ -454,9 +459,6 @@ def _unconvertible(data: dict, ctx: _Context, name: str, converted: bool) -> lis
             ctx.notes.append(f"mod '{mod_name}' dropped (its folder is not beside the recipes): "
                              f"inv build --recipe {name} --add-mod PATH/TO/{Path(mod_name).name} "
                              "runs it at build time")
-    if data.get("build_args"):
-        ctx.notes.append(f"build_args {list(data['build_args'])} (flags for build-and-copy.sh): "
-                         "express them in a build spec")
     for key in sorted(set(data) - KNOWN):
         ctx.notes.append(f"field '{key}' is not a spark-vllm-docker field edgevllm knows; left out")
     return build_mods
