@@ -69,6 +69,7 @@ NOT_FLAG_PAIRS = {
     "edgevllm/mods/eugr.py": "an eugr mod's shell lines (NAME=value, --output=F)",
     "edgevllm/serve/recipe_build.py": "a recipe's vLLM argv (--load-format=X)",
     "edgevllm/serve/rdma.py": "the RDMA probe's output lines (devices=...)",
+    "edgevllm/serve/recipe_buildargs.py": "eugr's build-and-copy.sh argv (--vllm-ref=X)",
 }
 
 

@@ -89,6 +89,7 @@ def test_picks_and_base_ref_are_carried_into_the_build_spec(picked):
     spec = yaml.safe_load(Path(picked.recipe["build"]["spec"]).read_text())
     assert spec == {"target": "spark", "vllm": {"ref": "v0.2.0", "cherry_picks": ["101", "105"]},
                     "tags": ["vllm-node-picks"]}
+    assert picked.recipe["env"] == {}  # eugr's runner reads an empty `env: []` as no env
     assert "build_args: vLLM at v0.2.0 + PR(s) 101, 105 (inv build --recipe applies the picks " \
            "and pins them in the lock)" in picked.notes
     assert "build_args --tag vllm-node-picks: a build-and-copy.sh setting; edgevllm takes it " \

@@ -255,6 +255,22 @@ def test_prebuilt_overrides_come_from_target_mods_and_user():
     assert f"flashinfer-cubin ; {NEVER}" in overrides and overrides[-1] == "certifi>=2026.10.18"
 
 
+def test_prebuilt_installs_every_pinned_package_even_one_vllm_does_not_ask_for():
+    """A recipe's InstantTensor is nobody's dependency: as a requirement it joins the closure
+    (an override alone pins only what something asks for)."""
+    from edgevllm.builder.modes.prebuilt import closure_inputs
+    from edgevllm.specs.buildspec import load_spec, resolve
+
+    eff = resolve(load_spec("spark", None, {"vllm_wheel": "0.33.0",
+                                            "packages": {"instanttensor": "0.2.2",
+                                                         "nvidia-cutlass-dsl": None}}))
+    inputs = closure_inputs(eff, [])
+    assert inputs["requirements"][0] == "vllm==0.33.0"
+    assert inputs["requirements"][2:] == ["flashinfer-python==0.7.2.post1",
+                                          "instanttensor==0.2.2"]
+    assert "instanttensor==0.2.2" in inputs["overrides"]
+
+
 def test_probe_judges_flashinfers_jit_toolchain():
     from edgevllm.probe.level1 import judge_jit
     from edgevllm.probe.result import FAIL, PASS, ProbeResult

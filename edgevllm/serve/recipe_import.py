@@ -145,7 +145,8 @@ def _check_shapes(data: dict, source: str) -> None:
     each mod is a relative folder name (it is looked up beside the recipe: never ``/etc``)."""
     for key, (kind, spelled) in _SHAPES.items():
         value = data.get(key)
-        if value is not None and not isinstance(value, kind):
+        # Empty of any kind is empty: eugr's runner tests ``if env:`` (a recipe writes env: []).
+        if value and not isinstance(value, kind):
             raise RecipeError(f"{source}: field '{key}': expected {spelled}, got "
                               f"{type(value).__name__}")
     for mod in data.get("mods") or []:

@@ -3,8 +3,9 @@
 In order (everything that can fail in seconds before anything is downloaded):
 1. mods      staged first (their pip packages join the closure, so they install offline)
 2. closure   resolved on the host for the target's platform + Python (``sources.wheels``), or
-             taken from ``--lock``; overrides (torch pin, target pins, forbidden packages, the
-             user's ``--override`` / ``--package``) are resolver overrides, recorded in the lock
+             taken from ``--lock``; the pinned packages (target's and spec's) are requirements;
+             overrides (torch pin, target pins, forbidden packages, the user's ``--override`` /
+             ``--package``) are resolver overrides, recorded in the lock
 3. wheels    downloaded into the shared content-addressed wheelhouse (cached), checked by hash,
              assembled as the ``wheelhouse`` build context with requirements.txt (by hash)
 4. lock      the closure, the base image, the mods; then the shared tail (``builder/tail.py``)
@@ -67,8 +68,11 @@ def closure_overrides(eff: EffectiveSpec, mod_packages: list[str]) -> list[str]:
 def closure_inputs(eff: EffectiveSpec, mod_packages: list[str]) -> dict:
     """Keyword arguments for ``resolve_closure`` (the requirement list starts with vLLM's)."""
     platform, version = closure_platform(eff)
+    # The pinned packages are installed whether or not vLLM asks for them, as a compile installs
+    # them: a recipe's InstantTensor is nobody's dependency (an override alone would drop it).
+    pinned = [f"{name}=={pin}" for name, pin in sorted(eff.packages.items())]
     requirements = [vllm_requirement(prebuilt_wheel(eff.spec), platform, version),
-                    f"uv=={uv_version()}"] + list(mod_packages)
+                    f"uv=={uv_version()}", *pinned] + list(mod_packages)
     indexes = [eff.torch.index_url] if eff.torch.index_url else []
     return {"requirements": list(dict.fromkeys(requirements)), "platform": platform,
             "python_version": version, "overrides": closure_overrides(eff, mod_packages),
