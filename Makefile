@@ -11,7 +11,7 @@ ARGS   ?=
 PYTEST_ARGS ?=
 BIN := $(VENV)/bin
 
-.PHONY: image test test-fast lint venv engine render clean
+.PHONY: image test test-fast test-needs lint venv engine render clean
 
 $(BIN)/.edgevllm-installed: pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -30,8 +30,13 @@ image: venv engine
 render: venv
 	$(BIN)/inv render --target $(TARGET) --out out/render-$(TARGET) $(ARGS)
 
-test: venv engine lint
+test: venv engine test-needs lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# What the suite needs besides the engine (emulation of the other platform, debootstrap, ...),
+# named before it starts.
+test-needs:
+	@bash .ci/test-needs.sh
 
 # The fast loop: every test that needs no Docker engine (under two minutes).
 test-fast: venv

@@ -70,27 +70,33 @@ fi
 # qemu 10 ships a systemd binfmt.d file (no binfmt-support entry). Its "F" flag makes the kernel
 # hold the interpreter it was registered with, so a handler registered before an upgrade keeps
 # running the old qemu: register again whenever the installed version is not the registered one.
-register_aarch64() {
-  local conf=/usr/lib/binfmt.d/qemu-aarch64.conf marker=/var/lib/edgevllm/binfmt-qemu-aarch64
+# The handler is the other platform's: aarch64 on an x86_64 host (the targets' images), x86_64 on
+# an arm64 host (the test suite's linux/amd64 images).
+register_foreign() {
+  local name=$1
+  local conf=/usr/lib/binfmt.d/$name.conf marker=/var/lib/edgevllm/binfmt-$name
   local version
   version=$(dpkg-query -W -f='${Version}' qemu-user-static 2>/dev/null || true)
   if [ -f "$conf" ]; then
-    if [ -f /proc/sys/fs/binfmt_misc/qemu-aarch64 ] && [ "$(cat "$marker" 2>/dev/null)" = "$version" ]; then
+    if [ -f /proc/sys/fs/binfmt_misc/$name ] && [ "$(cat "$marker" 2>/dev/null)" = "$version" ]; then
       return 0
     fi
-    [ -f /proc/sys/fs/binfmt_misc/qemu-aarch64 ] && echo -1 >/proc/sys/fs/binfmt_misc/qemu-aarch64
+    [ -f /proc/sys/fs/binfmt_misc/$name ] && echo -1 >/proc/sys/fs/binfmt_misc/$name
     printf '%s' "$(grep -v '^#' "$conf" | head -n 1)" >/proc/sys/fs/binfmt_misc/register
     mkdir -p "$(dirname "$marker")" && printf '%s' "$version" >"$marker"
-    log "registered qemu-aarch64 ($version)"
+    log "registered $name ($version)"
     return 0
   fi
-  update-binfmts --enable qemu-aarch64 >/dev/null 2>&1 || true
-  if [ ! -f /proc/sys/fs/binfmt_misc/qemu-aarch64 ]; then
-    update-binfmts --import qemu-aarch64 >/dev/null 2>&1 || true
-    update-binfmts --enable qemu-aarch64 >/dev/null 2>&1 || true
+  update-binfmts --enable "$name" >/dev/null 2>&1 || true
+  if [ ! -f /proc/sys/fs/binfmt_misc/$name ]; then
+    update-binfmts --import "$name" >/dev/null 2>&1 || true
+    update-binfmts --enable "$name" >/dev/null 2>&1 || true
   fi
 }
-register_aarch64
+case "$(uname -m)" in
+  aarch64|arm64) register_foreign qemu-x86_64 ;;
+  *) register_foreign qemu-aarch64 ;;
+esac
 
 # The Debian docker.io package ships /usr/bin/docker; a stray client elsewhere on PATH is fine.
 if ! docker info >/dev/null 2>&1; then

@@ -68,3 +68,44 @@ def test_device_check_names_the_missing_nvidia_runtime_with_ubuntus_commands(eng
 def test_debian_with_a_working_engine_is_ready(engine, tmp_path):
     proc = script("ensure-engine.sh", DEBIAN, tmp_path)
     assert proc.returncode == 0, proc.stderr
+
+
+# -- make test's own needs (.ci/test-needs.sh), on an x86_64 host and on an arm64 one ------------
+# No arm64 host here: a `uname` on PATH that prints aarch64 stands in for one, and
+# EDGEVLLM_BINFMT_DIR for its binfmt_misc folder.
+def fake_host(tmp_path: Path, machine: str, handlers: list[str]) -> dict[str, str]:
+    bin_dir, binfmt = tmp_path / "bin", tmp_path / "binfmt"
+    bin_dir.mkdir()
+    binfmt.mkdir()
+    (bin_dir / "uname").write_text(f"#!/bin/sh\necho {machine}\n")
+    (bin_dir / "uname").chmod(0o755)
+    for handler in handlers:
+        (binfmt / handler).write_text("enabled\n")
+    return {"PATH": f"{bin_dir}:{os.environ['PATH']}", "EDGEVLLM_BINFMT_DIR": str(binfmt)}
+
+
+@pytest.mark.parametrize("machine, foreign", [("aarch64", "x86_64"), ("x86_64", "aarch64")])
+def test_make_test_names_the_other_platforms_emulation_before_it_starts(machine, foreign,
+                                                                       tmp_path):
+    proc = script("test-needs.sh", DGX_OS, tmp_path, **fake_host(tmp_path, machine, []))
+    assert proc.returncode == 3
+    platform = {"x86_64": "linux/amd64", "aarch64": "linux/arm64"}[foreign]
+    assert proc.stderr.splitlines()[:2] == [
+        "make test needs, before it starts (nothing was installed):",
+        f"  missing: emulation of {platform} on this {machine} host (the suite builds images for "
+        "both platforms): sudo apt-get install qemu-user-static binfmt-support, then sudo "
+        f"update-binfmts --enable qemu-{foreign}"]
+
+
+def test_make_test_on_an_arm64_host_with_x86_emulation_needs_nothing_more(tmp_path):
+    """This machine has debootstrap, rsync, ssh, zstd, redis-server and docker-registry (the
+    Debian set-up installs them): with qemu-x86_64 registered an arm64 host is ready."""
+    env = fake_host(tmp_path, "aarch64", ["qemu-x86_64"])
+    proc = script("test-needs.sh", DGX_OS, tmp_path, **env)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_make_runs_the_needs_check_before_the_suite():
+    makefile = (REPO / "Makefile").read_text()
+    assert "test: venv engine test-needs lint\n" in makefile
+    assert "test-needs:\n\t@bash .ci/test-needs.sh\n" in makefile

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# What `make test` needs besides the engine (.ci/ensure-engine.sh), named before the suite starts
+# rather than by a failure an hour in. The tests build linux/amd64 images of their own (the
+# debootstrapped bases in tests/support/images.py, whose wheels and tools are x86_64) and
+# linux/arm64 images as the real targets are: on an x86_64 host the arm64 ones need qemu, on an
+# arm64 host (a Spark, a Thor) the amd64 ones do. Checks only; installs nothing.
+# EDGEVLLM_BINFMT_DIR points at another binfmt_misc folder (the tests of this script).
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/host-os.sh"
+binfmt=${EDGEVLLM_BINFMT_DIR:-/proc/sys/fs/binfmt_misc}
+os_id=$(host_os_id)
+case "$os_id" in
+  debian|ubuntu) install="sudo apt-get install" ;;
+  *) install="install (your distribution's packages):" ;;
+esac
+missing=()
+machine=$(uname -m)
+case "$machine" in
+  x86_64|amd64) foreign=aarch64; foreign_platform=linux/arm64 ;;
+  aarch64|arm64) foreign=x86_64; foreign_platform=linux/amd64 ;;
+  *) echo "make test: this host is '$machine'; the suite builds linux/amd64 and linux/arm64" \
+          "images and runs on x86_64 or aarch64 hosts only" >&2; exit 3 ;;
+esac
+if [ ! -e "$binfmt/qemu-$foreign" ]; then
+  missing+=("emulation of $foreign_platform on this $machine host (the suite builds images for\
+ both platforms): $install qemu-user-static binfmt-support, then\
+ sudo update-binfmts --enable qemu-$foreign")
+fi
+# program → package: the base images (debootstrap), the registry, cluster and cache tests.
+for pair in debootstrap:debootstrap rsync:rsync ssh:openssh-client zstd:zstd \
+            redis-server:redis-server docker-registry:docker-registry; do
+  program=${pair%%:*} package=${pair#*:}
+  if ! command -v "$program" >/dev/null 2>&1 && [ ! -x "/usr/sbin/$program" ] \
+     && [ ! -x "/usr/bin/$program" ]; then
+    missing+=("$program: $install $package")
+  fi
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+echo "make test needs, before it starts (nothing was installed):" >&2
+for line in "${missing[@]}"; do
+  echo "  missing: $line" >&2
+done
+if [ "$os_id" = debian ]; then
+  echo "  on Debian, as root: bash .ci/install-engine.sh installs all of them" >&2
+fi
+exit 3
