@@ -79,7 +79,9 @@ def imported(tmp_path_factory, cli):
 
 
 @pytest.fixture(scope="module")
-def recipe_build(imported, arm64_base, tmp_path_factory, cli):
+def recipe_build(imported, arm64_base, engine, tmp_path_factory, cli):
+    from edgevllm.containers.host import host_arch
+    from support.images import python_image
     from support.standin_wheels import standin_vllm_wheel
 
     out = tmp_path_factory.mktemp("recipe-out")
@@ -88,6 +90,8 @@ def recipe_build(imported, arm64_base, tmp_path_factory, cli):
     assert spec["packages"] == {"instanttensor": "0.2.2"} and spec["tags"] == [TAG]
     spec.update({
         "platform": "linux/arm64", "images": {"build": arm64_base, "runtime": arm64_base},
+        # .pyc are compiled on the build platform: the same Debian + Python 3.11, native
+        "bytecode_image": python_image(engine, host_arch()),
         "python": "python3.11", "apt_packages": [], "mods": [],
         "vllm_wheel": str(standin_vllm_wheel(out)),
         "torch": {"version": None, "index_url": None},
