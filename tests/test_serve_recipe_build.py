@@ -12,7 +12,7 @@ import yaml
 
 from edgevllm.cli.build import spec_from_flags
 from edgevllm.common.errors import CherryPickConflictError, RecipeError
-from edgevllm.serve.recipe_build import recipe_spec_fields
+from edgevllm.serve.recipe_build import recipe_spec_fields, with_overrides
 from edgevllm.serve.recipe_folder import convert_file, import_file
 from edgevllm.serve.recipes import parse_recipe
 from edgevllm.sources.prepare import prepare_sources
@@ -110,6 +110,32 @@ def test_recipe_picks_go_through_the_cherry_pick_engine(picked, git_cache, upstr
     assert [p.pr for p in prepared.applied] == [PR_CLEAN, PR_MOVABLE]
     assert [p.pr for p in prepared.skipped] == [PR_ANCESTOR]  # already in v0.2.0
     assert prepared.base_sha == upstream.shas["c4"]
+
+
+def test_command_line_adds_to_the_recipes_lists_and_replaces_the_rest():
+    recipe = {"target": "spark", "add_mods": ["eugr-a"], "tags": ["vllm-node"],
+              "packages": {"instanttensor": "0.2.2"},
+              "vllm": {"ref": "v0.2.0", "cherry_picks": ["101"]}}
+    merged = with_overrides(recipe, {
+        "add_mods": ["fastsafetensors", "eugr-a"], "tags": ["mine"], "mods": [],
+        "packages": {"six": "1.17.0"},
+        "vllm": {"repo": "/src/vllm", "ref": None, "cherry_picks": ["106"]}})
+    assert merged == {"target": "spark", "add_mods": ["eugr-a", "fastsafetensors"],
+                      "tags": ["vllm-node", "mine"], "mods": [],
+                      "packages": {"instanttensor": "0.2.2", "six": "1.17.0"},
+                      "vllm": {"ref": "v0.2.0", "cherry_picks": ["101", "106"],
+                               "repo": "/src/vllm"}}
+    assert with_overrides(recipe, {"vllm": {"ref": "v0.3.0"}})["vllm"]["ref"] == "v0.3.0"
+    assert with_overrides(recipe, {"vllm": {"pr": 7, "ref": None}})["vllm"]["ref"] is None
+
+
+def test_render_recipe_names_the_picks_it_will_apply(picked, cli, tmp_path):
+    code, _, err = cli("render", "--recipe", "picked-prs", "--out", str(tmp_path / "r"))
+    assert code == 0, err
+    plan = json.loads((tmp_path / "r" / "build-plan.json").read_text())
+    assert plan["contexts"]["vllm-src"] == ("<prepared vLLM tree: vllm: vllm-project/vllm at ref "
+                                            "v0.2.0; vllm: pick 1: PR #101; vllm: pick 2: PR "
+                                            "#105>")
 
 
 def test_a_conflicting_recipe_pick_fails_naming_it(git_cache, upstream, tmp_path):
