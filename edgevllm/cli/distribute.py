@@ -25,18 +25,37 @@ def _report(results, what: str) -> None:
 
 @cli_task(name="copy", help={"image": "the image to copy (tag or id on the source engine)",
                              "to": f"the {_NODES}",
-                             "engine": "source engine: 'local' (default), a context or a URL"},
+                             "engine": "source engine: 'local' (default), a context or a URL",
+                             "with-caches": "also fill each node's JIT cache folders of the image "
+                                            "from this bundle (inv warm), checked first",
+                             "jit-cache-root": "with --with-caches: the nodes' JIT cache root "
+                                               "(default: the target's launch.jit_cache_root)"},
           iterable=["to"], auto_shortflags=False)
-def copy_image(c, image, to=None, engine=None):
+def copy_image(c, image, to=None, engine=None, with_caches=None, jit_cache_root=None):
     """Stream an image to every node in parallel; skip nodes with the same image id; verify."""
     from edgevllm.containers.docker import DockerEngine
+    from edgevllm.serve.distribute import copy_caches
     from edgevllm.serve.distribute import copy_image as copy
 
     nodes = split_csv(to)
     if not nodes:
         raise RecipeError("say where to: --to ssh://node2,ssh://node3")
+    source = DockerEngine.named(engine)
     targets = [DockerEngine.named(n) for n in nodes]
-    _report(copy(image, DockerEngine.named(engine), targets), f"copying {image}")
+    manifest = _checked_bundle(with_caches, source, image) if with_caches else None
+    _report(copy(image, source, targets), f"copying {image}")
+    if manifest is not None:
+        _report(copy_caches(Path(with_caches), manifest, image, manifest.image_id, targets,
+                            jit_cache_root), f"filling the JIT caches of {image}")
+
+
+def _checked_bundle(bundle: str, engine, image: str):
+    """The bundle's manifest once every file checked out for ``image`` (before any copy)."""
+    from edgevllm.serve.cachebundle import read_manifest
+    from edgevllm.serve.cacheharvest import check_for_image
+
+    read_manifest(bundle)  # a bad file is one line before the engine is asked
+    return check_for_image(Path(bundle), engine.image_id(image))
 
 
 @cli_task(name="model-fetch",

@@ -31,6 +31,8 @@ from edgevllm.common.kv import split_csv
         "(implies --sbom)",
         "prime_cache": "only compress the image's layers into the cache (no --out; e.g. after a "
         "build)",
+        "with_caches": "also put this JIT cache bundle (inv warm) beside the set as "
+        "<name>.jitcache.tar with its .sha256; it must be the image's",
     }
 )
 def publish(
@@ -49,15 +51,13 @@ def publish(
     prime_cache=False,
     sbom=False,
     sign_key=None,
+    with_caches=None,
 ):
     """Save an image as compressed, checksummed tarball part(s) plus a manifest."""
-    from edgevllm.common import console
-
     level, threads, long = _codec_flags("zst" if prime_cache else format, level, threads, long)
     if prime_cache:
         return _prime(image, level, threads, long, layer_cache)
     require(image=image, out=out)
-    from edgevllm.image.progress import human
     from edgevllm.image.publish import PublishOptions, parse_size
     from edgevllm.image.publish import publish as run_publish
 
@@ -73,7 +73,18 @@ def publish(
         use_layer_cache=not no_layer_cache,
         layer_cache=Path(layer_cache) if layer_cache else None,
     )
+    bundle = _checked_bundle(image, with_caches) if with_caches else None
     result = run_publish(_engine(), options)
+    _print_result(result, Path(out), bundle)
+    if sbom or sign_key:
+        _supply_chain(image, result.manifest_path, sign_key)
+
+
+def _print_result(result, out: Path, bundle: Path | None) -> None:
+    """The sizes on stderr; every file written on stdout (the bundle and its checksum last)."""
+    from edgevllm.common import console
+    from edgevllm.image.progress import human
+
     manifest = result.manifest
     layers = result.layers
     reuse = (
@@ -91,8 +102,21 @@ def publish(
     for path in result.part_paths:
         print(path)
     print(result.manifest_path)
-    if sbom or sign_key:
-        _supply_chain(image, result.manifest_path, sign_key)
+    if bundle is not None:
+        from edgevllm.serve.distribute import bundle_beside
+
+        for path in bundle_beside(bundle, out, result.manifest["name"]):
+            print(path)
+
+
+def _checked_bundle(image: str, bundle: str) -> Path:
+    """A JIT cache bundle checked for the image before the (long) publish starts."""
+    from edgevllm.serve.cachebundle import read_manifest
+    from edgevllm.serve.cacheharvest import check_for_image
+
+    read_manifest(bundle)  # a bad file is one line before the engine is asked
+    check_for_image(Path(bundle), _engine().image_id(image))
+    return Path(bundle)
 
 
 def _supply_chain(image: str, manifest_path: Path, sign_key: str | None) -> None:

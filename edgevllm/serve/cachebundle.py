@@ -126,8 +126,14 @@ class BundleKey:
     cuda_arch: str
 
 
+def image_folder(image_id: str) -> str:
+    """An image's short name for folders and files: ``sha256:abcd…`` → its first 16 hex digits
+    (the per-image JIT cache folder, the bundle's file name)."""
+    return image_id.split(":", 1)[-1][:16]
+
+
 def bundle_name(recipe: str, image_id: str) -> str:
-    return f"{recipe}-{image_id.split(':', 1)[-1][:16]}{SUFFIX}"
+    return f"{recipe}-{image_folder(image_id)}{SUFFIX}"
 
 
 def bundles_dir() -> Path:

@@ -194,3 +194,37 @@ def start_with_caches(engine: DockerEngine, options: RunOptions, rendered,
         engine.remove_container(container)
         raise
     console.step(f"cache bundle {path.name}: {manifest.describe()}")
+
+
+def key_of(manifest: Manifest, image_id: str) -> BundleKey:
+    """The key a bundle must match to go with ``image_id`` (its own model and arch)."""
+    return BundleKey(image_id=image_id, recipe=manifest.recipe, model=manifest.model,
+                     model_revision=manifest.model_revision, target=manifest.target,
+                     cuda_arch=manifest.cuda_arch)
+
+
+def check_for_image(bundle: Path, image_id: str) -> Manifest:
+    """The whole check of a bundle that travels with the image ``image_id`` (copy, publish)."""
+    from edgevllm.serve.cachebundle import read_manifest
+
+    return check_bundle(bundle, key_of(read_manifest(bundle), image_id))
+
+
+def seed_node(engine: DockerEngine, image: str, image_id: str, bundle: Path,
+              manifest: Manifest, jit_cache_root: str | None = None) -> str:
+    """Fill a node's per-image cache folders from a checked bundle, through a container of the
+    image that never starts (``docker create`` + ``docker cp``); returns the folder."""
+    from edgevllm.serve.cachebundle import image_folder
+    from edgevllm.specs.targets import load_target
+
+    root = (jit_cache_root or load_target(manifest.target).launch.jit_cache_root).rstrip("/")
+    folder = f"{root}/{image_folder(image_id)}"
+    options = RunOptions(image=image, command=["true"], entrypoint="",
+                         volumes=[f"{folder}/{name}:{path}"
+                                  for name, path in sorted(manifest.caches.items())])
+    container = engine.create_container(options)
+    try:
+        seed(engine, container, bundle, manifest, dict(manifest.caches))
+    finally:
+        engine.remove_container(container)
+    return folder

@@ -122,6 +122,43 @@ def _verify(node: DockerEngine, image: str, want: str, error: str | None) -> Nod
     return NodeResult(node.describe(), "failed", reason)
 
 
+# -- JIT cache bundles (inv warm) ---------------------------------------------------------------
+def copy_caches(bundle: Path, manifest, image: str, image_id: str, nodes: list[DockerEngine],
+                jit_cache_root: str | None = None) -> list[NodeResult]:
+    """Fill each node's per-image JIT cache folders from a bundle checked for ``image_id``."""
+    from edgevllm.serve.cacheharvest import seed_node
+
+    results = []
+    for node in nodes:
+        try:
+            folder = seed_node(node, image, image_id, bundle, manifest, jit_cache_root)
+        except EdgeVllmError as exc:
+            results.append(NodeResult(node.describe(), "failed", f"caches: {exc}"))
+            continue
+        results.append(NodeResult(node.describe(), "caches", f"{len(manifest.entries)} files in "
+                                  f"{folder}"))
+    return results
+
+
+def bundle_beside(bundle: Path, out_dir: Path, stem: str) -> tuple[Path, Path]:
+    """Copy a checked bundle to ``<out_dir>/<stem>.jitcache.tar`` with its ``.sha256`` file
+    (``sha256sum -c`` reads it), each under a temporary name first."""
+    import hashlib
+
+    from edgevllm.common.fsutil import atomic_open, atomic_write_text
+    from edgevllm.serve.cachebundle import SUFFIX
+
+    out = Path(out_dir) / f"{stem}{SUFFIX}"
+    digest = hashlib.sha256()
+    with open(bundle, "rb") as source, atomic_open(out, "wb") as target:
+        while chunk := source.read(CHUNK):
+            digest.update(chunk)
+            target.write(chunk)
+    checksum = atomic_write_text(out.with_name(out.name + ".sha256"),
+                                 f"{digest.hexdigest()}  {out.name}\n")
+    return out, checksum
+
+
 # -- models -------------------------------------------------------------------------------------
 def hub_folder(hf_cache: Path, model: str) -> Path:
     """Where huggingface_hub keeps ``org/name``: ``<hf_cache>/hub/models--org--name``."""

@@ -131,9 +131,9 @@ def ulimit_flags(rendered: Rendered) -> list[str]:
 
 def jit_folder(image_id: str | None) -> str:
     """One host folder per image: ``sha256:abcd…`` → ``abcd…`` (first 16 hex digits)."""
-    if not image_id:
-        return UNKNOWN_IMAGE_ID
-    return image_id.split(":", 1)[-1][:16]
+    from edgevllm.serve.cachebundle import image_folder
+
+    return image_folder(image_id) if image_id else UNKNOWN_IMAGE_ID
 
 
 def launch_volumes(rendered: Rendered, image_id: str | None) -> list[str]:

@@ -76,8 +76,9 @@ def _stop_quietly(engine) -> None:
         pass
 
 
-def _cli(*argv: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "NO_COLOR": "1", "PYTHONPATH": str(REPO), "COLUMNS": "200"}
+def _cli(*argv: str, **extra_env: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "NO_COLOR": "1", "PYTHONPATH": str(REPO), "COLUMNS": "200",
+           **extra_env}
     return subprocess.run([sys.executable, "-c", "from edgevllm.cli import main; main()", *argv],
                           capture_output=True, text=True, env=env, timeout=300)
 
@@ -187,3 +188,68 @@ def test_serve_refuses_a_flipped_byte_and_a_bundle_of_another_image(harvested, t
         assert len(errors) == 1 and said in errors[0], proc.stderr
         assert "Traceback" not in proc.stderr
         assert not engine.containers(label=f"io.edgevllm.recipe={NAME}")  # nothing started
+
+
+@pytest.fixture
+def tiny_image(engine, tmp_path):
+    """A one-file image (kilobytes): publishing it stays quick."""
+    tarball = tmp_path / "rootfs.tar"
+    with tarfile.open(tarball, "w") as tar:
+        body = b"edgevllm harvest test\n"
+        info = tarfile.TarInfo("hello.txt")
+        info.size = len(body)
+        tar.addfile(info, io.BytesIO(body))
+    tag = "edgevllm-test/harvest26-tiny:1"
+    engine.import_rootfs(tarball, tag, changes=['CMD ["/hello.txt"]'])
+    yield tag
+    engine.remove_image(tag, force=True)
+
+
+def test_copy_fills_a_nodes_cache_folders_from_the_bundle(engine, python_image_amd64,
+                                                         harvested, tmp_path):
+    """The node is the local engine (tests/e2e/test_serve_distribute.py streams images to
+    ssh nodes; the caches go through the same engine calls, docker create + docker cp)."""
+    (bundle, _), _, _ = harvested
+    root = tmp_path / "node-jit"
+    proc = _cli("copy", "--image", python_image_amd64, "--to", "local", "--with-caches",
+                str(bundle), "--jit-cache-root", str(root))
+    assert proc.returncode == 0, proc.stderr
+    rows = [line.split() for line in proc.stdout.splitlines()]
+    files = str(len(read_manifest(bundle).entries))  # the cubin, the sm_121a library, a blob
+    assert rows[0][1:4] == ["up", "to", "date"] and rows[1][1:3] == ["caches", files] and \
+        files == "3", rows
+    folder = root / jit_folder(engine.image_id(python_image_amd64))
+    assert (folder / "triton/cache/k1/scale.cubin").read_bytes() == \
+        nvcc_cubin("121a").read_bytes()
+    assert not engine.containers(label=f"io.edgevllm.recipe={NAME}")
+
+
+def test_publish_puts_the_bundle_beside_the_set_and_refuses_another_images(
+        engine, harvested, tiny_image, tmp_path):
+    from edgevllm.serve.cachebundle import BundleKey
+    from edgevllm.serve.cacheharvest import bundle_folder
+
+    (bundle, _), _, _ = harvested
+    out = tmp_path / "set"
+    layers = {"EDGEVLLM_LAYER_CACHE": str(tmp_path / "layers")}
+    proc = _cli("publish", "--image", tiny_image, "--out", str(out), "--with-caches", str(bundle),
+                **layers)
+    assert proc.returncode == 11, proc.stderr
+    assert "was made for image" in proc.stderr and not out.exists()
+
+    caches = tmp_path / "caches" / "triton"
+    caches.mkdir(parents=True)
+    shutil.copy(nvcc_cubin("121a"), caches / "k.cubin")
+    own = tmp_path / "own.jitcache.tar"
+    bundle_folder(caches.parent, BundleKey(engine.image_id(tiny_image), "tiny", "fixture-model",
+                                           "", "spark", "12.1a"), {"triton": "/root/.triton"},
+                  own)
+    proc = _cli("publish", "--image", tiny_image, "--out", str(out), "--with-caches", str(own),
+                **layers)
+    assert proc.returncode == 0, proc.stderr
+    carried = out / "harvest26-tiny_1.jitcache.tar"  # beside harvest26-tiny_1.tar.zst
+    assert f"{carried}\n{carried}.sha256" in proc.stdout
+    assert carried.read_bytes() == own.read_bytes()
+    check = subprocess.run(["sha256sum", "-c", carried.name + ".sha256"], cwd=out,
+                           capture_output=True, text=True)
+    assert check.returncode == 0 and check.stdout.strip().endswith(": OK"), check.stdout
