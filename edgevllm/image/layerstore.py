@@ -17,12 +17,14 @@ import gzip
 import hashlib
 import json
 import os
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
 from edgevllm.containers.docker import DockerEngine
 
 READ_CHUNK = 1 << 20
+LINE_LIMIT = 16 << 20  # one tar-split entry: a header segment, or a file's name (a few KiB)
 
 
 class StoreUnusable(Exception):
@@ -70,26 +72,28 @@ class LocalLayerStore:
         return data
 
     def _entries(self, chain_id: str) -> Iterator[dict]:
+        """The layer's tar-split entries, each checked: ``{"type": 2, "payload": bytes}`` (raw
+        tar bytes) or ``{"type": 1, "name": str, "size": int}`` (a file's contents follow)."""
         path = self.layerdb / chain_id.split(":", 1)[1] / "tar-split.json.gz"
         try:
-            with gzip.open(path, "rt") as lines:
-                for line in lines:
-                    yield json.loads(line)
-        except (OSError, ValueError, EOFError) as exc:
-            raise StoreUnusable(f"{path}: {exc}") from None
+            with gzip.open(path, "rb") as lines:
+                while line := lines.readline(LINE_LIMIT):
+                    if len(line) == LINE_LIMIT and not line.endswith(b"\n"):
+                        raise StoreUnusable(f"{path}: an entry over {LINE_LIMIT} bytes")
+                    yield _checked(json.loads(line), path)
+        except (OSError, ValueError, EOFError, RecursionError, zlib.error) as exc:
+            raise StoreUnusable(f"{path}: {type(exc).__name__}: {exc}") from None
 
     def tar_size(self, chain_id: str) -> int:
         """The size of the layer's tar, from its headers alone (no file is opened)."""
-        return sum(len(base64.b64decode(entry.get("payload") or b"")) if entry["type"] == 2
-                   else int(entry.get("size") or 0) for entry in self._entries(chain_id))
+        return sum(len(entry["payload"]) if entry["type"] == 2 else entry["size"]
+                   for entry in self._entries(chain_id))
 
     def members(self, chain_id: str) -> Iterator[tuple[str, int]]:
         """Each member's name (folders end in "/") and size, from the tar's headers alone."""
         for entry in self._entries(chain_id):
             if entry["type"] == 1:
-                name = (os.fsdecode(base64.b64decode(entry["name_raw"])) if entry.get("name_raw")
-                        else entry["name"])
-                yield name, int(entry.get("size") or 0)
+                yield entry["name"], entry["size"]
 
     def _diff_dir(self, chain_id: str) -> Path:
         try:
@@ -101,19 +105,36 @@ class LocalLayerStore:
     def tar_blocks(self, chain_id: str) -> Iterator[bytes]:
         """The layer's tar, replayed from its headers and its unpacked files."""
         diff = self._diff_dir(chain_id)
+        inside = os.path.realpath(diff) + os.sep
         for entry in self._entries(chain_id):
             if entry["type"] == 2:
-                yield base64.b64decode(entry.get("payload") or b"")
-            elif entry.get("size"):
-                yield from _file_blocks(diff, entry)
+                yield entry["payload"]
+            elif entry["size"]:
+                yield from _file_blocks(diff, inside, entry)
 
 
-def _file_blocks(diff: Path, entry: dict) -> Iterator[bytes]:
-    name = os.fsdecode(base64.b64decode(entry["name_raw"]) if entry.get("name_raw")
-                       else entry["name"])
+def _checked(entry: object, path: Path) -> dict:
+    """One tar-split entry as ``_entries`` gives it, or StoreUnusable."""
+    if isinstance(entry, dict) and entry.get("type") == 2:
+        payload = entry.get("payload") or ""
+        if isinstance(payload, str):
+            return {"type": 2, "payload": base64.b64decode(payload, validate=True)}
+    elif isinstance(entry, dict) and entry.get("type") == 1:
+        raw, name, size = entry.get("name_raw"), entry.get("name"), entry.get("size") or 0
+        if isinstance(raw, str) and raw:
+            name = os.fsdecode(base64.b64decode(raw, validate=True))
+        if isinstance(name, str) and "\0" not in name and type(size) is int and size >= 0:
+            return {"type": 1, "name": name, "size": size}
+    raise StoreUnusable(f"{path}: an entry is not a tar-split segment or file")
+
+
+def _file_blocks(diff: Path, inside: str, entry: dict) -> Iterator[bytes]:
+    name = entry["name"]
     if name.startswith("/") or ".." in name.split("/"):
         raise StoreUnusable(f"layer entry '{name}' points outside its layer")
-    left = int(entry["size"])
+    if not os.path.realpath(diff / name).startswith(inside):
+        raise StoreUnusable(f"layer entry '{name}' leads outside its layer through a symlink")
+    left = entry["size"]
     try:
         # O_NOFOLLOW: a layer's regular file is never a symlink in its diff folder.
         with os.fdopen(os.open(diff / name, os.O_RDONLY | os.O_NOFOLLOW), "rb") as handle:

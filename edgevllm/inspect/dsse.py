@@ -104,6 +104,9 @@ def verify(envelope: dict, public: Ed25519PublicKey, origin: str) -> bytes:
         payload = base64.b64decode(envelope["payload"], validate=True)
         signatures = [(s.get("keyid", ""), base64.b64decode(s["sig"], validate=True))
                       for s in envelope["signatures"]]
+        if not isinstance(payload_type, str) or not all(isinstance(k, str) for k, _ in signatures):
+            raise TypeError("a field of the wrong kind")
+        pae(payload_type, payload)  # a lone surrogate cannot be encoded: ValueError here
     except (KeyError, TypeError, ValueError, AttributeError):
         raise SupplyChainError(f"{origin}: not a DSSE envelope (payloadType, payload, "
                                "signatures)") from None

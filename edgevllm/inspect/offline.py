@@ -36,6 +36,7 @@ class ImageArchive:
     dists: list[dict]
     problems: list[str]
     debs: list[dict]
+    labels: dict[str, str]
 
 
 def dist_file(path: str) -> bool:
@@ -122,4 +123,14 @@ def _assemble(found: ImageLayers, label: str) -> ImageArchive:
                             f"says {diff_id}")
         apply(files, layer)
     return ImageArchive(config, "sha256:" + hashlib.sha256(config_bytes).hexdigest(),
-                        dists_of(files), problems, debs_of(files))
+                        dists_of(files), problems, debs_of(files), _labels(config, label))
+
+
+def _labels(config: dict, label: str) -> dict[str, str]:
+    inner = config.get("config") or {}
+    found = (inner.get("Labels") if isinstance(inner, dict) else inner) or {}
+    if not isinstance(found, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in found.items()):
+        raise SupplyChainError(f"{label}: the image config's field 'config.Labels' is not a "
+                               "mapping of strings; the archive is damaged")
+    return found

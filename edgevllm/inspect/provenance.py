@@ -110,7 +110,7 @@ def canonical(payload: dict) -> bytes:
 def parse_statement(payload: bytes, origin: str) -> dict:
     try:
         found = json.loads(payload)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise SupplyChainError(f"{origin}: the signed payload is not JSON") from None
     if not isinstance(found, dict) or found.get("_type") != STATEMENT_TYPE or \
             found.get("predicateType") != PREDICATE_TYPE:
@@ -125,13 +125,23 @@ def subject_id(found: dict) -> str | None:
         return None
 
 
+def _at(node: object, *keys: str) -> object:
+    """``node[k1][k2]...``, or None where a level is missing or not a mapping (a signer may
+    have signed any JSON)."""
+    for key in keys:
+        node = node.get(key) if isinstance(node, dict) else None
+    return node
+
+
 def sbom_digest(found: dict) -> str | None:
-    for item in (found.get("predicate") or {}).get("runDetails", {}).get("byproducts") or []:
-        if item.get("name") == "sbom":
-            return (item.get("digest") or {}).get("sha256")
+    byproducts = _at(found, "predicate", "runDetails", "byproducts")
+    for item in byproducts if isinstance(byproducts, list) else []:
+        if _at(item, "name") == "sbom":
+            digest = _at(item, "digest", "sha256")
+            return digest if isinstance(digest, str) else None
     return None
 
 
 def lock_digest(found: dict) -> str | None:
-    definition = (found.get("predicate") or {}).get("buildDefinition") or {}
-    return (definition.get("externalParameters") or {}).get("lock_sha256")
+    digest = _at(found, "predicate", "buildDefinition", "externalParameters", "lock_sha256")
+    return digest if isinstance(digest, str) else None

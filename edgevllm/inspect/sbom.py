@@ -18,6 +18,9 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from edgevllm.common.errors import EngineError, SupplyChainError
 from edgevllm.containers.docker import DockerEngine, RunOptions
@@ -45,7 +48,6 @@ def installed_software(engine: DockerEngine, image: str, timeout: float = 300
                        ) -> tuple[list[dict], list[dict]]:
     """Every Python distribution and Debian package installed in ``image``, found by a short
     script in a throw-away container (no network) run by the image's python3."""
-    from edgevllm.inspect.inimage_dists import DEBS_MARKER, MARKER
 
     name = f"edgevllm-sbom-{uuid.uuid4().hex[:8]}"
     options = RunOptions(image=image, command=["-"], entrypoint="python3", name=name, remove=True,
@@ -54,14 +56,50 @@ def installed_software(engine: DockerEngine, image: str, timeout: float = 300
         proc = engine.run(options, timeout=timeout, input=dists_script())
     finally:  # --rm does not cover a docker client killed by a timeout or Ctrl-C
         engine.remove_container(name)
-    found = {marker: json.loads(line[len(marker):])
-             for line in proc.stdout.decode(errors="replace").splitlines()
-             for marker in (MARKER, DEBS_MARKER) if line.startswith(marker)}
-    if MARKER in found:
-        return found[MARKER], found.get(DEBS_MARKER, [])
+    listing = parse_listing(proc.stdout, image)
+    if listing is not None:
+        return listing
     tail = proc.stderr.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
     raise EngineError(f"{image}: listing its Python distributions failed (python3 in the image "
                       f"exited {proc.returncode}: {tail[0]})")
+
+
+class _Dist(BaseModel):
+    name: str
+    version: str
+    path: str
+    metadata_sha256: str
+    record_sha256: str | None
+
+
+class _Deb(BaseModel):
+    name: str
+    version: str
+    arch: str
+    distro: str
+    codename: str
+
+
+def parse_listing(stdout: bytes, image: str) -> tuple[list[dict], list[dict]] | None:
+    """The in-image script's two lines (None when it printed none): whatever the image's own
+    python3 printed is checked before it reaches the SBOM."""
+    from edgevllm.inspect.inimage_dists import DEBS_MARKER, MARKER
+
+    found: dict[str, list[dict]] = {}
+    try:
+        for line in stdout.decode(errors="replace").splitlines():
+            for marker, model in ((MARKER, _Dist), (DEBS_MARKER, _Deb)):
+                if line.startswith(marker):
+                    entries: list[BaseModel] = TypeAdapter(
+                        list[model]).validate_json(line[len(marker):])  # type: ignore[valid-type]
+                    found[marker] = [entry.model_dump() for entry in entries]
+    except ValidationError as exc:
+        raise EngineError(f"{image}: the in-image listing of installed software is malformed "
+                          f"({exc.error_count()} problems, first: {exc.errors()[0]['msg']})"
+                          ) from None
+    if MARKER not in found:
+        return None
+    return found[MARKER], found.get(DEBS_MARKER, [])
 
 
 @dataclass
@@ -176,13 +214,49 @@ def _prop(component: dict, key: str) -> str | None:
                  if p.get("name") == PROP + key), None)
 
 
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class _Property(_Open):
+    name: str
+    value: str
+
+
+class _Hash(_Open):
+    content: str
+
+
+class _Component(_Open):
+    name: str
+    version: str = ""
+    group: str | None = None
+    properties: list[_Property] = []
+    hashes: list[_Hash] = []
+
+
+class _Metadata(_Open):
+    component: _Component | None = None
+
+
+class _Document(_Open):
+    """What ``check_sbom`` reads of a CycloneDX document; the rest is CycloneDX's own."""
+
+    bomFormat: Literal["CycloneDX"]
+    metadata: _Metadata | None = None
+    components: list[_Component] = []
+
+
 def parse_sbom(text: str, origin: str) -> dict:
+    from edgevllm.common.schema import parse_model
+
     try:
         doc = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise SupplyChainError(f"{origin}: the SBOM is not JSON") from None
     if not isinstance(doc, dict) or doc.get("bomFormat") != "CycloneDX":
         raise SupplyChainError(f"{origin}: not a CycloneDX SBOM")
+    parse_model(_Document, doc, f"{origin}: SBOM", SupplyChainError)
     return doc
 
 

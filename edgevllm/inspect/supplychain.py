@@ -73,7 +73,7 @@ def view_of_tarball(manifest_path: Path) -> ImageView:
     with ByteProgress("read the image archive", tarset.total_size) as progress:
         with tarset.tar_stream(progress) as tar:
             archive = read_archive(tar, str(manifest_path))
-    found = archive.config.get("config", {}).get("Labels") or {}
+    found = archive.labels
     view = ImageView(str(manifest_path), archive.config_sha256,
                      list(tarset.manifest.image.get("repo_digests") or []),
                      lock_from_label(found.get(labels.LOCK), f"{manifest_path}: the image's lock"),

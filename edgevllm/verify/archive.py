@@ -98,9 +98,13 @@ def entry_kind(name: str) -> tuple[str, str]:
     return "path", path
 
 
-def add_member(layer: Layer, tar: tarfile.TarFile, member: tarfile.TarInfo, keep: Keep) -> None:
+def add_member(layer: Layer, tar: tarfile.TarFile, member: tarfile.TarInfo, keep: Keep,
+               label: str = "layer") -> None:
     """One member into ``layer``: a whiteout, an opaque marker, or a file (kept if asked)."""
     kind, path = entry_kind(member.name)
+    if ".." in path.split("/"):
+        raise NotATarballError(f"{label}: member '{member.name[:200]}' climbs out of the image's "
+                               "root (..); the archive is not one docker wrote")
     if kind == "opaque":
         layer.opaque.append(path)
     elif kind == "whiteout":
@@ -134,7 +138,7 @@ def read_layer(stream: IO[bytes], label: str, keep: Keep, hashed: bool = False) 
     """One layer's plain tar; ``hashed``: its sha256 (the diff id) too."""
     layer = Layer()
     source: Any = _Hashing(stream) if hashed else stream
-    read_tar(source, label, lambda tar, member: add_member(layer, tar, member, keep))
+    read_tar(source, label, lambda tar, member: add_member(layer, tar, member, keep, label))
     if hashed:
         layer.sha256 = source.drain()
     return layer
@@ -158,7 +162,7 @@ def _outer_member(found: ImageLayers, tar: tarfile.TarFile, member, keep: Keep,
         elif head[:1] in (b"{", b"[") and small:
             found.json_blobs[name] = stream.read()
     else:
-        add_member(found.rootfs, tar, member, keep)
+        add_member(found.rootfs, tar, member, keep, "archive")
 
 
 def _json_or_none(data: bytes):
