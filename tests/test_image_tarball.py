@@ -17,16 +17,7 @@ import zstandard
 from edgevllm.common.errors import IntegrityError
 from edgevllm.image.tarball import from_manifest, open_tarball
 from edgevllm.image.zstdframes import CHUNK, zstd_chunks
-
-
-def _tar_bytes(files: dict[str, bytes]) -> bytes:
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w") as tar:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return out.getvalue()
+from support.fake_rootfs import tar_of
 
 
 def write_set(folder: Path, payload: bytes, parts: int = 2, **override) -> Path:
@@ -51,7 +42,7 @@ def write_set(folder: Path, payload: bytes, parts: int = 2, **override) -> Path:
 
 @pytest.mark.parametrize("sha", ["", "0" * 63, "0" * 65, "g" * 64, None, 0])
 def test_a_part_checksum_that_is_not_64_hex_digits_refuses_the_set(tmp_path, sha):
-    manifest = write_set(tmp_path, _tar_bytes({"a": b"x" * 100}))
+    manifest = write_set(tmp_path, tar_of({"a": b"x" * 100}))
     data = json.loads(manifest.read_text())
     data["parts"][0]["sha256"] = sha
     manifest.write_text(json.dumps(data))
@@ -61,7 +52,7 @@ def test_a_part_checksum_that_is_not_64_hex_digits_refuses_the_set(tmp_path, sha
 
 @pytest.mark.parametrize("field,value", [("size", -1), ("size", True), ("size", "12")])
 def test_part_sizes_are_non_negative_integers(tmp_path, field, value):
-    manifest = write_set(tmp_path, _tar_bytes({"a": b"x"}))
+    manifest = write_set(tmp_path, tar_of({"a": b"x"}))
     data = json.loads(manifest.read_text())
     data["parts"][0][field] = value
     manifest.write_text(json.dumps(data))
@@ -70,7 +61,7 @@ def test_part_sizes_are_non_negative_integers(tmp_path, field, value):
 
 
 def test_a_set_with_a_manifest_is_checked_before_its_first_byte_is_read(tmp_path):
-    manifest = write_set(tmp_path, _tar_bytes({"a": bytes(range(256)) * 400}), parts=3)
+    manifest = write_set(tmp_path, tar_of({"a": bytes(range(256)) * 400}), parts=3)
     last = sorted(tmp_path.glob("*.part*"))[-1]
     data = bytearray(last.read_bytes())
     data[-1] ^= 0xFF  # same size, other bytes: only the checksum can tell
@@ -83,7 +74,7 @@ def test_a_set_with_a_manifest_is_checked_before_its_first_byte_is_read(tmp_path
 
 
 def test_a_whole_set_reads_back(tmp_path):
-    payload = _tar_bytes({"lib/a.so": b"y" * 5000})
+    payload = tar_of({"lib/a.so": b"y" * 5000})
     with from_manifest(write_set(tmp_path, payload, parts=3)).tar_stream() as stream:
         assert stream.read() == payload
 

@@ -27,6 +27,7 @@ from support.fake_rootfs import (
     docker_save_archive,
     dpkg_status,
     metadata,
+    tar_of,
 )
 from support.properties import PROPERTY, bounded, json_values, mutated, replaced_field
 
@@ -57,16 +58,6 @@ def _members(data: bytes) -> dict[str, bytes]:
         return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
 
 
-def _tar(files: dict[str, bytes]) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
-
-
 SEED_FILES = _members(ARCHIVE)
 MANIFEST = json.loads(SEED_FILES["manifest.json"])
 CONFIG_NAME = MANIFEST[0]["Config"]
@@ -82,7 +73,7 @@ CONFIG = json.loads(SEED_FILES[CONFIG_NAME])
 def test_an_archive_with_its_manifest_or_config_replaced(manifest, config):
     files = dict(SEED_FILES, **{"manifest.json": json.dumps(manifest.get("manifest")).encode(),
                                 CONFIG_NAME: json.dumps(config).encode()})
-    bounded(_read, _tar(files))
+    bounded(_read, tar_of(files))
 
 
 def _layer_archive(layer: bytes) -> bytes:
@@ -92,7 +83,7 @@ def _layer_archive(layer: bytes) -> bytes:
     config = json.dumps({"rootfs": {"type": "layers", "diff_ids": [
         "sha256:" + hashlib.sha256(layer).hexdigest()]}}).encode()
     manifest = json.dumps([{"Config": "config.json", "Layers": ["l/layer.tar"]}]).encode()
-    return _tar({"config.json": config, "l/layer.tar": layer, "manifest.json": manifest})
+    return tar_of({"config.json": config, "l/layer.tar": layer, "manifest.json": manifest})
 
 
 def _declared(name: str, size: int) -> bytes:
@@ -119,10 +110,10 @@ HOSTILE = {
     "a dpkg status declaring a terabyte": (
         _layer_archive(_declared("var/lib/dpkg/status", 1 << 40)), "var/lib/dpkg/status"),
     "a member climbing out with ..": (
-        _layer_archive(_tar({f"../../{META}": metadata("evil", "1.0")})), "climbs out"),
-    "the archive cut inside a layer": (_layer_archive(_tar({META: b"x" * 4000}))[:3000],
+        _layer_archive(tar_of({f"../../{META}": metadata("evil", "1.0")})), "climbs out"),
+    "the archive cut inside a layer": (_layer_archive(tar_of({META: b"x" * 4000}))[:3000],
                                        "truncated"),
-    "manifest.json nested 100,000 deep": (_tar({"manifest.json": b"[" * 100_000}),
+    "manifest.json nested 100,000 deep": (tar_of({"manifest.json": b"[" * 100_000}),
                                           "no docker-save manifest.json"),
     "not a tar at all": (b"\x89PNG\r\n" + bytes(600), "not a tar archive"),
 }

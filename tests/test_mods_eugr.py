@@ -111,3 +111,17 @@ def test_add_mod_takes_an_eugr_mod_folder(tmp_path, cli):
     assert "mod eugr-fix-chat-template (runs at build time)" in err
     staged = tmp_path / "r" / "edgevllm-mods" / "eugr-fix-chat-template"
     assert (staged / "run.sh").is_file() and (staged / "chat_template.jinja").is_file()
+
+
+def test_importing_again_replaces_the_import_and_never_a_mod_of_the_users(tmp_path):
+    source = next(p for p in sorted(MODS.iterdir()) if (p / "run.sh").is_file()
+                  and p.name != "cache-loop")
+    first = import_eugr_mod(source, tmp_path, ["spark"], fetch=fetched)
+    (first / "stale.txt").write_text("from the first import")
+    again = import_eugr_mod(source, tmp_path, ["spark"], fetch=fetched)
+    assert again == first and not (again / "stale.txt").exists()
+    (again / "manifest.yaml").write_text("name: " + again.name + "\nversion: '1.0'\n")
+    (again / "mine.py").write_text("# the user's own mod, by the same name")
+    with pytest.raises(ManifestError, match="not an eugr import; edgevllm will not replace it"):
+        import_eugr_mod(source, tmp_path, ["spark"], fetch=fetched)
+    assert (again / "mine.py").read_text() == "# the user's own mod, by the same name"

@@ -8,30 +8,20 @@ import gzip
 import hashlib
 import io
 import json
-import tarfile
 
 import pytest
 
 from edgevllm.common.errors import NotATarballError
 from edgevllm.verify.archive import config_name, entry_kind, layer_order, read_image, stack
-
-
-def _tar(files: dict[str, bytes]) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        for name, data in files.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
+from support.fake_rootfs import tar_of
 
 
 def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-BOTTOM = _tar({"etc/a": b"a1", "etc/keep": b"k", "opt/x/1": b"1", "opt/y": b"y"})
-TOP = _tar({"etc/a": b"a2", "etc/.wh.keep": b"", "opt/x/.wh..wh..opq": b"", "opt/x/2": b"2"})
+BOTTOM = tar_of({"etc/a": b"a1", "etc/keep": b"k", "opt/x/1": b"1", "opt/y": b"y"})
+TOP = tar_of({"etc/a": b"a2", "etc/.wh.keep": b"", "opt/x/.wh..wh..opq": b"", "opt/x/2": b"2"})
 CONFIG = json.dumps({"rootfs": {"diff_ids": [f"sha256:{_sha(BOTTOM)}",
                                              f"sha256:{_sha(TOP)}"]}}).encode()
 
@@ -41,7 +31,7 @@ def _docker_save() -> bytes:
     top = gzip.compress(TOP)
     names = [f"blobs/sha256/{_sha(b)}" for b in (CONFIG, BOTTOM, top)]
     manifest = [{"Config": names[0], "Layers": names[1:]}]
-    return _tar({names[0]: CONFIG, names[1]: BOTTOM, names[2]: top,
+    return tar_of({names[0]: CONFIG, names[1]: BOTTOM, names[2]: top,
                  "manifest.json": json.dumps(manifest).encode()})
 
 
@@ -52,7 +42,7 @@ def _oci_only() -> bytes:
         {"digest": f"sha256:{_sha(b)}"} for b in (BOTTOM, TOP)]}).encode()
     blobs[f"blobs/sha256/{_sha(manifest)}"] = manifest
     index = {"manifests": [{"digest": f"sha256:{_sha(manifest)}"}]}
-    return _tar({**blobs, "index.json": json.dumps(index).encode()})
+    return tar_of({**blobs, "index.json": json.dumps(index).encode()})
 
 
 def _content(tar, member, path):
@@ -77,7 +67,7 @@ def test_a_layer_the_manifest_names_but_the_archive_lacks():
     bottom = "blobs/sha256/" + _sha(BOTTOM)
     files = {bottom: BOTTOM, "manifest.json": json.dumps(
         [{"Config": "c", "Layers": [bottom, "blobs/sha256/gone"]}]).encode()}
-    found = read_image(io.BytesIO(_tar(files)), "img", _content)
+    found = read_image(io.BytesIO(tar_of(files)), "img", _content)
     with pytest.raises(NotATarballError, match="layer blobs/sha256/gone named in the image "
                                                "manifest is missing"):
         stack(found, "img")

@@ -23,6 +23,7 @@ import zstandard
 from edgevllm.common.errors import NotATarballError, ResourceLimitError, ScanError
 from edgevllm.verify.readers import scan_directory, scan_tar_stream, scan_wheel
 from support.cuda_libs import nvcc_libs
+from support.fake_rootfs import tar_of
 
 ROOT = Path(__file__).resolve().parent.parent
 SITE = "opt/venv/lib/python3.12/site-packages"
@@ -124,19 +125,9 @@ def test_the_library_ceiling_is_a_setting(tmp_path):
     assert "--max-library-size 'x'" in _one_line(proc, 2)
 
 
-def _plain_tar(members: dict[str, bytes]) -> bytes:
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w") as tar:
-        for name, data in members.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return out.getvalue()
-
-
 def test_a_root_filesystem_tar_cut_between_members_is_truncated():
     library = nvcc_libs()["sm_121a"].read_bytes()
-    whole = _plain_tar({f"{SITE}/vllm/_C.abi3.so": library, "etc/hostname": b"x\n"})
+    whole = tar_of({f"{SITE}/vllm/_C.abi3.so": library, "etc/hostname": b"x\n"})
     reports = scan_tar_stream(io.BytesIO(whole), "whole")
     assert [r.path for r in reports] == [f"{SITE}/vllm/_C.abi3.so"]
     first_member_end = 512 + (len(library) + 511) // 512 * 512

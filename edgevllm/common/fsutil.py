@@ -81,11 +81,17 @@ def atomic_dir(final: Path | str) -> Iterator[Path]:
     final = Path(final)
     with atomic_dir_staging(final) as tmp:
         yield tmp
-        ours = _written_by_us(final.parent) or set()
-        if (final.exists() or final.is_symlink()) and final.name not in ours:
-            _move_aside(final)
-        _swap_in(tmp, final)
-        _record(final.parent, ours | {final.name})
+        install_dir(tmp, final)
+
+
+def install_dir(ready: Path, final: Path) -> None:
+    """Rename the complete folder ``ready`` (on ``final``'s file system) to ``final``: an older
+    ``final`` goes if the parent's marker records it as edgevllm's, else it is moved aside."""
+    ours = _written_by_us(final.parent) or set()
+    if (final.exists() or final.is_symlink()) and final.name not in ours:
+        _move_aside(final)
+    _swap_in(ready, final)
+    _record(final.parent, ours | {final.name})
 
 
 def _move_aside(final: Path) -> None:

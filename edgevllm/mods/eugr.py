@@ -128,6 +128,18 @@ def mod_name(folder: Path) -> str:
     return "eugr-" + (re.sub(r"[^a-z0-9]+", "-", folder.name.lower()).strip("-") or "mod")
 
 
+def _check_imported(folder: Path) -> None:
+    """A mod folder is replaced only when it is an earlier import (its manifest's version is
+    ``eugr``): one of the user's own is never deleted."""
+    try:
+        manifest = yaml.safe_load((folder / "manifest.yaml").read_text())
+    except (OSError, ValueError, yaml.YAMLError):
+        manifest = None
+    if not isinstance(manifest, dict) or manifest.get("version") != "eugr":
+        raise ManifestError(f"{folder}: a mod folder that is not an eugr import; edgevllm will "
+                            "not replace it: move it away or rename it")
+
+
 def import_eugr_mod(folder: Path, dest_root: Path, targets: list[str],
                     fetch: Callable[[str], bytes] | None = None) -> Path:
     """Write ``dest_root/<mod_name>/``: the eugr folder's files, ``downloads/<file>`` for each
@@ -155,6 +167,7 @@ def import_eugr_mod(folder: Path, dest_root: Path, targets: list[str],
                           yaml.safe_dump(manifest, sort_keys=False, width=1000))
         final = dest_root / name
         if final.exists():
+            _check_imported(final)
             shutil.rmtree(final)  # an earlier import of this mod (edgevllm wrote it)
         staged.rename(final)
     return final

@@ -69,7 +69,8 @@ def final_files() -> dict[str, bytes]:
     return {**files, **LAYER2_FILES}
 
 
-def _tar(entries: dict[str, bytes], whiteouts: list[str] = ()) -> bytes:
+def tar_of(entries: dict[str, bytes], whiteouts: list[str] = ()) -> bytes:
+    """A plain tar of regular files (and empty whiteout markers), in order."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as tar:
         for path, data in list(entries.items()) + [(w, b"") for w in whiteouts]:
@@ -86,7 +87,7 @@ def sha(data: bytes) -> str:
 def docker_save_archive(labels: dict[str, str] | None = None, corrupt_layer: bool = False
                         ) -> tuple[bytes, str]:
     """(the archive, the image id): OCI-style blobs, manifest.json naming config and layers."""
-    layers = [_tar(LAYER1), _tar(LAYER2_FILES, LAYER2_WHITEOUTS)]
+    layers = [tar_of(LAYER1), tar_of(LAYER2_FILES, LAYER2_WHITEOUTS)]
     config = json.dumps({"config": {"Labels": labels or {}},
                          "rootfs": {"type": "layers",
                                     "diff_ids": ["sha256:" + sha(x) for x in layers]}}).encode()
@@ -95,4 +96,4 @@ def docker_save_archive(labels: dict[str, str] | None = None, corrupt_layer: boo
         layers[1] = layers[1].replace(b"six.py,sha256=def", b"six.py,sha256=XYZ")
     blobs = dict(zip(names, [config] + layers, strict=True))
     manifest = json.dumps([{"Config": names[0], "RepoTags": ["x:1"], "Layers": names[1:]}])
-    return _tar({**blobs, "manifest.json": manifest.encode()}), "sha256:" + sha(config)
+    return tar_of({**blobs, "manifest.json": manifest.encode()}), "sha256:" + sha(config)
