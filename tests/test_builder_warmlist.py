@@ -8,7 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from edgevllm.builder.warmlist import attention_shape, flashinfer_modules, modules_for_file
+from edgevllm.builder.warmlist import (
+    attention_shape,
+    flashinfer_modules,
+    modules_for_file,
+    warm_modules,
+)
 from edgevllm.common.errors import ConfigError
 
 QWEN3 = Path(__file__).parent / "fixtures" / "model-configs" / "qwen3-0.6b.json"
@@ -21,7 +26,8 @@ def qwen3(**changes) -> dict:
 def test_qwen3_gets_one_bf16_attention_module_and_the_sampler():
     assert modules_for_file(QWEN3) == [
         "batch_prefill_with_kv_cache_dtype_q_bf16_dtype_kv_bf16_dtype_o_bf16_dtype_idx_i32_"
-        "head_dim_qk_128_head_dim_vo_128_posenc_0_use_swa_False_use_logits_cap_False_f16qk_False",
+        "head_dim_qk_128_head_dim_vo_128_posenc_0_use_swa_False_use_logits_cap_False_f16qk_False"
+        "_kv_stride_equal",
         "sampling"]
 
 
@@ -33,9 +39,18 @@ def test_kv_cache_dtype_window_soft_cap_and_sampler_change_the_list():
                                           torch_dtype="float16"), sampler=False)
     assert gemma_like == [
         "batch_prefill_with_kv_cache_dtype_q_f16_dtype_kv_f16_dtype_o_f16_dtype_idx_i32_"
-        "head_dim_qk_256_head_dim_vo_256_posenc_0_use_swa_True_use_logits_cap_True_f16qk_False"]
+        "head_dim_qk_256_head_dim_vo_256_posenc_0_use_swa_True_use_logits_cap_True_f16qk_False"
+        "_kv_stride_equal"]
     # A window in the config that the model does not use (Qwen's flag) is no window.
     assert not attention_shape(qwen3(sliding_window=4096)).sliding_window
+
+
+def test_modules_carry_flashinfers_arguments():
+    """The warm step calls FlashInfer's own JitSpec makers with these (torch dtype names)."""
+    attention, sampling = warm_modules(qwen3(), kv_cache_dtype="fp8")
+    assert (attention.kind, attention.dtype_q, attention.dtype_kv, attention.head_dim) == (
+        "batch_prefill", "bfloat16", "float8_e4m3fn", 128)
+    assert sampling.to_dict()["kind"] == "sampling"
 
 
 def test_head_dim_from_hidden_size_and_text_config():

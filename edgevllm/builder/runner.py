@@ -49,6 +49,7 @@ class BuildResult:
     compile_cache: dict | None = None  # ccache's hits and misses of the compile (when it ran)
     layers: dict | None = None  # bytes per layer and shadowed bytes (inspect/layersizes.py)
     image_seconds: float | None = None  # the runtime image's build (BuildKit), in seconds
+    warm: dict | None = None  # --warm: the FlashInfer modules built in (builder/warm.py)
 
 
 @dataclass
@@ -187,7 +188,7 @@ def summary_json(result: BuildResult) -> dict:
         "probe": result.probe, "publish_cache": result.publish_cache,
         "supply_chain": result.supply_chain, "compile_cache": result.compile_cache,
         "layers": result.layers, "image_seconds": result.image_seconds,
-        "tool_version": __version__,
+        "warm": result.warm, "tool_version": __version__,
     }
 
 

@@ -83,10 +83,15 @@ def static_labels(eff: EffectiveSpec, lock: Lock, tag: str) -> dict[str, str]:
 
 
 def read_mods_record(engine: DockerEngine, image: str) -> dict | None:
+    return read_image_record(engine, image, labels.MODS_RECORD)
+
+
+def read_image_record(engine: DockerEngine, image: str, path: str) -> dict | None:
+    """A JSON record the build left in the image (None when the image has none)."""
     from edgevllm.containers.docker import RunOptions
 
     proc = engine.run(
-        RunOptions(image=image, remove=True, entrypoint="cat", command=[labels.MODS_RECORD]),
+        RunOptions(image=image, remove=True, entrypoint="cat", command=[path]),
         timeout=120,
     )
     if proc.returncode != 0:

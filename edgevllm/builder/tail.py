@@ -5,7 +5,8 @@
              skipped when that folder already holds wheels: no input of the compile changed)
 3. runtime   the image, tagged ``<tag>-unverified``, with the wheels bind-mounted; its bytes per
              layer and bytes shadowed by a later layer printed, the target's size budget checked
-4. mods      the in-image mods record, read back and printed
+4. mods      the in-image mods record (and --warm's record of the FlashInfer modules it built),
+             read back and printed
 5. checks    arch verify + probe level 1 (unless --no-verify, which is recorded); the kernel plan
              compared with the binaries verify scanned, from its verdict in memory
 6. labels    outcomes (and the mode's own) as labels; the final tags only when the checks passed
@@ -15,6 +16,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING
 
 from edgevllm.builder.buildlog import compile_cache_summary, describe_compile_cache
@@ -35,13 +37,15 @@ from edgevllm.builder.steps import (
     outcome_labels,
     prime_publish_cache,
     print_mods,
+    read_image_record,
     read_mods_record,
     static_labels,
     supply_chain,
 )
 from edgevllm.common import console
 from edgevllm.common.errors import BuildError
-from edgevllm.common.labels import CCACHE_REMOTE_SECRET
+from edgevllm.common.labels import CCACHE_REMOTE_SECRET, WARM_RECORD
+from edgevllm.common.labels import WARM as WARM_LABEL
 from edgevllm.containers.docker import BuildOptions, DockerEngine
 from edgevllm.specs.buildspec import EffectiveSpec
 from edgevllm.specs.lock import Lock, image_tag, label_value, write_lock
@@ -80,13 +84,15 @@ def run(job: Job, build: PreparedBuild) -> BuildResult:
                                           labels=static_labels(build.eff, lock, tag)),
                              build.runtime_what)
     layers = layer_report(engine, candidate, build.eff)
-    record, verify, probe, image_id = check_and_tag(job, build, lock, runner, candidate, tags)
+    warm = read_warm(runner, build.eff, candidate)
+    record, verify, probe, image_id = check_and_tag(job, build, lock, runner, candidate, tags,
+                                                    warm)
     copy_lock_beside(lock_file, job.ws.root / "latest.lock.json")
     result = BuildResult(image=tags[0], tags=tags, image_id=image_id, lock_path=lock_file,
                          log_path=runner.log_path, wheels_dir=build.wheelhouse or wheels,
                          compiled=exported and build.compiles, mods_record=record,
                          verify=verify, probe=probe, compile_cache=cache, layers=layers,
-                         image_seconds=round(image_build.elapsed(), 1))
+                         image_seconds=round(image_build.elapsed(), 1), warm=warm)
     if build.eff.spec.publish_cache:
         result.publish_cache = prime_publish_cache(engine, result.image)
     result.supply_chain = supply_chain(engine, result.image, lock_file)
@@ -130,19 +136,35 @@ def compile_cache_report(runner: BuildRunner, eff: EffectiveSpec) -> dict | None
     return summary
 
 
+def read_warm(runner: BuildRunner, eff: EffectiveSpec, candidate: str) -> dict | None:
+    """The warm step's record (--warm), printed; None without one."""
+    if not eff.spec.warm:
+        return None
+    from edgevllm.builder.warm import describe_warm, warm_summary
+
+    summary = warm_summary(read_image_record(runner.engine, candidate, WARM_RECORD))
+    if summary is None:
+        raise BuildError(f"{candidate}: the warm step left no record at {WARM_RECORD}")
+    for line in describe_warm(summary):
+        console.info(f"  {line}")
+    return summary
+
+
 def check_and_tag(job: Job, build: PreparedBuild, lock: Lock, runner: BuildRunner,
-                  candidate: str, tags: list[str]) -> tuple[dict | None, dict, dict, str]:
-    """Mods record, checks, outcome labels and the final tags on the candidate image →
-    (mods record, verify summary, probe summary, image id)."""
+                  candidate: str, tags: list[str],
+                  warm: dict | None = None) -> tuple[dict | None, dict, dict, str]:
+    """Mods record, checks, outcome labels (and the warm record's) and the final tags on the
+    candidate image → (mods record, verify summary, probe summary, image id)."""
     engine, eff = runner.engine, build.eff
     record = read_mods_record(engine, candidate)
     print_mods(record)
     verify, probe, verdict = checks_or_skip(eff, engine, candidate, job.ws)
     if verdict is not None and lock.kernel_plan:
         verify["plan"] = plan_against_binaries(lock, verdict)
-    image_id = relabel(runner, engine, candidate,
-                       outcome_labels(record, verify, probe) | build.labels, tags, eff.platform,
-                       job.ws.context)
+    found = outcome_labels(record, verify, probe) | build.labels
+    if warm is not None:
+        found[WARM_LABEL] = json.dumps(warm, separators=(",", ":"))
+    image_id = relabel(runner, engine, candidate, found, tags, eff.platform, job.ws.context)
     engine.remove_image(candidate)
     return record, verify, probe, image_id
 

@@ -7,8 +7,14 @@ that a warm step can build exactly these into the image's FlashInfer cache:
 - **attention** (``vllm/v1/attention/backends/flashinfer.py``): prefill plans
   ``BatchPrefillWithPagedKVCacheWrapper`` / ``...RaggedKVCacheWrapper`` with ``backend="auto"``
   (FA2 off Hopper) and decode plans ``BatchDecodeWithPagedKVCacheWrapper(use_tensor_cores=True)``,
-  which runs the same batch-prefill kernels. One module per (q dtype, KV dtype, head dim, sliding
-  window, logits soft cap): q and output in the model's dtype, KV in it too unless
+  which runs the same batch-prefill kernels. FlashInfer 0.7.2's FA2 path
+  (``prefill.get_batch_prefill_module``) loads the equal-K/V-stride primary of that module
+  (``_gen_batch_prefill_primary_module``, URI suffix ``_kv_stride_equal``), the one FlashInfer's
+  own AOT build ships (``flashinfer/aot.py``, ``gen_fa2``); vLLM's K and V are two halves of one
+  packed tensor (``kv_cache_permute.split(head_size, dim=-1)``), so their strides are equal and
+  the lazily built independent-stride module is never asked for. One module per (q dtype, KV
+  dtype, head dim, sliding window, logits soft cap): q and output in the model's dtype, KV in it
+  too unless
   ``--kv-cache-dtype fp8`` (``e4m3``), int32 indices, no positional encoding in the kernel
   (``pos_encoding_mode="NONE"``: vLLM applies RoPE itself), no fp16 QK reduction. The backend
   takes head sizes 64, 128, 256 and 512 only (``get_supported_head_sizes``).
@@ -24,7 +30,7 @@ quantization and ``VLLM_USE_FLASHINFER_MOE_*``; a later round).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from edgevllm.common.errors import ConfigError
@@ -32,6 +38,10 @@ from edgevllm.common.errors import ConfigError
 SUPPORTED_HEAD_SIZES = (64, 128, 256, 512)
 _DTYPES = {"bfloat16": "bf16", "float16": "f16", "half": "f16"}
 _KV_CACHE = {"auto": None, "fp8": "e4m3", "fp8_e4m3": "e4m3", "fp8_e5m2": "e5m2"}
+# FlashInfer's short dtype names (``filename_safe_dtype_map``) → torch's attribute names.
+TORCH_DTYPES = {"bf16": "bfloat16", "f16": "float16", "e4m3": "float8_e4m3fn",
+                "e5m2": "float8_e5m2"}
+EQUAL_STRIDE_SUFFIX = "_kv_stride_equal"
 
 
 @dataclass(frozen=True)
@@ -42,6 +52,24 @@ class AttentionShape:
     head_dim: int
     sliding_window: bool
     logits_soft_cap: bool
+
+
+@dataclass(frozen=True)
+class WarmModule:
+    """One FlashInfer JIT module and the arguments of the FlashInfer function that makes its
+    JitSpec (``kind``: ``batch_prefill`` → ``_gen_batch_prefill_primary_module``, ``sampling``
+    → ``gen_sampling_module``); the warm step checks that FlashInfer names it ``name``."""
+
+    name: str
+    kind: str
+    dtype_q: str = ""   # torch dtype attribute names (bfloat16, float8_e4m3fn)
+    dtype_kv: str = ""
+    head_dim: int = 0
+    sliding_window: bool = False
+    logits_soft_cap: bool = False
+
+    def to_dict(self) -> dict:
+        return asdict(self)
 
 
 def _text_config(config: dict) -> dict:
@@ -78,9 +106,9 @@ def batch_prefill_uri(shape: AttentionShape, kv_dtype: str) -> str:
             f"use_logits_cap_{shape.logits_soft_cap}_f16qk_False")
 
 
-def flashinfer_modules(config: dict, kv_cache_dtype: str = "auto", sampler: bool = True,
-                       source: str = "config.json") -> list[str]:
-    """The FlashInfer JIT modules vLLM 0.33.0 requests for this model (see the module doc)."""
+def warm_modules(config: dict, kv_cache_dtype: str = "auto", sampler: bool = True,
+                 source: str = "config.json") -> list[WarmModule]:
+    """The FlashInfer JIT modules vLLM 0.33.0 loads for this model (see the module doc)."""
     if kv_cache_dtype not in _KV_CACHE:
         raise ConfigError(f"kv_cache_dtype {kv_cache_dtype!r}: one of {', '.join(_KV_CACHE)}")
     shape = attention_shape(config, source)
@@ -88,12 +116,22 @@ def flashinfer_modules(config: dict, kv_cache_dtype: str = "auto", sampler: bool
         raise ConfigError(f"{source}: head_dim {shape.head_dim}: vLLM's FlashInfer backend takes "
                           f"{', '.join(map(str, SUPPORTED_HEAD_SIZES))}; vLLM picks another "
                           "attention backend for this model")
-    modules = [batch_prefill_uri(shape, _KV_CACHE[kv_cache_dtype] or shape.dtype)]
-    return modules + (["sampling"] if sampler else [])
+    kv = _KV_CACHE[kv_cache_dtype] or shape.dtype
+    attention = WarmModule(
+        name=batch_prefill_uri(shape, kv) + EQUAL_STRIDE_SUFFIX, kind="batch_prefill",
+        dtype_q=TORCH_DTYPES[shape.dtype], dtype_kv=TORCH_DTYPES[kv], head_dim=shape.head_dim,
+        sliding_window=shape.sliding_window, logits_soft_cap=shape.logits_soft_cap)
+    return [attention] + ([WarmModule(name="sampling", kind="sampling")] if sampler else [])
 
 
-def modules_for_file(path: Path | str, **options) -> list[str]:
-    """``flashinfer_modules`` of a config.json file; a missing or broken file is one error."""
+def flashinfer_modules(config: dict, kv_cache_dtype: str = "auto", sampler: bool = True,
+                       source: str = "config.json") -> list[str]:
+    """The names of ``warm_modules``: FlashInfer's folder and library names for them."""
+    return [m.name for m in warm_modules(config, kv_cache_dtype, sampler, source)]
+
+
+def read_config(path: Path | str) -> dict:
+    """A model's config.json; a missing or broken file is one error."""
     path = Path(path)
     try:
         config = json.loads(path.read_text())
@@ -103,4 +141,9 @@ def modules_for_file(path: Path | str, **options) -> list[str]:
         raise ConfigError(f"{path}: not JSON ({exc})") from None
     if not isinstance(config, dict):
         raise ConfigError(f"{path}: a model's config.json is a JSON object")
-    return flashinfer_modules(config, source=str(path), **options)
+    return config
+
+
+def modules_for_file(path: Path | str, **options) -> list[str]:
+    """``flashinfer_modules`` of a config.json file."""
+    return flashinfer_modules(read_config(path), source=str(path), **options)

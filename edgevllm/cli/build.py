@@ -15,7 +15,7 @@ def spec_from_flags(values: dict, verify: bool = True):
     from edgevllm.specs.buildspec import load_spec, lock_overrides, spec_from_dict
     from edgevllm.specs.lock import read_lock
 
-    overrides = spec_overrides(_with_mod_names(values))
+    overrides = spec_overrides(_with_warm_config(_with_mod_names(values)))
     if not verify:
         overrides["verify"] = False
     target, spec, lock = values.get("target"), values.get("spec"), values.get("lock")
@@ -48,6 +48,39 @@ def _with_mod_names(values: dict) -> dict:
         if item != name:
             console.info(f"eugr mod {item} → mod {name} (runs at build time)")
     return {**values, "add_mod": names}
+
+
+def _with_warm_config(values: dict) -> dict:
+    """``--warm recipe:NAME`` → the recipe's model's config.json in the local Hugging Face cache;
+    ``--warm PATH`` → that file, absolute (the spec is read from elsewhere than the shell)."""
+    warm = values.get("warm")
+    if not warm:
+        return values
+    from edgevllm.common.errors import ConfigError
+
+    if warm.startswith("recipe:"):
+        path = _recipe_model_config(warm.removeprefix("recipe:"))
+    else:
+        path = Path(warm).expanduser().absolute()
+    if not path.is_file():
+        raise ConfigError(f"--warm {warm}: {path} is not a file; give a model's config.json")
+    return {**values, "warm": str(path)}
+
+
+def _recipe_model_config(name: str) -> Path:
+    from huggingface_hub import try_to_load_from_cache
+
+    from edgevllm.common.errors import ConfigError
+    from edgevllm.common.paths import host_hf_cache
+    from edgevllm.serve.recipes import load_recipe
+
+    model = load_recipe(name).recipe.model
+    found = try_to_load_from_cache(model, "config.json", cache_dir=str(host_hf_cache() / "hub"))
+    if not isinstance(found, str):
+        raise ConfigError(f"--warm recipe:{name}: no local copy of {model}'s config.json under "
+                          f"{host_hf_cache()}; run 'inv model-fetch {name}' first, or give the "
+                          "config.json's path")
+    return Path(found)
 
 
 def _device_target() -> str | None:

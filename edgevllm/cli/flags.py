@@ -189,6 +189,12 @@ BUILD_FLAGS: tuple[Flag, ...] = (
             False,
         ),
         Flag(
+            "warm",
+            "build FlashInfer's modules that vLLM asks for one model into the image: its "
+            "config.json, or recipe:NAME (the recipe's model, from the local Hugging Face cache)",
+            "warm",
+        ),
+        Flag(
             "compile",
             "compile vLLM even when the change is Python-only (by default a Python-only "
             "PR or pick reuses the compiled kernels of the release below it)",

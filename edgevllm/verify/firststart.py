@@ -8,7 +8,9 @@ Three kinds of work happen at first use and are kept by a cache afterwards:
   the driver's compute cache (``CUDA_CACHE_PATH``, at most ``CUDA_CACHE_MAXSIZE`` bytes).
 - **FlashInfer's JIT**: FlashInfer builds its kernels with nvcc at first use unless a prebuilt
   package holds code that runs on the target: ``flashinfer-cubin`` (raw cubins) or
-  ``flashinfer-jit-cache`` (compiled modules). Each package present is counted by units that run.
+  ``flashinfer-jit-cache`` (compiled modules). Each package present is counted by units that run,
+  and so are the modules ``inv build --warm`` built into FlashInfer's AOT folder
+  (``flashinfer/data/aot``: the JIT builds the modules they do not cover).
 - **Triton and vLLM's compile**: always at first use, whatever the image holds.
 
 ``first_start(verdict)`` builds the report; ``to_json()`` is what the JSON verdict carries and
@@ -34,6 +36,9 @@ CACHES = {
 # Top folders (below site-packages) of FlashInfer's prebuilt kernel packages.
 FLASHINFER_PACKAGES = {"flashinfer_cubin": "flashinfer-cubin",
                        "flashinfer_jit_cache": "flashinfer-jit-cache"}
+# FlashInfer's own AOT folder, which inv build --warm fills with one model's modules.
+FLASHINFER_AOT = "flashinfer/data/aot/"
+WARMED = "flashinfer-aot (--warm)"
 
 
 @dataclass
@@ -54,7 +59,7 @@ class PtxLibrary:
 class PrebuiltPackage:
     """A FlashInfer prebuilt-kernel package found in the scan, and how much of it runs here."""
 
-    name: str  # flashinfer-cubin | flashinfer-jit-cache
+    name: str  # flashinfer-cubin | flashinfer-jit-cache | WARMED
     units: int = 0
     running: int = 0  # units with SASS that runs on the target (native or compatible)
 
@@ -80,10 +85,10 @@ class FirstStart:
     def flashinfer_state(self) -> str:
         """``prebuilt``: both packages run here; ``partial``: one does (the JIT builds the rest);
         ``jit``: none present or none runs here: FlashInfer builds every kernel at first use."""
-        running = [pkg for pkg in self.flashinfer if pkg.running]
+        running = {pkg.name for pkg in self.flashinfer if pkg.running}
         if not running:
             return "jit"
-        return "prebuilt" if len(running) == len(FLASHINFER_PACKAGES) else "partial"
+        return "prebuilt" if set(FLASHINFER_PACKAGES.values()) <= running else "partial"
 
     @property
     def caches(self) -> list[str]:
@@ -169,8 +174,10 @@ def ptx_of(report: LibraryReport, verdict_target) -> PtxLibrary | None:
 
 
 def _flashinfer_package(lib: Any) -> str | None:
-    top = _package_path(lib.report.path).split("/", 1)[0]
-    return FLASHINFER_PACKAGES.get(top)
+    path = _package_path(lib.report.path)
+    if path.startswith(FLASHINFER_AOT):
+        return WARMED
+    return FLASHINFER_PACKAGES.get(path.split("/", 1)[0])
 
 
 def first_start(verdict: Any) -> FirstStart:

@@ -1,0 +1,72 @@
+"""``inv build --warm CONFIG``: FlashInfer's modules for one model, built into the image.
+
+The host decides (``warmlist.warm_modules`` reads the model's config.json); the image builds:
+``stage_warm`` writes the plan and the in-image script (``warm_inimage.py``) into the
+``edgevllm-warm`` build context, and the template's warm step (``dockerfiles/_warm.j2``) runs it
+after the closure and the mods. Every module name is checked against FlashInfer's own grammar
+before it is staged; it reaches the image as data (plan.json), never as Dockerfile text.
+``warm_summary`` turns the in-image record into the build summary's and the label's form.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+from edgevllm.builder.warmlist import read_config, warm_modules
+from edgevllm.common.errors import ConfigError
+from edgevllm.common.fsutil import atomic_write_json
+
+WARM_CONTEXT = "edgevllm-warm"
+SCRIPT = "warm_inimage.py"
+PLAN = "plan.json"
+# FlashInfer's module URIs: lower-case words, digits and underscores, with its dtype names and
+# True/False (``get_batch_prefill_uri``); they become folder and file names in the image.
+MODULE_NAME = re.compile(r"[A-Za-z0-9_]{1,200}", re.A)
+
+
+def warm_plan(config_path: str) -> dict:
+    """The plan the in-image step builds: the config's modules, with FlashInfer's arguments."""
+    config = read_config(config_path)
+    modules = warm_modules(config, source=config_path)
+    for module in modules:
+        if not MODULE_NAME.fullmatch(module.name):
+            raise ConfigError(f"{config_path}: module name {module.name!r} is not a FlashInfer "
+                              "module name")
+    return {"config": Path(config_path).name, "modules": [m.to_dict() for m in modules]}
+
+
+def stage_warm(config_path: str, dest: Path) -> list[str]:
+    """Write the in-image script and plan.json into ``dest`` (a build context); the names."""
+    plan = warm_plan(config_path)
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(Path(__file__).with_name(SCRIPT), dest / SCRIPT)
+    atomic_write_json(dest / PLAN, plan)
+    return [m["name"] for m in plan["modules"]]
+
+
+def warm_summary(record: dict | None) -> dict | None:
+    """The in-image record as the build summary and the image label keep it."""
+    if not record:
+        return None
+    return {
+        "arch_list": record.get("arch_list"),
+        "flashinfer": record.get("flashinfer"),
+        "config": record.get("config"),
+        "seconds": record.get("seconds"),
+        "modules": [{"name": m.get("name"), "bytes": m.get("bytes"), "sha256": m.get("sha256")}
+                    for m in record.get("modules", [])],
+        "notes": (record.get("toolchain") or {}).get("notes", []),
+    }
+
+
+def describe_warm(summary: dict | None) -> list[str]:
+    if not summary:
+        return []
+    lines = [f"warm: {len(summary['modules'])} FlashInfer module(s) for "
+             f"{summary['arch_list']} in {summary['seconds']}s (from {summary['config']})"]
+    lines += [f"  {m['name']}: {m['bytes'] / 1e6:.1f} MB, sha256 {m['sha256'][:16]}"
+              for m in summary["modules"]]
+    lines += [f"  note: {note}" for note in summary["notes"]]
+    return lines

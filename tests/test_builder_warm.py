@@ -1,0 +1,124 @@
+"""inv build --warm: the plan staged as a build context (module names as data, never Dockerfile
+text), the template's warm step for the target's arch, inv render showing both, the record's
+summary, and bad input. The step's in-image run is tests/e2e/test_warm_e2e.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from edgevllm.builder.render import render_dockerfile
+from edgevllm.builder.warm import describe_warm, stage_warm, warm_plan, warm_summary
+from edgevllm.common.errors import ConfigError
+from edgevllm.specs.buildspec import load_spec, resolve
+
+CONFIGS = Path(__file__).parent / "fixtures" / "model-configs"
+TINY = CONFIGS / "tiny-llama.json"
+PRIMARY = ("batch_prefill_with_kv_cache_dtype_q_bf16_dtype_kv_bf16_dtype_o_bf16_dtype_idx_i32_"
+           "head_dim_qk_64_head_dim_vo_64_posenc_0_use_swa_False_use_logits_cap_False_f16qk_False"
+           "_kv_stride_equal")
+
+
+def test_stage_writes_the_script_and_the_plan(tmp_path):
+    names = stage_warm(str(TINY), tmp_path / "ctx")
+    assert names == [PRIMARY, "sampling"]
+    plan = json.loads((tmp_path / "ctx" / "plan.json").read_text())
+    assert plan["config"] == "tiny-llama.json"
+    assert plan["modules"][0] == {"name": PRIMARY, "kind": "batch_prefill", "dtype_q": "bfloat16",
+                                  "dtype_kv": "bfloat16", "head_dim": 64,
+                                  "sliding_window": False, "logits_soft_cap": False}
+    script = (tmp_path / "ctx" / "warm_inimage.py").read_text()
+    assert "_gen_batch_prefill_primary_module" in script and "import edgevllm" not in script
+
+
+@pytest.mark.parametrize("target,arch", [("spark", "12.1a"), ("thor", "11.0a")])
+def test_the_warm_step_builds_for_the_targets_arch_after_the_mods(target, arch):
+    spec = load_spec(target, overrides={"mode": "prebuilt", "vllm_wheel": "0.33.0",
+                                        "warm": str(TINY)})
+    text = render_dockerfile(resolve(spec))
+    step = text.index("warm_inimage.py")
+    assert text.index("applier.py apply") < step < text.index("COPY --from=edgevllm-meta")
+    assert f'FLASHINFER_CUDA_ARCH_LIST="{arch}"' in text[text.rindex("RUN", 0, step):step]
+    assert "from=edgevllm-warm,target=/edgevllm-warm" in text
+    assert "--record /opt/edgevllm/warm.json" in text
+    assert "batch_prefill" not in text  # the modules are plan.json's data, not Dockerfile text
+    plain = render_dockerfile(resolve(load_spec(target, overrides={"mode": "prebuilt",
+                                                                   "vllm_wheel": "0.33.0"})))
+    assert "warm_inimage.py" not in plain and "edgevllm-warm" not in plain
+
+
+def test_render_task_stages_the_warm_context(cli, tmp_path):
+    code, _, stderr = cli("render", "--target", "spark", "--vllm-wheel", "0.33.0", "--warm",
+                          str(TINY), "--out", str(tmp_path / "r"))
+    assert code == 0, stderr
+    plan = json.loads((tmp_path / "r" / "build-plan.json").read_text())
+    assert plan["contexts"]["edgevllm-warm"].rstrip("/").endswith("edgevllm-warm")
+    staged = json.loads((tmp_path / "r" / "edgevllm-warm" / "plan.json").read_text())
+    assert [m["name"] for m in staged["modules"]] == [PRIMARY, "sampling"]
+
+
+def test_bad_warm_input_is_one_error_line(cli, tmp_path):
+    code, _, stderr = cli("render", "--target", "spark", "--warm", str(tmp_path / "none.json"),
+                          "--out", str(tmp_path / "r"))
+    assert code == 2 and "error: --warm" in stderr and "is not a file" in stderr
+    assert "Traceback" not in stderr
+    odd = tmp_path / "config.json"
+    odd.write_text(json.dumps({"hidden_size": 96 * 4, "num_attention_heads": 4}))
+    code, _, stderr = cli("render", "--target", "spark", "--warm", str(odd),
+                          "--out", str(tmp_path / "r"))
+    assert code == 2 and "head_dim 96" in stderr and "Traceback" not in stderr
+    code, _, stderr = cli("render", "--target", "spark", "--warm", "recipe:no-such-recipe",
+                          "--out", str(tmp_path / "r"))
+    assert code != 0 and "no-such-recipe" in stderr and "Traceback" not in stderr
+
+
+def test_recipe_model_config_comes_from_the_local_hf_cache(cli, tmp_path):
+    """recipe:NAME reads the recipe's model's config.json from the Hugging Face cache layout
+    (huggingface_hub's own lookup); without a local copy it says how to get one."""
+    from edgevllm.serve.recipes import all_recipes
+
+    recipe = all_recipes()[0].recipe
+    env = {"HF_HOME": str(tmp_path / "hf")}
+    code, _, stderr = cli("render", "--target", recipe.targets[0], "--warm",
+                          f"recipe:{recipe.name}", "--out", str(tmp_path / "r"), env=env)
+    assert code == 2 and f"no local copy of {recipe.model}'s config.json" in stderr
+    assert f"inv model-fetch {recipe.name}" in stderr
+    snapshot = (tmp_path / "hf" / "hub" / ("models--" + recipe.model.replace("/", "--"))
+                / "snapshots" / ("0" * 40))
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text(TINY.read_text())
+    refs = snapshot.parent.parent / "refs"
+    refs.mkdir()
+    (refs / "main").write_text("0" * 40)
+    code, _, stderr = cli("render", "--target", recipe.targets[0], "--warm",
+                          f"recipe:{recipe.name}", "--out", str(tmp_path / "r"), env=env)
+    assert code == 0, stderr
+    staged = json.loads((tmp_path / "r" / "edgevllm-warm" / "plan.json").read_text())
+    assert staged["modules"][0]["name"] == PRIMARY
+
+
+def test_a_config_outside_flashinfers_names_is_refused(tmp_path, monkeypatch):
+    import edgevllm.builder.warm as warm
+    from edgevllm.builder.warmlist import WarmModule
+
+    # Stands in for a future warm list whose names leave FlashInfer's grammar.
+    monkeypatch.setattr(warm, "warm_modules",
+                        lambda *a, **k: [WarmModule(name="x; rm -rf /", kind="sampling")])
+    with pytest.raises(ConfigError, match="not a FlashInfer module name"):
+        warm_plan(str(TINY))
+
+
+def test_summary_of_the_in_image_record():
+    record = {"arch_list": "12.1a", "flashinfer": "0.7.2.post1", "config": "tiny-llama.json",
+              "seconds": 412.5, "toolchain": {"notes": ["nvcc 13.5 with CUDA 13.0 headers"]},
+              "modules": [{"name": "sampling", "path": "/x/sampling.so", "bytes": 2_500_000,
+                           "sha256": "ab" * 32}]}
+    summary = warm_summary(record)
+    assert summary["modules"] == [{"name": "sampling", "bytes": 2_500_000, "sha256": "ab" * 32}]
+    lines = describe_warm(summary)
+    assert lines[0] == "warm: 1 FlashInfer module(s) for 12.1a in 412.5s (from tiny-llama.json)"
+    assert "sampling: 2.5 MB, sha256 abababababababab" in lines[1]
+    assert lines[2] == "  note: nvcc 13.5 with CUDA 13.0 headers"
+    assert warm_summary(None) is None and describe_warm(None) == []
