@@ -122,3 +122,20 @@ def test_summary_of_the_in_image_record():
     assert "sampling: 2.5 MB, sha256 abababababababab" in lines[1]
     assert lines[2] == "  note: nvcc 13.5 with CUDA 13.0 headers"
     assert warm_summary(None) is None and describe_warm(None) == []
+
+
+def test_the_lock_records_the_warm_modules_so_a_warmed_image_gets_its_own_tag():
+    from edgevllm.builder.steps import lock_settings
+    from edgevllm.specs.buildspec import lock_overrides
+    from edgevllm.specs.lock import Lock, image_tag
+
+    plain = resolve(load_spec("spark", overrides={"mode": "prebuilt", "vllm_wheel": "0.33.0"}))
+    warm = resolve(load_spec("spark", overrides={"mode": "prebuilt", "vllm_wheel": "0.33.0",
+                                                 "warm": str(TINY)}))
+    assert "warm" not in lock_settings(plain)
+    assert lock_settings(warm)["warm"] == {"config": "tiny-llama.json",
+                                           "modules": [PRIMARY, "sampling"]}
+    locks = [Lock(target="spark", mode="prebuilt", settings=lock_settings(eff))
+             for eff in (plain, warm)]
+    assert image_tag(locks[0]) != image_tag(locks[1])
+    assert "warm" not in lock_overrides(locks[1])  # a lock rebuild warms only with --warm

@@ -183,6 +183,13 @@ def test_in_image_flashinfer_facts_read_packages_and_the_jit_cache(tmp_path, mon
     assert facts["packages"]["flashinfer-cubin"] == "0.7.2"
     assert facts["packages"]["flashinfer-jit-cache"] is None
     assert facts["jit_cache_modules"] == 1
+    assert facts["aot_modules"] == []
+    aot = site / "flashinfer" / "data" / "aot" / "sampling"  # what inv build --warm fills
+    aot.mkdir(parents=True)
+    (site / "flashinfer" / "__init__.py").write_text("")
+    (aot / "sampling.so").write_bytes(b"\x7fELF")
+    (aot.parent / "half-written").mkdir()
+    assert check.flashinfer_kernel_facts()["aot_modules"] == ["sampling"]
 
 
 # -- the whole probe, against fixture images -----------------------------------------------------

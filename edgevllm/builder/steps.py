@@ -46,8 +46,11 @@ def base_image_lock(ref: str, engine: DockerEngine) -> BaseImageLock:
 
 
 def lock_settings(eff: EffectiveSpec) -> dict:
-    """What else shapes the image; ``spec.lock_overrides`` turns it back into spec fields."""
+    """What else shapes the image; ``spec.lock_overrides`` turns it back into spec fields
+    (all but ``warm``: the modules --warm builds in, which give a warmed image its own tag; a
+    lock rebuild builds them again only with --warm given again)."""
     return {
+        **_warm_setting(eff),
         "platform": eff.platform,
         "python": eff.python,
         "apt_packages": eff.apt_packages,
@@ -59,6 +62,15 @@ def lock_settings(eff: EffectiveSpec) -> dict:
         # the build platform's base of a closure's byte-code, where the spec named one
         **({"bytecode_image": eff.spec.bytecode_image} if eff.spec.bytecode_image else {}),
     }
+
+
+def _warm_setting(eff: EffectiveSpec) -> dict:
+    if not eff.spec.warm:
+        return {}
+    from edgevllm.builder.warm import warm_plan
+
+    plan = warm_plan(eff.spec.warm)
+    return {"warm": {"config": plan["config"], "modules": [m["name"] for m in plan["modules"]]}}
 
 
 def static_labels(eff: EffectiveSpec, lock: Lock, tag: str) -> dict[str, str]:

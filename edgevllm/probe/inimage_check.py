@@ -294,7 +294,14 @@ def flashinfer_kernel_facts():
     modules = 0
     for _folder, _dirs, files in os.walk(cache):
         modules += sum(1 for name in files if name.endswith(".so"))
-    return {"packages": versions, "jit_cache": cache, "jit_cache_modules": modules}
+    # FlashInfer's AOT folder (inv build --warm fills it): loaded before any JIT.
+    aot = []  # type: list
+    folder = os.path.join(package_dir("flashinfer") or "/nonexistent", "data", "aot")
+    if os.path.isdir(folder):
+        aot = sorted(name for name in os.listdir(folder)
+                     if os.path.isfile(os.path.join(folder, name, name + ".so")))
+    return {"packages": versions, "jit_cache": cache, "jit_cache_modules": modules,
+            "aot_modules": aot}
 
 
 def main(argv):
