@@ -139,3 +139,12 @@ def test_the_lock_records_the_warm_modules_so_a_warmed_image_gets_its_own_tag():
              for eff in (plain, warm)]
     assert image_tag(locks[0]) != image_tag(locks[1])
     assert "warm" not in lock_overrides(locks[1])  # a lock rebuild warms only with --warm
+
+
+def test_the_label_holds_the_summary_only_when_the_build_warmed():
+    from edgevllm.builder.steps import outcome_labels
+
+    summary = {"arch_list": "12.1a", "modules": [{"name": "sampling", "bytes": 1,
+                                                   "sha256": "0" * 64}]}
+    assert "io.edgevllm.warm" not in outcome_labels(None, {}, {})
+    assert json.loads(outcome_labels(None, {}, {}, summary)["io.edgevllm.warm"]) == summary

@@ -173,14 +173,19 @@ def checks_or_skip(
     return {"skipped": True}, {"skipped": True}, None
 
 
-def outcome_labels(record: dict | None, verify: dict, probe: dict) -> dict[str, str]:
-    """What is only known once the image is built and checked (added config-only)."""
+def outcome_labels(record: dict | None, verify: dict, probe: dict,
+                   warm: dict | None = None) -> dict[str, str]:
+    """What is only known once the image is built and checked (added config-only); ``warm``:
+    the FlashInfer modules --warm built in (builder/warm.py ``warm_summary``)."""
     compact = (",", ":")
-    return {
+    found = {
         labels.MODS: json.dumps(_mods_summary(record), separators=compact),
         labels.VERIFY: json.dumps(verify, separators=compact),
         labels.PROBE: json.dumps(probe, separators=compact),
     }
+    if warm is not None:
+        found[labels.WARM] = json.dumps(warm, separators=compact)
+    return found
 
 
 def _mods_summary(record: dict | None) -> list[dict]:

@@ -16,7 +16,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING
 
 from edgevllm.builder.buildlog import compile_cache_summary, describe_compile_cache
@@ -45,7 +44,6 @@ from edgevllm.builder.steps import (
 from edgevllm.common import console
 from edgevllm.common.errors import BuildError
 from edgevllm.common.labels import CCACHE_REMOTE_SECRET, WARM_RECORD
-from edgevllm.common.labels import WARM as WARM_LABEL
 from edgevllm.containers.docker import BuildOptions, DockerEngine
 from edgevllm.specs.buildspec import EffectiveSpec
 from edgevllm.specs.lock import Lock, image_tag, label_value, write_lock
@@ -161,10 +159,9 @@ def check_and_tag(job: Job, build: PreparedBuild, lock: Lock, runner: BuildRunne
     verify, probe, verdict = checks_or_skip(eff, engine, candidate, job.ws)
     if verdict is not None and lock.kernel_plan:
         verify["plan"] = plan_against_binaries(lock, verdict)
-    found = outcome_labels(record, verify, probe) | build.labels
-    if warm is not None:
-        found[WARM_LABEL] = json.dumps(warm, separators=(",", ":"))
-    image_id = relabel(runner, engine, candidate, found, tags, eff.platform, job.ws.context)
+    image_id = relabel(runner, engine, candidate,
+                       outcome_labels(record, verify, probe, warm) | build.labels, tags,
+                       eff.platform, job.ws.context)
     engine.remove_image(candidate)
     return record, verify, probe, image_id
 
