@@ -59,6 +59,9 @@ def main() -> int:
     from support.real_vllm import trixie_python_image
 
     os.environ.setdefault("EDGEVLLM_CACHE", str(test_cache_dir("edgevllm-cache")))
+    # Both builds reuse the cached closure layers: they need a few GB, not the prebuilt
+    # default's margin (as the end-to-end tests set it, tests/e2e/conftest.py).
+    os.environ.setdefault("EDGEVLLM_MIN_DISK_GB", "8")
     engine = DockerEngine()
     fields = spec_fields(trixie_python_image(engine, "amd64"), not args.no_verify)
     with tempfile.TemporaryDirectory(prefix="edgevllm-bench-warm-") as tmp:
