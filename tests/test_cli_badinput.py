@@ -123,6 +123,7 @@ CASES: list[tuple[list[str], int, str]] = [
     (["warm", RECIPE, "--prompts", "0"], 2, "--prompts"),
     (["warm", RECIPE, "--lengths", "32"], 2, "--lengths '32'"),
     (["warm", "nosuch"], 11, "unknown recipe 'nosuch'"),
+    (["warm", RECIPE, "--image", "Bad Image;rm"], 2, "--image"),
     (["copy", "--image", "x", "--to", "local", "--with-caches", "adir"], 11, "adir: not a file"),
     (["publish", "--image", "x", "--out", "o", "--with-caches", "nonutf8.json"], 11,
      "cache bundle nonutf8.json"),

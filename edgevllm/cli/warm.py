@@ -7,7 +7,7 @@ from pathlib import Path
 from edgevllm.cli._common import cli_task
 from edgevllm.common import console
 from edgevllm.common.errors import RecipeError
-from edgevllm.common.grammar import flag_float, flag_int
+from edgevllm.common.grammar import ImageRef, check, flag_float, flag_int
 from edgevllm.containers.docker import DockerEngine
 
 _WARM_HELP = {
@@ -23,12 +23,13 @@ _WARM_HELP = {
     "client-python": "run vLLM's client with this python here instead of in the container "
                      "(it must reach the server's port)",
     "tokenizer": "with --client-python: tokenizer folder or HF id (default: the recipe's model)",
+    "image": "warm this image (tag or repo@sha256:...) instead of the recipe's",
 }
 
 
 @cli_task(help=_WARM_HELP, iterable=["set_"], positional=["recipe"], auto_shortflags=False)
 def warm(c, recipe, set_=None, target=None, engine=None, out=None, prompts="2", lengths=None,
-         wait="1800", build=False, client_python=None, tokenizer=None):
+         wait="1800", build=False, client_python=None, tokenizer=None, image=None):
     """Start a recipe's server once, warm it up, and bundle the JIT caches it filled.
 
     inv warm RECIPE: the bundle (<recipe>-<image id>.jitcache.tar) is what inv serve, inv copy
@@ -41,6 +42,8 @@ def warm(c, recipe, set_=None, target=None, engine=None, out=None, prompts="2", 
     from edgevllm.serve.cachebundle import bundles_dir
 
     rendered = _rendered(recipe, set_, target)
+    if image:
+        rendered.image = check(ImageRef, image, "--image")
     if rendered.topology.mode != "solo":
         raise RecipeError(f"recipe {rendered.name} is a cluster recipe: warm it on one node "
                           "with its solo form")

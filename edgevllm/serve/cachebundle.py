@@ -20,11 +20,12 @@ import re
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Iterator, Literal
+from typing import IO, Annotated, Iterator, Literal
 
 from pydantic import Field, field_validator
 
 from edgevllm.common.errors import RecipeError
+from edgevllm.common.grammar import ContainerPath
 from edgevllm.common.schema import Strict, parse_json, parse_model
 
 FORMAT = "edgevllm-jitcache/1"
@@ -83,7 +84,8 @@ class Manifest(Strict):
     target: str = Field(max_length=64)
     cuda_arch: str = Field(max_length=16)
     created: str = Field(max_length=64)
-    caches: dict[str, str] = Field(max_length=64)  # name → container path it was harvested from
+    # name → the container path it was harvested from
+    caches: dict[Annotated[str, Field(max_length=64)], ContainerPath] = Field(max_length=64)
     entries: list[Entry] = Field(max_length=MAX_ENTRIES)
     left_out: list[str] = Field(default_factory=list, max_length=MAX_ENTRIES)
 
@@ -92,6 +94,16 @@ class Manifest(Strict):
     def _image(cls, value: str) -> str:
         if not _IMAGE_ID.fullmatch(value):
             raise ValueError("is not an image id (sha256:<64 hex digits>)")
+        return value
+
+    @field_validator("caches")
+    @classmethod
+    def _caches(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, where in value.items():
+            if not _CACHE_NAME.fullmatch(name):
+                raise ValueError(f"cache name {name[:64]!r} is not a-z, 0-9, '_' or '-'")
+            if ".." in where.split("/"):
+                raise ValueError(f"cache {name}: {where[:120]!r} climbs out with '..'")
         return value
 
     @field_validator("entries")
@@ -279,9 +291,13 @@ def seed_stream(path: Path, manifest: Manifest, mounts: dict[str, str],
     """Write the bundle's files as a tar for ``docker cp - CONTAINER:/``: ``caches/<name>/x``
     at ``<container path of name>/x``. Returns the cache names left out (not mounted here)."""
     skipped: set[str] = set()
+    listed = {e.path: e.size for e in manifest.entries}
     with _open_tar(path) as tar, tarfile.open(fileobj=out, mode="w|") as seed:
         _read_manifest(tar, path)
         while (member := tar.next()) is not None:
+            if listed.pop(member.name, None) != member.size or not member.isfile():
+                raise RecipeError(f"cache bundle {path}: {member.name[:120]} changed after it "
+                                  "was checked; run the command again")
             _, name, rest = member.name.split("/", 2)
             where = mounts.get(name)
             if where is None:

@@ -47,6 +47,8 @@ from edgevllm.serve.cachebundle import (
     seed_stream,
 )
 
+SEED_ROOT = "/edgevllm-seed"  # where inv copy mounts a node's cache folders to fill them
+
 
 def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
@@ -174,6 +176,16 @@ def seed(engine: DockerEngine, container: str, bundle: Path, manifest: Manifest,
                      "(launch.jit_caches); its files were left out")
 
 
+def bundle_line(rendered, image_id: str | None, caches: Path | str | None,
+                find_caches: bool) -> str:
+    """What a start would fill its cache folders from (``--dry-run``); checked at the start."""
+    path = Path(caches) if caches else (find_bundle(rendered.name, image_id)
+                                         if find_caches and image_id else None)
+    if path is None:
+        return "cache bundle: none (inv warm RECIPE makes one)"
+    return f"cache bundle: {path}, checked and copied into the cache folders at the start"
+
+
 def start_with_caches(engine: DockerEngine, options: RunOptions, rendered,
                       image_id: str, caches: Path | str | None, find_caches: bool) -> None:
     """Start the container, first filled from its checked cache bundle when there is one."""
@@ -219,12 +231,13 @@ def seed_node(engine: DockerEngine, image: str, image_id: str, bundle: Path,
 
     root = (jit_cache_root or load_target(manifest.target).launch.jit_cache_root).rstrip("/")
     folder = f"{root}/{image_folder(image_id)}"
+    # each cache folder at a path of edgevllm's own: nothing of the bundle names a mount point
+    mounts = {name: f"{SEED_ROOT}/{name}" for name in sorted(manifest.caches)}
     options = RunOptions(image=image, command=["true"], entrypoint="",
-                         volumes=[f"{folder}/{name}:{path}"
-                                  for name, path in sorted(manifest.caches.items())])
+                         volumes=[f"{folder}/{name}:{where}" for name, where in mounts.items()])
     container = engine.create_container(options)
     try:
-        seed(engine, container, bundle, manifest, dict(manifest.caches))
+        seed(engine, container, bundle, manifest, mounts)
     finally:
         engine.remove_container(container)
     return folder

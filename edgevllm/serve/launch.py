@@ -26,7 +26,7 @@ from edgevllm.common.errors import EdgeVllmError, RecipeError
 from edgevllm.common.fsutil import atomic_write_text
 from edgevllm.common.poll import poll
 from edgevllm.containers.docker import DockerEngine, RunOptions
-from edgevllm.serve.cacheharvest import start_with_caches
+from edgevllm.serve.cacheharvest import bundle_line, start_with_caches
 from edgevllm.serve.recipes import BuildRef, Rendered
 
 LABEL_RECIPE = labels.RECIPE
@@ -294,6 +294,7 @@ def serve(rendered: Rendered, engine: DockerEngine, *, name: str | None = None,
         options = run_options(rendered, engine, name=cname, image=image,
                               image_id=known.get("Id"), image_labels=_labels_of(known))
         console.info(compute_cache_of(rendered, image_labels=_labels_of(known)).describe())
+        console.info(bundle_line(rendered, known.get("Id"), caches, find_caches))
         return engine.command_line(options.argv())
     engine.check_daemon()
     image = resolve_image(rendered, engine, build)

@@ -149,6 +149,8 @@ def test_warm_harvests_a_checked_bundle_and_serve_fills_a_fresh_start_from_it(
     data["serve"]["command"] = ["sleep", "600"]
     second = tmp_path / f"{NAME}.yaml"
     second.write_text(yaml.safe_dump(data))
+    dry = _cli("serve", str(second), "--dry-run", EDGEVLLM_CACHE=str(bundle.parents[1]))
+    assert dry.returncode == 0 and f"cache bundle: {bundle}, checked" in dry.stderr, dry.stderr
     try:
         serve(render(load_recipe(str(second))), engine)
     finally:
