@@ -15,6 +15,7 @@ from pathlib import Path
 from edgevllm.builder import modes, tail
 from edgevllm.builder.prepared import PreparedBuild
 from edgevllm.builder.runner import BuildResult, Workspace, preflight
+from edgevllm.builder.wheelcache import compiled_wheels
 from edgevllm.common import console
 from edgevllm.common.errors import BuildError
 from edgevllm.containers.docker import DockerEngine
@@ -39,7 +40,7 @@ def build(
     if job.eff.mode == "prebuilt" and not (spec.mode or spec.vllm_wheel):
         console.info(stock_kernel_note(job.eff))
     build = modes.prepare(job)
-    reused = any(ws.wheels(build.compile_key or "none").glob("*.whl"))
+    reused = compiled_wheels(job, build) is not None  # the output's, or the wheel cache's
     if modes.compiles_under_emulation(job.eff, builder) and not reused:
         console.warn(compile_estimate(build, builder, job.eff.platform))
     return tail.run(job, build)

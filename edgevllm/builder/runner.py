@@ -50,6 +50,7 @@ class BuildResult:
     layers: dict | None = None  # bytes per layer and shadowed bytes (inspect/layersizes.py)
     image_seconds: float | None = None  # the runtime image's build (BuildKit), in seconds
     warm: dict | None = None  # --warm: the FlashInfer modules built in (builder/warm.py)
+    wheel_cache: dict | None = None  # what --wheel-cache got: pushed, unchanged, kept, failed
 
 
 @dataclass
@@ -188,7 +189,7 @@ def summary_json(result: BuildResult) -> dict:
         "probe": result.probe, "publish_cache": result.publish_cache,
         "supply_chain": result.supply_chain, "compile_cache": result.compile_cache,
         "layers": result.layers, "image_seconds": result.image_seconds,
-        "warm": result.warm, "tool_version": __version__,
+        "warm": result.warm, "wheel_cache": result.wheel_cache, "tool_version": __version__,
     }
 
 

@@ -41,6 +41,7 @@ from edgevllm.builder.steps import (
     static_labels,
     supply_chain,
 )
+from edgevllm.builder.wheelcache import share
 from edgevllm.common import console
 from edgevllm.common.errors import BuildError
 from edgevllm.common.labels import CCACHE_REMOTE_SECRET, WARM_RECORD
@@ -72,7 +73,8 @@ def run(job: Job, build: PreparedBuild) -> BuildResult:
     runner = BuildRunner(engine, job.ws.logs / f"build-{timestamp()}.log", env=secret_env)
     options = BuildOptions(context=job.ws.context, dockerfile=job.ws.context / "Dockerfile",
                            platform=build.eff.platform, build_args=build.build_args,
-                           build_contexts=build.contexts, secrets=secrets)
+                           build_contexts=build.contexts, secrets=secrets,
+                           no_cache=build.eff.spec.rerun_steps)
     wheels = job.ws.wheels(build.compile_key or "none")
     exported = "wheels" in build.stages and export_wheels(runner, options, wheels)
     cache = compile_cache_report(runner, build.eff) if exported else None
@@ -86,11 +88,13 @@ def run(job: Job, build: PreparedBuild) -> BuildResult:
     record, verify, probe, image_id = check_and_tag(job, build, lock, runner, candidate, tags,
                                                     warm)
     copy_lock_beside(lock_file, job.ws.root / "latest.lock.json")
+    shared = share(job, build, wheels)
     result = BuildResult(image=tags[0], tags=tags, image_id=image_id, lock_path=lock_file,
                          log_path=runner.log_path, wheels_dir=build.wheelhouse or wheels,
                          compiled=exported and build.compiles, mods_record=record,
                          verify=verify, probe=probe, compile_cache=cache, layers=layers,
-                         image_seconds=round(image_build.elapsed(), 1), warm=warm)
+                         image_seconds=round(image_build.elapsed(), 1), warm=warm,
+                         wheel_cache=shared)
     if build.eff.spec.publish_cache:
         result.publish_cache = prime_publish_cache(engine, result.image)
     result.supply_chain = supply_chain(engine, result.image, lock_file)

@@ -146,6 +146,21 @@ BUILD_FLAGS: tuple[Flag, ...] = (
             "compile_cache",
         ),
         Flag(
+            "wheel_cache",
+            "a registry repository of compiled wheels by compile key (HOST[:PORT]/REPOSITORY): "
+            "a build whose key it holds compiles nothing (every sha256 checked); a compile "
+            "publishes its wheels there",
+            "wheel_cache",
+        ),
+        Flag(
+            "rerun_steps",
+            "run every build step again instead of taking BuildKit's cached layers (as a "
+            "builder that never built this would; the compiler caches still apply)",
+            "rerun_steps",
+            "bool",
+            False,
+        ),
+        Flag(
             "wheelhouse",
             "a folder of wheels pip may install from (for air-gapped builds)",
             "wheelhouse",

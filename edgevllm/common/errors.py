@@ -179,6 +179,11 @@ class RegistryError(PublishError):
     pass
 
 
+class WheelCacheError(IntegrityError):
+    """A compiled-wheels artifact (--wheel-cache) that is not its compile key's wheels as its
+    sha256 list names them: refused, nothing kept."""
+
+
 # --- recipes and serving (11) ------------------------------------------------------------------
 class RecipeError(EdgeVllmError):
     exit_code = 11

@@ -42,6 +42,8 @@ IMAGE = PREFIX + "image"
 MEMORY_GIB = PREFIX + "memory-gib"
 NODE = PREFIX + "node"
 NETWORK = PREFIX + "network"
+# On a compiled-wheels artifact in a registry (--wheel-cache): the compile key it holds.
+COMPILE_KEY = PREFIX + "compile-key"
 
 # Inside the image.
 HOME = "/opt/edgevllm"

@@ -28,7 +28,7 @@ from edgevllm.specs.lock import image_tag, parse_lock
 TAG_LABEL = labels.TAG
 _TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _REGISTRY_RE = re.compile(r"^[A-Za-z0-9.-]+(:\d+)?(/[a-z0-9]+(?:[._-][a-z0-9]+)*)*$")
-_REPO_RE = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(/[a-z0-9]+(?:[._-][a-z0-9]+)*)*$")
+REPO_RE = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(/[a-z0-9]+(?:[._-][a-z0-9]+)*)*$")
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 INDEX_TYPES = (
     "application/vnd.oci.image.index.v1+json",
@@ -95,7 +95,7 @@ def default_repo(image: str, inspect: dict) -> str:
     for ref in candidates:
         last = ref.split("@")[0].split("/")[-1]
         name = last.split(":")[0]
-        if name and _REPO_RE.match(name) and not re.fullmatch(r"[0-9a-f]{12,64}", name):
+        if name and REPO_RE.match(name) and not re.fullmatch(r"[0-9a-f]{12,64}", name):
             return name
     raise ConfigError(f"cannot derive a repository name from '{image}': pass --repo NAME")
 
@@ -154,25 +154,90 @@ def _is_loopback(host: str) -> bool:
 def _http_manifest(ref: str) -> bytes | None:
     """Anonymous registry API v2 read (docker, like us, allows plain HTTP only on loopback)."""
     host, name, tag = _split_ref(ref)
+    return get_manifest(host, name, tag, MANIFEST_ACCEPT)
+
+
+# --- the registry API v2 itself (artifacts: edgevllm/image/wheelcache.py) --------------------
+def registry_request(method: str, host: str, path: str, **kwargs) -> requests.Response:
+    """One request to ``host``'s API v2 (``path`` after ``/v2/``, or a full upload URL the
+    registry gave), anonymous; plain HTTP on loopback only, as docker does. A registry that is
+    down is one RegistryError line."""
     scheme = "http" if _is_loopback(host) else "https"
-    url = f"{scheme}://{host}/v2/{name}/manifests/{tag}"
+    url = path if "://" in path else f"{scheme}://{host}/v2/{path}"
     try:
-        response = requests.get(url, headers={"Accept": MANIFEST_ACCEPT}, timeout=30)
+        return requests.request(method, url, timeout=kwargs.pop("timeout", 300), **kwargs)
     except requests.RequestException as exc:
         raise RegistryError(
             f"cannot reach the registry {host} ({type(exc).__name__}); "
-            "check --registry and the network"
+            "check the registry address and the network"
         ) from None
-    if response.status_code == 404:
-        return None
+
+
+def answered(response: requests.Response, host: str, name: str,
+        codes: tuple[int, ...] = (200,)) -> requests.Response:
     if response.status_code in (401, 403):
         raise RegistryError(
-            f"{host} needs a login to read {name}: install docker buildx so "
-            "that docker's own credentials are used (docker login first)"
+            f"{host} needs a login to read or write {name}: edgevllm's registry client is "
+            "anonymous (docker's own commands use docker's credentials); use a registry "
+            "that the builders reach without one (e.g. on the build network)"
         )
-    if response.status_code != 200:
-        raise RegistryError(f"{url}: HTTP {response.status_code} from the registry")
-    return response.content
+    if response.status_code not in codes:
+        raise RegistryError(f"{host}/{name}: HTTP {response.status_code}{_error_code(response)} "
+                            f"from the registry ({response.request.method} "
+                            f"{response.url.split('?')[0]})")
+    return response
+
+
+def _error_code(response: requests.Response) -> str:
+    """`` MANIFEST_BLOB_UNKNOWN``: the registry's own word for what went wrong, where it says."""
+    try:
+        code = response.json()["errors"][0]["code"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        return ""
+    return f" {code}" if isinstance(code, str) and code.replace("_", "").isalnum() else ""
+
+
+def get_manifest(host: str, name: str, reference: str, accept: str) -> bytes | None:
+    """A manifest's raw bytes, None where the registry has none under ``reference``."""
+    response = registry_request("GET", host, f"{name}/manifests/{reference}",
+                                headers={"Accept": accept})
+    return None if response.status_code == 404 else answered(response, host, name).content
+
+
+def blob_exists(host: str, name: str, digest: str) -> bool:
+    response = registry_request("HEAD", host, f"{name}/blobs/{digest}")
+    return answered(response, host, name, (200, 404)).status_code == 200
+
+
+def put_blob(host: str, name: str, digest: str, data, size: int) -> None:
+    """Upload one blob (``data``: bytes or an open file, streamed) unless the registry has it."""
+    if blob_exists(host, name, digest):
+        return
+    started = answered(registry_request("POST", host, f"{name}/blobs/uploads/"), host, name, (202,))
+    location = started.headers.get("Location", "")
+    if not location:
+        raise RegistryError(f"{host}/{name}: the registry gave no upload location")
+    if "://" not in location:
+        location = f"{'http' if _is_loopback(host) else 'https'}://{host}{location}"
+    joiner = "&" if "?" in location else "?"
+    answered(registry_request("PUT", host, f"{location}{joiner}digest={digest}", data=data,
+                         headers={"Content-Type": "application/octet-stream",
+                                  "Content-Length": str(size)}), host, name, (201,))
+
+
+def get_blob(host: str, name: str, digest: str) -> requests.Response | None:
+    """A blob's streamed response (the caller checks its bytes), None where there is none."""
+    response = registry_request("GET", host, f"{name}/blobs/{digest}", stream=True)
+    if response.status_code == 404:
+        return None
+    return answered(response, host, name)
+
+
+def put_manifest(host: str, name: str, tag: str, raw: bytes, media_type: str) -> str:
+    """Put a manifest under ``tag``; returns its digest."""
+    answered(registry_request("PUT", host, f"{name}/manifests/{tag}", data=raw,
+                         headers={"Content-Type": media_type}), host, name, (201,))
+    return _digest(raw)
 
 
 def _digest(raw: bytes) -> str:
@@ -246,7 +311,7 @@ def push(
         if moving == tag:
             raise ConfigError(f"--moving-tag '{moving}' is the immutable tag itself")
     repo = repo or default_repo(image, inspect)
-    if not _REPO_RE.match(repo):
+    if not REPO_RE.match(repo):
         raise ConfigError(f"--repo '{repo}': lower-case letters, digits and . _ - / only")
     dest = f"{registry}/{repo}"
     result = PushResult(inspect["Id"], _push_immutable(engine, image, dest, tag, inspect))

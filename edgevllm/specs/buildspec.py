@@ -112,6 +112,13 @@ class BuildSpec(Strict):
     # builder. Passed as a BuildKit secret: it never changes the Dockerfile, the compile key
     # or the image; the lock records it with its password redacted.
     compile_cache: CompileCacheUrl | None = None
+    # A registry repository (HOST[:PORT]/REPOSITORY) of compiled wheels by compile key
+    # (image/wheelcache.py): a build of a key it holds compiles nothing, a compile publishes.
+    # Like the compile cache it changes no Dockerfile, compile key, lock or image.
+    wheel_cache: Line | None = None
+    # Every build step runs again instead of coming from BuildKit's cached layers: what a
+    # builder that never built this does (the compiler caches still apply).
+    rerun_steps: bool = False
     probe_required: list[PythonModule] | None = None
     # After the checks pass, compress the image's layers into the publish layer cache, so the
     # first `inv publish` assembles cached frames (no docker save). Does not change the image.

@@ -39,6 +39,13 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def local_registry() -> Iterator[str]:
+    with local_registry_storage() as (host, _storage):
+        yield host
+
+
+@contextlib.contextmanager
+def local_registry_storage() -> Iterator[tuple[str, Path]]:
+    """``local_registry``, and the folder it stores blobs in (a test corrupts one there)."""
     binary = shutil.which("docker-registry") or shutil.which("registry")
     if binary is None:
         raise RuntimeError(
@@ -55,7 +62,7 @@ def local_registry() -> Iterator[str]:
         )
         try:
             _wait_ready(proc, port, Path(tmp) / "registry.log")
-            yield f"127.0.0.1:{port}"
+            yield f"127.0.0.1:{port}", Path(tmp) / "storage"
         finally:
             proc.kill()
             proc.wait()

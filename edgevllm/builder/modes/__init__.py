@@ -16,6 +16,7 @@ from edgevllm.builder.modes import compile as compile_mode
 from edgevllm.builder.modes import prebuilt, precompiled
 from edgevllm.builder.prepared import Job, Mode, PreparedBuild
 from edgevllm.builder.runner import Workspace
+from edgevllm.builder.wheelcache import compiled_wheels
 from edgevllm.common import console
 from edgevllm.common.errors import EdgeVllmError
 from edgevllm.containers.docker import DockerEngine
@@ -73,25 +74,26 @@ def start(spec: BuildSpec, ws: Workspace, engine: DockerEngine | None, locked: L
 
 def _could_reuse(job: Job, spec: BuildSpec) -> bool:
     """A default prebuilt (no mode, no wheel asked) where some compile's wheels lie in the
-    output: only then is the compile prepared to learn its key."""
+    output, or a wheel cache is given: only then is the compile prepared to learn its key."""
     if not job.fetch or job.eff.mode != "prebuilt" or spec.mode or spec.vllm_wheel:
         return False
-    return any(job.ws.root.glob("wheels/*/*.whl"))
+    return bool(spec.wheel_cache) or any(job.ws.root.glob("wheels/*/*.whl"))
 
 
 def _reuse_compiled(job: Job, spec: BuildSpec, builder: Builder) -> Job:
     """Prepare the compile this spec would run (seconds, the trees come from the git cache) and
     keep it where its key's wheels exist; otherwise the prebuilt job as it was."""
-    console.info(f"compiled wheels under {job.ws.root / 'wheels'}: preparing the compile to see "
-                 "whether they are this build's (its compile key)")
+    where = spec.wheel_cache or job.ws.root / "wheels"
+    console.info(f"compiled wheels in {where}: preparing the compile to see whether they are "
+                 "this build's (its compile key)")
     trial = resolve(spec, builder=dataclasses.replace(builder, compiled_wheels="<its key>"))
     try:
         build = compile_mode.prepare(dataclasses.replace(job, eff=trial))
     except EdgeVllmError as exc:  # the prebuilt build needs none of it: it goes on without
         console.info(f"the compile could not be prepared ({exc}): {job.eff.mode}")
         return job
-    folder = job.ws.wheels(build.compile_key or "none")
-    if not any(folder.glob("*.whl")):
+    folder = compiled_wheels(job, build)
+    if folder is None:
         console.info(f"no wheels for compile key {build.compile_key}: {job.eff.mode}")
         return job
     eff = resolve(spec, builder=dataclasses.replace(builder, compiled_wheels=str(folder)))

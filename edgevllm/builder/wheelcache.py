@@ -1,0 +1,71 @@
+"""A build's compiled wheels by compile key: where they come from, and where they go after.
+
+``compiled_wheels`` is the one place that says whether a build of a compile key has its wheels
+already: the output's ``wheels/<key>/`` folder, else the wheel cache (``--wheel-cache REF``),
+fetched with every sha256 checked. The mode rule (``builder.modes``) and the pipeline both ask
+it; the tail then skips the compile where the folder holds wheels. A refused artifact stops the
+build with one line, unless the build was told to compile (``--compile``): then it compiles.
+``share`` publishes a key's wheels to the wheel cache once the image has passed its checks.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from edgevllm.builder.prepared import Job, PreparedBuild
+from edgevllm.common import console
+from edgevllm.common.errors import RegistryError, WheelCacheError
+
+
+def compiled_wheels(job: Job, build: PreparedBuild) -> Path | None:
+    """The folder of this build's compiled wheels (the output's, or fetched from the wheel
+    cache into it); None where there are none: the build compiles."""
+    from edgevllm.image.wheelcache import check_ref
+
+    key, ref = build.compile_key, job.eff.spec.wheel_cache
+    if ref:
+        check_ref(ref)  # a wrong REF fails now, not after the compile
+    if key is None or not build.compiles:  # a mode that compiles nothing keeps its own
+        return None
+    folder = job.ws.wheels(key)
+    if any(folder.glob("*.whl")):
+        return folder
+    return _fetch(ref, key, folder, compile_instead=job.eff.spec.mode == "compile") if ref else None
+
+
+def _fetch(ref: str, key: str, folder: Path, compile_instead: bool) -> Path | None:
+    from edgevllm.image.wheelcache import fetch
+
+    try:
+        got = fetch(ref, key, folder)
+    except WheelCacheError as exc:
+        if not compile_instead:
+            raise WheelCacheError(f"{exc}; --compile compiles instead") from None
+        console.warn(f"{exc}; --compile: compiling instead")
+        return None
+    if got is None:
+        console.info(f"no compiled wheels for key {key} in {ref}: the wheels are compiled")
+        return None
+    console.step(f"compiled wheels for key {key} from {ref}: nothing to compile "
+                 f"({len(got.wheels)} wheel(s), every sha256 checked)")
+    return folder
+
+
+def share(job: Job, build: PreparedBuild, folder: Path) -> dict | None:
+    """Publish the key's wheels to the wheel cache (where one is given): what happened, for the
+    summary. A registry that fails here costs the build nothing: its image is done."""
+    ref, key = job.eff.spec.wheel_cache, build.compile_key
+    if not ref or key is None or not build.compiles or not any(folder.glob("*.whl")):
+        return None
+    from edgevllm.image.wheelcache import publish
+
+    try:
+        sent = publish(ref, key, folder)
+    except RegistryError as exc:
+        console.warn(f"the compiled wheels were not published to {ref}: {exc}")
+        return {"ref": f"{ref}:{key}", "action": "failed"}
+    said = {"pushed": "published", "unchanged": "already there",
+            "kept": "the registry keeps another builder's wheels of this key"}[sent.action]
+    console.info(f"wheel cache {sent.ref}: {said} ({sent.digest[:19]}…)")
+    return {"ref": sent.ref, "digest": sent.digest, "action": sent.action,
+            "wheels": {w.name: w.sha256 for w in sent.wheels}}

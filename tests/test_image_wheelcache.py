@@ -1,0 +1,182 @@
+"""The compiled-wheels artifact (image/wheelcache.py) against a real registry (Debian's
+docker-registry on 127.0.0.1) with real PyPI wheels: its format, publish and fetch by compile
+key, and every refusal (a flipped byte in the registry's storage, another key's artifact, a list
+that does not match the layers, an image that is not an artifact). A refusal leaves nothing."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from edgevllm.common.errors import ConfigError, RegistryError, WheelCacheError
+from edgevllm.image import registry as api
+from edgevllm.image.wheelcache import (
+    ARTIFACT_TYPE,
+    COMPILE_KEY_NOTE,
+    TITLE,
+    check_layers,
+    check_ref,
+    config_of,
+    fetch,
+    manifest_for,
+    publish,
+    read_list,
+    wheel_list,
+)
+from support.downloads import pypi_download
+from support.registry import local_registry_storage
+
+KEY, OTHER_KEY = "0123456789abcdef", "fedcba9876543210"
+
+
+@pytest.fixture(scope="module")
+def registry():
+    with local_registry_storage() as found:
+        yield found
+
+
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory) -> Path:
+    """A folder of two real wheels, as a compile exports them."""
+    folder = tmp_path_factory.mktemp("wheels")
+    for spec in ("six==1.16.0", "typing_extensions==4.15.0"):
+        wheel = pypi_download(spec)
+        shutil.copyfile(wheel, folder / wheel.name)
+    return folder
+
+
+def repo(registry, name: str) -> str:
+    return f"{registry[0]}/wheelcache25/{name}"
+
+
+def blob_file(storage: Path, digest: str) -> Path:
+    hexa = digest.split(":")[1]
+    return storage / "docker/registry/v2/blobs/sha256" / hexa[:2] / hexa / "data"
+
+
+def same_files(one: Path, two: Path) -> bool:
+    names = sorted(p.name for p in one.glob("*.whl"))
+    return names == sorted(p.name for p in two.glob("*.whl")) and all(
+        (one / n).read_bytes() == (two / n).read_bytes() for n in names)
+
+
+def test_the_format_is_an_oci_artifact_with_a_sha256_list(wheels):
+    listing = wheel_list(wheels, KEY)
+    manifest = json.loads(manifest_for(listing))
+    assert manifest["artifactType"] == ARTIFACT_TYPE
+    assert manifest["annotations"] == {COMPILE_KEY_NOTE: KEY}
+    assert manifest["config"]["digest"] == "sha256:" + hashlib.sha256(listing.raw()).hexdigest()
+    titles = [layer["annotations"][TITLE] for layer in manifest["layers"]]
+    assert titles == sorted(p.name for p in wheels.glob("*.whl"))
+    for layer in manifest["layers"]:
+        data = (wheels / layer["annotations"][TITLE]).read_bytes()
+        assert layer["digest"] == "sha256:" + hashlib.sha256(data).hexdigest()
+        assert layer["size"] == len(data)
+    assert json.loads(listing.raw())["compile_key"] == KEY
+
+
+def test_publish_then_fetch_gives_the_same_wheels(registry, wheels, tmp_path):
+    ref = repo(registry, "roundtrip")
+    sent = publish(ref, KEY, wheels)
+    assert sent.action == "pushed" and sent.ref == f"{ref}:{KEY}"
+    assert publish(ref, KEY, wheels).action == "unchanged"
+    got = fetch(ref, KEY, tmp_path / "got")
+    assert got is not None and got.digest == sent.digest
+    assert same_files(wheels, tmp_path / "got")
+
+
+def test_an_existing_key_is_never_overwritten(registry, wheels, tmp_path):
+    ref = repo(registry, "immutable")
+    publish(ref, KEY, wheels)
+    other = tmp_path / "other"
+    other.mkdir()
+    shutil.copyfile(next(wheels.glob("six-*.whl")), other / "six-1.16.0-py2.py3-none-any.whl")
+    assert publish(ref, KEY, other).action == "kept"
+    fetch(ref, KEY, tmp_path / "got")
+    assert same_files(wheels, tmp_path / "got")
+
+
+def test_a_key_the_registry_lacks_is_none_and_leaves_nothing(registry, tmp_path):
+    assert fetch(repo(registry, "empty"), KEY, tmp_path / "got") is None
+    assert not (tmp_path / "got").exists()
+
+
+def test_a_flipped_byte_in_the_registry_is_refused(registry, wheels, tmp_path):
+    ref = repo(registry, "flipped")
+    sent = publish(ref, KEY, wheels)
+    victim = sent.wheels[-1]
+    data = blob_file(registry[1], f"sha256:{victim.sha256}")
+    original = data.read_bytes()
+    try:
+        data.write_bytes(original[:1000] + bytes([original[1000] ^ 1]) + original[1001:])
+        with pytest.raises(WheelCacheError, match=f"{victim.name} is not the wheel its list"):
+            fetch(ref, KEY, tmp_path / "got")
+    finally:
+        data.write_bytes(original)
+    assert not (tmp_path / "got").exists()
+    assert not list(tmp_path.iterdir()), "a refused fetch left a temporary folder"
+
+
+def test_another_keys_artifact_under_this_key_is_refused(registry, wheels, tmp_path):
+    ref = repo(registry, "otherkey")
+    sent = publish(ref, OTHER_KEY, wheels)
+    host, name = check_ref(ref)
+    raw = api.get_manifest(host, name, OTHER_KEY, "application/vnd.oci.image.manifest.v1+json")
+    assert raw is not None and api.put_manifest(host, name, KEY, raw, json.loads(raw)[
+        "mediaType"]) == sent.digest
+    with pytest.raises(WheelCacheError, match=f"compile key {OTHER_KEY}, not {KEY}"):
+        fetch(ref, KEY, tmp_path / "got")
+    assert not (tmp_path / "got").exists()
+
+
+def test_a_list_that_is_not_the_layers_is_refused(wheels):
+    listing = wheel_list(wheels, KEY)
+    manifest = json.loads(manifest_for(listing))
+    manifest["layers"][0]["annotations"][TITLE] = "vllm-0.1.0-cp38-abi3-linux_x86_64.whl"
+    with pytest.raises(WheelCacheError, match="layers are not the wheel list"):
+        check_layers(json.dumps(manifest).encode(), listing, "r:k")
+
+
+def test_a_list_with_another_digest_or_a_path_for_a_name_is_refused(wheels):
+    listing = wheel_list(wheels, KEY)
+    raw = listing.raw()
+    digest = "sha256:" + hashlib.sha256(raw).hexdigest()
+    assert read_list(raw, digest, KEY, "r:k") == listing
+    with pytest.raises(WheelCacheError, match="sha256 is not the manifest's"):
+        read_list(raw + b" ", digest, KEY, "r:k")
+    data = json.loads(raw)
+    data["wheels"][0]["name"] = "../../etc/cron.d/x.whl"
+    evil = json.dumps(data).encode()
+    with pytest.raises(WheelCacheError, match="wheels.0.name"):
+        read_list(evil, "sha256:" + hashlib.sha256(evil).hexdigest(), KEY, "r:k")
+
+
+def test_an_image_manifest_is_not_an_artifact():
+    image = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+             "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                        "digest": "sha256:" + "0" * 64, "size": 2}, "layers": []}
+    with pytest.raises(WheelCacheError, match="not a compiled-wheels artifact"):
+        config_of(json.dumps(image).encode(), "r:k")
+    with pytest.raises(WheelCacheError, match="not valid JSON"):
+        config_of(b"{", "r:k")
+
+
+@pytest.mark.parametrize("ref", ["https://reg.lan/w", "me:pa55w0rd@reg.lan:5000/w",
+                                 "reg.lan:5000", "wheels", "reg.lan/Upper"])
+def test_a_wheel_cache_ref_is_host_and_repository_without_credentials(ref):
+    with pytest.raises(ConfigError) as caught:
+        check_ref(ref)
+    assert "pa55w0rd" not in str(caught.value)
+    assert check_ref("reg.lan:5000/edgevllm/wheels") == ("reg.lan:5000", "edgevllm/wheels")
+
+
+def test_a_registry_that_is_down_is_one_line(tmp_path):
+    from support.registry import free_port
+
+    with pytest.raises(RegistryError, match="cannot reach the registry 127.0.0.1"):
+        fetch(f"127.0.0.1:{free_port()}/w", KEY, tmp_path / "got")
+    assert not (tmp_path / "got").exists()
