@@ -3,12 +3,11 @@ process as ccache's remote storage, the fixture tree compiled through Debian's c
 test CUDA image: tests/support/images.ccache_image) in the build stage (linux/amd64, spark's
 arch list), on the real Docker engine, which reaches redis at the host's bridge address.
 
-Builder one compiles a unit no cache has seen (misses); builder two has its own, empty local
-cache (another cache id: what a second machine has) and the same shared cache: it compiles
-nothing (0 misses, every unit a hit from redis). BuildKit would serve builder two's compile step
-from builder one's layers on this one engine, so its tree differs by a README only (the compile
-key differs; the compiled unit is the same). The URL carries a password, which appears in
-no log line, lock, Dockerfile, label or layer history.
+Builder one compiles a unit no cache has seen (misses); builder two builds the same tree as a
+second machine would: its own, empty local cache (another cache id) and none of builder one's
+BuildKit layers (--rerun-steps: every step runs again, so its compile step really runs), with the
+same shared cache: it compiles nothing (0 misses, every unit a hit from redis). The URL carries a
+password, which appears in no log line, lock, Dockerfile, label or layer history.
 """
 
 from __future__ import annotations
@@ -19,12 +18,24 @@ import socket
 import subprocess
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
 from e2e.conftest import hermetic_spec
 
 PASSWORD = "s3cret-" + uuid.uuid4().hex[:8]
+
+
+def compile_step(log: Path) -> str:
+    """The build log's lines of the wheels stage's compile step (the one printing the counters)."""
+    from edgevllm.common.labels import CCACHE_STATS_MARKER
+
+    lines = log.read_text().splitlines()
+    marked = [line for line in lines if CCACHE_STATS_MARKER in line]
+    assert marked, f"{log}: the compile step printed no ccache counters"
+    step = marked[0].split()[0]  # BuildKit's "#12" prefix of that step
+    return "\n".join(line for line in lines if line.startswith(step + " "))
 
 
 def bridge_gateway(engine) -> str:
@@ -76,29 +87,25 @@ def wait_listening(proc: subprocess.Popen, host: str, port: int) -> None:
             time.sleep(0.1)
 
 
-def builder_spec(base_image, upstream, wheelhouse, url: str, ref: str) -> dict:
+def builder_spec(base_image, upstream, wheelhouse, url: str, ref: str, **extra) -> dict:
     # A cache id no build has used: this builder's local ccache starts empty, as on a new machine.
     spec = hermetic_spec("spark", base_image, upstream, wheelhouse, platform="linux/amd64",
                          mods=[], verify=False, compile_cache=url,
-                         compile_cache_id=f"ccache-e2e-{uuid.uuid4().hex[:12]}")
+                         compile_cache_id=f"ccache-e2e-{uuid.uuid4().hex[:12]}", **extra)
     spec["vllm"]["ref"] = ref
     return spec
 
 
-def salted_trees(upstream) -> tuple[str, str]:
-    """Two branches: a compile unit no cache has seen, and the same unit beside a changed README
-    (so that BuildKit runs the second compile step too, as a machine without the first one's
-    layers would; ccache sees the same unit)."""
+def salted_tree(upstream) -> str:
+    """A branch whose compile unit no cache has seen."""
     from e2e.conftest import FIXTURE_TREE, KERNELS
     from support.gitfixtures import commit, head
 
     salt = uuid.uuid4().hex
     kernels = (FIXTURE_TREE / KERNELS).read_text() + f"\n// compile cache test {salt}\n"
-    one = commit(upstream, [head(upstream)], {KERNELS: kernels}, "unit no cache has seen",
-                 ref=f"refs/heads/ccache-{salt}-one")
-    commit(upstream, [one], {"README.md": f"second builder {salt}\n"}, "README only",
-           ref=f"refs/heads/ccache-{salt}-two")
-    return f"ccache-{salt}-one", f"ccache-{salt}-two"
+    commit(upstream, [head(upstream)], {KERNELS: kernels}, "unit no cache has seen",
+           ref=f"refs/heads/ccache-{salt}")
+    return f"ccache-{salt}"
 
 
 @pytest.fixture(scope="module")
@@ -113,16 +120,18 @@ def test_a_second_builder_compiles_nothing_from_the_shared_cache(
     from edgevllm.builder.pipeline import build
     from edgevllm.specs.buildspec import spec_from_dict
 
-    one, two = salted_trees(fake_upstream)
+    tree = salted_tree(fake_upstream)
     first = build(spec_from_dict(builder_spec(ccache_image_amd64, fake_upstream, wheelhouse,
-                                              redis_url, one)), tmp_path / "one", engine)
+                                              redis_url, tree)), tmp_path / "one", engine)
     assert first.compiled and first.compile_cache is not None, "the compile printed no counters"
     assert first.compile_cache["misses"] > 0 and first.compile_cache["remote"] is True
     assert first.compile_cache["remote_errors"] == 0, first.compile_cache
 
     second = build(spec_from_dict(builder_spec(ccache_image_amd64, fake_upstream, wheelhouse,
-                                               redis_url, two)), tmp_path / "two", engine)
+                                               redis_url, tree, rerun_steps=True)),
+                   tmp_path / "two", engine)
     assert second.compiled, "the second builder must run its compile (its own empty cache)"
+    assert "CACHED" not in compile_step(second.log_path), "BuildKit served the compile step"
     cache = second.compile_cache
     assert cache is not None and cache["misses"] == 0 and cache["hits"] > 0, cache
     assert cache["remote_hits"] == cache["hits"], cache
