@@ -123,8 +123,10 @@ def test_compile_key_of_an_unchanged_input_stays_the_same():
     # secret mount and ccache's counters (the same text with and without --compile-cache).
     # precompiled changed deliberately: its closure became the shared closure stages (no target
     # name, the byte-code compiled on the build platform).
-    assert keys == {"spark": "8e2b35250a22dc98", "thor": "4e3493736b217fcb",
-                    "precompiled": "8a86ae0a531f87dd"}
+    # All three changed deliberately once more: a cache mount's id is no longer hashed (builders
+    # that name their compiler caches differently share a key and the wheel cache's artifacts).
+    assert keys == {"spark": "bf4076bb3bcb8aaa", "thor": "d787079e052a787f",
+                    "precompiled": "6c2c24b6f1cc2d30"}
 
 
 def test_templates_render_in_the_sandbox():
@@ -172,6 +174,11 @@ def test_shared_compile_cache_is_a_secret_mount_and_keeps_the_compile_key():
     own = render_dockerfile(resolve(load_spec("spark", overrides={"compile_cache_id": "mine"})),
                             {}, layout)
     assert "--mount=type=cache,target=/root/.cache/ccache,id=mine" in own
+    # A builder's own cache name is no input of the compile: the key (and the wheel cache's
+    # artifact) is shared by builders that name their caches differently.
+    assert compile_key(own, {"vllm": "tree"}, {"VLLM_VERSION": "0.1.0"}) == key
+    assert compile_key(own.replace("ccache -z", "ccache -z -v"), {"vllm": "tree"},
+                       {"VLLM_VERSION": "0.1.0"}) != key
 
 
 def stage_text_of(dockerfile: str, name: str) -> str:

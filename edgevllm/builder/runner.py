@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import re
 import shutil
 import time
 from dataclasses import dataclass
@@ -81,10 +82,15 @@ def preflight(eff: EffectiveSpec, engine: DockerEngine, out: Path) -> None:
     check_disk(out, eff.target.prebuilt.min_disk_gb if prebuilt else eff.target.min_disk_gb)
 
 
+_CACHE_MOUNT_ID = re.compile(r"(--mount=type=cache,\S*?),id=[A-Za-z0-9_.-]+")
+
+
 def compile_key(dockerfile: str, sources: dict[str, str], build_args: dict[str, str]) -> str:
     """Everything the wheels depend on: the stages the ``wheels`` target needs, the trees and the
-    build args."""
-    stages = stage_text(dockerfile, "wheels")
+    build args. A cache mount's id (--compile-cache-id) is not: it names a builder's own cache,
+    not what is compiled (BuildKit's own step cache ignores it too), so builders that name their
+    caches differently share a key (and the wheel cache's artifact)."""
+    stages = _CACHE_MOUNT_ID.sub(r"\1", stage_text(dockerfile, "wheels"))
     blob = json.dumps({"dockerfile": stages, "sources": sources, "args": build_args},
                       sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]

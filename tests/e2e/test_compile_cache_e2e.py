@@ -1,7 +1,8 @@
 """The shared compile cache (--compile-cache), end to end with real parts: a real redis-server
-process as ccache's remote storage, the fixture tree compiled through Debian's ccache (in the
-test CUDA image: tests/support/images.ccache_image) in the build stage (linux/amd64, spark's
-arch list), on the real Docker engine, which reaches redis at the host's bridge address.
+process (tests/support/redis_server) as ccache's remote storage, the fixture tree compiled
+through Debian's ccache (in the test CUDA image: tests/support/images.ccache_image) in the build
+stage (linux/amd64, spark's arch list), on the real Docker engine, which reaches redis at the
+host's bridge address.
 
 Builder one compiles a unit no cache has seen (misses); builder two builds the same tree as a
 second machine would: its own, empty local cache (another cache id) and none of builder one's
@@ -13,10 +14,6 @@ password, which appears in no log line, lock, Dockerfile, label or layer history
 from __future__ import annotations
 
 import json
-import shutil
-import socket
-import subprocess
-import time
 import uuid
 from pathlib import Path
 
@@ -38,53 +35,12 @@ def compile_step(log: Path) -> str:
     return "\n".join(line for line in lines if line.startswith(step + " "))
 
 
-def bridge_gateway(engine) -> str:
-    """The address of this host on Docker's bridge: what a build step reaches the host by."""
-    proc = engine.run_cli(["network", "inspect", "bridge", "--format",
-                           "{{range .IPAM.Config}}{{.Gateway}}{{end}}"])
-    gateway = proc.stdout.decode().strip()
-    assert proc.returncode == 0 and gateway, "docker network inspect bridge gave no gateway"
-    return gateway
-
-
-def free_port(host: str) -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
-def redis_url(engine, tmp_path_factory):
-    if shutil.which("redis-server") is None:
-        pytest.fail("this test needs redis-server: apt-get install redis-server "
-                    "(bash .ci/install-engine.sh installs it)")
-    host = bridge_gateway(engine)
-    port = free_port(host)
-    workdir = tmp_path_factory.mktemp("redis")
-    proc = subprocess.Popen(["redis-server", "--bind", host, "--port", str(port),
-                             "--requirepass", PASSWORD, "--save", "", "--appendonly", "no",
-                             "--dir", str(workdir)], stdout=subprocess.DEVNULL)
-    try:
-        wait_listening(proc, host, port)
-        yield f"redis://{PASSWORD}@{host}:{port}"  # ccache: a password alone
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+def redis_url(engine):
+    from support.redis_server import redis_server
 
-
-def wait_listening(proc: subprocess.Popen, host: str, port: int) -> None:
-    deadline = time.monotonic() + 20
-    while True:
-        if proc.poll() is not None:
-            pytest.fail(f"redis-server exited with {proc.returncode} before listening on "
-                        f"{host}:{port}")
-        try:
-            socket.create_connection((host, port), timeout=0.5).close()
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                pytest.fail(f"redis-server did not listen on {host}:{port} within 20 s")
-            time.sleep(0.1)
+    with redis_server(engine, PASSWORD) as url:
+        yield url
 
 
 def builder_spec(base_image, upstream, wheelhouse, url: str, ref: str, **extra) -> dict:
