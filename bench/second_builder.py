@@ -11,7 +11,8 @@ none of the others' BuildKit layers (--rerun-steps: every build step runs again)
 2. second:  --compile-cache only: it compiles, every unit a hit from redis;
 3. third:   --wheel-cache only: its compile key's wheels come from the registry, every sha256
             checked: no compile stage at all.
-Prints each wall time, its ratio to the first's, ccache's misses and the nvcc runs in its log.
+Prints each wall time, its ratio to the first's, and ccache's hits and misses (a hit still shows
+the nvcc command line in the log, so ccache's counters, not the log, say what was compiled).
 Target: the second builder misses nothing; the third compiles nothing, with the same image tag.
 
     python bench/second_builder.py [--arch amd64|arm64]
@@ -77,28 +78,22 @@ def timed_build(engine, spec: dict, out: Path) -> dict:
     engine.remove_image(result.image, force=True)
     cache = result.compile_cache or {}
     return {"s": seconds, "tag": result.tags[0], "compiled": result.compiled,
-            "misses": cache.get("misses", "-"), "hits": cache.get("hits", "-"),
-            "nvcc": nvcc_runs(result.log_path)}
+            "misses": cache.get("misses", "-"), "hits": cache.get("hits", "-")}
 
 
 def report(arch: str, names: list[str], rows: list[dict]) -> int:
     first = rows[0]["s"]
     print(f"platform linux/{arch}; each builder: an empty local compiler cache, --rerun-steps")
-    print(f"{'builder':24} {'wall s':>8} {'/first':>7} {'compiled':>9} {'ccache hits':>12} "
-          f"{'misses':>7} {'nvcc runs':>10}")
+    print(f"{'builder':24} {'wall s':>8} {'/first':>7} {'compile stage':>14} "
+          f"{'ccache hits':>12} {'misses':>7}")
     for name, row in zip(names, rows, strict=True):
         print(f"{name:24} {row['s']:8.1f} {row['s'] / first:7.3f} "
-              f"{'yes' if row['compiled'] else 'no':>9} {row['hits']!s:>12} "
-              f"{row['misses']!s:>7} {row['nvcc']:>10}")
+              f"{'ran' if row['compiled'] else 'none':>14} {row['hits']!s:>12} "
+              f"{row['misses']!s:>7}")
     same_tag = len({row["tag"] for row in rows}) == 1
     print(f"same image tag for all three: {'yes' if same_tag else 'no'}")
     ok = rows[1]["misses"] == 0 and not rows[2]["compiled"] and same_tag
     return 0 if ok else 1
-
-
-def nvcc_runs(log: Path) -> int:
-    """How many times the fixture compile invoked nvcc, read from one build's log."""
-    return sum(1 for line in log.read_text(errors="replace").splitlines() if " nvcc: " in line)
 
 
 if __name__ == "__main__":
