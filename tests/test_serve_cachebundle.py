@@ -216,3 +216,15 @@ def test_copies_of_a_bundle_check_alike(bundle, tmp_path):
     copy = tmp_path / "copy.jitcache.tar"
     shutil.copyfile(bundle, copy)
     assert check_bundle(copy, KEY).model_dump() == check_bundle(bundle, KEY).model_dump()
+
+
+def test_a_file_name_the_bundle_cannot_hold_is_left_out_and_shown_escaped(tmp_path):
+    caches = tmp_path / "caches"
+    (caches / "triton").mkdir(parents=True)
+    (caches / "triton" / "ok").write_bytes(b"kept")
+    (caches / "triton" / "bad\x1b[2Jname").write_bytes(b"left out")
+    out = tmp_path / "b.jitcache.tar"
+    manifest = bundle_folder(caches, KEY, CACHES, out)
+    assert [e.path for e in manifest.entries] == ["caches/triton/ok"]
+    assert manifest.left_out == ["caches/triton/bad\\x1b[2Jname: a name the bundle cannot hold"]
+    assert check_bundle(out, KEY).entries == manifest.entries

@@ -100,7 +100,8 @@ def collect(folder: Path, arch) -> tuple[list[Entry], list[str]]:
         try:
             safe_member(member)
         except ValueError:
-            left_out.append(f"{member[:200]}: a name the bundle cannot hold")
+            shown = member[:200].encode("unicode_escape").decode()  # no terminal escapes
+            left_out.append(f"{shown}: a name the bundle cannot hold")
             continue
         if path.is_symlink() or not path.is_file():
             left_out.append(f"{member}: a symlink or special file")
