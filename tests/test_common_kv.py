@@ -70,6 +70,7 @@ NOT_FLAG_PAIRS = {
     "edgevllm/serve/recipe_build.py": "a recipe's vLLM argv (--load-format=X)",
     "edgevllm/serve/rdma.py": "the RDMA probe's output lines (devices=...)",
     "edgevllm/serve/recipe_buildargs.py": "eugr's build-and-copy.sh argv (--vllm-ref=X)",
+    "edgevllm/inspect/inimage_dists.py": "an image's os-release (ID=debian); stdlib, in-image",
 }
 
 
