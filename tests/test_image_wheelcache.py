@@ -180,3 +180,35 @@ def test_a_registry_that_is_down_is_one_line(tmp_path):
     with pytest.raises(RegistryError, match="cannot reach the registry 127.0.0.1"):
         fetch(f"127.0.0.1:{free_port()}/w", KEY, tmp_path / "got")
     assert not (tmp_path / "got").exists()
+
+
+def test_a_registry_that_asks_for_a_login_gets_dockers_and_nothing_shows_it(
+        wheels, tmp_path, monkeypatch):
+    """htpasswd (HTTP Basic) on the real registry: without docker's login, one line saying to
+    `docker login`; with the login `docker login` writes (auths in $DOCKER_CONFIG/config.json),
+    publish and fetch work. The password is in no message, no Transfer and no file written."""
+    import base64
+
+    from edgevllm.image import registry as registry_module
+
+    password = "pw-" + hashlib.sha256(str(tmp_path).encode()).hexdigest()[:12]
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "docker"))
+    monkeypatch.setattr(registry_module, "_LOGINS", {})
+    with local_registry_storage(("builder", password)) as (host, storage):
+        ref = f"{host}/wheelcache25/login"
+        with pytest.raises(RegistryError, match=f"docker login {host}") as refused:
+            publish(ref, KEY, wheels)
+        assert password not in str(refused.value)
+
+        (tmp_path / "docker").mkdir()
+        auth = base64.b64encode(f"builder:{password}".encode()).decode()
+        (tmp_path / "docker" / "config.json").write_text(
+            json.dumps({"auths": {host: {"auth": auth}}}))
+        sent = publish(ref, KEY, wheels)
+        monkeypatch.setattr(registry_module, "_LOGINS", {})  # a new process: asked again
+        got = fetch(ref, KEY, tmp_path / "got")
+        assert got is not None and got.digest == sent.digest and sent.action == "pushed"
+        assert same_files(wheels, tmp_path / "got")
+        assert password not in repr(sent) + repr(got)
+        written = [p.read_bytes() for p in (tmp_path / "got").iterdir()]
+        assert not [b for b in written if password.encode() in b]

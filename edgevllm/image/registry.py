@@ -160,12 +160,40 @@ def _http_manifest(ref: str) -> bytes | None:
 # --- the registry API v2 itself (artifacts: edgevllm/image/wheelcache.py) --------------------
 def registry_request(method: str, host: str, path: str, **kwargs) -> requests.Response:
     """One request to ``host``'s API v2 (``path`` after ``/v2/``, or a full upload URL the
-    registry gave), anonymous; plain HTTP on loopback only, as docker does. A registry that is
-    down is one RegistryError line."""
+    registry gave); plain HTTP on loopback only, as docker does. A 401 is answered once with
+    docker's login for the host (image/registryauth.py), which later calls to the same
+    repository reuse. A registry that is down is one RegistryError line."""
     scheme = "http" if _is_loopback(host) else "https"
     url = path if "://" in path else f"{scheme}://{host}/v2/{path}"
-    try:
-        return requests.request(method, url, timeout=kwargs.pop("timeout", 300), **kwargs)
+    repository = _repository_of(url)
+    headers = dict(kwargs.pop("headers", None) or {})
+    known = _LOGINS.get((host, repository))
+    response = _send(method, url, host, headers, known, kwargs)
+    challenge = response.headers.get("WWW-Authenticate", "")
+    if response.status_code == 401 and challenge:  # no login yet, or a token that expired
+        from edgevllm.image.registryauth import authorization
+
+        login = authorization(challenge, host, repository)
+        if login and login != known:
+            _LOGINS[(host, repository)] = login
+            if hasattr(kwargs.get("data"), "seek"):
+                kwargs["data"].seek(0)
+            response = _send(method, url, host, headers, login, kwargs)
+    return response
+
+
+# Answers to a registry's 401 in this process, by (host, repository): never written anywhere.
+_LOGINS: dict[tuple[str, str], str] = {}
+
+
+def _send(method: str, url: str, host: str, headers: dict, login: str | None,
+          kwargs: dict) -> requests.Response:
+    from edgevllm.common.http import credential_session
+
+    sent = headers | ({"Authorization": login} if login else {})
+    try:  # a session that drops the login on a redirect to another host (a blob store)
+        return credential_session().request(method, url, headers=sent,
+                                            timeout=kwargs.pop("timeout", 300), **kwargs)
     except requests.RequestException as exc:
         raise RegistryError(
             f"cannot reach the registry {host} ({type(exc).__name__}); "
@@ -173,13 +201,17 @@ def registry_request(method: str, host: str, path: str, **kwargs) -> requests.Re
         ) from None
 
 
+def _repository_of(url: str) -> str:
+    path = url.split("://", 1)[-1].split("/", 1)[-1].split("?", 1)[0].removeprefix("v2/")
+    return re.split(r"/(?:blobs|manifests)/", path, maxsplit=1)[0]
+
+
 def answered(response: requests.Response, host: str, name: str,
         codes: tuple[int, ...] = (200,)) -> requests.Response:
     if response.status_code in (401, 403):
         raise RegistryError(
-            f"{host} needs a login to read or write {name}: edgevllm's registry client is "
-            "anonymous (docker's own commands use docker's credentials); use a registry "
-            "that the builders reach without one (e.g. on the build network)"
+            f"{host} refused to let this machine read or write {name} (HTTP "
+            f"{response.status_code}): `docker login {host}` with an account that may"
         )
     if response.status_code not in codes:
         raise RegistryError(f"{host}/{name}: HTTP {response.status_code}{_error_code(response)} "

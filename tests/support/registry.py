@@ -43,9 +43,17 @@ def local_registry() -> Iterator[str]:
         yield host
 
 
+AUTH = """auth:
+  htpasswd:
+    realm: edgevllm-test
+    path: {htpasswd}
+"""
+
+
 @contextlib.contextmanager
-def local_registry_storage() -> Iterator[tuple[str, Path]]:
-    """``local_registry``, and the folder it stores blobs in (a test corrupts one there)."""
+def local_registry_storage(login: tuple[str, str] | None = None) -> Iterator[tuple[str, Path]]:
+    """``local_registry``, and the folder it stores blobs in (a test corrupts one there). With
+    ``login`` (user, password) it asks for that login (htpasswd, bcrypt: HTTP Basic)."""
     binary = shutil.which("docker-registry") or shutil.which("registry")
     if binary is None:
         raise RuntimeError(
@@ -55,7 +63,14 @@ def local_registry_storage() -> Iterator[tuple[str, Path]]:
     with tempfile.TemporaryDirectory(prefix="edgevllm-test-registry-") as tmp:
         port = free_port()
         config = Path(tmp) / "config.yml"
-        config.write_text(CONFIG.format(root=Path(tmp) / "storage", port=port))
+        text = CONFIG.format(root=Path(tmp) / "storage", port=port)
+        if login:
+            import bcrypt
+
+            hashed = bcrypt.hashpw(login[1].encode(), bcrypt.gensalt(rounds=4)).decode()
+            (Path(tmp) / "htpasswd").write_text(f"{login[0]}:{hashed}\n")
+            text += AUTH.format(htpasswd=Path(tmp) / "htpasswd")
+        config.write_text(text)
         log = open(Path(tmp) / "registry.log", "wb")
         proc = subprocess.Popen(
             [binary, "serve", str(config)], stdout=log, stderr=subprocess.STDOUT
@@ -75,7 +90,7 @@ def _wait_ready(proc: subprocess.Popen, port: int, log: Path, timeout: float = 3
         if proc.poll() is not None:
             raise RuntimeError(f"docker-registry exited at start: {log.read_text()[-500:]}")
         with contextlib.suppress(requests.RequestException):
-            if requests.get(f"http://127.0.0.1:{port}/v2/", timeout=2).status_code == 200:
+            if requests.get(f"http://127.0.0.1:{port}/v2/", timeout=2).status_code in (200, 401):
                 return
         time.sleep(0.2)
     raise RuntimeError(f"docker-registry did not answer on 127.0.0.1:{port} within {timeout}s")
