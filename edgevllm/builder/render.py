@@ -43,29 +43,16 @@ def _environment() -> SandboxedEnvironment:
     )
 
 
-def installs_closure(eff: EffectiveSpec) -> bool:
-    """The image installs a locked closure from the ``wheelhouse`` context (no index at all)."""
-    return eff.mode in ("prebuilt", "precompiled")
-
-
-def pip_options(eff: EffectiveSpec) -> str:
-    if eff.spec.offline or installs_closure(eff):
-        return f"--no-index --find-links {labels.WHEELHOUSE_MOUNT}"
-    return f"--find-links {labels.WHEELHOUSE_MOUNT}" if eff.spec.wheelhouse else ""
-
-
 def applier_options(eff: EffectiveSpec) -> str:
-    if eff.spec.offline or installs_closure(eff):
-        return f" --pip-find-links {labels.WHEELHOUSE_MOUNT} --pip-no-index"
-    return f" --pip-find-links {labels.WHEELHOUSE_MOUNT}" if eff.spec.wheelhouse else ""
+    """Every mode installs its locked closure from the ``wheelhouse`` context: a mod's pip step
+    too, with no index at all."""
+    return f" --pip-find-links {labels.WHEELHOUSE_MOUNT} --pip-no-index"
 
 
 def mount_options(eff: EffectiveSpec) -> dict[str, str]:
-    """The cache and wheelhouse mounts a pip step carries (each ends in a space, or is empty)."""
-    wheelhouse = bool(eff.spec.wheelhouse) or installs_closure(eff)
+    """The cache and wheelhouse mounts a pip step carries (each ends in a space)."""
     return {
-        "mount_wheelhouse": (f"--mount=type=bind,from=wheelhouse,target={labels.WHEELHOUSE_MOUNT} "
-                             if wheelhouse else ""),
+        "mount_wheelhouse": f"--mount=type=bind,from=wheelhouse,target={labels.WHEELHOUSE_MOUNT} ",
         "mount_pip_cache": f"--mount=type=cache,target=/root/.cache/pip,id=pip-{eff.target.name} ",
     }
 
@@ -74,10 +61,12 @@ def closure_values(eff: EffectiveSpec) -> dict:
     """What the shared closure stages (dockerfiles/_install.j2) read. Nothing here may name the
     target: the interpreter's apt packages (``python3.12``, ``python3.12-venv``) come before the
     install, the target's other packages after it; the build platform's base for the byte-code
-    is the runtime base's own reference unless the spec names its stand-in."""
-    interpreter = [p for p in eff.apt_packages if p == eff.python or p.startswith(eff.python + "-")]
+    is the runtime base's own reference unless the spec names its stand-in. The runtime's
+    packages (a compile's build base has its own, ``apt_packages``)."""
+    runtime = eff.runtime_apt_packages
+    interpreter = [p for p in runtime if p == eff.python or p.startswith(eff.python + "-")]
     return {"interpreter_apt": interpreter,
-            "target_apt": [p for p in eff.apt_packages if p not in interpreter],
+            "target_apt": [p for p in runtime if p not in interpreter],
             "bytecode_image": eff.spec.bytecode_image or eff.images.runtime}
 
 
@@ -90,10 +79,8 @@ def template_values(eff: EffectiveSpec) -> dict:
         "images": eff.images,
         "python": eff.python,
         "apt_packages": eff.apt_packages,
-        "torch": eff.torch,
-        "offline": eff.spec.offline,
+        "exports_wheels": eff.mode != "prebuilt",
         "mode": eff.mode,
-        "pip_opts": pip_options(eff),
         "applier_opts": applier_options(eff),
         "packages": eff.packages,
         "forbidden_packages": eff.target.forbidden_packages,

@@ -61,6 +61,9 @@ def lock_settings(eff: EffectiveSpec) -> dict:
         "forbidden_packages": eff.target.forbidden_packages,
         # the build platform's base of a closure's byte-code, where the spec named one
         **({"bytecode_image": eff.spec.bytecode_image} if eff.spec.bytecode_image else {}),
+        # a compile's runtime packages, where its base is not the build's
+        **({"runtime_apt_packages": eff.runtime_apt_packages}
+           if eff.runtime_apt_packages != eff.apt_packages else {}),
     }
 
 

@@ -10,7 +10,11 @@ The build stage follows the tree, not guesses: ``read_build_layout(tree)`` finds
 - the setuptools range the tree asks for (vLLM 0.33.0: ``<81``; torch alone pulls 84): installing
   the requirements above with pip honours it, and it is shown in the plan;
 - whether ``setup.py`` divides ``MAX_JOBS`` by ``NVCC_THREADS`` (vLLM does), so the build passes
-  ``MAX_JOBS = jobs x nvcc_threads`` and gets exactly the target's number of compile jobs.
+  ``MAX_JOBS = jobs x nvcc_threads`` and gets exactly the target's number of compile jobs;
+- the runtime requirements as the tree lists them for CUDA (``requirements/cuda.txt`` since 0.11,
+  earlier ``requirements-cuda.txt``; ``-r`` includes followed inside the tree): what a compile's
+  locked closure is resolved from (``builder/modes/compile.py``). Optional here: only a compile
+  needs it, and it says so.
 
 An expected file that is missing raises ``SourceError`` naming it, before any container starts;
 the template renders what was found, with no ``if [ -f ]`` guesses. ``unread_layout()`` stands in
@@ -37,6 +41,7 @@ else:  # pragma: no cover - Python 3.10
 # Newest layout first: the first file present is the one the tree's own build uses.
 REQUIREMENT_FILES = ("requirements/build/cuda.txt", "requirements/build.txt")
 USE_EXISTING_TORCH = ("tools/use_existing_torch.py", "use_existing_torch.py")
+RUNTIME_FILES = ("requirements/cuda.txt", "requirements-cuda.txt")
 # The image's torch is installed in the base stage; these must not be replaced by the build.
 TORCH_FAMILY = frozenset({"torch", "torchvision", "torchaudio", "torchcodec"})
 # vLLM's compute_num_jobs: ``num_jobs = max(1, num_jobs // nvcc_threads)``.
@@ -53,6 +58,12 @@ class BuildLayout:
     use_existing_torch_args: tuple[str, ...]
     setuptools: str          # the combined specifier, e.g. ">=78.1.1,<81.0.0" ("" = any)
     divides_jobs: bool
+    # The build requirement file's lines, torch's family left out (a compile pins them by hash).
+    build_requirements: tuple[str, ...] = ()
+    builds_against_torch: bool = False   # the build requirement file names torch
+    runtime_file: str = ""               # "" = the tree has none of RUNTIME_FILES
+    # (requirement, the tree file that lists it), ``-r`` includes followed.
+    runtime_requirements: tuple[tuple[str, str], ...] = ()
 
     def max_jobs_env(self, jobs: int, nvcc_threads: int) -> int:
         """The ``MAX_JOBS`` value that makes the tree's setup.py run ``jobs`` compile jobs."""
@@ -72,7 +83,8 @@ def unread_layout() -> BuildLayout:
     return BuildLayout(requirements_file="<build requirements of the prepared tree>",
                        pyproject_requires=(),
                        use_existing_torch="<use_existing_torch.py of the tree>",
-                       use_existing_torch_args=(), setuptools="", divides_jobs=True)
+                       use_existing_torch_args=(), setuptools="", divides_jobs=True,
+                       runtime_file="<runtime requirements of the prepared tree>")
 
 
 def read_build_layout(tree: Path) -> BuildLayout:
@@ -83,8 +95,10 @@ def read_build_layout(tree: Path) -> BuildLayout:
     script = _required(tree, USE_EXISTING_TORCH, "vLLM's use_existing_torch.py")
     pyproject = _required(tree, ("pyproject.toml",), "pyproject.toml")
     pyproject_requires = read_pyproject_requires(tree / pyproject)
-    listed = [*pyproject_requires, *read_requirement_lines(tree / requirements)]
+    build_lines = read_requirement_lines(tree / requirements)
+    listed = [*pyproject_requires, *build_lines]
     script_text = (tree / script).read_text(errors="replace")
+    runtime_file = next((f for f in RUNTIME_FILES if (tree / f).is_file()), "")
     return BuildLayout(
         requirements_file=requirements,
         pyproject_requires=tuple(r for r in pyproject_requires if not is_torch_family(r)),
@@ -92,6 +106,12 @@ def read_build_layout(tree: Path) -> BuildLayout:
         use_existing_torch_args=("--prefix",) if "--prefix" in script_text else (),
         setuptools=str(combined_specifier(listed, "setuptools")),
         divides_jobs=bool(_DIVIDES_JOBS.search((tree / setup_py).read_text(errors="replace"))),
+        build_requirements=tuple(r for r in build_lines if not is_torch_family(r)),
+        builds_against_torch=any(_parse(r, requirements).name.lower() == "torch"
+                                 for r in build_lines),
+        runtime_file=runtime_file,
+        runtime_requirements=tuple(read_requirement_tree(tree, runtime_file))
+        if runtime_file else (),
     )
 
 
@@ -126,6 +146,27 @@ def read_requirement_lines(path: Path) -> list[str]:
         if line and not line.startswith(("#", "-")):
             lines.append(line)
     return lines
+
+
+def read_requirement_tree(tree: Path, relative: str,
+                          seen: frozenset[str] = frozenset()) -> list[tuple[str, str]]:
+    """(requirement, file) for every line of ``relative`` and the files it includes with ``-r``
+    (paths inside ``tree`` only; other options, such as index URLs, are the target's to set)."""
+    path = (tree / relative).resolve()
+    if relative in seen or not path.is_relative_to(tree.resolve()) or not path.is_file():
+        raise SourceError(f"{tree / relative}: a requirement file the tree includes is missing, "
+                          "outside the tree or included twice")
+    found = []
+    for raw in path.read_text(errors="replace").splitlines():
+        line = raw.split(" #", 1)[0].strip()
+        include = re.match(r"^(?:-r|--requirement)[\s=]+(\S+)$", line)
+        if include:
+            child = (Path(relative).parent / include.group(1)).as_posix()
+            found += read_requirement_tree(tree, child, seen | {relative})
+        elif line and not line.startswith(("#", "-")):
+            _parse(line, tree / relative)
+            found.append((line, relative))
+    return found
 
 
 def _parse(text: str, where: Path | str) -> Requirement:

@@ -45,6 +45,14 @@ class ClosureError(SourceError):
     """The closure cannot be resolved for the target (unknown version, no wheel, ...)."""
 
 
+class UnresolvableError(ClosureError):
+    """The requirements conflict for the target; ``reason`` is uv's explanation, one line."""
+
+    def __init__(self, message: str, reason: str = ""):
+        super().__init__(message)
+        self.reason = reason
+
+
 class WheelInputError(ConfigError):
     """A --vllm-wheel that does not fit the target (platform, Python) or cannot be read."""
 
@@ -211,8 +219,8 @@ def resolve_closure(requirements: list[str], *, platform: str, python_version: s
         proc = subprocess.run([*args, "--format", "pylock.toml", "-o", str(lock_file)],
                               capture_output=True, text=True, timeout=timeout, env=uv_env())
         if proc.returncode != 0:
-            raise ClosureError(_resolver_failure(proc.stderr, requirements, platform,
-                                                 python_version))
+            raise UnresolvableError(_resolver_failure(proc.stderr, requirements, platform,
+                                                      python_version), _because(proc.stderr))
         packages = _read_pylock(lock_file)
         tags = supported_tags(platform, python_version)
         pins: list[WheelPin] = []
@@ -291,14 +299,20 @@ def _pulled_by(args: list[str], tmp: Path, names: list[str], timeout: float) -> 
     return via
 
 
+def _because(stderr: str) -> str:
+    """uv's explanation of a failed resolve, on one line ("Because ... unsatisfiable.")."""
+    text = " ".join(line.strip(" ×╰─▶│") for line in stderr.splitlines() if line.strip())
+    because = re.search(r"(Because .*?)(?:\s+hint:|$)", text)
+    return because.group(1) if because else (text[-400:] or "no output")
+
+
 def _resolver_failure(stderr: str, requirements: list[str], platform: str, version: str) -> str:
     text = " ".join(line.strip(" ×╰─▶│") for line in stderr.splitlines() if line.strip())
     unknown = re.search(r"no version of (vllm[^\s,]*)", text)
     if unknown:
         return (f"unknown vLLM version: {unknown.group(1)} is not on the index; give a released "
                 "version (pip index versions vllm), a .whl file or a URL")
-    because = re.search(r"(Because .*?)(?:\s+hint:|$)", text)
-    detail = because.group(1) if because else (text[-400:] or "no output")
+    detail = _because(stderr)
     return (f"the closure of {', '.join(requirements)} does not resolve for {platform} / Python "
             f"{version}: {detail} (an --override 'SPEC' or --package NAME==VER may help)")
 

@@ -100,6 +100,9 @@ class BuildSpec(Strict):
     images: BaseImages | None = None
     torch: TorchSource | None = None
     apt_packages: list[AptPackage] | None = None
+    # The runtime stage's packages where its base is not the build's (a compile: the target's
+    # lean runtime base; default: the target's prebuilt.apt_packages, or apt_packages if given).
+    runtime_apt_packages: list[AptPackage] | None = None
     python: PythonCommand | None = None
     platform: Platform | None = None
     wheelhouse: HostPath | None = None
@@ -154,6 +157,7 @@ class EffectiveSpec(Strict):
     apt_packages: list[AptPackage]
     python: PythonCommand
     packages: dict[PackageName, Version]
+    runtime_apt_packages: list[AptPackage] = Field(default_factory=list)
     mods: list[ModName]
     max_jobs: int
     nvcc_threads: int
@@ -268,8 +272,6 @@ def _default_mode(spec: BuildSpec, builder: Builder) -> tuple[BuildMode, str]:
     if builder.source_patches:
         return "compile", (f"source patch(es) of compiled code {', '.join(builder.source_patches)}"
                            " for this target: compiled")
-    if spec.wheelhouse:
-        return "compile", "--wheelhouse feeds the compile's installs: compiled"
     if release is None:
         return "compile", (f"{spec.vllm.describe()} is not a vLLM release (no released wheel to "
                            "install): compiled for the target's arch list")
@@ -305,7 +307,8 @@ def base_images(spec: BuildSpec, target: Target, mode: str) -> BaseImages:
         return spec.images
     if mode in ("prebuilt", "precompiled"):
         return BaseImages(build=target.prebuilt.image, runtime=target.prebuilt.image)
-    return target.images
+    # compile: the devel image builds; the runtime is the lean base, CUDA from the closure's wheels
+    return BaseImages(build=target.images.build, runtime=target.prebuilt.image)
 
 
 def load_spec_file(path: Path, overrides: dict | None = None) -> BuildSpec:
@@ -355,12 +358,14 @@ def resolve(spec: BuildSpec, tree: TreeChange | None = None,
     if spec.offline and not spec.wheelhouse:
         raise SpecError("field 'offline': an offline build needs 'wheelhouse' (a folder of wheels)")
     prebuilt = mode in ("prebuilt", "precompiled")  # both install a released wheel's closure
-    if prebuilt and spec.wheelhouse:
+    if spec.wheelhouse:
         raise SpecError(
-            f"field 'wheelhouse': a {mode} build makes its own wheelhouse from the "
-            "locked closure; drop --wheelhouse/--offline"
+            f"field 'wheelhouse': a {mode} build makes its own wheelhouse from the locked "
+            "closure (resolved on the host, installed offline by sha256); drop "
+            "--wheelhouse/--offline"
         )
     default_apt = target.prebuilt.apt_packages if prebuilt else target.apt_packages
+    apt = spec.apt_packages if spec.apt_packages is not None else default_apt
     return EffectiveSpec(
         spec=spec,
         target=target,
@@ -369,7 +374,8 @@ def resolve(spec: BuildSpec, tree: TreeChange | None = None,
         platform=spec.platform or target.platform,
         images=base_images(spec, target, mode),
         torch=spec.torch if spec.torch is not None else target.torch,
-        apt_packages=spec.apt_packages if spec.apt_packages is not None else default_apt,
+        apt_packages=apt,
+        runtime_apt_packages=_runtime_apt(spec, target, mode, apt),
         python=spec.python or (target.prebuilt.python if prebuilt else target.python),
         packages=packages,
         mods=select_mod_names(target.default_mods, spec.mods, spec.add_mods, spec.remove_mods),
@@ -377,6 +383,15 @@ def resolve(spec: BuildSpec, tree: TreeChange | None = None,
         nvcc_threads=spec.nvcc_threads or target.nvcc_threads,
         env={**target.runtime_env, **spec.env},
     )
+
+
+def _runtime_apt(spec: BuildSpec, target: Target, mode: str, apt: list[str]) -> list[str]:
+    """The runtime stage's packages: the build base's where the modes share one base."""
+    if spec.runtime_apt_packages is not None:
+        return spec.runtime_apt_packages
+    if mode != "compile" or spec.apt_packages is not None:
+        return apt
+    return target.prebuilt.apt_packages
 
 
 def load_spec(
@@ -419,6 +434,7 @@ def lock_overrides(lock, target: str | None = None) -> dict:
         "platform",
         "python",
         "apt_packages",
+        "runtime_apt_packages",
         "torch",
         "env",
         "max_jobs",

@@ -131,7 +131,7 @@ class ModLock(_Model):
 
 
 class WheelLock(_Model):
-    """One wheel of a prebuilt closure: installed only if its bytes have this sha256."""
+    """One wheel of a closure: installed only if its bytes have this sha256."""
 
     name: PackageName
     version: Version
@@ -149,7 +149,7 @@ class WheelLock(_Model):
 
 
 class ClosureLock(_Model):
-    """A prebuilt build's whole dependency closure, resolved for one platform and Python."""
+    """A build's whole dependency closure, resolved for one platform and Python."""
 
     python_platform: Word  # e.g. aarch64-manylinux_2_34
     python_version: Word
@@ -193,9 +193,9 @@ class Lock(_Model):
     settings: dict[str, Any] = Field(default_factory=dict)
     tags: list[ImageTagOrRef] = Field(default_factory=list)  # user tags; not hashed
     mode: Literal["compile", "prebuilt", "precompiled"] = "compile"
-    closure: Optional[ClosureLock] = None  # prebuilt/precompiled: every wheel, by sha256
-    # precompiled: the tree's [build-system] requires (pinned like the closure, build stage only)
-    # and the release whose kernels were reused.
+    closure: Optional[ClosureLock] = None  # every wheel the image installs, by sha256
+    # compile/precompiled: the tree's build requirements (pinned like the closure, build stages
+    # only); precompiled: the release whose kernels were reused.
     build_closure: Optional[ClosureLock] = None
     kernels_from: Optional[KernelsFromLock] = None
     # compile: the shared compile cache the compile used (--compile-cache), its password
@@ -231,8 +231,8 @@ def now_utc() -> str:
 def canonical_json(lock: Lock) -> str:
     data = lock.model_dump(mode="json", exclude=_UNHASHED)
     if data.get("closure") is None and data.get("mode") == "compile":
-        del data["closure"], data["mode"]  # compile locks hash as they did before modes
-    for key in ("build_closure", "kernels_from"):  # only precompiled locks have them
+        del data["closure"], data["mode"]  # compile locks made before they locked a closure
+    for key in ("build_closure", "kernels_from"):  # absent where a mode has none
         if data.get(key) is None:
             data.pop(key, None)
     for key in ("cmake_deps", "kernel_plan"):  # locks of trees without them hash as before

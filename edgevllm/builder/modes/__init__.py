@@ -18,7 +18,7 @@ from edgevllm.builder.prepared import Job, Mode, PreparedBuild
 from edgevllm.builder.runner import Workspace
 from edgevllm.builder.wheelcache import compiled_wheels
 from edgevllm.common import console
-from edgevllm.common.errors import EdgeVllmError
+from edgevllm.common.errors import EdgeVllmError, SpecError
 from edgevllm.containers.docker import DockerEngine
 from edgevllm.containers.host import host_arch
 from edgevllm.specs.buildspec import Builder, BuildSpec, EffectiveSpec, resolve, wants_tree_check
@@ -56,6 +56,7 @@ def start(spec: BuildSpec, ws: Workspace, engine: DockerEngine | None, locked: L
 
     builder = builder or builder_of(engine, resolve(spec).target)
     eff = resolve(spec, builder=builder)
+    check_lock_mode(locked, eff.mode)
     if not wants_tree_check(spec):
         job = Job(eff=eff, ws=ws, engine=engine, locked=locked, fetch=fetch)
         return _reuse_compiled(job, spec, builder) if _could_reuse(job, spec) else job
@@ -70,6 +71,14 @@ def start(spec: BuildSpec, ws: Workspace, engine: DockerEngine | None, locked: L
     check = python_only_change(vllm.repo, vllm.base_sha, vllm.commit)
     return Job(eff=resolve(spec, check, builder), ws=ws, engine=engine, locked=locked,
                sources=sources, check=check)
+
+
+def check_lock_mode(locked: Lock | None, mode: str) -> None:
+    """A lock rebuilds the mode it records (its closure, tree and tools are that mode's)."""
+    if locked is not None and locked.mode != mode:
+        raise SpecError(f"--lock: the lock is a {locked.mode} build's and this build is {mode}; "
+                        f"drop the mode flag (--compile, --mode, --vllm-wheel) to rebuild it as "
+                        f"{locked.mode}, or build {mode} without --lock")
 
 
 def _could_reuse(job: Job, spec: BuildSpec) -> bool:

@@ -1,25 +1,64 @@
-"""compile: vLLM (and FlashInfer from source, when asked) compiled for the target's arch list.
+"""compile: vLLM (and FlashInfer from source, when asked) compiled for the target's arch list,
+over the same kind of locked closure the prebuilt and precompiled modes install.
 
-Prepares, in order (seconds, before any container): the mods (cheapest check first), the tree
-(sources, source patches, build layout, kernel plan, CMake deps: ``builder/tree.py``), the
-Dockerfile, the lock, and the compile key: every input of the ``wheels`` stage, so unchanged
-inputs reuse the exported wheels. Runs ``wheels`` (exported) then ``runtime``.
+Prepares, in order (seconds, before any download or container; each failure is one line):
+1. mods      staged first (cheapest check; their pip packages join the closure)
+2. tree      sources, source patches, build layout, kernel plan, CMake deps (``builder/tree.py``)
+3. closure   the tree's own runtime requirements for CUDA (``requirements/cuda.txt`` and what it
+             includes, read by ``sources/buildreqs.py``) resolved with uv for the target's
+             platform and Python, the torch pin, the target/spec/mod pins and ``--override`` as
+             overrides (``modes/prebuilt.closure_overrides``: one resolver, ``sources.wheels``);
+             or taken from ``--lock``. A closure without torch where the build needs it fails.
+4. tools     the tree's build requirements, at the closure's versions, pinned by hash
+             (``modes/precompiled.build_tools``); installed in the build stages only
+5. wheels    both downloaded into the shared wheelhouse, checked by hash (``prepare_wheelhouse``)
+6. lock      the tree, the closure and the build tools by sha256, the kernel plan, the images;
+             the compile key: every input of the ``wheels`` stage, the closure's hashes among
+             them, so an unchanged build (``inv build --lock``) reuses ``wheels/<key>/``
+Runs ``wheels`` (exported) then ``runtime``: the closure on the target's lean runtime base, the
+compiled wheels over it with ``--no-deps`` (``dockerfiles/base.Dockerfile.j2``).
 """
 
 from __future__ import annotations
 
+import re
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from edgevllm.builder.modes.prebuilt import (
+    NEVER,
+    closure_overrides,
+    closure_platform,
+    mode_labels,
+    prepare_wheelhouse,
+)
+from edgevllm.builder.modes.precompiled import build_tools, pins_key
 from edgevllm.builder.prepared import Job, PreparedBuild, engine_of, named_contexts
 from edgevllm.builder.render import render_dockerfile
 from edgevllm.builder.runner import compile_key
 from edgevllm.builder.steps import base_image_lock, lock_settings, stage_mods
 from edgevllm.builder.tree import PreparedTree, TreeOptions, prepare_tree
+from edgevllm.common import console
+from edgevllm.common.errors import SpecError
 from edgevllm.common.secrets import url_without_password
 from edgevllm.containers.docker import DockerEngine
+from edgevllm.sources.buildreqs import BuildLayout
+from edgevllm.sources.wheels import (
+    Closure,
+    ClosureError,
+    UnresolvableError,
+    resolve_closure,
+    uv_version,
+)
 from edgevllm.specs.buildspec import EffectiveSpec
-from edgevllm.specs.lock import Lock, ModLock, now_utc
+from edgevllm.specs.lock import ClosureLock, Lock, ModLock, now_utc
 
 name = "compile"
 VERSION_PLACEHOLDER = "<from the resolved source>"
+UNFETCHED = {"wheelhouse": "<the tree's runtime requirements, resolved for the target: every "
+                           "wheel by sha256, torch among them>",
+             "build-tools": "<the tree's build requirements, pinned by sha256>"}
 
 
 def prepare(job: Job) -> PreparedBuild:
@@ -29,30 +68,117 @@ def prepare(job: Job) -> PreparedBuild:
     version = tree.vllm.pep440_version if tree.fetched else VERSION_PLACEHOLDER
     build_args = {"VLLM_VERSION": version, **eff.spec.build_args}
     dockerfile = render_dockerfile(eff, staged.env, tree.layout)  # rendered once per build
-    lock = key = None
     plan = tree.kernel_plan
     units = sum(e.cuda_sources for e in plan.extensions if e.language == "CUDA") if plan else 0
-    if tree.fetched:
-        lock = make_lock(eff, tree, staged.versions, build_args, engine_of(job))
-        key = compile_key(dockerfile, tree.key_inputs(), build_args)
-    return PreparedBuild(eff=eff, dockerfile=dockerfile, contexts=named_contexts(job, tree),
+    if not tree.fetched:
+        return PreparedBuild(eff=eff, dockerfile=dockerfile, stages=("wheels", "runtime"),
+                             contexts=named_contexts(job, tree, UNFETCHED), lock=None,
+                             build_args=build_args, compiles=True, compile_units=units)
+    closure = compile_closure(eff, tree.layout, job.locked, staged.pip_packages)
+    tools = build_tools(eff, build_requires(tree.layout), closure, job.locked)
+    folders = {"wheelhouse": prepare_wheelhouse(eff, closure, job.ws),
+               "build-tools": prepare_wheelhouse(eff, tools, job.ws)}
+    lock = make_lock(eff, tree, staged.versions, build_args, engine_of(job), (closure, tools))
+    key = compile_key(dockerfile, tree.key_inputs() | {"closure": pins_key(closure),
+                                                       "build-tools": pins_key(tools)},
+                      build_args)
+    contexts = named_contexts(job, tree, {n: str(p) for n, p in folders.items()})
+    return PreparedBuild(eff=eff, dockerfile=dockerfile, contexts=contexts,
                          stages=("wheels", "runtime"), lock=lock, build_args=build_args,
-                         compile_key=key, compiles=True, compile_units=units)
+                         compile_key=key, wheelhouse=folders["wheelhouse"],
+                         labels=mode_labels(lock), compiles=True, compile_units=units,
+                         runtime_what="runtime image (closure + compiled wheels)")
+
+
+def build_requires(layout: BuildLayout) -> list[str]:
+    """What the build stage installs: [build-system] requires and the build requirement file."""
+    return list(dict.fromkeys([*layout.pyproject_requires, *layout.build_requirements]))
+
+
+def closure_inputs(eff: EffectiveSpec, layout: BuildLayout, mod_packages: list[str]) -> dict:
+    """Keyword arguments for ``resolve_closure``: the tree's runtime requirements (its vLLM is
+    the compiled wheel, so not among them), uv (the in-image installer), the mods' packages."""
+    if not layout.runtime_file:
+        raise SpecError("the vLLM tree has no runtime requirement file for CUDA (looked for "
+                        "requirements/cuda.txt, requirements-cuda.txt): a compile's closure is "
+                        "resolved from it; give a vLLM tree that has one")
+    platform, version = closure_platform(eff)
+    requirements = [line for line, _ in layout.runtime_requirements]
+    requirements += [f"uv=={uv_version()}", *mod_packages]
+    overrides = closure_overrides(eff, mod_packages)
+    if eff.spec.flashinfer.source is not None:  # the compiled FlashInfer replaces PyPI's
+        overrides.append(f"flashinfer-python ; {NEVER}")
+    indexes = [eff.torch.index_url] if eff.torch.index_url else []
+    return {"requirements": list(dict.fromkeys(requirements)), "platform": platform,
+            "python_version": version, "overrides": overrides, "indexes": indexes}
+
+
+def compile_closure(eff: EffectiveSpec, layout: BuildLayout, locked: Lock | None,
+                    mod_packages: list[str]) -> Closure:
+    """The locked closure (from ``--lock``: nothing resolved), or the tree's, resolved."""
+    if locked is not None and locked.closure is not None:
+        console.step(f"closure: {len(locked.closure.wheels)} wheels from the lock (no resolve)")
+        closure = Closure.from_dict(locked.closure.model_dump())
+    else:
+        if locked is not None:
+            console.info("  the lock records no closure (made before compile locked one): "
+                         "resolving the tree's")
+        inputs = closure_inputs(eff, layout, mod_packages)
+        console.step(f"closure: resolving {layout.runtime_file} of the tree "
+                     f"({len(layout.runtime_requirements)} requirements) for "
+                     f"{inputs['platform']} / Python {inputs['python_version']} (uv)")
+        for override in inputs["overrides"]:
+            console.info(f"  override {override}")
+        try:
+            closure = resolve_closure(**inputs)
+        except UnresolvableError as exc:
+            raise ClosureError(unresolvable(exc.reason, layout, inputs)) from None
+    check_torch(eff, layout, closure)
+    torch = closure.pin("torch")
+    console.info(f"  {len(closure.pins)} wheels, {closure.total_bytes() / 1e9:.2f} GB; torch "
+                 f"{torch.version if torch else '-'}")
+    return closure
+
+
+def check_torch(eff: EffectiveSpec, layout: BuildLayout, closure: Closure) -> None:
+    """vLLM compiles against the closure's torch: where the build needs one, the closure has it."""
+    needs = eff.torch.version or layout.builds_against_torch
+    if needs and closure.pin("torch") is None:
+        pinned = f" {eff.torch.version}" if eff.torch.version else ""
+        raise SpecError(f"the closure of {layout.runtime_file or 'the tree'} holds no torch, but "
+                        f"the build compiles against torch{pinned}: the tree's runtime "
+                        "requirements must name torch (or drop the target's torch pin with "
+                        "torch.version: null)")
+
+
+def unresolvable(reason: str, layout: BuildLayout, inputs: dict) -> str:
+    """One line: the tree's requirements that uv's reason names (with the file that lists each:
+    what pulled the package in), then uv's reason (which names any package between them)."""
+    listed: dict[str, str] = {}
+    for line, where in layout.runtime_requirements:
+        listed.setdefault(canonicalize_name(Requirement(line).name), f"{line} ({where})")
+    named = [canonicalize_name(n) for n in re.findall(r"([A-Za-z][A-Za-z0-9_.-]*)\s*[<>=!~]",
+                                                      reason)]
+    asked = list(dict.fromkeys(listed[n] for n in named if n in listed))
+    return (f"the tree's {layout.runtime_file} does not resolve for {inputs['platform']} / "
+            f"Python {inputs['python_version']}: {'; '.join(asked) or 'its requirements'}: "
+            f"{reason} (an --override 'SPEC' or --package NAME==VER may help)")
 
 
 def make_lock(eff: EffectiveSpec, tree: PreparedTree, mod_versions: list[dict],
-              build_args: dict[str, str], engine: DockerEngine) -> Lock:
+              build_args: dict[str, str], engine: DockerEngine,
+              closures: tuple[Closure, Closure]) -> Lock:
     """The lock, whole: built once here and not changed after."""
+    closure, tools = closures
     images = {
         "build": base_image_lock(eff.images.build, engine),
         "runtime": base_image_lock(eff.images.runtime, engine),
     }
-    packages = dict(eff.packages)
-    if eff.torch.version:
-        packages["torch"] = eff.torch.version
+    packages = {n: p.version for n in ("torch", *eff.packages) if (p := closure.pin(n))}
     return Lock(
         created_at=now_utc(),
         target=eff.target.name,
+        mode="compile",
         base_images=images,
         vllm=tree.lock_entry("vllm"),
         flashinfer=tree.lock_entry("flashinfer"),
@@ -61,8 +187,10 @@ def make_lock(eff: EffectiveSpec, tree: PreparedTree, mod_versions: list[dict],
         build_args=build_args,
         cmake_deps=tree.cmake_deps,
         kernel_plan=tree.plan_summary(),
-        settings=lock_settings(eff),
+        settings={**lock_settings(eff), "mode": "compile", "overrides": list(eff.spec.overrides)},
         tags=list(eff.spec.tags),
+        closure=ClosureLock(**closure.to_dict()),
+        build_closure=ClosureLock(**tools.to_dict()),
         compile_cache=url_without_password(eff.spec.compile_cache)
         if eff.spec.compile_cache else None,
     )

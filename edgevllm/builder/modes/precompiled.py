@@ -47,7 +47,6 @@ from edgevllm.builder.tree import PreparedTree, TreeOptions, prepare_tree
 from edgevllm.common import console
 from edgevllm.common.errors import BuildError, SpecError
 from edgevllm.containers.docker import DockerEngine
-from edgevllm.sources.buildreqs import BuildLayout
 from edgevllm.sources.prepare import PreparedSource
 from edgevllm.sources.pythononly import PythonOnlyCheck
 from edgevllm.sources.wheels import Closure, ClosureError, WheelPin, resolve_closure
@@ -74,16 +73,17 @@ def release_wheel(closure: Closure, check: PythonOnlyCheck) -> WheelPin:
     return pin
 
 
-def build_tools(eff: EffectiveSpec, layout: BuildLayout, closure: Closure,
+def build_tools(eff: EffectiveSpec, requires: list[str], closure: Closure,
                 locked: Lock | None) -> Closure:
-    """The tree's build requirements, pinned like the closure (from the lock when rebuilding)."""
+    """The tree's build requirements (``requires``), pinned like the closure, at its versions
+    where they overlap (from the lock when rebuilding). The compile mode's too."""
     if locked is not None and locked.build_closure is not None:
         return Closure.from_dict(locked.build_closure.model_dump())
     platform, version = closure_platform(eff)
-    console.step(f"build tools: {', '.join(layout.pyproject_requires)} (the tree's "
-                 "[build-system] requires, at the closure's versions)")
+    console.step(f"build tools: {', '.join(requires)} (the tree's build requirements, at the "
+                 "closure's versions)")
     overrides = [f"{p.name}=={p.version}" for p in closure.pins]
-    return resolve_closure(list(layout.pyproject_requires), platform=platform,
+    return resolve_closure(list(requires), platform=platform,
                            python_version=version, overrides=overrides,
                            indexes=list(closure.indexes))
 
@@ -121,7 +121,7 @@ def prepare(job: Job) -> PreparedBuild:
     wheel = release_wheel(closure, job.check)
     console.info(f"  kernels: {wheel.filename} (sha256 {wheel.sha256[:12]}), "
                  f"{len(job.check.changed)} Python file(s) changed against {job.check.release_tag}")
-    tools = build_tools(eff, tree.layout, closure, job.locked)
+    tools = build_tools(eff, list(tree.layout.pyproject_requires), closure, job.locked)
     folders = {"wheelhouse": prepare_wheelhouse(eff, closure, job.ws),
                "build-tools": prepare_wheelhouse(eff, tools, job.ws)}
     build_args = {"VLLM_VERSION": tree.vllm.pep440_version, **eff.spec.build_args}
@@ -129,8 +129,8 @@ def prepare(job: Job) -> PreparedBuild:
                             build_args, engine_of(job))
     dockerfile = render_dockerfile(eff, staged.env, tree.layout,
                                    {"release": job.check.release or "", "wheel": wheel.filename})
-    key = compile_key(dockerfile, {"vllm": tree.vllm.tree_hash, "closure": _pins_key(closure),
-                                   "build-tools": _pins_key(tools)}, build_args)
+    key = compile_key(dockerfile, {"vllm": tree.vllm.tree_hash, "closure": pins_key(closure),
+                                   "build-tools": pins_key(tools)}, build_args)
     contexts = named_contexts(job, tree, {n: str(p) for n, p in folders.items()})
     return PreparedBuild(eff=eff, dockerfile=dockerfile, contexts=contexts,
                          stages=("wheels", "runtime"), lock=lock, build_args=build_args,
@@ -154,6 +154,7 @@ def _unfetched(job: Job, tree: PreparedTree, env: dict[str, str]) -> PreparedBui
                          lock=None, build_args={"VLLM_VERSION": "<from the resolved source>"})
 
 
-def _pins_key(closure: Closure) -> str:
+def pins_key(closure: Closure) -> str:
+    """A closure's part of a compile key: its wheels' hashes."""
     text = json.dumps(sorted(p.sha256 for p in closure.pins))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
