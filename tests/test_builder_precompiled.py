@@ -109,8 +109,10 @@ def test_precompiled_stages_render(tmp_path):
     assert "--no-deps --force-reinstall" in runtime
     assert text.count("-r /wheelhouse/requirements.txt") == 1   # the closure, installed once
     prebuilt = render_dockerfile(resolve(load_spec("spark", overrides={"vllm_wheel": "0.33.0"})))
-    assert "FROM closure AS build" not in prebuilt
+    # One install path for every mode: the closure stages, then the one runtime stage from them.
+    assert "FROM closure AS build" not in prebuilt and "FROM closure AS runtime" in prebuilt
     assert prebuilt.count("-r /wheelhouse/requirements.txt") == 1
+    assert "FROM scratch AS wheels" not in prebuilt and "from=wheels" not in prebuilt
 
 
 def test_compile_flag_sets_mode_compile_and_conflicts_are_refused():

@@ -26,7 +26,7 @@ def test_each_target_renders_its_arch_list():
         text = render_dockerfile(resolve(load_spec(target.name)))
         assert f'TORCH_CUDA_ARCH_LIST="{arch}"' in text
         assert f"FROM {target.images.build} AS base" in text
-        assert "FROM scratch AS wheels" in text and "FROM base AS runtime" in text
+        assert "FROM scratch AS wheels" in text and "FROM closure AS runtime" in text
         assert "--mount=type=bind,from=wheels," in text  # wheels never COPY'd into a layer
         assert "--mount=type=cache,target=/root/.cache/ccache" in text
         assert f'io.edgevllm.arch-list="{arch}"' in text, target.name
@@ -41,12 +41,20 @@ def test_same_spec_same_bytes_and_changes_show():
     assert other != first and "MAX_JOBS=6" in other
 
 
-def test_thor_removes_flashinfer_cubin_and_offline_uses_wheelhouse(tmp_path):
-    text = render_dockerfile(resolve(load_spec("thor", overrides={
-        "wheelhouse": str(tmp_path), "offline": True})))
-    assert "pip uninstall -y flashinfer-cubin" in text
-    assert "--no-index --find-links /wheelhouse" in text
-    assert "from=wheelhouse" in text
+def test_thor_removes_flashinfer_cubin_and_no_stage_names_an_index():
+    for mode in ("compile", "prebuilt", "precompiled"):
+        text = render_dockerfile(resolve(load_spec("thor", overrides={
+            "mode": mode, "vllm_wheel": None if mode == "compile" else "0.33.0"})))
+        assert "pip uninstall -y flashinfer-cubin" in text
+        assert "from=wheelhouse" in text
+        assert not re.search(r"index-url|https?://", text.split("LABEL", 1)[0]), mode
+
+
+def test_wheelhouse_is_refused_in_every_mode(tmp_path):
+    from edgevllm.common.errors import SpecError
+
+    with pytest.raises(SpecError, match="field 'wheelhouse': a compile build makes its own"):
+        resolve(load_spec("thor", overrides={"wheelhouse": str(tmp_path), "mode": "compile"}))
 
 
 def test_render_task_writes_dockerfile_and_context(cli, tmp_path):
@@ -61,8 +69,8 @@ def test_render_task_writes_dockerfile_and_context(cli, tmp_path):
 # only the stages the plan's build targets need, and uses exactly the plan's named contexts.
 RENDER_CASES = {
     "compile": ["--compile"],
-    "compile-flashinfer-wheelhouse": ["--flashinfer-repo", "https://example.invalid/fi.git",
-                                      "--flashinfer-ref", "v0.1.0", "--wheelhouse", "WH"],
+    "compile-flashinfer": ["--flashinfer-repo", "https://example.invalid/fi.git",
+                           "--flashinfer-ref", "v0.1.0"],
     "compile-no-mods": ["--spec", "SPEC", "--compile"],   # mods: []
     "prebuilt": ["--vllm-wheel", "0.33.0"],
     "precompiled": ["--mode", "precompiled", "--vllm-wheel", "0.33.0"],
@@ -125,7 +133,9 @@ def test_compile_key_of_an_unchanged_input_stays_the_same():
     # name, the byte-code compiled on the build platform).
     # All three changed deliberately once more: a cache mount's id is no longer hashed (builders
     # that name their compiler caches differently share a key and the wheel cache's artifacts).
-    assert keys == {"spark": "bf4076bb3bcb8aaa", "thor": "d787079e052a787f",
+    # spark and thor changed deliberately again: the compile's build stages take the locked
+    # closure and the tree's build requirements by hash (no index; the base stage lost torch).
+    assert keys == {"spark": "SPARK", "thor": "THOR",
                     "precompiled": "6c2c24b6f1cc2d30"}
 
 

@@ -92,12 +92,15 @@ def test_broken_pyproject_is_named(tree_copy):
 
 
 def test_rendered_build_stage_follows_the_033_tree(tree_033):
-    text = render_dockerfile(resolve(load_spec("spark")), layout=read_build_layout(tree_033))
-    build = text.split("FROM base AS build", 1)[1].split("#####", 1)[0]
-    assert "if [ -f" not in build
+    text = render_dockerfile(resolve(load_spec("spark", overrides={"mode": "compile"})),
+                             layout=read_build_layout(tree_033))
+    env = text.split("FROM base AS build-env", 1)[1].split("#####", 1)[0]
+    build = text.split("FROM build-env AS build", 1)[1].split("#####", 1)[0]
+    assert "if [ -f" not in env + build
+    # The tree's build requirements come pinned by hash (resolved on the host from the layout).
+    assert "requirements/build/cuda.txt (setuptools<81.0.0" in env
+    assert "-r /build-tools/requirements.txt" in env and "--require-hashes" in env
     assert "python tools/use_existing_torch.py --prefix" in build
-    assert "-r requirements/build/cuda.txt" in build
-    assert "'setuptools>=77.0.3,<81.0.0'" in build and "'setuptools-rust>=1.9.0'" in build
     assert "MAX_JOBS=24" in build and "NVCC_THREADS=2" in build
 
 
@@ -115,3 +118,29 @@ def test_render_without_a_tree_shows_placeholders():
     text = render_dockerfile(resolve(load_spec("thor")))
     assert "<build requirements of the prepared tree>" in text
     assert "MAX_JOBS=16" in text   # thor: 8 jobs x 2 threads
+
+
+def test_033_runtime_requirements_follow_the_includes(tree_033):
+    """What a compile's closure resolves from: requirements/cuda.txt and the common.txt it
+    includes, each line with the file that lists it."""
+    layout = read_build_layout(tree_033)
+    assert layout.runtime_file == "requirements/cuda.txt"
+    where = dict(layout.runtime_requirements)
+    assert where["torch==2.14.0"] == "requirements/cuda.txt"
+    assert where["certifi >= 2026.10.19"] == "requirements/common.txt"
+    assert not any(line.startswith("-") for line, _ in layout.runtime_requirements)
+    assert layout.builds_against_torch and "torch==2.14.0" not in layout.build_requirements
+    assert "cmake>=3.26.1" in layout.build_requirements
+
+
+def test_a_tree_without_runtime_requirements_reads_and_an_escaping_include_fails(tree_copy):
+    from edgevllm.sources.buildreqs import read_requirement_tree
+
+    (tree_copy / "requirements" / "cuda.txt").unlink()
+    assert read_build_layout(tree_copy).runtime_file == ""   # the compile mode refuses it
+    (tree_copy / "requirements" / "cuda.txt").write_text("-r ../../outside.txt\n")
+    with pytest.raises(SourceError, match="outside the tree"):
+        read_requirement_tree(tree_copy, "requirements/cuda.txt")
+    (tree_copy / "requirements" / "cuda.txt").write_text("-r cuda.txt\n")
+    with pytest.raises(SourceError, match="included twice"):
+        read_requirement_tree(tree_copy, "requirements/cuda.txt")

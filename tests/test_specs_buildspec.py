@@ -62,7 +62,6 @@ def test_existing_compiled_wheels_are_reused():
     ({"vllm": {"repo": "someone/vllm", "ref": "v0.33.0"}}, "is not a vLLM release"),  # a fork
     ({"flashinfer": {"source": {"repo": "flashinfer-ai/flashinfer", "ref": "v0.7.2"}}},
      "FlashInfer from source"),
-    ({"wheelhouse": "/tmp"}, "--wheelhouse"),
 ])
 def test_what_only_a_compile_gives_compiles_under_emulation(fields, why):
     mode, reason = choose_mode(spec(**fields), builder=X86)

@@ -307,8 +307,7 @@ def base_images(spec: BuildSpec, target: Target, mode: str) -> BaseImages:
         return spec.images
     if mode in ("prebuilt", "precompiled"):
         return BaseImages(build=target.prebuilt.image, runtime=target.prebuilt.image)
-    # compile: the devel image builds; the runtime is the lean base, CUDA from the closure's wheels
-    return BaseImages(build=target.images.build, runtime=target.prebuilt.image)
+    return target.images  # compile: the devel image builds; the runtime is the target's lean base
 
 
 def load_spec_file(path: Path, overrides: dict | None = None) -> BuildSpec:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import re
 import tarfile
+from pathlib import Path
 
 import pytest
 
@@ -56,13 +57,12 @@ def sass_of(reports, suffix: str) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def thor_build(engine, cuda_image_arm64, fake_upstream, wheelhouse, tmp_path_factory, cli):
+def thor_build(engine, cuda_image_arm64, fake_upstream, tmp_path_factory, cli):
     out = tmp_path_factory.mktemp("thor-out")
     spec = hermetic_spec(
         "thor",
         cuda_image_arm64,
         fake_upstream,
-        wheelhouse,
         mods=["thor-runtime", "fused-moe-configs"],
     )
     spec["vllm"]["cherry_picks"] = [str(PR_MARKER)]
@@ -168,9 +168,9 @@ def test_thor_labels_lock_and_mods_record(thor_build, engine):
 
 
 @pytest.fixture(scope="module")
-def spark_spec(cuda_image_amd64, fake_upstream, wheelhouse):
+def spark_spec(cuda_image_amd64, fake_upstream):
     return hermetic_spec(
-        "spark", cuda_image_amd64, fake_upstream, wheelhouse, platform="linux/amd64", mods=[]
+        "spark", cuda_image_amd64, fake_upstream, platform="linux/amd64", mods=[]
     )
 
 
@@ -187,6 +187,12 @@ def test_spark_sm121a_rebuild_and_lock(spark_spec, engine, tmp_path, cli):
     planned = read_lock(first.lock_path)
     assert planned.kernel_plan["cuda_archs"] == ["12.1a"] and planned.cmake_deps == {}
     assert first.verify["plan"] == ["_C: plan: 12.1a; binary: sm_121a ✔"]
+    # The locked closure: the tree's requirements/cuda.txt (and the common.txt it includes)
+    # resolved for the target, every wheel by sha256; the build tools too.
+    assert planned.mode == "compile" and planned.closure is not None
+    assert {"packaging", "uv"} <= {w.name for w in planned.closure.wheels}
+    assert {"setuptools", "wheel"} <= {w.name for w in planned.build_closure.wheels}
+    assert all(len(w.sha256) == 64 for w in planned.closure.wheels)
     # The shared tail writes the image's SBOM beside its lock.
     sbom = first.lock_path.with_name(first.lock_path.name.replace(".lock.json", ".sbom.cdx.json"))
     assert first.supply_chain["sbom"] == str(sbom) and sbom.is_file()
@@ -196,8 +202,9 @@ def test_spark_sm121a_rebuild_and_lock(spark_spec, engine, tmp_path, cli):
     assert changed.wheels_dir == first.wheels_dir
     assert run_in(engine, changed.image, "printenv", "EDGEVLLM_TEST") == "2"
 
-    # `edgevllm build --lock`: only environment (the wheelhouse) comes from flags, the rest from
-    # the lock. With $EDGEVLLM_SIGNING_KEY the tail signs the provenance too.
+    # `edgevllm build --lock`: everything from the lock. The closure's wheels come back by
+    # sha256 (nothing resolved) and the compiled wheels by the compile key (nothing compiled).
+    # With $EDGEVLLM_SIGNING_KEY the tail signs the provenance too.
     from edgevllm.inspect.dsse import generate_key
 
     key, public = generate_key(tmp_path / "signing.pem")
@@ -206,10 +213,7 @@ def test_spark_sm121a_rebuild_and_lock(spark_spec, engine, tmp_path, cli):
         "--lock",
         str(first.lock_path),
         "--out",
-        str(tmp_path / "again"),
-        "--wheelhouse",
-        spark_spec["wheelhouse"],
-        "--offline",
+        str(tmp_path),
         "--no-verify",
         "--image-repo",
         spark_spec["image_repo"],
@@ -220,9 +224,13 @@ def test_spark_sm121a_rebuild_and_lock(spark_spec, engine, tmp_path, cli):
         timeout=1800,
     )
     assert code == 0, stderr[-3000:]
-    relocked_path = next(p for p in (tmp_path / "again" / "spark").glob("*.lock.json")
-                         if p.name != "latest.lock.json")
+    again = json.loads((tmp_path / "again.json").read_text())
+    assert "wheels from the lock (no resolve)" in stderr and "closure: resolving" not in stderr
+    assert "build tools:" not in stderr   # taken from the lock too
+    assert again["compiled"] is False, "the lock's compile key must find the compiled wheels"
+    relocked_path = Path(again["lock"])
     relocked = read_lock(relocked_path)
+    assert relocked.closure == planned.closure and relocked.build_closure == planned.build_closure
     code, _, err = cli("verify-supply-chain", "--image", first.tags[0], "--lock",
                        str(relocked_path), "--key", str(public))
     assert code == 0, err
@@ -230,7 +238,7 @@ def test_spark_sm121a_rebuild_and_lock(spark_spec, engine, tmp_path, cli):
     assert stdout.strip() == first.tags[0]
     # --publish-cache: the layers are compressed at build time, so the first publish of the
     # image assembles cached frames and never calls docker save.
-    primed = json.loads((tmp_path / "again.json").read_text())["publish_cache"]
+    primed = again["publish_cache"]
     assert primed["compressed_layers"] + primed["cached_layers"] > 0, primed
     assert "publish cache:" in stderr
     published = publish(
@@ -261,7 +269,7 @@ def test_compile_failure_names_stage_and_tags_nothing(spark_spec, engine, tmp_pa
 
 
 def test_wrong_arch_fails_the_gate_and_is_not_tagged(
-    cuda_image_amd64, fake_upstream, wheelhouse, engine, tmp_path, monkeypatch
+    cuda_image_amd64, fake_upstream, engine, tmp_path, monkeypatch
 ):
     """A target that asks for GB10 (12.1a) but compiles 12.0a, the silent-12.0 failure users hit:
     sm_120a SASS does not run on GB10, so the arch gate fails and only the -unverified tag
@@ -286,7 +294,6 @@ def test_wrong_arch_fails_the_gate_and_is_not_tagged(
         "spark120a",
         cuda_image_amd64,
         fake_upstream,
-        wheelhouse,
         platform="linux/amd64",
         mods=[],
         image_repo="edgevllm-test/e2e-gate",
@@ -317,7 +324,7 @@ steps:
 
 
 def test_failed_mod_never_yields_an_image(
-    cuda_image_amd64, fake_upstream, wheelhouse, engine, tmp_path, monkeypatch
+    cuda_image_amd64, fake_upstream, engine, tmp_path, monkeypatch
 ):
     """A mod whose anchor is missing fails the runtime stage; the message names the mod, the
     package version, the file and the anchor; no image is tagged, not even as unverified."""
@@ -332,7 +339,6 @@ def test_failed_mod_never_yields_an_image(
         "spark",
         cuda_image_amd64,
         fake_upstream,
-        wheelhouse,
         platform="linux/amd64",
         mods=["broken-edit"],
         image_repo="edgevllm-test/e2e-badmod",
@@ -374,7 +380,7 @@ def test_flashinfer_built_from_source_is_locked_and_native(
 
 
 def test_ctrl_c_during_the_compile_leaves_nothing_under_a_final_name(
-    cuda_image_amd64, fake_upstream, wheelhouse, engine, tmp_path
+    cuda_image_amd64, fake_upstream, engine, tmp_path
 ):
     """SIGINT while nvcc runs: exit 130, one line, no wheel folder under its final name (only the
     lock, which is complete when written), and no image at all."""
@@ -401,7 +407,6 @@ def test_ctrl_c_during_the_compile_leaves_nothing_under_a_final_name(
         "spark",
         cuda_image_amd64,
         fake_upstream,
-        wheelhouse,
         platform="linux/amd64",
         mods=[],
         image_repo="edgevllm-test/e2e-interrupt",

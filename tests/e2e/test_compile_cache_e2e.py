@@ -43,9 +43,9 @@ def redis_url(engine):
         yield url
 
 
-def builder_spec(base_image, upstream, wheelhouse, url: str, ref: str, **extra) -> dict:
+def builder_spec(base_image, upstream, url: str, ref: str, **extra) -> dict:
     # A cache id no build has used: this builder's local ccache starts empty, as on a new machine.
-    spec = hermetic_spec("spark", base_image, upstream, wheelhouse, platform="linux/amd64",
+    spec = hermetic_spec("spark", base_image, upstream, platform="linux/amd64",
                          mods=[], verify=False, compile_cache=url,
                          compile_cache_id=f"ccache-e2e-{uuid.uuid4().hex[:12]}", **extra)
     spec["vllm"]["ref"] = ref
@@ -72,18 +72,18 @@ def ccache_image_amd64(engine):
 
 
 def test_a_second_builder_compiles_nothing_from_the_shared_cache(
-        redis_url, engine, ccache_image_amd64, fake_upstream, wheelhouse, tmp_path):
+        redis_url, engine, ccache_image_amd64, fake_upstream, tmp_path):
     from edgevllm.builder.pipeline import build
     from edgevllm.specs.buildspec import spec_from_dict
 
     tree = salted_tree(fake_upstream)
-    first = build(spec_from_dict(builder_spec(ccache_image_amd64, fake_upstream, wheelhouse,
+    first = build(spec_from_dict(builder_spec(ccache_image_amd64, fake_upstream,
                                               redis_url, tree)), tmp_path / "one", engine)
     assert first.compiled and first.compile_cache is not None, "the compile printed no counters"
     assert first.compile_cache["misses"] > 0 and first.compile_cache["remote"] is True
     assert first.compile_cache["remote_errors"] == 0, first.compile_cache
 
-    second = build(spec_from_dict(builder_spec(ccache_image_amd64, fake_upstream, wheelhouse,
+    second = build(spec_from_dict(builder_spec(ccache_image_amd64, fake_upstream,
                                                redis_url, tree, rerun_steps=True)),
                    tmp_path / "two", engine)
     assert second.compiled, "the second builder must run its compile (its own empty cache)"

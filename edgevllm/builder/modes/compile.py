@@ -22,6 +22,7 @@ compiled wheels over it with ``--no-deps`` (``dockerfiles/base.Dockerfile.j2``).
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
@@ -54,6 +55,9 @@ from edgevllm.sources.wheels import (
 from edgevllm.specs.buildspec import EffectiveSpec
 from edgevllm.specs.lock import ClosureLock, Lock, ModLock, now_utc
 
+if TYPE_CHECKING:
+    from edgevllm.mods.catalog import StagedMods
+
 name = "compile"
 VERSION_PLACEHOLDER = "<from the resolved source>"
 UNFETCHED = {"wheelhouse": "<the tree's runtime requirements, resolved for the target: every "
@@ -62,9 +66,15 @@ UNFETCHED = {"wheelhouse": "<the tree's runtime requirements, resolved for the t
 
 
 def prepare(job: Job) -> PreparedBuild:
+    staged = stage_mods(job.eff, job.ws)
+    tree = prepare_tree(job.eff, job.ws.root, job.locked, TreeOptions(fetch=job.fetch),
+                        job.sources)
+    return prepare_over(job, tree, staged)
+
+
+def prepare_over(job: Job, tree: PreparedTree, staged: StagedMods) -> PreparedBuild:
+    """Everything after the tree: the closure, the build tools, the Dockerfile, lock and key."""
     eff = job.eff
-    staged = stage_mods(eff, job.ws)
-    tree = prepare_tree(eff, job.ws.root, job.locked, TreeOptions(fetch=job.fetch), job.sources)
     version = tree.vllm.pep440_version if tree.fetched else VERSION_PLACEHOLDER
     build_args = {"VLLM_VERSION": version, **eff.spec.build_args}
     dockerfile = render_dockerfile(eff, staged.env, tree.layout)  # rendered once per build
@@ -85,8 +95,8 @@ def prepare(job: Job) -> PreparedBuild:
     contexts = named_contexts(job, tree, {n: str(p) for n, p in folders.items()})
     return PreparedBuild(eff=eff, dockerfile=dockerfile, contexts=contexts,
                          stages=("wheels", "runtime"), lock=lock, build_args=build_args,
-                         compile_key=key, wheelhouse=folders["wheelhouse"],
-                         labels=mode_labels(lock), compiles=True, compile_units=units,
+                         compile_key=key, labels=mode_labels(lock), compiles=True,
+                         compile_units=units,
                          runtime_what="runtime image (closure + compiled wheels)")
 
 

@@ -1,0 +1,158 @@
+"""The compile mode's closure (builder/modes/compile.py): the tree's runtime requirements resolved
+for the target with uv (real PyPI), the build's torch checked, a lock rebuild that resolves
+nothing, a lock from another mode refused, and the rendered stages: one install path, no index,
+the lean runtime base (no container)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+
+from edgevllm.builder.modes import check_lock_mode
+from edgevllm.builder.modes.compile import (
+    build_requires,
+    check_torch,
+    closure_inputs,
+    compile_closure,
+)
+from edgevllm.builder.render import render_dockerfile
+from edgevllm.common.errors import SpecError
+from edgevllm.sources.buildreqs import read_build_layout, read_requirement_tree
+from edgevllm.sources.wheels import Closure, ClosureError, WheelPin
+from edgevllm.specs.buildspec import load_spec, resolve, spec_from_dict
+from edgevllm.specs.lock import ClosureLock, Lock, canonical_json, lock_hash
+
+FAKE_VLLM = Path(__file__).parent / "e2e" / "fixtures" / "fake-vllm"
+NO_TORCH_INDEX = {"version": "2.14.0", "index_url": None}   # torch's index is not reachable here
+
+
+def compile_eff(**overrides):
+    return resolve(load_spec("spark", overrides={"mode": "compile", **overrides}))
+
+
+def tree_layout(tmp_path: Path, files: dict[str, str]):
+    for name, text in {"requirements/cuda.txt": "-r common.txt\n", **files}.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    return dataclasses.replace(
+        read_build_layout(FAKE_VLLM), runtime_file="requirements/cuda.txt",
+        runtime_requirements=tuple(read_requirement_tree(tmp_path, "requirements/cuda.txt")))
+
+
+def test_closure_inputs_are_the_trees_requirements_with_the_pins_as_overrides():
+    eff = compile_eff(torch=NO_TORCH_INDEX, overrides=["certifi>=2026.10.18"])
+    layout = read_build_layout(FAKE_VLLM)
+    inputs = closure_inputs(eff, layout, ["fastsafetensors==0.3.3"])
+    assert inputs["requirements"][0] == "packaging>=24"   # requirements/common.txt, via cuda.txt
+    assert inputs["requirements"][1].startswith("uv==")   # the in-image installer
+    assert "fastsafetensors==0.3.3" in inputs["requirements"]
+    assert not any(r.startswith("vllm") for r in inputs["requirements"])  # vLLM is compiled
+    assert {"torch==2.14.0", "flashinfer-python==0.7.2.post1", "certifi>=2026.10.18",
+            "fastsafetensors==0.3.3"} <= set(inputs["overrides"])
+    assert inputs["platform"] == "aarch64-manylinux_2_34" and inputs["indexes"] == []
+    source = compile_eff(torch=NO_TORCH_INDEX,
+                         flashinfer={"source": {"repo": "https://example.invalid/fi.git"}})
+    assert any(o.startswith("flashinfer-python ; ") for o in closure_inputs(
+        source, layout, [])["overrides"]), "a compiled FlashInfer replaces PyPI's"
+    assert build_requires(layout) == ["setuptools>=61", "wheel"]
+
+
+def test_a_tree_without_runtime_requirements_is_refused_naming_the_file():
+    layout = dataclasses.replace(read_build_layout(FAKE_VLLM), runtime_file="",
+                                 runtime_requirements=())
+    with pytest.raises(SpecError, match=r"no runtime requirement file for CUDA \(looked for "
+                                        r"requirements/cuda.txt"):
+        closure_inputs(compile_eff(torch=NO_TORCH_INDEX), layout, [])
+
+
+def test_a_closure_without_torch_is_refused_when_the_build_needs_one():
+    layout = read_build_layout(FAKE_VLLM)
+    empty = Closure(python_platform="x86_64-manylinux_2_34", python_version="3.12",
+                    requirements=[])
+    with pytest.raises(SpecError, match="holds no torch, but the build compiles against torch "
+                                        "2.14.0"):
+        check_torch(compile_eff(torch=NO_TORCH_INDEX), layout, empty)
+    check_torch(compile_eff(torch={"version": None}), layout, empty)   # the fixture's case
+    with pytest.raises(SpecError, match="holds no torch"):
+        check_torch(compile_eff(torch={"version": None}),
+                    dataclasses.replace(layout, builds_against_torch=True), empty)
+
+
+def test_resolved_for_the_target_every_wheel_by_hash(tmp_path):
+    """Real uv, real PyPI: the tree's lines and its includes, for linux/amd64 + Python 3.12."""
+    layout = tree_layout(tmp_path, {"requirements/common.txt": "requests==2.32.3\n"})
+    eff = compile_eff(torch={"version": None}, platform="linux/amd64")
+    closure = compile_closure(eff, layout, None, [])
+    names = {p.name for p in closure.pins}
+    assert {"requests", "urllib3", "certifi", "uv"} <= names
+    assert all(re.fullmatch(r"[0-9a-f]{64}", p.sha256) for p in closure.pins)
+    assert closure.pin("uv").filename.endswith("x86_64.whl") or "x86_64" in closure.pin(
+        "uv").filename
+
+
+def test_a_conflict_names_the_package_and_the_tree_file_that_asks(tmp_path):
+    layout = tree_layout(tmp_path, {"requirements/common.txt": "certifi>=2099.1.1\n"})
+    with pytest.raises(ClosureError) as caught:
+        compile_closure(compile_eff(torch={"version": None}), layout, None, [])
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith("the tree's requirements/cuda.txt does not resolve for "
+                              "aarch64-manylinux_2_34 / Python 3.12: certifi>=2099.1.1 "
+                              "(requirements/common.txt): Because")
+
+
+def _closure(*names: str) -> Closure:
+    pins = [WheelPin(name=n, version="1.0", filename=f"{n}-1.0-py3-none-any.whl",
+                     sha256=f"{i:064x}") for i, n in enumerate(names, 1)]
+    return Closure(python_platform="aarch64-manylinux_2_34", python_version="3.12",
+                   requirements=list(names), pins=pins)
+
+
+def test_a_lock_rebuild_resolves_nothing(monkeypatch):
+    import edgevllm.builder.modes.compile as compile_mode
+
+    def no_resolve(**_):
+        raise AssertionError("a lock rebuild must not resolve")
+
+    monkeypatch.setattr(compile_mode, "resolve_closure", no_resolve)
+    locked = Lock(target="spark", mode="compile",
+                  closure=ClosureLock(**_closure("torch", "uv").to_dict()))
+    closure = compile_closure(compile_eff(torch=NO_TORCH_INDEX), read_build_layout(FAKE_VLLM),
+                              locked, [])
+    assert [p.sha256 for p in closure.pins] == [w.sha256 for w in locked.closure.wheels]
+
+
+def test_the_closure_is_hashed_into_a_compile_lock():
+    one = Lock(target="spark", mode="compile", closure=ClosureLock(**_closure("torch").to_dict()))
+    other = one.model_copy(update={"closure": ClosureLock(**_closure("torch", "uv").to_dict())})
+    assert '"closure"' in canonical_json(one) and lock_hash(one) != lock_hash(other)
+
+
+def test_a_lock_from_another_mode_is_one_line():
+    check_lock_mode(Lock(target="spark", mode="compile"), "compile")
+    with pytest.raises(SpecError, match=r"^--lock: the lock is a prebuilt build's and this "
+                                        r"build is compile; drop the mode flag"):
+        check_lock_mode(Lock(target="spark", mode="prebuilt"), "compile")
+
+
+def test_compile_renders_one_install_path_on_the_lean_runtime():
+    eff = compile_eff()
+    text = render_dockerfile(eff, layout=read_build_layout(FAKE_VLLM))
+    assert eff.images.runtime == eff.target.prebuilt.image != eff.images.build
+    assert f"FROM {eff.target.prebuilt.image} AS closure" in text   # CUDA from the wheels
+    assert "FROM base AS build-env" in text and "FROM closure AS runtime" in text
+    assert text.count("-r /wheelhouse/requirements.txt") == 2   # runtime base + devel base
+    assert "--require-hashes" in text.split("AS build-env", 1)[1].split("AS build\n", 1)[0]
+    runtime = text.split("FROM closure AS runtime", 1)[1]
+    assert "--no-index --no-deps --force-reinstall /tmp/edgevllm-wheels/*.whl" in runtime
+    assert not re.search(r"index-url|https?://|torch==", text)
+    assert "apt-get install -y --no-install-recommends python3.12 python3.12-venv g++" in text
+    # One base for both (a --base-image, the fixture's): the closure installs once.
+    one = resolve(spec_from_dict({"target": "spark", "mode": "compile", "apt_packages": [],
+                                  "base_image": "example.invalid/base:1"}))
+    same = render_dockerfile(one, layout=read_build_layout(FAKE_VLLM))
+    assert "FROM closure AS build-env" in same
+    assert same.count("-r /wheelhouse/requirements.txt") == 1
