@@ -72,7 +72,7 @@ def test_a_default_prebuilt_turns_compile_where_this_keys_wheels_exist(
     spec = load_spec("spark", overrides={
         "vllm": {"repo": upstream.url, "ref": "v0.1.0"}, "mods": [],
         "images": {"build": python_image_amd64, "runtime": python_image_amd64},
-        "torch": {"version": None}, "apt_packages": [], "python": "python3",
+        "torch": {"version": None}, "apt_packages": [], "python": "python3.11",
         "packages": {"flashinfer-python": None, "nvidia-cutlass-dsl": None}})
     x86 = Builder(arch="amd64")
     ws = Workspace(tmp_path / "out" / "spark")

@@ -61,11 +61,18 @@ def test_a_plain_recipe_still_gets_what_its_arguments_need(tmp_path):
 
 
 def test_render_recipe_bakes_the_mod_and_pins_instanttensor(imported, tmp_path, cli):
-    # --compile: the compile's Dockerfile names the pin (prebuilt's closure resolves it at build)
+    # --compile: the pin is a resolver override of the compile's locked closure, as in every mode
+    # (the Dockerfile installs the closure by hash and names no package)
+    from edgevllm.builder.modes.prebuilt import closure_overrides
+    from edgevllm.cli.build import spec_from_flags
+    from edgevllm.specs.buildspec import resolve
+
+    eff = resolve(spec_from_flags({"recipe": "download-mod", "compile": True}))
+    assert eff.mode == "compile" and "instanttensor==0.2.2" in closure_overrides(eff, [])
     code, _, err = cli("render", "--recipe", "download-mod", "--compile", "--out",
                        str(tmp_path / "r"))
     assert code == 0, err
-    assert '"instanttensor==0.2.2"' in (tmp_path / "r" / "Dockerfile").read_text()
+    assert "instanttensor" not in (tmp_path / "r" / "Dockerfile").read_text()
     staged = tmp_path / "r" / "edgevllm-mods"
     assert (staged / "eugr-plugin-download" / "downloads" / "plugin_parser.py").read_bytes() \
         == web_standin.PLUGIN

@@ -80,7 +80,8 @@ def compile_job(upstream, base: str, out, locked=None):
 
     data = {"target": "spark", "mode": "compile", "platform": "linux/amd64", "python": PYTHON,
             "torch": {"version": "2.14.0", "index_url": None}, "overrides": [CERTIFI],
-            "base_image": base, "apt_packages": [], "vllm": {"repo": upstream.url, "ref": f"v{VLLM}"}}
+            "base_image": base, "apt_packages": [],
+            "vllm": {"repo": upstream.url, "ref": f"v{VLLM}"}}
     if locked is not None:
         data = {**lock_overrides(locked), "vllm": data["vllm"]}
     return start(spec_from_dict(data), Workspace(out / "spark"), DockerEngine(), locked)

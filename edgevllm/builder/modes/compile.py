@@ -22,6 +22,7 @@ compiled wheels over it with ``--no-deps`` (``dockerfiles/base.Dockerfile.j2``).
 from __future__ import annotations
 
 import re
+import time
 from typing import TYPE_CHECKING
 
 from packaging.requirements import Requirement
@@ -126,6 +127,7 @@ def closure_inputs(eff: EffectiveSpec, layout: BuildLayout, mod_packages: list[s
 def compile_closure(eff: EffectiveSpec, layout: BuildLayout, locked: Lock | None,
                     mod_packages: list[str]) -> Closure:
     """The locked closure (from ``--lock``: nothing resolved), or the tree's, resolved."""
+    started = time.monotonic()
     if locked is not None and locked.closure is not None:
         console.step(f"closure: {len(locked.closure.wheels)} wheels from the lock (no resolve)")
         closure = Closure.from_dict(locked.closure.model_dump())
@@ -146,7 +148,7 @@ def compile_closure(eff: EffectiveSpec, layout: BuildLayout, locked: Lock | None
     check_torch(eff, layout, closure)
     torch = closure.pin("torch")
     console.info(f"  {len(closure.pins)} wheels, {closure.total_bytes() / 1e9:.2f} GB; torch "
-                 f"{torch.version if torch else '-'}")
+                 f"{torch.version if torch else '-'} ({time.monotonic() - started:.1f} s)")
     return closure
 
 
