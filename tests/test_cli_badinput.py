@@ -65,6 +65,8 @@ CASES: list[tuple[list[str], int, str]] = [
     (["render", "--target", "thor", "--tag", "a b"], 2, "tags.0"),
     (["render", "--target", "thor", "--vllm-pr", "abc"], 2, "--vllm-pr 'abc'"),
     (["render", "--lock", "spark.lock.json", "--target", "thor"], 2, "--target thor differs"),
+    (["render", "--lock", "spark.lock.json", "--mode", "prebuilt"], 2,
+     "--lock: the lock is a compile build's and this build is prebuilt"),
     # plan and sources
     (["plan", "--target", "nosuch"], 2, "unknown target"),
     (["plan", "--target", "thor", "--vllm-pr", "abc"], 2, "--vllm-pr 'abc'"),

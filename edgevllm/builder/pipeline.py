@@ -34,7 +34,7 @@ def build(
     eff = resolve(spec, builder=builder)
     ws = Workspace(out / target.name)
     preflight(eff, engine, out)
-    locked = lock_for(lock_path, target.name)
+    locked = lock_for(lock_path, target.name, eff.mode)
     job = modes.start(spec, ws, engine, locked, builder=builder)
     console.step(f"mode: {job.eff.mode} ({job.eff.mode_reason})")
     if job.eff.mode == "prebuilt" and not (spec.mode or spec.vllm_wheel):
@@ -53,12 +53,14 @@ def compile_estimate(build: PreparedBuild, builder: Builder, platform: str) -> s
     return emulated_compile_line(build.compile_units, builder.arch, platform)
 
 
-def lock_for(lock_path: Path | None, target: str) -> Lock | None:
-    """The lock to rebuild from, which must be the target's."""
+def lock_for(lock_path: Path | None, target: str, mode: str | None = None) -> Lock | None:
+    """The lock to rebuild from, which must be the target's (and the mode's, where given)."""
     locked = read_lock(lock_path) if lock_path else None
     if locked and locked.target and locked.target != target:
         raise BuildError(
             f"{lock_path}: the lock is for target '{locked.target}', not "
             f"'{target}'; drop --target or use the matching lock"
         )
+    if mode is not None:
+        modes.check_lock_mode(locked, mode)
     return locked

@@ -26,7 +26,8 @@ def render_to(spec: BuildSpec, out: Path, force: bool = False,
     from edgevllm.builder.pipeline import lock_for
     from edgevllm.specs.buildspec import resolve
 
-    locked = lock_for(lock_path, resolve(spec).target.name)
+    eff = resolve(spec)
+    locked = lock_for(lock_path, eff.target.name, eff.mode)
     with output_dir(out, force) as tmp:  # never deletes what edgevllm did not write
         job = modes.start(spec, Workspace(tmp, context_dir=tmp), engine=None, locked=locked,
                           fetch=False)

@@ -56,7 +56,6 @@ def start(spec: BuildSpec, ws: Workspace, engine: DockerEngine | None, locked: L
 
     builder = builder or builder_of(engine, resolve(spec).target)
     eff = resolve(spec, builder=builder)
-    check_lock_mode(locked, eff.mode)
     if not wants_tree_check(spec):
         job = Job(eff=eff, ws=ws, engine=engine, locked=locked, fetch=fetch)
         return _reuse_compiled(job, spec, builder) if _could_reuse(job, spec) else job
