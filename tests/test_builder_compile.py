@@ -22,7 +22,7 @@ from edgevllm.builder.render import render_dockerfile
 from edgevllm.common.errors import SpecError
 from edgevllm.sources.buildreqs import read_build_layout, read_requirement_tree
 from edgevllm.sources.wheels import Closure, ClosureError, WheelPin
-from edgevllm.specs.buildspec import load_spec, resolve, spec_from_dict
+from edgevllm.specs.buildspec import load_spec, resolve
 from edgevllm.specs.lock import ClosureLock, Lock, canonical_json, lock_hash
 
 FAKE_VLLM = Path(__file__).parent / "e2e" / "fixtures" / "fake-vllm"
@@ -142,17 +142,18 @@ def test_compile_renders_one_install_path_on_the_lean_runtime():
     eff = compile_eff()
     text = render_dockerfile(eff, layout=read_build_layout(FAKE_VLLM))
     assert eff.images.runtime == eff.target.prebuilt.image != eff.images.build
-    assert f"FROM {eff.target.prebuilt.image} AS closure" in text   # CUDA from the wheels
-    assert "FROM base AS build-env" in text and "FROM closure AS runtime" in text
-    assert text.count("-r /wheelhouse/requirements.txt") == 2   # runtime base + devel base
-    assert "--require-hashes" in text.split("AS build-env", 1)[1].split("AS build\n", 1)[0]
+    assert f"FROM {eff.images.runtime} AS closure-files" in text   # CUDA from the wheels
+    assert f"FROM {eff.images.build} AS base" in text
+    # The closure is installed once; the devel build stages get its venv, torch among it.
+    assert text.count("-r /wheelhouse/requirements.txt") == 1
+    env = text.split("FROM base AS build-env", 1)[1].split("#####", 1)[0]
+    assert "COPY --from=closure /opt/venv /opt/venv" in env
+    assert "--require-hashes" in env and "-r /build-tools/requirements.txt" in env
     runtime = text.split("FROM closure AS runtime", 1)[1]
     assert "--no-index --no-deps --force-reinstall /tmp/edgevllm-wheels/*.whl" in runtime
     assert not re.search(r"index-url|https?://|torch==", text)
-    assert "apt-get install -y --no-install-recommends python3.12 python3.12-venv g++" in text
-    # One base for both (a --base-image, the fixture's): the closure installs once.
-    one = resolve(spec_from_dict({"target": "spark", "mode": "compile", "apt_packages": [],
-                                  "base_image": "example.invalid/base:1"}))
-    same = render_dockerfile(one, layout=read_build_layout(FAKE_VLLM))
-    assert "FROM closure AS build-env" in same
-    assert same.count("-r /wheelhouse/requirements.txt") == 1
+    # The runtime gets the lean base's packages, not the devel toolchain's.
+    assert "ccache" not in runtime and "libibverbs1" in runtime
+    prebuilt = render_dockerfile(resolve(load_spec("spark", overrides={"vllm_wheel": "0.33.0"})))
+    closure = text.split("AS closure-files", 1)[1].split("##### build-env", 1)[0]
+    assert closure in prebuilt, "a compile's closure stages are a prebuilt image's"
