@@ -19,7 +19,7 @@ from edgevllm.builder.modes.compile import (
     compile_closure,
 )
 from edgevllm.builder.render import render_dockerfile
-from edgevllm.common.errors import SpecError
+from edgevllm.common.errors import SourceError, SpecError
 from edgevllm.sources.buildreqs import read_build_layout, read_requirement_tree
 from edgevllm.sources.wheels import Closure, ClosureError, WheelPin
 from edgevllm.specs.buildspec import load_spec, resolve
@@ -63,7 +63,7 @@ def test_closure_inputs_are_the_trees_requirements_with_the_pins_as_overrides():
 def test_a_tree_without_runtime_requirements_is_refused_naming_the_file():
     layout = dataclasses.replace(read_build_layout(FAKE_VLLM), runtime_file="",
                                  runtime_requirements=())
-    with pytest.raises(SpecError, match=r"no runtime requirement file for CUDA \(looked for "
+    with pytest.raises(SourceError, match=r"no runtime requirement file for CUDA \(looked for "
                                         r"requirements/cuda.txt"):
         closure_inputs(compile_eff(torch=NO_TORCH_INDEX), layout, [])
 

@@ -21,9 +21,10 @@ compiled wheels over it with ``--no-deps`` (``dockerfiles/base.Dockerfile.j2``).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
@@ -42,7 +43,7 @@ from edgevllm.builder.runner import compile_key
 from edgevllm.builder.steps import base_image_lock, lock_settings, stage_mods
 from edgevllm.builder.tree import PreparedTree, TreeOptions, prepare_tree
 from edgevllm.common import console
-from edgevllm.common.errors import SpecError
+from edgevllm.common.errors import SourceError, SpecError
 from edgevllm.common.secrets import url_without_password
 from edgevllm.containers.docker import DockerEngine
 from edgevllm.sources.buildreqs import BuildLayout
@@ -68,13 +69,29 @@ UNFETCHED = {"wheelhouse": "<the tree's runtime requirements, resolved for the t
 
 def prepare(job: Job) -> PreparedBuild:
     staged = stage_mods(job.eff, job.ws)
-    tree = prepare_tree(job.eff, job.ws.root, job.locked, TreeOptions(fetch=job.fetch),
-                        job.sources)
-    return prepare_over(job, tree, staged)
+    # The CMake deps (clones) come after the closure resolved: a tree whose requirements do not
+    # resolve fails before anything is downloaded.
+    tree = prepare_tree(job.eff, job.ws.root, job.locked,
+                        TreeOptions(fetch=job.fetch, cmake_deps=False), job.sources)
+    return prepare_over(job, tree, staged, with_cmake_deps)
 
 
-def prepare_over(job: Job, tree: PreparedTree, staged: StagedMods) -> PreparedBuild:
-    """Everything after the tree: the closure, the build tools, the Dockerfile, lock and key."""
+def with_cmake_deps(tree: PreparedTree, job: Job) -> PreparedTree:
+    """The tree with what its CMake would clone, fetched by commit (``builder/tree.cmake_deps``)."""
+    from edgevllm.builder.tree import cmake_deps
+
+    deps_dir = job.ws.root / "deps"
+    if not tree.fetched or tree.kernel_plan is None:
+        return dataclasses.replace(tree, deps_dir=deps_dir)
+    return dataclasses.replace(tree, deps_dir=deps_dir,
+                               cmake_deps=cmake_deps(tree.kernel_plan, deps_dir, job.locked))
+
+
+def prepare_over(job: Job, tree: PreparedTree, staged: StagedMods,
+                 then: Callable[[PreparedTree, Job], PreparedTree] = lambda tree, job: tree
+                 ) -> PreparedBuild:
+    """Everything after the tree: the closure and the build tools resolved, ``then`` (the CMake
+    deps), the downloads, the Dockerfile, lock and key."""
     eff = job.eff
     version = tree.vllm.pep440_version if tree.fetched else VERSION_PLACEHOLDER
     build_args = {"VLLM_VERSION": version, **eff.spec.build_args}
@@ -83,10 +100,11 @@ def prepare_over(job: Job, tree: PreparedTree, staged: StagedMods) -> PreparedBu
     units = sum(e.cuda_sources for e in plan.extensions if e.language == "CUDA") if plan else 0
     if not tree.fetched:
         return PreparedBuild(eff=eff, dockerfile=dockerfile, stages=("wheels", "runtime"),
-                             contexts=named_contexts(job, tree, UNFETCHED), lock=None,
+                             contexts=named_contexts(job, then(tree, job), UNFETCHED), lock=None,
                              build_args=build_args, compiles=True, compile_units=units)
     closure = compile_closure(eff, tree.layout, job.locked, staged.pip_packages)
     tools = build_tools(eff, build_requires(tree.layout), closure, job.locked)
+    tree = then(tree, job)
     folders = {"wheelhouse": prepare_wheelhouse(eff, closure, job.ws),
                "build-tools": prepare_wheelhouse(eff, tools, job.ws)}
     lock = make_lock(eff, tree, staged.versions, build_args, engine_of(job), (closure, tools))
@@ -110,9 +128,9 @@ def closure_inputs(eff: EffectiveSpec, layout: BuildLayout, mod_packages: list[s
     """Keyword arguments for ``resolve_closure``: the tree's runtime requirements (its vLLM is
     the compiled wheel, so not among them), uv (the in-image installer), the mods' packages."""
     if not layout.runtime_file:
-        raise SpecError("the vLLM tree has no runtime requirement file for CUDA (looked for "
-                        "requirements/cuda.txt, requirements-cuda.txt): a compile's closure is "
-                        "resolved from it; give a vLLM tree that has one")
+        raise SourceError("the vLLM tree has no runtime requirement file for CUDA (looked for "
+                          "requirements/cuda.txt, requirements-cuda.txt): a compile's closure "
+                          "is resolved from it; give a vLLM tree that has one")
     platform, version = closure_platform(eff)
     requirements = [line for line, _ in layout.runtime_requirements]
     requirements += [f"uv=={uv_version()}", *mod_packages]
