@@ -135,7 +135,7 @@ def test_compile_key_of_an_unchanged_input_stays_the_same():
     # that name their compiler caches differently share a key and the wheel cache's artifacts).
     # spark and thor changed deliberately again: the compile's build stages take the locked
     # closure and the tree's build requirements by hash (no index; the base stage lost torch).
-    assert keys == {"spark": "SPARK", "thor": "THOR",
+    assert keys == {"spark": "617cf0ed3618733f", "thor": "f7dea7998f62814d",
                     "precompiled": "6c2c24b6f1cc2d30"}
 
 
