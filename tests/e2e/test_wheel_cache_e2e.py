@@ -73,6 +73,10 @@ def test_a_second_builder_takes_the_compiled_wheels_by_key(
         assert "compile (wheels stage)" not in Path(second["log"]).read_text()
         assert wheel_hashes(tmp_path / "two" / "spark" / "wheels" / key) == compiled
         assert second["wheel_cache"]["action"] == "unchanged"
+        for summary in (first, second):  # the registry is no input of the lock or the image
+            assert host not in Path(summary["lock"]).read_text()
+            labels = engine.run_cli(["image", "inspect", summary["tags"][0]]).stdout.decode()
+            assert host not in labels
 
         code, _, err = cli("build", "--lock", first["lock"], "--out", str(tmp_path / "lock"),
                            "--wheelhouse", str(wheelhouse), "--offline", "--no-verify",
