@@ -35,6 +35,7 @@ def main() -> int:
     from e2e.conftest import FIXTURE_TREE, KERNELS, hermetic_spec
     from edgevllm.builder.pipeline import build
     from edgevllm.containers.docker import DockerEngine
+    from edgevllm.containers.host import host_arch
     from edgevllm.specs.buildspec import spec_from_dict
     from support.gitfixtures import commit_to_branch, make_upstream_repo
     from support.images import cuda_image
@@ -48,7 +49,9 @@ def main() -> int:
         salt = (FIXTURE_TREE / KERNELS).read_text() + f"\n// bench salt {uuid.uuid4()}\n"
         commit_to_branch(upstream, "main", {KERNELS: salt}, "bench: a tree the cache has not seen")
         spec = hermetic_spec(target, base, upstream, platform=f"linux/{args.arch}",
-                             mods=[], verify=False, image_repo="edgevllm-bench/rebuild")
+                             mods=[], verify=False, image_repo="edgevllm-bench/rebuild",
+                             # the closure's byte-code compiles on this builder: the base's twin
+                             bytecode_image=cuda_image(engine, host_arch()))
         spec["vllm"]["ref"] = "main"
         spec["compile_cache_id"] = f"ccache-bench-{uuid.uuid4().hex[:12]}"  # empty: truly cold
 

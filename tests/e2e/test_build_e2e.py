@@ -57,13 +57,16 @@ def sass_of(reports, suffix: str) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def thor_build(engine, cuda_image_arm64, fake_upstream, tmp_path_factory, cli):
+def thor_build(engine, cuda_image_arm64, cuda_image_amd64, fake_upstream, tmp_path_factory, cli):
     out = tmp_path_factory.mktemp("thor-out")
     spec = hermetic_spec(
         "thor",
         cuda_image_arm64,
         fake_upstream,
         mods=["thor-runtime", "fused-moe-configs"],
+        # The closure's byte-code is compiled on this amd64 builder: the arm64 base's amd64 twin
+        # (same Debian, same Python); no registry here serves the base for both platforms.
+        bytecode_image=cuda_image_amd64,
     )
     spec["vllm"]["cherry_picks"] = [str(PR_MARKER)]
     spec_file = write_spec(out / "thor-spec.yaml", **spec)
