@@ -15,9 +15,9 @@ from typing import Callable
 
 from edgevllm.common.errors import BinfmtMissingError, EdgeVllmError, MissingToolError
 from edgevllm.containers.docker import DockerEngine
+from edgevllm.containers.enginehost import check_engine_disk, engine_platform
 from edgevllm.containers.host import (
     check_disk,
-    check_emulation,
     emulator_version,
     host_arch,
     platform_arch,
@@ -73,19 +73,21 @@ def run_checks(target: Target, out: Path, engine: DockerEngine) -> list[Finding]
         return "present"
 
     def platform() -> str:
-        check_emulation(target.platform, engine.is_remote)
-        return target.platform
+        how = engine_platform(engine, target.platform)
+        return f"{target.platform} {how.how} on {how.arch}"
 
     def emulation_speed() -> str:
-        slow = slow_emulation(target.platform, engine.is_remote)
+        if not engine.runs_here or platform_arch(target.platform) == host_arch():
+            return "no emulation here"
+        slow = slow_emulation(target.platform)
         if slow:
             raise BinfmtMissingError(slow)
-        if engine.is_remote or platform_arch(target.platform) == host_arch():
-            return "no emulation"
         version = emulator_version(target.platform)
         return f"qemu {version[0]}.{version[1]}" if version else "qemu version unknown"
 
     def disk() -> str:
+        if not engine.runs_here:
+            return check_engine_disk(engine, target.min_disk_gb)
         check_disk(out, target.min_disk_gb)
         return f">= {target.min_disk_gb:g} GB free under {out}"
 

@@ -26,10 +26,11 @@ from edgevllm.builder.buildlog import BuildFollower, format_elapsed
 from edgevllm.builder.dockerfile import stage_text
 from edgevllm.builder.render import relabel_dockerfile
 from edgevllm.common import console
-from edgevllm.common.errors import BuildError
+from edgevllm.common.errors import BuildError, EdgeVllmError, EngineLostError
 from edgevllm.common.fsutil import atomic_dir, atomic_write_json, atomic_write_text
 from edgevllm.containers.docker import BuildOptions, DockerEngine
-from edgevllm.containers.host import check_disk, check_emulation, slow_emulation
+from edgevllm.containers.enginehost import check_engine_disk, engine_platform
+from edgevllm.containers.host import check_disk, slow_emulation
 from edgevllm.specs.buildspec import EffectiveSpec
 
 
@@ -72,14 +73,20 @@ class Workspace:
 
 
 def preflight(eff: EffectiveSpec, engine: DockerEngine, out: Path) -> None:
+    """The engine's own facts: reachable, buildx, native or emulated, free disk; an engine on
+    another machine answers for that machine (``containers/enginehost.py``)."""
     engine.check_daemon()
     engine.check_buildx()
-    check_emulation(eff.platform, engine.is_remote)
-    slow = slow_emulation(eff.platform, engine.is_remote)
+    need_gb = eff.target.prebuilt.min_disk_gb if eff.mode == "prebuilt" else eff.target.min_disk_gb
+    how = engine_platform(engine, eff.platform)
+    if not engine.runs_here:
+        console.info(how.line())
+        console.info(check_engine_disk(engine, need_gb))
+        return
+    slow = slow_emulation(eff.platform) if how.how == "emulated" else None
     if slow:
         console.warn(slow)
-    prebuilt = eff.mode == "prebuilt"
-    check_disk(out, eff.target.prebuilt.min_disk_gb if prebuilt else eff.target.min_disk_gb)
+    check_disk(out, need_gb)
 
 
 _CACHE_MOUNT_ID = re.compile(r"(--mount=type=cache,\S*?),id=[A-Za-z0-9_.-]+")
@@ -114,11 +121,27 @@ class BuildRunner:
             follower.on_stage = lambda v: update(f"{what}: [{v.stage}] {v.what[:90]}", follower)
             code = self.engine.build(options, follower.feed, env=self.env)
         self.ccache = follower.ccache or self.ccache
+        if code != 0 and engine_gone(self.engine):
+            raise EngineLostError(
+                f"engine {self.engine.describe()} went away during {what} (after "
+                f"{format_elapsed(follower.elapsed())}): nothing was kept under a final name; "
+                f"build again once it answers (log: {self.log_path})")
         if code != 0:
             raise BuildError(f"{what} failed after {format_elapsed(follower.elapsed())}: "
                              + follower.failure_message(self.log_path))
         console.info(f"{what}: done in {format_elapsed(follower.elapsed())}")
         return follower
+
+
+def engine_gone(engine: DockerEngine) -> bool:
+    """After a failed build: does an engine on another machine still answer?"""
+    if engine.runs_here:
+        return False
+    try:
+        engine.check_daemon()
+    except EdgeVllmError:
+        return True
+    return False
 
 
 @contextlib.contextmanager

@@ -1,6 +1,6 @@
 """The shared tail: everything after a mode's preparation, once, the same for every mode.
 
-1. inputs    the Dockerfile and the meta context (the lock) written; the lock file beside them
+1. inputs    the Dockerfile and the meta context (the lock) written (the lock file once tagged)
 2. wheels    the ``wheels`` target exported to ``wheels/<compile key>`` (modes that have one;
              skipped when that folder already holds wheels: no input of the compile changed)
 3. runtime   the image, tagged ``<tag>-unverified``, with the wheels bind-mounted; its bytes per
@@ -68,7 +68,6 @@ def run(job: Job, build: PreparedBuild) -> BuildResult:
     tags = final_tags(build.eff, tag)
     console.step(f"image {tags[0]}")
     write_context(job.ws, build.dockerfile, {LOCK_FILE_IN_IMAGE: label_value(lock) + "\n"})
-    lock_file = write_lock(lock, job.ws.root / f"{tag}.lock.json")
     secrets, secret_env = compile_cache_secret(build.eff)
     runner = BuildRunner(engine, job.ws.logs / f"build-{timestamp()}.log", env=secret_env)
     options = BuildOptions(context=job.ws.context, dockerfile=job.ws.context / "Dockerfile",
@@ -87,6 +86,8 @@ def run(job: Job, build: PreparedBuild) -> BuildResult:
     warm = read_warm(runner, build.eff, candidate)
     record, verify, probe, image_id = check_and_tag(job, build, lock, runner, candidate, tags,
                                                     warm)
+    # Written once the image is tagged: a build that stopped (an engine gone) leaves no lock.
+    lock_file = write_lock(lock, job.ws.root / f"{tag}.lock.json")
     copy_lock_beside(lock_file, job.ws.root / "latest.lock.json")
     shared = share(job, build, wheels)
     result = BuildResult(image=tags[0], tags=tags, image_id=image_id, lock_path=lock_file,

@@ -50,16 +50,18 @@ def cli_task(*task_args, **task_kwargs) -> Callable:
     return decorate
 
 
-def flag_task(flags, *extra: inspect.Parameter, help_extra: dict[str, str]) -> Callable:
+def flag_task(flags, *extra: inspect.Parameter, help_extra: dict[str, str],
+              iterable_extra: tuple[str, ...] = ()) -> Callable:
     """A ``cli_task`` whose options are ``flags`` from the flag table (plus ``extra``
-    parameters): the task body receives them as ``**values``."""
+    parameters, the repeatable ones named in ``iterable_extra``): the task body receives them
+    as ``**values``."""
     from edgevllm.cli.flags import help_for, iterable_for, signature
 
     def decorate(fn: Callable) -> Callable:
         fn.__signature__ = signature(flags, *extra)  # type: ignore[attr-defined]
         return cli_task(
             help={**help_for(flags), **help_extra},
-            iterable=iterable_for(flags),
+            iterable=iterable_for(flags) + list(iterable_extra),
             auto_shortflags=False,
         )(fn)
 

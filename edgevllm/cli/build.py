@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from edgevllm.cli._common import cli_task, flag_task
+from edgevllm.cli.buildmany import ENGINE_HELP
 from edgevllm.cli.flags import BUILD_FLAGS, OUT_FLAG, param, spec_overrides
 from edgevllm.common import console
 
@@ -140,22 +141,32 @@ def render(c, **values):
     param("out", "out"),
     param("verify", True),
     param("json"),
+    param("engine"),
     help_extra={
         "out": OUT_FLAG.help,
         "verify": "run arch verify and probe level 1 (default on)",
         "json": "write a JSON summary of the build to this file",
+        "engine": ENGINE_HELP,
     },
+    iterable_extra=("engine",),
 )
 def build(c, **values):
-    """Build an image: sources → Dockerfile → wheels → runtime image → checks → tags."""
+    """Build an image: sources → Dockerfile → wheels → runtime image → checks → tags.
+    --target a,b builds several at once (each on its --engine)."""
     from edgevllm.builder.pipeline import build as run_build
     from edgevllm.builder.runner import write_summary
+    from edgevllm.cli.buildmany import build_many, engine_of, engines_for
+    from edgevllm.common.kv import split_csv
 
+    targets = split_csv([values["target"]] if values.get("target") else [])
+    if len(targets) > 1:
+        return build_many(values, targets, engines_for(values.get("engine"), targets))
     build_spec = spec_from_flags(values, verify=values.get("verify", True))
+    engines = engines_for(values.get("engine"), [build_spec.target])
     lock = values.get("lock")
-    result = run_build(
-        build_spec, Path(values.get("out") or "out"), lock_path=Path(lock) if lock else None
-    )
+    result = run_build(build_spec, Path(values.get("out") or "out"),
+                       engine=engine_of(engines, build_spec.target),
+                       lock_path=Path(lock) if lock else None)
     if values.get("json"):
         write_summary(result, Path(values["json"]))
     console.step(f"built {', '.join(result.tags)}")
@@ -170,8 +181,9 @@ def build(c, **values):
 @cli_task(help={"target": "thor | spark", "out": "where builds will write (for the disk check)",
                 "nodes": "check these cluster nodes' RDMA instead: engines, head first "
                          "(local,ssh://me@spark2)",
-                "image": "with --nodes: the image the cluster runs (default edgevllm/vllm:TARGET)"})
-def doctor(c, target="spark", out="out", nodes=None, image=None):
+                "image": "with --nodes: the image the cluster runs (default edgevllm/vllm:TARGET)",
+                "engine": "check this engine, as inv build --engine would use it"})
+def doctor(c, target="spark", out="out", nodes=None, image=None, engine=None):
     """Check that this machine can build for a target: engine, buildx, emulation, disk, git,
     registry. With --nodes: that each cluster node reaches RDMA, and NCCL's transport."""
     if nodes:
@@ -184,7 +196,7 @@ def doctor(c, target="spark", out="out", nodes=None, image=None):
     from edgevllm.containers.docker import DockerEngine
     from edgevllm.specs.targets import load_target
 
-    findings = run_checks(load_target(target), Path(out), DockerEngine())
+    findings = run_checks(load_target(target), Path(out), DockerEngine.named(engine))
     for finding in findings:
         mark = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL"}[finding.status]
         print(f"{mark}  {finding.name:22} {finding.detail}")

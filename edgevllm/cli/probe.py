@@ -31,23 +31,27 @@ from edgevllm.containers.docker import DockerEngine
         "volume": "level 2: docker -v for the server (repeat), e.g. "
                   "~/.cache/huggingface:/root/.cache/huggingface",
         "context": "docker context to run on (default: the current one)",
+        "engine": "the engine the image is on, where the probe runs: ssh://[user@]host[:port] "
+                  "or a docker context (as inv build --engine)",
     },
     iterable=["serve_arg", "require", "env", "volume"],
 )
 def probe(c, image, target, level="1", model=None, json=None, timeout=None, port=None,
           serve_arg=None, require=None, gpus="all", runtime=None, env=None, name=None,
-          volume=None, context=None):
+          volume=None, context=None, engine=None):
     """Probe an image: level 1 imports and build facts; level 2 serves a model and reads the log."""
     from edgevllm.probe import ServeSettings, probe_level1, probe_level2
     from edgevllm.probe.level1 import LEVEL1_TIMEOUT_S
 
-    engine = DockerEngine.named(context)
+    if engine and context:
+        raise ConfigError("--engine and --context: give one of them")
+    on = DockerEngine.named(engine or context)
     level = flag_int(level, "--level", 1, 2)
     timeout = flag_float(timeout, "--timeout") if timeout is not None else None
     port = flag_port(port, "--port") if port is not None else None
     if level == 1:
         required = split_csv(require) or None
-        result = probe_level1(engine, image, target, required=required,
+        result = probe_level1(on, image, target, required=required,
                               timeout=timeout or LEVEL1_TIMEOUT_S)
     elif level == 2:
         # HF_TOKEN goes by name: its value stays out of argv, labels and the result.
@@ -55,7 +59,7 @@ def probe(c, image, target, level="1", model=None, json=None, timeout=None, port
                                  runtime=runtime, env=_runtime_env(env),
                                  env_names=["HF_TOKEN"],
                                  volumes=[os.path.expanduser(v) for v in volume or []])
-        result = probe_level2(engine, image, target, model=model,
+        result = probe_level2(on, image, target, model=model,
                               timeout=timeout or 900,
                               serve_args=list(serve_arg) if serve_arg else None,
                               port=port, container_name=name,

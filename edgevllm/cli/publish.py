@@ -1,7 +1,8 @@
 """``inv publish`` / ``inv load`` / ``inv push``: share images as verified tarballs or through
 a registry.
 
-The engine is docker's current one (``DOCKER_CONTEXT`` / ``DOCKER_HOST`` select another).
+The engine is docker's current one, or the one ``--engine`` names (``ssh://me@spark``, a docker
+context): the image is read where it was built.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ from edgevllm.common.kv import split_csv
         "build)",
         "with_caches": "also put this JIT cache bundle (inv warm) beside the set as "
         "<name>.jitcache.tar with its .sha256; it must be the image's",
+        "engine": "the engine the image is on: ssh://[user@]host[:port] or a docker context "
+        "(default: this one)",
     }
 )
 def publish(
@@ -52,8 +55,10 @@ def publish(
     sbom=False,
     sign_key=None,
     with_caches=None,
+    engine=None,
 ):
     """Save an image as compressed, checksummed tarball part(s) plus a manifest."""
+    _use_engine(engine)
     level, threads, long = _codec_flags("zst" if prime_cache else format, level, threads, long)
     if prime_cache:
         return _prime(image, level, threads, long, layer_cache)
@@ -165,6 +170,7 @@ def _prime(image, level, threads, long, layer_cache) -> None:
 )
 def load(c, path):
     """Check every part's sha256, then stream the image into the engine; prints the loaded tags."""
+    _use_engine(None)
     from edgevllm.common import console
     from edgevllm.image.publish import load as run_load
 
@@ -186,11 +192,15 @@ def load(c, path):
         "repo": "repository name under the registry (default: the image's repository name)",
         "attach": "the image's SBOM (X.sbom.cdx.json, or its lock X.lock.json): it and the signed "
         "provenance beside it are pushed as <repo>:sha256-<digest>.att (docs/inside.md)",
+        "engine": "the engine the image is on: ssh://[user@]host[:port] or a docker context "
+        "(default: this one)",
     },
     iterable=["moving_tag"],
 )
-def push(c, image=None, registry=None, tag=None, moving_tag=None, repo=None, attach=None):
+def push(c, image=None, registry=None, tag=None, moving_tag=None, repo=None, attach=None,
+         engine=None):
     """Push the immutable lock-derived tag (never overwriting another image) and moving tags."""
+    _use_engine(engine)
     require(image=image, registry=registry)
     from edgevllm.image.registry import push as run_push
 
@@ -232,7 +242,18 @@ def require(**flags) -> None:
             )
 
 
+# The engine this process's task reads from (each task sets it first, from its --engine).
+_ENGINE: dict[str, str | None] = {"spec": None}
+
+
+def _use_engine(spec: str | None) -> None:
+    from edgevllm.containers.docker import DockerEngine
+
+    DockerEngine.named(spec)  # a bad --engine is one line before anything else
+    _ENGINE["spec"] = spec
+
+
 def _engine():
     from edgevllm.containers.docker import DockerEngine
 
-    return DockerEngine()
+    return DockerEngine.named(_ENGINE["spec"])

@@ -26,10 +26,12 @@ from edgevllm.common.errors import ArchGateFailed, ConfigError
     "out": "--supply-chain: folder holding the SBOM and statement when there is no --lock or "
            "--tarball (default: .)",
     "name": "--supply-chain: their file name stem in --out (default: from the image tag)",
+    "engine": "the engine --image is on: ssh://[user@]host[:port] or a docker context (default: "
+              "this one); its layers are read through the link, never stored here",
 }, iterable=["diff"])
 def verify(c, target=None, image=None, tarball=None, path=None, json=None, cuobjdump=False,
            policy=None, diff=None, max_library_size=None, supply_chain=False, key=None,
-           lock=None, out=None, name=None):
+           lock=None, out=None, name=None, engine=None):
     """Gate: vLLM/FlashInfer/flash-attn/torch CUDA libraries must run on the target GPU."""
     supply_chain_only = {"--key": key, "--lock": lock, "--out": out, "--name": name}
     if supply_chain:
@@ -48,12 +50,14 @@ def verify(c, target=None, image=None, tarball=None, path=None, json=None, cuobj
         _set_ceiling(str(max_library_size))
     if diff:
         return _diff(target, diff, policy)
+    from edgevllm.containers.docker import DockerEngine
     from edgevllm.verify import print_verdict
     from edgevllm.verify import verify as run_verify
 
-    policy = policy or _policy_for_image(image)
+    on = DockerEngine.named(engine)
+    policy = policy or _policy_for_image(image, on)
     verdict = run_verify(target, image=image, tarball=tarball, path=path, policy=policy,
-                         cuobjdump=cuobjdump, json_out=json)
+                         cuobjdump=cuobjdump, json_out=json, engine=on)
     print_verdict(verdict)
     if not verdict.passed:
         raise ArchGateFailed(f"arch gate failed for {verdict.target}: {_why(verdict)}")
@@ -85,19 +89,18 @@ def _set_ceiling(text: str) -> None:
                           "1000000") from None
 
 
-def _policy_for_image(image: str | None):
+def _policy_for_image(image: str | None, engine):
     """The stock-kernel gate for an image whose lock says its kernels are a release's (prebuilt,
     precompiled): the gate its build used. None (the default gate) for anything else."""
     if not image:
         return None
     from edgevllm.common import console
     from edgevllm.common.errors import EdgeVllmError
-    from edgevllm.containers.docker import DockerEngine
     from edgevllm.image.records import label_records
     from edgevllm.verify.policy import STOCK_POLICY
 
     try:
-        lock = label_records(image, DockerEngine().image_labels(image)).get("lock")
+        lock = label_records(image, engine.image_labels(image)).get("lock")
     except EdgeVllmError:
         return None  # the scan itself reports a missing image
     mode = lock.get("mode") if isinstance(lock, dict) else None

@@ -85,6 +85,10 @@ class ImageNotFoundError(EngineError):
     pass
 
 
+class EngineLostError(EngineError):
+    """A remote engine stopped answering during a build (its machine went away)."""
+
+
 class DaemonUnreachableError(DockerUnavailableError, EngineError):
     """The daemon did not answer at all: exit 3 (environment), and still an EngineError for the
     code that reports one node's engine failure as that node's result (inv copy, a probe)."""

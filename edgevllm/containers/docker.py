@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import IO, Callable, Iterator, Sequence
 
 from edgevllm.common.errors import (
+    ConfigError,
     DaemonUnreachableError,
     DockerUnavailableError,
     EngineError,
@@ -41,6 +43,21 @@ _UNREACHABLE = (
     "permission denied while trying to connect to the docker daemon",
     "failed to connect to the docker api",
 )
+# An engine as a flag names it (--engine, --nodes, --to): the grammar checked before any use.
+_SSH_URL = re.compile(r"^ssh://([^/:@\s]+@)?([^/:@\s]+)(?::(\d+))?/?$")
+_DAEMON_URL = re.compile(r"^(tcp://[\w.\[\]:-]+|unix:///[\w./-]+|npipe://[\w./\\-]+)$")
+_CONTEXT_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.+-]*$")
+ENGINE_FORMS = ("local, ssh://[user@]host[:port], tcp://host:port, unix:///path or a docker "
+                "context name")
+
+
+def parse_ssh_url(url: str) -> tuple[str, int | None]:
+    """``ssh://[user@]host[:port]`` → (``[user@]host``, port): as ssh and rsync take it."""
+    match = _SSH_URL.match(url)
+    if not match:
+        raise ConfigError(f"'{url}': expected ssh://[user@]host[:port]")
+    user, host, port = match.groups()
+    return (user or "") + host, int(port) if port else None
 
 
 class DockerEngine:
@@ -60,6 +77,11 @@ class DockerEngine:
         ``tcp://``, ``unix://``) or a docker context name."""
         if not spec or spec in ("local", "default"):
             return cls()
+        if spec.startswith("ssh://"):
+            parse_ssh_url(spec)
+        elif "://" in spec and not _DAEMON_URL.match(spec) or (
+                "://" not in spec and not _CONTEXT_NAME.match(spec)):
+            raise ConfigError(f"engine '{spec}': expected {ENGINE_FORMS}")
         return cls(host=spec) if "://" in spec else cls(context=spec)
 
     # -- plumbing -------------------------------------------------------------------------------
@@ -82,6 +104,25 @@ class DockerEngine:
 
     def describe(self) -> str:
         return self.context or self.host or "default"
+
+    def endpoint(self) -> str:
+        """The daemon's URL: the host given, else the context's endpoint (the one named, or the
+        docker CLI's current one, which ``DOCKER_HOST`` and ``DOCKER_CONTEXT`` pick)."""
+        if self.host:
+            return self.host
+        self._require_binary()
+        proc = subprocess.run([self.binary, "context", "inspect", "--format",
+                               "{{.Endpoints.docker.Host}}", *filter(None, [self.context])],
+                              capture_output=True, text=True, timeout=QUICK_TIMEOUT_S)
+        if proc.returncode != 0:
+            raise ConfigError(f"engine '{self.describe()}': no such docker context "
+                              "(docker context ls lists them)")
+        return proc.stdout.strip()
+
+    @property
+    def runs_here(self) -> bool:
+        """The daemon is on this machine (a local socket): its disk and binfmt are this one's."""
+        return self.endpoint().startswith(("unix://", "npipe://"))
 
     def _run(
         self,
@@ -161,6 +202,20 @@ class DockerEngine:
         """The daemon's architecture in docker's words (amd64, arm64): what a build on this
         engine runs natively; a remote engine answers for its own machine."""
         proc = self._run(["version", "--format", "{{.Server.Arch}}"], timeout=QUICK_TIMEOUT_S)
+        return proc.stdout.decode().strip()
+
+    def buildx_platforms(self) -> list[str]:
+        """The platforms this engine's builder runs: its own, and those its machine emulates."""
+        proc = self._run(["buildx", "inspect"], timeout=QUICK_TIMEOUT_S)
+        for line in proc.stdout.decode(errors="replace").splitlines():
+            if line.startswith("Platforms:"):
+                return [p.strip().rstrip("*") for p in line.split(":", 1)[1].split(",")
+                        if p.strip()]
+        return []
+
+    def root_dir(self) -> str:
+        """Where the daemon keeps images and build cache (on its own machine)."""
+        proc = self._run(["info", "--format", "{{.DockerRootDir}}"], timeout=QUICK_TIMEOUT_S)
         return proc.stdout.decode().strip()
 
     # -- build ----------------------------------------------------------------------------------

@@ -91,10 +91,15 @@ def slow_emulation(platform: str, remote_engine: bool = False) -> str | None:
             "bash .ci/install-engine.sh re-registers binfmt)")
 
 
+def disk_need_gb(need_gb: float) -> float:
+    """The disk a build needs: the target's figure, or ``EDGEVLLM_MIN_DISK_GB`` where set."""
+    return float(os.environ.get("EDGEVLLM_MIN_DISK_GB") or need_gb)
+
+
 def check_disk(path: Path, need_gb: float) -> None:
     """Free space under ``path`` for a build; ``EDGEVLLM_MIN_DISK_GB`` replaces the target's
     figure when you know the build is smaller (a prebuilt image, a test fixture)."""
-    need_gb = float(os.environ.get("EDGEVLLM_MIN_DISK_GB") or need_gb)
+    need_gb = disk_need_gb(need_gb)
     path.mkdir(parents=True, exist_ok=True)
     free_gb = shutil.disk_usage(path).free / 1e9
     if free_gb < need_gb:

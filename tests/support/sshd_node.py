@@ -17,6 +17,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from edgevllm.common.errors import DaemonUnreachableError
 from edgevllm.containers.docker import DockerEngine, RunOptions
 
 from .images import _key, cache_root, debootstrap_rootfs, image_lock, require_program
@@ -60,9 +61,14 @@ def _engine_mounts() -> list[str]:
 class SshNodes:
     """N node containers; use as a context manager (removed on exit)."""
 
-    def __init__(self, engine: DockerEngine, prefix: str, count: int, workdir: Path):
+    def __init__(self, engine: DockerEngine, prefix: str, count: int, workdir: Path,
+                 socket_dir: Path | None = None, bridge: bool = False):
+        """``socket_dir``: each node's engine also listens on ``<socket_dir>/<name>/docker.sock``
+        here (the engine as its own machine reaches it: no ssh in between). ``bridge``: the
+        node's engine has its default bridge network, which a build's RUN steps need."""
         require_program("ssh-keygen", "apt-get install openssh-client")
-        self.engine, self.workdir = engine, workdir
+        self.engine, self.workdir, self.socket_dir = engine, workdir, socket_dir
+        self.bridge = bridge
         self.names = [f"{prefix}-{i}" for i in range(count)]
         self.addresses: list[str] = []
 
@@ -78,9 +84,18 @@ class SshNodes:
         self._ssh_wrapper(key)
         for name in self.names:
             self.engine.remove_container(name)
+            start, mounts = START, [f"{keys}:/keys:ro", *_engine_mounts()]
+            if self.bridge:
+                start = start.replace("--bridge=none ", "")
+            if self.socket_dir is not None:  # overlay2 on a host folder: vfs copies every layer
+                (self.socket_dir / name / "data").mkdir(parents=True, exist_ok=True)
+                mounts += [f"{self.socket_dir / name}:/run/outside",
+                           f"{self.socket_dir / name / 'data'}:/var/lib/docker"]
+                start = start.replace("--storage-driver=vfs", "--storage-driver=overlay2")
+                start += " -H unix:///var/run/docker.sock -H unix:///run/outside/docker.sock"
             self.engine.start(RunOptions(
-                image=image, name=name, command=["sh", "-c", START],
-                volumes=[f"{keys}:/keys:ro", *_engine_mounts()], extra=["--privileged"]))
+                image=image, name=name, command=["sh", "-c", start], volumes=mounts,
+                extra=["--privileged"]))
             info = self.engine.container_inspect(name) or {}
             self.addresses.append(info["NetworkSettings"]["IPAddress"])
         self._wait_ready()
@@ -89,6 +104,8 @@ class SshNodes:
     def __exit__(self, *exc) -> None:
         for name in self.names:
             self.engine.remove_container(name)
+            if self.socket_dir is not None:  # the engine's images and cache, made by the test
+                shutil.rmtree(self.socket_dir / name, ignore_errors=True)
 
     def _ssh_wrapper(self, key: Path) -> None:
         config = self.workdir / "ssh_config"
@@ -106,6 +123,11 @@ class SshNodes:
     def urls(self) -> list[str]:
         return [f"ssh://root@{address}" for address in self.addresses]
 
+    def socket_engine(self, index: int) -> DockerEngine:
+        """The node's engine through its socket here (needs ``socket_dir``)."""
+        assert self.socket_dir is not None
+        return DockerEngine(host=f"unix://{self.socket_dir / self.names[index]}/docker.sock")
+
     def node_engine(self, index: int) -> DockerEngine:
         """The node's own engine, reached over ssh (needs ``env()`` in os.environ)."""
         return DockerEngine(host=self.urls()[index])
@@ -114,9 +136,12 @@ class SshNodes:
         deadline = time.monotonic() + timeout_s
         for name in self.names:
             while True:
-                proc = self.engine.exec(name, ["docker", "info", "--format", "{{.Driver}}"])
-                if proc.returncode == 0:
-                    break
+                try:
+                    proc = self.engine.exec(name, ["docker", "info", "--format", "{{.Driver}}"])
+                    if proc.returncode == 0:
+                        break
+                except DaemonUnreachableError:
+                    pass  # the node's own dockerd is not up yet (its words, not the host's)
                 if time.monotonic() > deadline:
                     logs = self.engine.exec(name, ["cat", "/var/log/dockerd.log"])
                     raise RuntimeError(f"node {name}: its Docker engine did not start: "

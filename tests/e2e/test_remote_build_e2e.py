@@ -1,0 +1,143 @@
+"""``inv build --engine``: the fixture build (fake-vllm, nvcc-compiled, linux/amd64) run on other
+Docker engines, driven from here. The engines are node containers running sshd and their own
+dockerd (tests/support/sshd_node.py), reached as ``ssh://root@ADDR`` through the real ssh client;
+the base image reaches them through ``inv copy``.
+
+- One build on node A over ssh: preflight asks node A (its architecture: native; its free disk),
+  the sources are prepared here, the build contexts go to node A, and the compiled wheels, the
+  lock, the log and the verdict come back here; the image stays on node A (not on this engine),
+  and ``inv verify`` / ``inv probe --engine`` check it there. The same build on node B through
+  its socket (the engine as the device itself reaches it, no ssh) gives the same lock tag and
+  wheel hashes; both times are printed (the measurement the docs quote).
+- Two targets at once on two engines (thor on node A, spark on node B): one progress line per
+  target, one summary. Node A is killed during its compile: one line names it, nothing of thor
+  is left under a final name here, spark is built all the same, and the exit code is non-zero.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+
+import pytest
+
+from e2e.conftest import hermetic_spec, write_spec
+
+pytestmark = pytest.mark.e2e
+
+PREFIX = "edgevllm-test-remote"
+
+
+@pytest.fixture(scope="module")
+def nodes(engine, cuda_image_amd64, tmp_path_factory, cli):
+    from support.sshd_node import SshNodes
+
+    workdir = tmp_path_factory.mktemp("ssh")
+    with SshNodes(engine, PREFIX, 2, workdir, socket_dir=workdir / "sockets",
+                  bridge=True) as made:
+        code, out, err = cli("copy", "--image", cuda_image_amd64, "--to",
+                             ",".join(made.urls()), env=made.env(), timeout=600)
+        assert code == 0, err
+        yield made
+
+
+@pytest.fixture(scope="module")
+def spec_file(cuda_image_amd64, fake_upstream, wheelhouse, tmp_path_factory):
+    spec = hermetic_spec("spark", cuda_image_amd64, fake_upstream, wheelhouse,
+                         platform="linux/amd64", mods=[], image_repo="edgevllm-test/remote")
+    return write_spec(tmp_path_factory.mktemp("spec") / "remote.yaml", **spec)
+
+
+def wheel_hashes(folder) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.glob("*.whl")}
+
+
+def timed_build(cli, env, *args) -> tuple[float, int, str, str]:
+    started = time.monotonic()
+    code, out, err = cli("build", *args, env=env, timeout=1500)
+    return time.monotonic() - started, code, out, err
+
+
+def test_build_on_another_engine_brings_everything_back(nodes, spec_file, engine, tmp_path, cli,
+                                                        monkeypatch):
+    monkeypatch.setenv("PATH", nodes.env()["PATH"])
+    node_a = nodes.urls()[0]
+    remote_s, code, out, err = timed_build(
+        cli, nodes.env(), "--spec", str(spec_file), "--out", str(tmp_path / "a"),
+        "--engine", node_a, "--json", str(tmp_path / "a.json"))
+    assert code == 0, err[-4000:]
+    assert f"engine {node_a}: amd64 machine, linux/amd64 native" in err
+    assert f"engine {node_a}: " in err and " GB free" in err
+    result = json.loads((tmp_path / "a.json").read_text())
+    built = tmp_path / "a" / "spark"
+    wheels = wheel_hashes(next((built / "wheels").iterdir()))
+    assert any(name.startswith("vllm-") for name in wheels), wheels
+    assert result["compiled"] and result["verify"]["passed"] and result["probe"]["passed"]
+    assert (built / "latest.lock.json").is_file() and (built / "verify.json").is_file()
+    [log] = (built / "logs").glob("build-*.log")
+    assert "compile (wheels stage)" in log.read_text()
+    # The image stays where it was built.
+    assert nodes.node_engine(0).image_exists(result["image"])
+    assert not engine.image_exists(result["image"])
+    code, _, err = cli("verify", "--target", "spark", "--image", result["image"],
+                       "--engine", node_a, env=nodes.env())
+    assert code == 0, err
+    code, _, err = cli("probe", "--image", result["image"], "--target", "spark", "--require", "vllm",
+                       "--engine", node_a, env=nodes.env())
+    assert code == 0, err
+
+    # The same build on node B's engine reached without ssh, as the device itself would.
+    local_s, code, out, err = timed_build(
+        cli, {}, "--spec", str(spec_file), "--out", str(tmp_path / "b"),
+        "--engine", nodes.socket_engine(1).host or "", "--json", str(tmp_path / "b.json"))
+    assert code == 0, err[-4000:]
+    again = json.loads((tmp_path / "b.json").read_text())
+    assert again["image"] == result["image"]  # same lock tag: the same build
+    assert wheel_hashes(next((tmp_path / "b" / "spark" / "wheels").iterdir())).keys() == \
+        wheels.keys()
+    print(f"\nfixture build over ssh: {remote_s:.1f}s; through the engine's own socket: "
+          f"{local_s:.1f}s; ratio {remote_s / local_s:.2f}")
+
+
+def test_two_targets_in_parallel_and_a_node_that_goes_away(nodes, spec_file, engine, tmp_path,
+                                                            cli):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    node_a, node_b = nodes.urls()
+    out = tmp_path / "out"
+    argv = [sys.executable, "-c", "from edgevllm.cli import main; main()", "build",
+            "--spec", str(spec_file), "--target", "thor,spark", "--platform", "linux/amd64",
+            "--out", str(out), "--engine", f"thor={node_a}", "--engine", f"spark={node_b}"]
+    env = {**os.environ, **nodes.env(), "NO_COLOR": "1"}
+    proc = subprocess.Popen(argv, cwd=Path(__file__).parents[2], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 900
+    while time.monotonic() < deadline and proc.poll() is None:
+        logs = list((out / "thor" / "logs").glob("console-*.log"))
+        if logs and "compile (wheels stage)" in logs[0].read_text():
+            break
+        time.sleep(1)
+    time.sleep(3)
+    engine.remove_container(nodes.names[0])  # node A goes away mid-compile
+    stdout, stderr = proc.communicate(timeout=900)
+    assert proc.returncode == 6, stderr
+    errors = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and f"thor on {node_a} (engine {node_a} went away" in errors[0], \
+        stderr
+    assert "Traceback" not in stderr
+    # One progress line per target while it ran, one summary after.
+    assert any(line.startswith(f"thor on {node_a}: ") for line in stderr.splitlines())
+    assert any(line.startswith(f"spark on {node_b}: ") for line in stderr.splitlines())
+    assert stderr.count("==> summary") == 1
+    # spark was built all the same, on node B, and is the one image printed.
+    [image] = stdout.split()
+    assert nodes.node_engine(1).image_exists(image)
+    assert (out / "spark" / "latest.lock.json").is_file()
+    # Nothing of thor under a final name: no wheels folder, no lock, no image tag here.
+    thor = out / "thor"
+    assert not list(thor.glob("*.lock.json"))
+    assert not list(thor.glob("wheels/*")), list(thor.glob("wheels/*"))
