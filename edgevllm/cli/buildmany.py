@@ -21,7 +21,7 @@ from edgevllm.cli.flags import BUILD_FLAGS, Flag
 from edgevllm.common import console
 from edgevllm.common.errors import BuildError, ConfigError, SpecError
 from edgevllm.common.fsutil import atomic_write_json
-from edgevllm.common.kv import split_csv
+from edgevllm.common.kv import split_csv, split_pair
 from edgevllm.containers.docker import DockerEngine
 
 ENGINE_HELP = ("build on this Docker engine: ssh://[user@]host[:port], a docker context name, "
@@ -34,7 +34,8 @@ def engines_for(raw: list[str] | str | None, targets: list[str]) -> dict[str | N
     """``--engine`` values → {target: engine}; the key None is every target not named."""
     found: dict[str | None, DockerEngine] = {}
     for item in split_csv(raw if isinstance(raw, list) else [raw] if raw else []):
-        name, spec = item.split("=", 1) if "=" in item.split("://")[0] else (None, item)
+        name, spec = (split_pair(item, "--engine", SpecError, "TARGET=ENGINE")
+                      if "=" in item.split("://")[0] else (None, item))
         if name is not None and name not in targets:
             listed = ", ".join(targets) or "none (give --target)"
             raise SpecError(f"--engine {item}: '{name}' is not a target of this build "

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -236,8 +237,11 @@ def cmake_env() -> dict[str, str]:
 
 def cmake_root(cmake: str) -> Path:
     """This cmake's CMAKE_ROOT (its modules), resolved: include() may reach only those."""
-    proc = subprocess.run([cmake, "--system-information"], capture_output=True, text=True,
-                          timeout=120, env=cmake_env())
+    # In a folder of its own: it writes __cmake_systeminformation/ into its working folder, and
+    # two builds at once (inv build --target thor,spark) in one folder read each other's half.
+    with tempfile.TemporaryDirectory(prefix="edgevllm-cmake-info-") as scratch:
+        proc = subprocess.run([cmake, "--system-information"], capture_output=True, text=True,
+                              timeout=120, env=cmake_env(), cwd=scratch)
     found = re.search(r'^CMAKE_ROOT "([^"]+)"', proc.stdout, re.M)
     if not found:
         raise PlanError(f"{cmake} --system-information names no CMAKE_ROOT; reinstall cmake")
