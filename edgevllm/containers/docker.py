@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import shlex
 import shutil
 import subprocess
@@ -26,9 +25,10 @@ from edgevllm.common.errors import (
     EngineError,
     ImageNotFoundError,
 )
+from edgevllm.containers.enginespec import check_engine_spec, parse_ssh_url
 from edgevllm.containers.options import BuildOptions, RunOptions
 
-__all__ = ["BuildOptions", "DockerEngine", "RunOptions"]
+__all__ = ["BuildOptions", "DockerEngine", "RunOptions", "parse_ssh_url"]
 
 LineSink = Callable[[str], None]
 # Deadlines for daemon calls: a hung daemon becomes one error line, never a hang.
@@ -43,23 +43,6 @@ _UNREACHABLE = (
     "permission denied while trying to connect to the docker daemon",
     "failed to connect to the docker api",
 )
-# An engine as a flag names it (--engine, --nodes, --to): the grammar checked before any use.
-_SSH_URL = re.compile(r"^ssh://([^/:@\s]+@)?([^/:@\s]+)(?::(\d+))?/?$")
-_DAEMON_URL = re.compile(r"^(tcp://[\w.\[\]:-]+|unix:///[\w./-]+|npipe://[\w./\\-]+)$")
-_CONTEXT_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.+-]*$")
-ENGINE_FORMS = ("local, ssh://[user@]host[:port], tcp://host:port, unix:///path or a docker "
-                "context name")
-
-
-def parse_ssh_url(url: str) -> tuple[str, int | None]:
-    """``ssh://[user@]host[:port]`` → (``[user@]host``, port): as ssh and rsync take it."""
-    match = _SSH_URL.match(url)
-    if not match:
-        raise ConfigError(f"'{url}': expected ssh://[user@]host[:port]")
-    user, host, port = match.groups()
-    return (user or "") + host, int(port) if port else None
-
-
 class DockerEngine:
     """A docker daemon reached through the docker CLI.
 
@@ -77,11 +60,7 @@ class DockerEngine:
         ``tcp://``, ``unix://``) or a docker context name."""
         if not spec or spec in ("local", "default"):
             return cls()
-        if spec.startswith("ssh://"):
-            parse_ssh_url(spec)
-        elif "://" in spec and not _DAEMON_URL.match(spec) or (
-                "://" not in spec and not _CONTEXT_NAME.match(spec)):
-            raise ConfigError(f"engine '{spec}': expected {ENGINE_FORMS}")
+        check_engine_spec(spec)
         return cls(host=spec) if "://" in spec else cls(context=spec)
 
     # -- plumbing -------------------------------------------------------------------------------

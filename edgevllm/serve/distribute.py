@@ -29,12 +29,14 @@ from typing import IO
 
 from edgevllm.common import console
 from edgevllm.common.errors import (
+    ConfigError,
     EdgeVllmError,
     EngineError,
     MissingToolError,
     RecipeError,
 )
 from edgevllm.containers.docker import DockerEngine
+from edgevllm.containers.enginespec import parse_ssh_url
 
 CHUNK = 1 << 20
 _REPO_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
@@ -198,11 +200,10 @@ class SshNode:
 
     @classmethod
     def parse(cls, spec: str) -> SshNode:
-        match = re.match(r"^ssh://([^/:@\s]+@)?([^/:@\s]+)(?::(\d+))?/?$", spec)
-        if not match:
-            raise RecipeError(f"node '{spec}': expected ssh://[user@]host[:port]")
-        user, host, port = match.groups()
-        return cls((user or "") + host, int(port) if port else None)
+        try:
+            return cls(*parse_ssh_url(spec))
+        except ConfigError:
+            raise RecipeError(f"node '{spec}': expected ssh://[user@]host[:port]") from None
 
     def ssh_command(self) -> str:
         return "ssh" + (f" -p {self.port}" if self.port else "")
