@@ -39,7 +39,7 @@ def release_spec(python_image_amd64, tmp_path, monkeypatch):
         return load_spec("spark", overrides={
             "vllm": {"repo": upstream.url, "ref": "v0.1.0"}, "mods": [],
             "images": {"build": python_image_amd64, "runtime": python_image_amd64},
-            "torch": {"version": None}, "apt_packages": [], "python": "python3",
+            "torch": {"version": None}, "apt_packages": [], "python": "python3.11",
             "packages": {"flashinfer-python": None, "nvidia-cutlass-dsl": None},
             "wheel_cache": ref, **extra})
     return spec

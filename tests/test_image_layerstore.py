@@ -71,7 +71,9 @@ def _store(root: Path, lines: bytes) -> LocalLayerStore:
     if not diff.exists():
         diff.mkdir(parents=True)
         with tarfile.open(fileobj=io.BytesIO(TAR)) as tar:
-            tar.extractall(diff, filter="data")
+            # Extraction filters came with Python 3.12 (and 3.11.4); Debian 12's 3.11.2 has none.
+            safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+            tar.extractall(diff, **safe)
     return LocalLayerStore(root)
 
 

@@ -45,6 +45,13 @@ def mods_for(target: str) -> list[str]:
 
 
 ALL = shipped_mods()
+
+
+@pytest.fixture(autouse=True)
+def no_user_mods(tmp_path, monkeypatch):
+    """The catalog also lists the user's own mods ($XDG_CONFIG_HOME/edgevllm/mods), which other
+    tests of the session fill (eugr imports): each test here starts from an empty one."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))
 THOR = list(load_target("thor").default_mods)
 SPARK = list(load_target("spark").default_mods)
 

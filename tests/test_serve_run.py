@@ -303,13 +303,13 @@ def test_parse_nodes_engines_addresses_and_per_node_env():
 def test_build_on_demand_reaches_the_build_module(engine):
     """--build with a missing image loads the recipe's build spec through edgevllm.builder's inputs
     (a missing spec file stops it there, before any build starts)."""
-    from edgevllm.common.errors import SpecError
+    from edgevllm.common.errors import MissingInputError
 
     recipe = parse_recipe({"name": "edgevllm-test-recipes-build", "description": "d",
                            "targets": ["thor"], "status": {"thor": "untested"},
                            "image": "edgevllm-test-recipes/absent:1", "model": "m",
                            "build": {"spec": "recipes/images/no-such-spec.yaml"}}, "t")
-    with pytest.raises(SpecError, match="no-such-spec.yaml"):
+    with pytest.raises(MissingInputError, match="no-such-spec.yaml"):
         resolve_image(render(recipe), engine, build=True)
     with pytest.raises(RecipeError, match="pass --build to build it"):
         resolve_image(render(recipe), engine)

@@ -168,5 +168,5 @@ def test_an_image_of_stock_kernels_is_judged_by_the_stock_gate(engine, tmp_path,
     options = BuildOptions(context=tmp_path, dockerfile=tmp_path / "Dockerfile", tags=[tag],
                            labels={LOCK: json.dumps({"mode": mode})})
     assert engine.build(options, lines.append) == 0, "\n".join(lines[-20:])
-    assert (_policy_for_image(tag) == STOCK_POLICY) is stock
-    assert _policy_for_image("edgevllm-test/verify-mode:absent") is None
+    assert (_policy_for_image(tag, engine) == STOCK_POLICY) is stock
+    assert _policy_for_image("edgevllm-test/verify-mode:absent", engine) is None

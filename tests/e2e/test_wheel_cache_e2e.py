@@ -49,11 +49,11 @@ def flip_a_byte(storage: Path, sha256: str) -> None:
 
 
 def test_a_second_builder_takes_the_compiled_wheels_by_key(
-        registry, engine, cli, cuda_image_amd64, fake_upstream, wheelhouse, tmp_path):
+        registry, engine, cli, cuda_image_amd64, fake_upstream, tmp_path):
     host, storage = registry
     ref = f"{host}/edgevllm/wheels"
     spec_file = write_spec(tmp_path / "spec.yaml", **hermetic_spec(
-        "spark", cuda_image_amd64, fake_upstream, wheelhouse, platform="linux/amd64", mods=[],
+        "spark", cuda_image_amd64, fake_upstream, platform="linux/amd64", mods=[],
         verify=False, image_repo=REPO_NAME))
     images: set[str] = set()
     try:
@@ -79,7 +79,7 @@ def test_a_second_builder_takes_the_compiled_wheels_by_key(
             assert host not in labels
 
         code, _, err = cli("build", "--lock", first["lock"], "--out", str(tmp_path / "lock"),
-                           "--wheelhouse", str(wheelhouse), "--offline", "--no-verify",
+                           "--no-verify",
                            "--image-repo", REPO_NAME, "--wheel-cache", ref, timeout=3000)
         assert code == 0, err[-3000:]
         assert f"compiled wheels for key {key} from {ref}: nothing to compile" in err
