@@ -36,6 +36,7 @@ from pathlib import Path
 from edgevllm.common.errors import ConfigError
 
 SUPPORTED_HEAD_SIZES = (64, 128, 256, 512)
+CONFIG_LIMIT = 4 << 20
 _DTYPES = {"bfloat16": "bf16", "float16": "f16", "half": "f16"}
 _KV_CACHE = {"auto": None, "fp8": "e4m3", "fp8_e4m3": "e4m3", "fp8_e5m2": "e5m2"}
 # FlashInfer's short dtype names (``filename_safe_dtype_map``) → torch's attribute names.
@@ -134,6 +135,9 @@ def read_config(path: Path | str) -> dict:
     """A model's config.json; a missing or broken file is one error."""
     path = Path(path)
     try:
+        if path.stat().st_size > CONFIG_LIMIT:  # a model's config.json is kilobytes
+            raise ConfigError(f"{path}: {path.stat().st_size} bytes is no model's config.json "
+                              f"(at most {CONFIG_LIMIT}); give the model's config.json")
         config = json.loads(path.read_text())
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read it ({exc.strerror})") from None

@@ -65,6 +65,9 @@ def _with_warm_config(values: dict) -> dict:
         path = Path(warm).expanduser().absolute()
     if not path.is_file():
         raise ConfigError(f"--warm {warm}: {path} is not a file; give a model's config.json")
+    from edgevllm.builder.warmlist import read_config
+
+    read_config(path)  # a broken config is one line here, before preflight and any download
     return {**values, "warm": str(path)}
 
 
@@ -159,9 +162,17 @@ def build(c, **values):
     from edgevllm.common.kv import split_csv
 
     targets = split_csv([values["target"]] if values.get("target") else [])
+    if len(set(targets)) < len(targets):  # two builds of one target would share its out folder
+        from edgevllm.common.errors import ConfigError
+
+        raise ConfigError(f"--target {values['target']}: names a target twice; name each once")
     if len(targets) > 1:
         return build_many(values, targets, engines_for(values.get("engine"), targets))
     build_spec = spec_from_flags(values, verify=values.get("verify", True))
+    if build_spec.wheel_cache:  # its grammar before preflight, not after the disk check
+        from edgevllm.image.wheelcache import check_ref
+
+        check_ref(build_spec.wheel_cache)
     engines = engines_for(values.get("engine"), [build_spec.target])
     lock = values.get("lock")
     result = run_build(build_spec, Path(values.get("out") or "out"),

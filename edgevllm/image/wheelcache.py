@@ -76,7 +76,10 @@ def check_ref(ref: str) -> tuple[str, str]:
     if "@" in ref or "://" in ref:  # userinfo or a scheme: never echoed, it may hold a password
         raise ConfigError("--wheel-cache: give HOST[:PORT]/REPOSITORY, without a scheme, a "
                           "digest or credentials (e.g. 127.0.0.1:5000/edgevllm/wheels)")
-    host, _, name = check_registry(ref).partition("/")
+    try:
+        host, _, name = check_registry(ref).partition("/")
+    except ConfigError as exc:  # its grammar's line names --registry; this is --wheel-cache
+        raise ConfigError(f"{where}: {str(exc).partition(': ')[2]}") from None
     if not name or not REPO_RE.match(name):
         raise ConfigError(f"{where}: name a repository after the host "
                           "(e.g. registry.lan:5000/edgevllm/wheels)")
