@@ -21,6 +21,7 @@ from hypothesis import example, given
 
 from edgevllm.image.layerstore import LocalLayerStore, StoreUnusable
 from support.properties import PROPERTY, bounded, mutated, replaced_field
+from support.sdists import extract_all
 
 CHAIN = "sha256:" + "c" * 64
 
@@ -71,9 +72,7 @@ def _store(root: Path, lines: bytes) -> LocalLayerStore:
     if not diff.exists():
         diff.mkdir(parents=True)
         with tarfile.open(fileobj=io.BytesIO(TAR)) as tar:
-            # Extraction filters came with Python 3.12 (and 3.11.4); Debian 12's 3.11.2 has none.
-            safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
-            tar.extractall(diff, **safe)
+            extract_all(tar, diff)
     return LocalLayerStore(root)
 
 

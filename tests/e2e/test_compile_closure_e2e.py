@@ -42,17 +42,9 @@ AMD64_PY313 = {"platform_machine": "x86_64", "python_version": "3.13",
 @pytest.fixture(scope="module")
 def sdist_upstream(tmp_path_factory):
     """A bare upstream holding the real 0.33.0 sdist as tag v0.33.0."""
-    from support.gitfixtures import git, make_upstream_repo
-    from support.sdists import pypi_sdist
+    from support.sdists import release_upstream
 
-    root = tmp_path_factory.mktemp("vllm-sdist-upstream")
-    with tarfile.open(pypi_sdist("vllm", VLLM)) as tar:
-        safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
-        tar.extractall(root / "src", **safe)
-    upstream = make_upstream_repo(root, root / "src" / f"vllm-{VLLM}")
-    git(upstream.path, "tag", "-d", "v0.1.0")
-    git(upstream.path, "tag", "-a", f"v{VLLM}", "-m", f"vLLM {VLLM}", upstream.shas["c1"],
-        env={"GIT_COMMITTER_NAME": "Fixture", "GIT_COMMITTER_EMAIL": "f@example.invalid"})
+    upstream, _ = release_upstream(tmp_path_factory.mktemp("vllm-sdist-upstream"), "vllm", VLLM)
     return upstream
 
 

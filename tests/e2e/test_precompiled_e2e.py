@@ -37,19 +37,10 @@ MARKER = "edgevllm-precompiled-pr-7"
 @pytest.fixture(scope="module")
 def sdist_upstream(tmp_path_factory):
     """A bare upstream holding the real 0.33.0 sdist as tag v0.33.0, PR 7 and PR 8."""
-    from support.gitfixtures import add_pr, git, make_upstream_repo
-    from support.sdists import pypi_sdist
+    from support.gitfixtures import add_pr
+    from support.sdists import release_upstream
 
-    root = tmp_path_factory.mktemp("vllm-sdist-upstream")
-    with tarfile.open(pypi_sdist("vllm", VLLM)) as tar:
-        # Extraction filters came with Python 3.12 (and 3.11.4); Debian 12's 3.11.2 has none.
-        safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
-        tar.extractall(root / "src", **safe)
-    tree = root / "src" / f"vllm-{VLLM}"
-    upstream = make_upstream_repo(root, tree)
-    git(upstream.path, "tag", "-d", "v0.1.0")
-    git(upstream.path, "tag", "-a", f"v{VLLM}", "-m", f"vLLM {VLLM}", upstream.shas["c1"],
-        env={"GIT_COMMITTER_NAME": "Fixture", "GIT_COMMITTER_EMAIL": "f@example.invalid"})
+    upstream, tree = release_upstream(tmp_path_factory.mktemp("vllm-sdist-upstream"), "vllm", VLLM)
     init = (tree / "vllm" / "__init__.py").read_text()
     add_pr(upstream, PR_PYTHON, {
         "vllm/__init__.py": init + f'\nEDGEVLLM_PR_MARKER = "{MARKER}"\n',

@@ -107,3 +107,25 @@ def sdist_tree_cached(name: str, version: str, prefixes: list[str]) -> Path:
             os.replace(tmp / "tree", final)
             os.rmdir(tmp)
     return final
+
+
+def extract_all(tar: tarfile.TarFile, dest: Path) -> None:
+    """Extract a whole archive, with the "data" filter where Python has one (3.12, 3.11.4; Debian
+    12's 3.11.2 has none)."""
+    safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+    tar.extractall(dest, **safe)
+
+
+def release_upstream(root: Path, name: str, version: str):
+    """A bare upstream (support.gitfixtures) holding PyPI's sdist of NAME VERSION as the annotated
+    tag vVERSION; returns (the upstream, the unpacked tree)."""
+    from .gitfixtures import git, make_upstream_repo
+
+    with tarfile.open(pypi_sdist(name, version)) as tar:
+        extract_all(tar, root / "src")
+    tree = root / "src" / f"{name}-{version}"
+    upstream = make_upstream_repo(root, tree)
+    git(upstream.path, "tag", "-d", "v0.1.0")
+    git(upstream.path, "tag", "-a", f"v{version}", "-m", f"{name} {version}", upstream.shas["c1"],
+        env={"GIT_COMMITTER_NAME": "Fixture", "GIT_COMMITTER_EMAIL": "f@example.invalid"})
+    return upstream, tree
