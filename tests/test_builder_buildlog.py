@@ -61,3 +61,16 @@ def test_ccache_counters_from_the_compile_step_make_the_summary():
         "compile cache: 6 hits, 2 misses (shared: 4 hits, 2 misses, 0 errors)")
     local = compile_cache_summary({"cache_miss": 3}, remote=False)
     assert describe_compile_cache(local) == "compile cache: 0 hits, 3 misses"
+
+
+def test_elapsed_stops_when_the_build_finishes(monkeypatch):
+    """The image's build time is the build's, not the checks run on the image afterwards."""
+    import edgevllm.builder.buildlog as buildlog
+
+    clock = iter([100.0, 160.0, 900.0, 1000.0])
+    monkeypatch.setattr(buildlog.time, "monotonic", lambda: next(clock))
+    follower = BuildFollower()          # started at 100
+    assert follower.elapsed() == 60.0   # still running: counts to now
+    follower.finish()                   # ended at 900
+    follower.finish()                   # a second call keeps the first end
+    assert follower.elapsed() == 800.0

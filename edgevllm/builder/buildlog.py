@@ -43,6 +43,7 @@ class BuildFollower:
         self.vertices: dict[int, Vertex] = {}
         self.current: Vertex | None = None
         self.started = time.monotonic()
+        self.ended: float | None = None  # set by finish(): elapsed() stops counting there
         self.log_file = log_file
         self.on_stage = on_stage  # called with (vertex) when a new step starts
         self.tail: deque = deque(maxlen=40)
@@ -84,8 +85,13 @@ class BuildFollower:
         if self.on_stage is not None:
             self.on_stage(vertex)
 
+    def finish(self) -> None:
+        """The build ended: the checks run on its image afterwards are not its time."""
+        if self.ended is None:
+            self.ended = time.monotonic()
+
     def elapsed(self) -> float:
-        return time.monotonic() - self.started
+        return (self.ended or time.monotonic()) - self.started
 
     def failed_vertex(self) -> Vertex | None:
         failed = [v for v in self.vertices.values() if v.error]

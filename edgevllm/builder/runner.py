@@ -120,6 +120,7 @@ class BuildRunner:
             follower = BuildFollower(log_file=log)
             follower.on_stage = lambda v: update(f"{what}: [{v.stage}] {v.what[:90]}", follower)
             code = self.engine.build(options, follower.feed, env=self.env)
+        follower.finish()
         self.ccache = follower.ccache or self.ccache
         if code != 0 and engine_gone(self.engine):
             raise EngineLostError(
