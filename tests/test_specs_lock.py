@@ -160,10 +160,19 @@ def test_malformed_locks_fail_with_one_line_naming_the_field(text, needle):
     assert str(err.value).startswith("x.lock.json: ") and needle in str(err.value)
 
 
-def test_short_shas_are_refused_in_a_lock():
+@pytest.mark.parametrize("field", ["base_sha", "commit", "tree", "picks.0.head_sha",
+                                   "picks.0.merge_base", "picks.0.commit"])
+def test_short_shas_are_refused_in_a_lock(field):
     data = json.loads(sample_lock().model_dump_json())
-    data["vllm"]["base_sha"] = "abc1234"
-    with pytest.raises(LockError, match="field 'vllm.base_sha'.*full lowercase hex SHA"):
+    where = data["vllm"]
+    *path, last = field.split(".")
+    for key in path:
+        where = where[int(key)] if key.isdigit() else where[key]
+    where[last] = "abc1234"
+    with pytest.raises(LockError, match=f"field 'vllm.{field}'.*full lowercase hex SHA"):
+        parse_lock(json.dumps(data), "x.lock.json")
+    where[last] = "A" * 40  # upper case is another spelling of the same object: refused too
+    with pytest.raises(LockError, match="full lowercase hex SHA"):
         parse_lock(json.dumps(data), "x.lock.json")
 
 

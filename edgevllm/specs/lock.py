@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Optional
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from edgevllm import __version__
 from edgevllm.common import labels
@@ -52,9 +52,22 @@ _UNHASHED = {"created_at", "tags", "compile_cache"}
 _TAG_BAD = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
-# A git object name, a sha256 in hex, and the words a version or file name may hold.
-Sha = Annotated[str, Field(pattern=r"^[0-9a-f]{40}([0-9a-f]{24})?$")]
-Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+def _lowercase_hex(grammar: str, meaning: str) -> AfterValidator:
+    """A text field's check: the value must match ``grammar`` whole, else it ``must be
+    {meaning}``."""
+
+    def check(value: str) -> str:
+        if not re.fullmatch(grammar, value):
+            raise ValueError(f"must be {meaning}")
+        return value
+
+    return AfterValidator(check)
+
+
+# A git object name (SHA-1 or SHA-256), a sha256 in hex, and the words a version or file name may
+# hold.
+Sha = Annotated[str, _lowercase_hex(r"[0-9a-f]{40}([0-9a-f]{24})?", "a full lowercase hex SHA")]
+Sha256 = Annotated[str, _lowercase_hex(r"[0-9a-f]{64}", "a 64-digit lowercase hex sha256")]
 Word = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.+-]{1,200}$")]
 WheelFile = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.+!-]{1,255}\.whl$")]
 
@@ -86,19 +99,12 @@ class SourceLock(_Model):
     repo: Line
     ref: Optional[Line] = None  # what was asked for (branch/tag/SHA), for the record
     pr: Optional[int] = None  # set when the base is a PR's head
-    base_sha: str
+    base_sha: Sha
     picks: list[PickLock] = Field(default_factory=list)
-    commit: str  # the prepared commit (base + picks)
-    tree: str  # git tree hash of the prepared commit: the content hash
+    commit: Sha  # the prepared commit (base + picks)
+    tree: Sha  # git tree hash of the prepared commit: the content hash
     version: Word  # derived from tags (git describe) or the short SHA
     submodules: dict[Line, Sha] = Field(default_factory=dict)  # path -> commit, when exported
-
-    @field_validator("base_sha", "commit", "tree")
-    @classmethod
-    def _full_sha(cls, value: str) -> str:
-        if not re.fullmatch(r"[0-9a-f]{40}([0-9a-f]{24})?", value):
-            raise ValueError("must be a full lowercase hex SHA")
-        return value
 
 
 class CMakeDepLock(_Model):
@@ -106,18 +112,11 @@ class CMakeDepLock(_Model):
 
     repo: Line
     ref: Line  # the tree's GIT_TAG (a tag, branch or SHA)
-    commit: str  # what ref resolved to
-    tree: str  # git tree hash of that commit
+    commit: Sha  # what ref resolved to
+    tree: Sha  # git tree hash of that commit
     env_var: EnvName  # the tree's *_SRC_DIR override the build sets
     declared_at: Line = ""  # file:line of the FetchContent call
     submodules: dict[Line, Sha] = Field(default_factory=dict)  # path -> commit, exported too
-
-    @field_validator("commit", "tree")
-    @classmethod
-    def _full_sha(cls, value: str) -> str:
-        if not re.fullmatch(r"[0-9a-f]{40}([0-9a-f]{24})?", value):
-            raise ValueError("must be a full lowercase hex SHA")
-        return value
 
 
 class BaseImageLock(_Model):
@@ -136,16 +135,9 @@ class WheelLock(_Model):
     name: PackageName
     version: Version
     filename: WheelFile
-    sha256: str
+    sha256: Sha256
     url: Line = ""
     size: Optional[int] = Field(default=None, ge=0)
-
-    @field_validator("sha256")
-    @classmethod
-    def _hex(cls, value: str) -> str:
-        if not re.fullmatch(r"[0-9a-f]{64}", value):
-            raise ValueError("must be a 64-digit lowercase hex sha256")
-        return value
 
 
 class ClosureLock(_Model):
