@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # What `make test` needs besides the engine (.ci/ensure-engine.sh), named before the suite starts
-# rather than by a failure an hour in. The tests build linux/amd64 images of their own (the
-# debootstrapped bases in tests/support/images.py, whose wheels and tools are x86_64) and
-# linux/arm64 images as the real targets are: on an x86_64 host the arm64 ones need qemu, on an
-# arm64 host (a Spark, a Thor) the amd64 ones do. Checks only; installs nothing.
+# rather than by a failure an hour in. The tests build most of their images for the host's own
+# platform (tests/support/platforms.py) and a few for the other one, to test building under
+# emulation: on an x86_64 host those linux/arm64 ones need qemu-aarch64, on an arm64 host (a
+# Spark, a Thor) the linux/amd64 ones need qemu-x86_64. Checks only; installs nothing.
 # EDGEVLLM_BINFMT_DIR points at another binfmt_misc folder (the tests of this script).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)

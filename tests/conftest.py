@@ -57,40 +57,33 @@ def engine():
     return eng
 
 
-def runnable(arch: str) -> None:
-    """The test images are linux/amd64 and linux/arm64 whatever the host: the other platform's
-    run under qemu (.ci/test-needs.sh names it before `make test` starts)."""
-    from edgevllm.common.errors import BinfmtMissingError
-    from edgevllm.containers.host import check_emulation
-
-    try:
-        check_emulation(f"linux/{arch}")
-    except BinfmtMissingError as exc:
-        pytest.fail(f"the linux/{arch} test images: {exc}")
-
-
 @pytest.fixture(scope="session")
-def python_image_amd64(engine):
+def python_image_native(engine):
+    """The Debian + Python base for this host's platform (support/platforms.py: native)."""
     from support.images import python_image
+    from support.platforms import native_arch
 
-    runnable("amd64")
-    return python_image(engine, "amd64")
-
-
-@pytest.fixture(scope="session")
-def cuda_image_amd64(engine):
-    from support.images import cuda_image
-
-    runnable("amd64")
-    return cuda_image(engine, "amd64")
+    return python_image(engine, native_arch())
 
 
 @pytest.fixture(scope="session")
-def cuda_image_arm64(engine):
+def cuda_image_native(engine):
+    """The CUDA 13.0 base for this host's platform: the fast fixture builds."""
     from support.images import cuda_image
+    from support.platforms import native_arch
 
-    runnable("arm64")
-    return cuda_image(engine, "arm64")
+    return cuda_image(engine, native_arch())
+
+
+@pytest.fixture(scope="session")
+def cuda_image_foreign(engine):
+    """The CUDA 13.0 base for the other platform, run under qemu (linux/arm64 on an x86_64 host,
+    linux/amd64 on an arm64 one): the emulated fixture builds."""
+    from support.images import cuda_image
+    from support.platforms import foreign_arch, require_runnable
+
+    require_runnable(foreign_arch())
+    return cuda_image(engine, foreign_arch())
 
 
 def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None, timeout: float = 600):

@@ -52,7 +52,7 @@ def test_the_builder_the_rule_sees():
 
 
 def test_a_default_prebuilt_turns_compile_where_this_keys_wheels_exist(
-        engine, python_image_amd64, tmp_path, monkeypatch):
+        engine, python_image_native, tmp_path, monkeypatch):
     """Road 1 of the rule, through modes.start with real git and the real engine (base image
     digests): a release under emulation builds prebuilt; wheels of another compile key change
     nothing; wheels under this build's own key make it compile, reusing them (nothing compiles).
@@ -71,7 +71,7 @@ def test_a_default_prebuilt_turns_compile_where_this_keys_wheels_exist(
     monkeypatch.setenv("EDGEVLLM_CACHE", str(tmp_path / "cache"))
     spec = load_spec("spark", overrides={
         "vllm": {"repo": upstream.url, "ref": "v0.1.0"}, "mods": [],
-        "images": {"build": python_image_amd64, "runtime": python_image_amd64},
+        "images": {"build": python_image_native, "runtime": python_image_native},
         "torch": {"version": None}, "apt_packages": [], "python": "python3.11",
         "packages": {"flashinfer-python": None, "nvidia-cutlass-dsl": None}})
     x86 = Builder(arch="amd64")

@@ -7,14 +7,14 @@ from edgevllm.specs.buildspec import lock_overrides
 from edgevllm.specs.lock import BaseImageLock, Lock
 
 
-def test_base_image_digest_is_recorded_and_pins_the_rebuild(engine, python_image_amd64):
+def test_base_image_digest_is_recorded_and_pins_the_rebuild(engine, python_image_native):
     """A base image in a real registry (Debian's docker-registry on 127.0.0.1) gets its digest
     into the lock; the lock's rebuild names the base by that digest, which records the same lock."""
     from support.registry import local_registry
 
     with local_registry() as host:
         ref = f"{host}/edgevllm-test/base:1"
-        engine.tag(python_image_amd64, ref)
+        engine.tag(python_image_native, ref)
         try:
             pushed = engine.push(ref)
             locked = base_image_lock(ref, engine)
@@ -28,8 +28,8 @@ def test_base_image_digest_is_recorded_and_pins_the_rebuild(engine, python_image
             engine.remove_image(ref)
 
 
-def test_local_only_base_image_has_no_digest(engine, python_image_amd64):
-    assert base_image_lock(python_image_amd64, engine) == BaseImageLock(ref=python_image_amd64)
+def test_local_only_base_image_has_no_digest(engine, python_image_native):
+    assert base_image_lock(python_image_native, engine) == BaseImageLock(ref=python_image_native)
 
 
 def test_plain_build_chooses_its_mode_from_the_engine_architecture(engine, cli, tmp_path):

@@ -26,7 +26,7 @@ from support.registry import local_registry
 
 
 @pytest.fixture
-def release_spec(python_image_amd64, tmp_path, monkeypatch):
+def release_spec(python_image_native, tmp_path, monkeypatch):
     from edgevllm.specs.refs import UPSTREAM_REPOS
     from support.gitfixtures import make_upstream_repo
 
@@ -38,7 +38,7 @@ def release_spec(python_image_amd64, tmp_path, monkeypatch):
     def spec(ref: str, **extra):
         return load_spec("spark", overrides={
             "vllm": {"repo": upstream.url, "ref": "v0.1.0"}, "mods": [],
-            "images": {"build": python_image_amd64, "runtime": python_image_amd64},
+            "images": {"build": python_image_native, "runtime": python_image_native},
             "torch": {"version": None}, "apt_packages": [], "python": "python3.11",
             "packages": {"flashinfer-python": None, "nvidia-cutlass-dsl": None},
             "wheel_cache": ref, **extra})

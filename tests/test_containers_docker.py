@@ -101,11 +101,14 @@ def test_an_old_qemu_is_a_warning_naming_the_fix(tmp_path, monkeypatch):
     assert host.slow_emulation("linux/arm64") is None
 
 
-def test_the_registered_qemu_version_is_read_from_its_binary(monkeypatch):
-    monkeypatch.setattr(host, "host_arch", lambda: "amd64")
-    handler = host.BINFMT_DIR / "qemu-aarch64"
+def test_the_registered_qemu_version_is_read_from_its_binary():
+    """The real handler of the other platform (qemu-aarch64 on an x86_64 host, qemu-x86_64 on an
+    arm64 one)."""
+    from support.platforms import foreign_arch, foreign_platform, machine
+
+    handler = host.BINFMT_DIR / f"qemu-{machine(foreign_arch())}"
     if not handler.exists():
-        pytest.fail("no qemu-aarch64 binfmt handler: bash .ci/install-engine.sh registers it")
+        pytest.fail(f"no {handler.name} binfmt handler: bash .ci/install-engine.sh registers it")
     interpreter = next(
         ln.split(None, 1)[1] for ln in handler.read_text().splitlines()
         if ln.startswith("interpreter ")
@@ -113,7 +116,7 @@ def test_the_registered_qemu_version_is_read_from_its_binary(monkeypatch):
     banner = subprocess.run(
         [os.path.realpath(interpreter), "--version"], capture_output=True, text=True
     ).stdout
-    major, minor = host.emulator_version("linux/arm64")
+    major, minor = host.emulator_version(foreign_platform())
     assert f"version {major}.{minor}." in banner
 
 

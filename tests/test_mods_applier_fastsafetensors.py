@@ -23,7 +23,7 @@ from support.modenv import outcome, site_with, stage_and_apply, wheel, working_c
 @pytest.fixture(scope="module")
 def runtime_site() -> Path:
     return site_with("cuda-runtime-13.0.96", [
-        wheel("nvidia-cuda-runtime==13.0.96", tag="manylinux_2_17_x86_64")])
+        wheel("nvidia-cuda-runtime==13.0.96", glibc="2_17")])
 
 
 def fake_torch(site: Path, version: str = "2.13.0") -> None:

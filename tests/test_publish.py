@@ -27,6 +27,7 @@ from edgevllm.common.errors import ConfigError, IntegrityError, PublishError
 from edgevllm.containers.docker import DockerEngine
 from edgevllm.image.publish import PublishOptions, default_name, load, parse_size, publish
 from edgevllm.image.tarball import open_tarball
+from support.platforms import native_platform
 from support.publish_images import (
     LOCK,
     MODS,
@@ -52,16 +53,16 @@ def layer_cache(tmp_path_factory):
 
 
 @pytest.fixture
-def image(engine, python_image_amd64):
+def image(engine, python_image_native):
     """The small test image, rebuilt from the build cache if a test removed it."""
-    return small_image(engine, python_image_amd64)
+    return small_image(engine, python_image_native)
 
 
 @pytest.fixture(scope="module")
-def published(engine, python_image_amd64, tmp_path_factory, layer_cache):
+def published(engine, python_image_native, tmp_path_factory, layer_cache):
     """One split zstd set of the small image (parts of 8 MiB), shared read-only by the tests."""
     out = tmp_path_factory.mktemp("published")
-    tag = small_image(engine, python_image_amd64)
+    tag = small_image(engine, python_image_native)
     result = publish(engine, PublishOptions(image=tag, out_dir=out, part_size=8 * MiB))
     return result
 
@@ -120,7 +121,7 @@ def test_publish_writes_parts_with_checksums_and_full_manifest(engine, published
     tag = manifest["image"]["repo_tags"][0]
     inspect = engine.image_inspect(tag)
     assert manifest["image"]["id"] == inspect["Id"]
-    assert manifest["image"]["platform"] == "linux/amd64"
+    assert manifest["image"]["platform"] == native_platform()   # the test image's
     assert manifest["image"]["size"] == inspect["Size"]
     assert manifest["name"] == default_name(tag)
     assert manifest["lock"] == LOCK and manifest["verify"] == VERIFY
@@ -308,7 +309,7 @@ def test_not_a_tarball_is_refused(cli, tmp_path):
 
 
 # --- interrupt safety ----------------------------------------------------------------------------
-def test_ctrl_c_during_publish_leaves_nothing(python_image_amd64, tmp_path, layer_cache):
+def test_ctrl_c_during_publish_leaves_nothing(python_image_native, tmp_path, layer_cache):
     """Ctrl-C while parts are being written: no final name, no temporary (in the output or the
     layer cache), exit 130.
 
@@ -324,7 +325,7 @@ def test_ctrl_c_during_publish_leaves_nothing(python_image_amd64, tmp_path, laye
             "from edgevllm.cli import main; main()",
             "publish",
             "--image",
-            python_image_amd64,
+            python_image_native,
             "--out",
             str(out),
             "--part-size",

@@ -82,7 +82,7 @@ def test_dry_run_without_the_image_mounts_the_folder_and_sizes_for_the_maximum(c
 
 
 @pytest.fixture(scope="module")
-def measured_image(engine, python_image_amd64, tmp_path_factory):
+def measured_image(engine, python_image_native, tmp_path_factory):
     """The test Python image with the verify label a build would add (the build's own relabel
     step: a config-only change)."""
     from edgevllm.builder.render import relabel_dockerfile
@@ -92,7 +92,7 @@ def measured_image(engine, python_image_amd64, tmp_path_factory):
     lines: list[str] = []
     code = engine.build(BuildOptions(context=work, dockerfile=relabel_dockerfile(), tags=[tag],
                                      labels=label(SPARK_033_PTX),
-                                     build_args={"IMAGE": python_image_amd64}), lines.append)
+                                     build_args={"IMAGE": python_image_native}), lines.append)
     assert code == 0, "\n".join(lines[-20:])
     yield tag
     engine.remove_image(tag, force=True)

@@ -91,9 +91,9 @@ def test_recipe_overrides_launch_defaults():
     assert pairs(argv, "-e").count("PYTORCH_CUDA_ALLOC_CONF=garbage_collection:0.8") == 1
 
 
-def test_jit_folder_is_per_image_id(engine, python_image_amd64):
-    image_id = engine.image_id(python_image_amd64)
-    argv = dry_argv(render(recipe(image=python_image_amd64)))
+def test_jit_folder_is_per_image_id(engine, python_image_native):
+    image_id = engine.image_id(python_image_native)
+    argv = dry_argv(render(recipe(image=python_image_native)))
     folder = image_id.split(":")[1][:16]
     assert f"/var/cache/edgevllm/jit/{folder}/vllm:/root/.cache/vllm" in pairs(argv, "-v")
 
@@ -138,20 +138,20 @@ def run_entry(engine, image: str, config: dict, env: dict | None = None):
                                  entrypoint=""), timeout=120)
 
 
-def test_entry_turns_gib_into_fraction_inside_the_container(engine, python_image_amd64):
-    proc = run_entry(engine, python_image_amd64, {"gpu_memory_gib": 40.0},
+def test_entry_turns_gib_into_fraction_inside_the_container(engine, python_image_native):
+    proc = run_entry(engine, python_image_native, {"gpu_memory_gib": 40.0},
                      {"EDGEVLLM_DEVICE_MEMORY_BYTES": str(128 * 10**9)})
     assert proc.returncode == 0, proc.stderr.decode()
     assert proc.stdout.decode().strip() == "['--gpu-memory-utilization', '0.335']"
     assert "40.0 GiB of 119.2 GiB" in proc.stderr.decode()
-    proc = run_entry(engine, python_image_amd64, {"gpu_memory_gib": 500.0},
+    proc = run_entry(engine, python_image_native, {"gpu_memory_gib": 500.0},
                      {"EDGEVLLM_DEVICE_MEMORY_BYTES": str(128 * 10**9)})
     assert proc.returncode == 2 and "more than the device" in proc.stderr.decode()
 
 
-def test_earlyoom_missing_from_the_image_is_a_clear_failure(engine, python_image_amd64):
+def test_earlyoom_missing_from_the_image_is_a_clear_failure(engine, python_image_native):
     earlyoom_args = load_target("spark").launch.earlyoom_args
-    proc = run_entry(engine, python_image_amd64, {"earlyoom": earlyoom_args})
+    proc = run_entry(engine, python_image_native, {"earlyoom": earlyoom_args})
     assert proc.returncode == 127
     assert "earlyoom is not installed in this image" in proc.stderr.decode()
 
@@ -166,13 +166,13 @@ def test_memory_budget_from_gib_fraction_or_vllm_default():
     assert f"{LABEL_MEMORY}=59.5" in pairs(argv, "--label")
 
 
-def test_serve_refuses_a_recipe_that_does_not_fit_beside_running_ones(engine, python_image_amd64):
+def test_serve_refuses_a_recipe_that_does_not_fit_beside_running_ones(engine, python_image_native):
     names = ["edgevllm-test-budget-a", "edgevllm-test-budget-b"]
     for name in names:
         engine.remove_container(name)
     try:
         for name, gib in zip(names, ("50", "40"), strict=True):
-            engine.start(RunOptions(image=python_image_amd64, name=name, command=["sleep", "300"],
+            engine.start(RunOptions(image=python_image_native, name=name, command=["sleep", "300"],
                                     labels={"io.edgevllm.recipe": name, LABEL_MEMORY: gib}))
         check_memory_fits(render(recipe(gpu_memory_gb=29)), engine)  # 50 + 40 + 29 = 119 fits
         with pytest.raises(RecipeError) as info:

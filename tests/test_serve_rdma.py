@@ -29,9 +29,9 @@ def test_transport_is_roce_when_devices_adapters_and_verbs_are_there():
     assert tcp["nccl transport"].detail == "TCP sockets (NCCL_IB_DISABLE=1)"
 
 
-def test_image_without_verbs_library_means_tcp(engine, python_image_amd64):
+def test_image_without_verbs_library_means_tcp(engine, python_image_native):
     """The real probe script in the real test image (no verbs library, no devices passed)."""
-    proc = engine.run_cli(["run", "--rm", "--entrypoint", "sh", python_image_amd64, "-c",
+    proc = engine.run_cli(["run", "--rm", "--entrypoint", "sh", python_image_native, "-c",
                            probe_argv("x", load_target("spark").launch, {})[-1]])
     assert proc.returncode == 0, proc.stderr.decode()
     found = {f.name: f for f in findings_from("node0", proc.stdout.decode())}
@@ -40,10 +40,10 @@ def test_image_without_verbs_library_means_tcp(engine, python_image_amd64):
     assert found["nccl transport"].detail.startswith("TCP sockets")
 
 
-def test_doctor_nodes_on_a_machine_without_rdma_says_so_in_one_line(engine, python_image_amd64,
+def test_doctor_nodes_on_a_machine_without_rdma_says_so_in_one_line(engine, python_image_native,
                                                                     cli):
     assert not os.path.exists("/dev/infiniband"), "this test needs a machine without RDMA NICs"
-    code, out, err = cli("doctor", "--nodes", "local", "--image", python_image_amd64)
+    code, out, err = cli("doctor", "--nodes", "local", "--image", python_image_native)
     assert code == 11, err  # ClusterError is a recipes error
     assert out.splitlines() == [
         "FAIL  node0    rdma devices     no RDMA devices (/dev/infiniband): connect the node's "

@@ -223,11 +223,11 @@ def standin_recipe(image: str, name: str):
     }, "standin")
 
 
-def test_real_solo_serve_status_logs_stop(engine, python_image_amd64, cli, monkeypatch):
+def test_real_solo_serve_status_logs_stop(engine, python_image_native, cli, monkeypatch):
     """Start a recipe container for real; health, status, logs, stop; the secret stays out."""
     name = "edgevllm-test-recipes-solo"
     monkeypatch.setenv("HF_TOKEN", SECRET)
-    rendered = render(standin_recipe(python_image_amd64, name))
+    rendered = render(standin_recipe(python_image_native, name))
     stop_quietly(engine, name)
     try:
         container = serve(rendered, engine, wait_s=120)
@@ -279,9 +279,9 @@ def test_pinned_digest_must_match_the_engines_image():
         check_pinned_digest(f"edgevllm/vllm@{digest}", {"Id": other, "RepoDigests": []}, "e")
 
 
-def test_resolve_image_by_tag_on_the_real_engine(engine, python_image_amd64):
-    rendered = render(standin_recipe(python_image_amd64, "edgevllm-test-recipes-tag"))
-    assert resolve_image(rendered, engine) == python_image_amd64
+def test_resolve_image_by_tag_on_the_real_engine(engine, python_image_native):
+    rendered = render(standin_recipe(python_image_native, "edgevllm-test-recipes-tag"))
+    assert resolve_image(rendered, engine) == python_image_native
 
 
 def test_parse_nodes_engines_addresses_and_per_node_env():

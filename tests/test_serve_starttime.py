@@ -111,10 +111,10 @@ def _stop_quietly(engine: DockerEngine, name: str) -> None:
         pass
 
 
-def test_serve_wait_times_the_start_in_the_container(engine, python_image_amd64, capsys):
+def test_serve_wait_times_the_start_in_the_container(engine, python_image_native, capsys):
     name = "edgevllm-test-starttime"
     with BenchServer(ServerConfig(healthy=False, ttft_s=TTFT_S)) as server:
-        rendered = render(host_recipe(python_image_amd64, server.port, name))
+        rendered = render(host_recipe(python_image_native, server.port, name))
         _stop_quietly(engine, name)
         try:
             container = serve(rendered, engine)
@@ -130,13 +130,13 @@ def test_serve_wait_times_the_start_in_the_container(engine, python_image_amd64,
            f"streamed token at {timing.first_token_s:.1f} s" in err
 
 
-def test_bench_recipe_records_each_start(engine, python_image_amd64, tmp_path):
+def test_bench_recipe_records_each_start(engine, python_image_native, tmp_path):
     """inv bench RECIPE: the start is in the record even when the client cannot run (this image
     has no vLLM, so the sweep itself errors)."""
     name = "edgevllm-test-starttime-bench"
     plan = SweepPlan(concurrency=[1], lengths=[(8, 4)], repeats=1, rounds=1, warmup_prompts=0)
     with BenchServer(ServerConfig(ttft_s=TTFT_S)) as server:
-        loaded = LoadedRecipe(host_recipe(python_image_amd64, server.port, name),
+        loaded = LoadedRecipe(host_recipe(python_image_native, server.port, name),
                               tmp_path / f"{name}.yaml")
         _stop_quietly(engine, name)
         try:

@@ -1,8 +1,8 @@
 """The ELF/fatbin parser against NVIDIA's cuobjdump, on real nvcc-built and real aarch64 libraries.
 
 Libraries: built during the run with nvcc 13.0 (tests/support/cuda_libs.py, cached), plus
-libnvjpeg.so.13 from the aarch64 nvidia-nvjpeg wheel on PyPI. cuobjdump: the x86_64
-nvidia-cuda-cuobjdump wheel, unzipped into the test cache.
+libnvjpeg.so.13 from the aarch64 nvidia-nvjpeg wheel on PyPI. cuobjdump: the
+nvidia-cuda-cuobjdump wheel for this host's machine, unzipped into the test cache.
 """
 
 from __future__ import annotations

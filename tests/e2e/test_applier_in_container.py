@@ -19,6 +19,7 @@ import pytest
 from edgevllm.containers.docker import DockerEngine, RunOptions
 from support.images import python_image
 from support.modenv import cuda_bindings_wheels, outcome, site_with, wheel, working_copy
+from support.platforms import native_arch
 
 pytestmark = pytest.mark.e2e
 
@@ -42,7 +43,7 @@ def run(engine, image, volumes, script: str, network: str | None = None) -> tupl
 def test_gb10_mod_applied_in_container_read_only_plan(engine, tmp_path):
     from edgevllm.mods.catalog import stage_mods
 
-    image = python_image(engine, "amd64")
+    image = python_image(engine, native_arch())
     # The image has no numpy: the site carries cutlass-dsl's run-time imports too.
     site = working_copy(
         site_with(
@@ -52,7 +53,7 @@ def test_gb10_mod_applied_in_container_read_only_plan(engine, tmp_path):
                 wheel("nvidia-cutlass-dsl-libs-cu13==4.4.2"),
                 wheel("nvidia-cutlass-dsl-libs-base==4.4.2"),
                 *cuda_bindings_wheels(),
-                wheel("numpy==2.2.6", tag="manylinux_2_17_x86_64"),
+                wheel("numpy==2.2.6", glibc="2_17"),
                 wheel("typing-extensions==4.15.0", platform=False),
             ],
         ),
@@ -92,7 +93,7 @@ def test_gb10_mod_applied_in_container_read_only_plan(engine, tmp_path):
 def test_failed_mod_exits_non_zero_in_container(engine, tmp_path):
     from edgevllm.mods.catalog import stage_mods
 
-    image = python_image(engine, "amd64")
+    image = python_image(engine, native_arch())
     site = working_copy(
         site_with("flashinfer-0.6.11", [wheel("flashinfer-python==0.6.11", platform=False)]),
         tmp_path / "site",
@@ -121,10 +122,10 @@ def test_library_link_registers_an_unknown_folder_with_ldconfig(engine, tmp_path
     """libcudart.so.13 (real, from nvidia-cuda-runtime) in a folder the loader does not know."""
     import zipfile
 
-    image = python_image(engine, "amd64")
+    image = python_image(engine, native_arch())
     libs = tmp_path / "libs"
     libs.mkdir()
-    with zipfile.ZipFile(wheel("nvidia-cuda-runtime==13.0.96", tag="manylinux_2_17_x86_64")) as z:
+    with zipfile.ZipFile(wheel("nvidia-cuda-runtime==13.0.96", glibc="2_17")) as z:
         (libs / "libcudart.so.13").write_bytes(z.read("nvidia/cu13/lib/libcudart.so.13"))
     stage = tmp_path / "stage"
     stage.mkdir()
@@ -191,7 +192,7 @@ def test_eugr_script_mod_runs_in_the_image_without_network(engine, tmp_path, mon
     monkeypatch.setenv("EDGEVLLM_MODS_PATH", str(mods))
     stage_mods(["eugr-fix-chat-template", "eugr-plugin-download"], "spark", tmp_path / "stage")
     code, output = run(
-        engine, python_image(engine, "amd64"),
+        engine, python_image(engine, native_arch()),
         [f"{tmp_path / 'stage'}:/edgevllm-mods:ro", f"{tmp_path}:/out"],
         "python3 /edgevllm-mods/applier.py apply --plan /edgevllm-mods/plan.json "
         "--record /out/mods.json && cp /workspace/* /out/",

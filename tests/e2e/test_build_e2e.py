@@ -1,12 +1,13 @@
 """End-to-end builds on the real Docker engine, through the same CLI, templates and driver as a
 real build (see conftest.py for what stands in for vLLM and the base image, and why).
 
-- thor, linux/arm64 under qemu emulation (as the real target): `edgevllm build --spec`, a
+- thor, the other platform under qemu emulation (linux/arm64, the real target, on an x86_64
+  host; linux/amd64 on an arm64 one: support/platforms.py): `edgevllm build --spec`, a
   cherry-picked PR that changes the compiled code, mods applied in the image, arch verify and
   probe level 1 run by the build; the extension carries sm_110a SASS (checked with cuobjdump too),
   no wheel in any layer, labels, the mods record, the lock.
-- spark, linux/amd64 (native, fast): sm_121a; a runtime-only change reuses the wheels (nothing
-  recompiled); a rebuild from the lock reproduces the tree hash and the tag.
+- spark, the host's platform (native, fast): sm_121a; a runtime-only change reuses the wheels
+  (nothing recompiled); a rebuild from the lock reproduces the tree hash and the tag.
 - failures: a compile error names the failing stage and shows its log; no image is tagged.
 """
 
@@ -21,6 +22,7 @@ import pytest
 
 from e2e.conftest import PR_BROKEN, PR_MARKER, hermetic_spec, write_spec
 from edgevllm.image.publish import PublishOptions, publish
+from support.platforms import foreign_arch, foreign_platform, native_platform
 from support.publish_images import NoSaveEngine
 
 pytestmark = pytest.mark.e2e
@@ -57,16 +59,17 @@ def sass_of(reports, suffix: str) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def thor_build(engine, cuda_image_arm64, cuda_image_amd64, fake_upstream, tmp_path_factory, cli):
+def thor_build(engine, cuda_image_foreign, cuda_image_native, fake_upstream, tmp_path_factory, cli):
     out = tmp_path_factory.mktemp("thor-out")
     spec = hermetic_spec(
         "thor",
-        cuda_image_arm64,
+        cuda_image_foreign,
         fake_upstream,
+        platform=foreign_platform(),
         mods=["thor-runtime", "fused-moe-configs"],
-        # The closure's byte-code is compiled on this amd64 builder: the arm64 base's amd64 twin
-        # (same Debian, same Python); no registry here serves the base for both platforms.
-        bytecode_image=cuda_image_amd64,
+        # The closure's byte-code is compiled on this host's platform: the emulated base's native
+        # twin (same Debian, same Python); no registry here serves the base for both platforms.
+        bytecode_image=cuda_image_native,
     )
     spec["vllm"]["cherry_picks"] = [str(PR_MARKER)]
     spec_file = write_spec(out / "thor-spec.yaml", **spec)
@@ -91,11 +94,11 @@ def test_thor_dockerfile_carries_arch_and_platform(thor_build):
     assert result["image"].startswith("edgevllm-test/e2e-thor:0.1.0-thor-")
 
 
-def test_thor_image_is_arm64_with_sm110a_sass(thor_build, engine):
+def test_thor_image_is_the_emulated_platform_with_sm110a_sass(thor_build, engine):
     from edgevllm.verify.api import scan_image
 
     result, _ = thor_build
-    assert engine.image_inspect(result["image"])["Architecture"] == "arm64"
+    assert engine.image_inspect(result["image"])["Architecture"] == foreign_arch()
     sass = sass_of(scan_image(engine, result["image"]), "vllm/_C.abi3.so")
     assert sass == {"sm_110a"}
 
@@ -134,15 +137,15 @@ def test_thor_picked_pr_is_in_the_compiled_code(thor_build, engine):
     assert marker == "pr-1"
 
 
-def test_thor_no_wheel_in_any_layer(thor_build, engine, cuda_image_arm64):
+def test_thor_no_wheel_in_any_layer(thor_build, engine, cuda_image_foreign):
     """Wheels the base image ships (Debian's ensurepip wheels) are the base's; the build adds
     none."""
     result, _ = thor_build
     added = set(wheels_in_layers(engine, result["image"])) - set(
-        wheels_in_layers(engine, cuda_image_arm64)
+        wheels_in_layers(engine, cuda_image_foreign)
     )
     assert added == set()
-    assert any("python-wheels" in w for w in wheels_in_layers(engine, cuda_image_arm64)), (
+    assert any("python-wheels" in w for w in wheels_in_layers(engine, cuda_image_foreign)), (
         "the check must see wheels in layers when there are some"
     )
 
@@ -171,9 +174,9 @@ def test_thor_labels_lock_and_mods_record(thor_build, engine):
 
 
 @pytest.fixture(scope="module")
-def spark_spec(cuda_image_amd64, fake_upstream):
+def spark_spec(cuda_image_native, fake_upstream):
     return hermetic_spec(
-        "spark", cuda_image_amd64, fake_upstream, platform="linux/amd64", mods=[]
+        "spark", cuda_image_native, fake_upstream, platform=native_platform(), mods=[]
     )
 
 
@@ -272,7 +275,7 @@ def test_compile_failure_names_stage_and_tags_nothing(spark_spec, engine, tmp_pa
 
 
 def test_wrong_arch_fails_the_gate_and_is_not_tagged(
-    cuda_image_amd64, fake_upstream, engine, tmp_path, monkeypatch
+    cuda_image_native, fake_upstream, engine, tmp_path, monkeypatch
 ):
     """A target that asks for GB10 (12.1a) but compiles 12.0a, the silent-12.0 failure users hit:
     sm_120a SASS does not run on GB10, so the arch gate fails and only the -unverified tag
@@ -295,9 +298,9 @@ def test_wrong_arch_fails_the_gate_and_is_not_tagged(
     monkeypatch.setenv("EDGEVLLM_TARGETS_PATH", str(tmp_path))
     spec = hermetic_spec(
         "spark120a",
-        cuda_image_amd64,
+        cuda_image_native,
         fake_upstream,
-        platform="linux/amd64",
+        platform=native_platform(),
         mods=[],
         image_repo="edgevllm-test/e2e-gate",
     )
@@ -327,7 +330,7 @@ steps:
 
 
 def test_failed_mod_never_yields_an_image(
-    cuda_image_amd64, fake_upstream, engine, tmp_path, monkeypatch
+    cuda_image_native, fake_upstream, engine, tmp_path, monkeypatch
 ):
     """A mod whose anchor is missing fails the runtime stage; the message names the mod, the
     package version, the file and the anchor; no image is tagged, not even as unverified."""
@@ -340,9 +343,9 @@ def test_failed_mod_never_yields_an_image(
     monkeypatch.setenv("EDGEVLLM_MODS_PATH", str(tmp_path / "mods"))
     spec = hermetic_spec(
         "spark",
-        cuda_image_amd64,
+        cuda_image_native,
         fake_upstream,
-        platform="linux/amd64",
+        platform=native_platform(),
         mods=["broken-edit"],
         image_repo="edgevllm-test/e2e-badmod",
     )
@@ -383,7 +386,7 @@ def test_flashinfer_built_from_source_is_locked_and_native(
 
 
 def test_ctrl_c_during_the_compile_leaves_nothing_under_a_final_name(
-    cuda_image_amd64, fake_upstream, engine, tmp_path
+    cuda_image_native, fake_upstream, engine, tmp_path
 ):
     """SIGINT while nvcc runs: exit 130, one line, no wheel folder under its final name (only the
     lock, which is complete when written), and no image at all."""
@@ -408,9 +411,9 @@ def test_ctrl_c_during_the_compile_leaves_nothing_under_a_final_name(
     )
     spec = hermetic_spec(
         "spark",
-        cuda_image_amd64,
+        cuda_image_native,
         fake_upstream,
-        platform="linux/amd64",
+        platform=native_platform(),
         mods=[],
         image_repo="edgevllm-test/e2e-interrupt",
     )

@@ -53,10 +53,10 @@ cat /rec/calls
 @pytest.fixture(scope="module")
 def device_root(engine):
     from support.images import python_image
+    from support.platforms import require_runnable
 
-    if not Path("/proc/sys/fs/binfmt_misc/qemu-aarch64").exists():
-        pytest.fail("the device-like root is linux/arm64: install qemu-user-static + binfmt "
-                    "(bash .ci/install-engine.sh)")
+    # linux/arm64 as the devices are: native on an arm64 host, under qemu on an x86_64 one.
+    require_runnable("arm64")
     return python_image(engine, "arm64")
 
 

@@ -1,14 +1,15 @@
-"""The shared closure install end to end, cross-built: a prebuilt linux/arm64 image (under qemu
-on an x86_64 host) whose closure's byte-code is compiled on the build platform, through
-``build()`` as ``inv build --vllm-wheel FILE`` runs it.
+"""The shared closure install end to end, cross-built: a prebuilt image for the other platform
+(linux/arm64 under qemu on an x86_64 host, linux/amd64 under qemu on an arm64 one) whose closure's
+byte-code is compiled on the build platform (the host's), through ``build()`` as
+``inv build --vllm-wheel FILE`` runs it.
 
 What stands in for what: a small pure-Python "vllm" wheel written here (it imports two real
 PyPI packages, idna and packaging, which the closure resolves with uv and downloads by hash);
-the Debian bookworm test images (Python 3.11) as the runtime base, the arm64 one for the image
-and the amd64 one as its build-platform twin (``bytecode_image``: no registry here serves one
+the Debian bookworm test images (Python 3.11) as the runtime base, the foreign one for the image
+and the native one as its build-platform twin (``bytecode_image``: no registry here serves one
 reference for both platforms). No mods, no verify (no CUDA in this closure).
 
-What it checks: the byte-code step ran on linux/amd64; the image starts without compiling
+What it checks: the byte-code step ran on the host's platform; the image starts without compiling
 anything (``import`` writes no .pyc in a fresh container, with PYTHONDONTWRITEBYTECODE unset;
 the same check on a module whose .pyc was removed sees the new file, so the check can fail);
 the .pyc are unchecked-hash ones; the layers report their bytes and nothing is shadowed.
@@ -27,6 +28,13 @@ from pathlib import Path
 import pytest
 
 from e2e.conftest import write_spec
+from support.platforms import (
+    foreign_arch,
+    foreign_platform,
+    machine,
+    native_arch,
+    require_runnable,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -65,21 +73,19 @@ def fake_vllm_wheel(folder: Path) -> Path:
 def bytecode_spec(engine, wheel: Path, target: str = "spark") -> dict:
     from support.images import python_image
 
-    return {"target": target, "platform": "linux/arm64", "mode": "prebuilt",
+    return {"target": target, "platform": foreign_platform(), "mode": "prebuilt",
             "vllm_wheel": str(wheel), "python": PYTHON,
-            "base_image": python_image(engine, "arm64"),
-            "bytecode_image": python_image(engine, "amd64"),
+            "base_image": python_image(engine, foreign_arch()),
+            "bytecode_image": python_image(engine, native_arch()),
             "apt_packages": [], "mods": [], "torch": {"version": None},
             "packages": {"flashinfer-python": None, "nvidia-cutlass-dsl": None},
             "verify": False, "image_repo": f"edgevllm-test/e2e-bytecode-{target}"}
 
 
 @pytest.fixture(scope="module")
-def arm64_build(engine, tmp_path_factory, cli):
+def emulated_build(engine, tmp_path_factory, cli):
     """The build summary (``edgevllm build --json``), with the spec and wheel it was built from."""
-    if not Path("/proc/sys/fs/binfmt_misc/qemu-aarch64").exists():
-        pytest.fail("this test builds linux/arm64 under qemu: apt-get install qemu-user-static "
-                    "binfmt-support; update-binfmts --enable qemu-aarch64")
+    require_runnable(foreign_arch())   # names the qemu handler this host lacks
     work = tmp_path_factory.mktemp("bytecode")
     wheel = fake_vllm_wheel(work)
     spec = write_spec(work / "spec.yaml", **bytecode_spec(engine, wheel))
@@ -93,21 +99,21 @@ def arm64_build(engine, tmp_path_factory, cli):
 
 
 def run_sh(engine, image: str, script: str) -> str:
-    proc = engine.run_cli(["run", "--rm", "--platform", "linux/arm64", "--entrypoint", "sh",
+    proc = engine.run_cli(["run", "--rm", "--platform", foreign_platform(), "--entrypoint", "sh",
                            image, "-c", script], timeout=600)
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")
     return proc.stdout.decode()
 
 
-def test_bytecode_is_compiled_on_the_build_platform(arm64_build):
-    log = Path(arm64_build["log"]).read_text()
+def test_bytecode_is_compiled_on_the_build_platform(emulated_build):
+    log = Path(emulated_build["log"]).read_text()
     compiled = re.findall(r"edgevllm: (\d+) \.pyc files compiled on (\S+)", log)
-    assert compiled, f"no byte-code step in {arm64_build['log']}"
-    count, machine = compiled[-1]
-    assert int(count) > 10 and machine == "x86_64", compiled  # the build platform, not qemu's
+    assert compiled, f"no byte-code step in {emulated_build['log']}"
+    count, compiled_on = compiled[-1]
+    assert int(count) > 10 and compiled_on == machine(native_arch()), compiled  # not qemu's
 
 
-def test_a_fresh_container_compiles_nothing(arm64_build, engine):
+def test_a_fresh_container_compiles_nothing(emulated_build, engine):
     listing = "find / -xdev -name '*.pyc' 2>/dev/null | sort"
     script = (f"unset PYTHONDONTWRITEBYTECODE; {listing} > /tmp/before; "
               f"python -c '{IMPORTS}' >/dev/null; {listing} > /tmp/after; "
@@ -117,7 +123,7 @@ def test_a_fresh_container_compiles_nothing(arm64_build, engine):
               f"{listing} > /tmp/removed; python -c 'import idna' >/dev/null; "
               f"{listing} > /tmp/again; "
               "echo control; diff /tmp/removed /tmp/again | grep -c '^>' || true")
-    out = run_sh(engine, arm64_build["image"], script).split()
+    out = run_sh(engine, emulated_build["image"], script).split()
     imported, control = out.index("imported"), out.index("control")
     assert out[imported + 1:imported + 2] and out[imported + 1].isdigit(), \
         f"import vllm wrote .pyc files in a fresh container: {out[imported + 1:control]}"
@@ -125,14 +131,14 @@ def test_a_fresh_container_compiles_nothing(arm64_build, engine):
     assert out[control + 1] == "1", "removing a .pyc did not make the import write one"
 
 
-def test_pyc_are_unchecked_hash_ones(arm64_build, engine):
+def test_pyc_are_unchecked_hash_ones(emulated_build, engine):
     pyc = "/opt/venv/lib/python3.11/site-packages/vllm/__pycache__/__init__.cpython-311.pyc"
-    out = run_sh(engine, arm64_build["image"], f"od -An -tu4 -j4 -N4 {pyc}")
+    out = run_sh(engine, emulated_build["image"], f"od -An -tu4 -j4 -N4 {pyc}")
     assert int(out.split()[0]) == 0b01   # hash-based, not checked against the source
 
 
-def test_layers_report_bytes_and_nothing_shadowed(arm64_build):
-    summary = arm64_build["layers"]
+def test_layers_report_bytes_and_nothing_shadowed(emulated_build):
+    summary = emulated_build["layers"]
     assert summary is not None and summary["shadowed_bytes"] == 0, json.dumps(summary)
     steps = [layer["step"] for layer in summary["layers"]]
     bytecode = [layer for layer in summary["layers"] if "COPY /bytecode/ /" in layer["step"]]
@@ -141,7 +147,7 @@ def test_layers_report_bytes_and_nothing_shadowed(arm64_build):
 
 
 def test_another_target_reuses_the_closure_and_a_size_budget_fails_it(
-        arm64_build, engine, cli, tmp_path):
+        emulated_build, engine, cli, tmp_path):
     """A second target with the same closure: its build runs no closure step again (BuildKit
     has them all), and its size budget, far below the image, fails it in one line (exit 6)."""
     from edgevllm.common.paths import data_dirs
@@ -151,7 +157,7 @@ def test_another_target_reuses_the_closure_and_a_size_budget_fails_it(
     (tmp_path / "targets" / "budget.yaml").write_text(
         spark.replace("name: spark", "name: budget") + "size_budget_gb: 0.001\n")
     spec = write_spec(tmp_path / "spec.yaml",
-                      **bytecode_spec(engine, arm64_build["wheel"], target="budget"))
+                      **bytecode_spec(engine, emulated_build["wheel"], target="budget"))
     code, _, stderr = cli("build", "--spec", str(spec), "--out", str(tmp_path / "out"),
                           env={"EDGEVLLM_TARGETS_PATH": str(tmp_path / "targets")}, timeout=3000)
     for line in engine.run_cli(["images", "-q", "edgevllm-test/e2e-bytecode-budget"]).stdout \

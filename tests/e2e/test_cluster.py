@@ -90,9 +90,9 @@ def test_two_node_ray_cluster_up_and_torn_down(engine, ray_image):
     assert leftovers(engine, name) == ([], False)
 
 
-def test_node_with_a_different_image_is_refused(engine, ray_image, python_image_amd64):
+def test_node_with_a_different_image_is_refused(engine, ray_image, python_image_native):
     name = PREFIX + "digest"
-    cluster = make(engine, ray_image, name, node_image=python_image_amd64)
+    cluster = make(engine, ray_image, name, node_image=python_image_native)
     with pytest.raises(ClusterError) as info:
         cluster.launch()
     message = str(info.value)

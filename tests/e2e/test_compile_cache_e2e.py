@@ -1,8 +1,8 @@
 """The shared compile cache (--compile-cache), end to end with real parts: a real redis-server
 process (tests/support/redis_server) as ccache's remote storage, the fixture tree compiled
 through Debian's ccache (in the test CUDA image: tests/support/images.ccache_image) in the build
-stage (linux/amd64, spark's arch list), on the real Docker engine, which reaches redis at the
-host's bridge address.
+stage (the host's platform, spark's arch list), on the real Docker engine, which reaches redis at
+the host's bridge address.
 
 Builder one compiles a unit no cache has seen (misses); builder two builds the same tree as a
 second machine would: its own, empty local cache (another cache id) and none of builder one's
@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from e2e.conftest import hermetic_spec
+from support.platforms import native_platform
 
 PASSWORD = "s3cret-" + uuid.uuid4().hex[:8]
 
@@ -45,7 +46,7 @@ def redis_url(engine):
 
 def builder_spec(base_image, upstream, url: str, ref: str, **extra) -> dict:
     # A cache id no build has used: this builder's local ccache starts empty, as on a new machine.
-    spec = hermetic_spec("spark", base_image, upstream, platform="linux/amd64",
+    spec = hermetic_spec("spark", base_image, upstream, platform=native_platform(),
                          mods=[], verify=False, compile_cache=url,
                          compile_cache_id=f"ccache-e2e-{uuid.uuid4().hex[:12]}", **extra)
     spec["vllm"]["ref"] = ref
@@ -65,25 +66,25 @@ def salted_tree(upstream) -> str:
 
 
 @pytest.fixture(scope="module")
-def ccache_image_amd64(engine):
+def ccache_image_native(engine):
     from support.images import ccache_image
 
-    return ccache_image(engine, "amd64")
+    return ccache_image(engine)   # this host's platform
 
 
 def test_a_second_builder_compiles_nothing_from_the_shared_cache(
-        redis_url, engine, ccache_image_amd64, fake_upstream, tmp_path):
+        redis_url, engine, ccache_image_native, fake_upstream, tmp_path):
     from edgevllm.builder.pipeline import build
     from edgevllm.specs.buildspec import spec_from_dict
 
     tree = salted_tree(fake_upstream)
-    first = build(spec_from_dict(builder_spec(ccache_image_amd64, fake_upstream,
+    first = build(spec_from_dict(builder_spec(ccache_image_native, fake_upstream,
                                               redis_url, tree)), tmp_path / "one", engine)
     assert first.compiled and first.compile_cache is not None, "the compile printed no counters"
     assert first.compile_cache["misses"] > 0 and first.compile_cache["remote"] is True
     assert first.compile_cache["remote_errors"] == 0, first.compile_cache
 
-    second = build(spec_from_dict(builder_spec(ccache_image_amd64, fake_upstream,
+    second = build(spec_from_dict(builder_spec(ccache_image_native, fake_upstream,
                                                redis_url, tree, rerun_steps=True)),
                    tmp_path / "two", engine)
     assert second.compiled, "the second builder must run its compile (its own empty cache)"

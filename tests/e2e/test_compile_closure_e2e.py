@@ -5,10 +5,11 @@ A git repository made from the real 0.33.0 sdist (PyPI) stands in for the GitHub
 v0.33.0), as in test_precompiled_e2e.py. The compile mode's own preparation runs on it from the
 prepared tree on (``builder/modes/compile.prepare_over``, what ``inv build --compile`` runs after
 the tree): the tree's requirements/cuda.txt (and the common.txt it includes) resolved with uv for
-linux/amd64 + Python 3.13 with the target's pins as overrides, the build requirements pinned by
-hash, both downloaded into the test cache's wheelhouse (shared with the prebuilt and precompiled
-end-to-end tests, so nearly every wheel is there already), the Dockerfile rendered and the lock
-made. Then the lock rebuilds it: nothing is resolved, the same wheels and the same compile key.
+the host's platform (as the prebuilt test) + Python 3.13 with the target's pins as overrides, the
+build requirements pinned by hash, both downloaded into the test cache's wheelhouse (shared with
+the prebuilt and precompiled end-to-end tests, so nearly every wheel is there already), the
+Dockerfile rendered and the lock made. Then the lock rebuilds it: nothing is resolved, the same
+wheels and the same compile key.
 
 Not prepared here: the tree's kernel side (the kernel plan from its CMake and the repositories
 that CMake clones, which come from GitHub, unreachable here). test_build_e2e.py runs the whole
@@ -34,9 +35,8 @@ VLLM = "0.33.0"
 # closure resolvable there and its overrides the same as the other real-vLLM tests'; where the
 # newer certifi is on the index, uv takes it anyway.
 CERTIFI = "certifi>=2026.10.18"
-AMD64_PY313 = {"platform_machine": "x86_64", "python_version": "3.13",
-               "python_full_version": "3.13.0", "sys_platform": "linux",
-               "platform_system": "Linux", "os_name": "posix"}
+PY313 = {"python_version": "3.13", "python_full_version": "3.13.0", "sys_platform": "linux",
+         "platform_system": "Linux", "os_name": "posix"}   # + the host's platform_machine
 
 
 @pytest.fixture(scope="module")
@@ -68,9 +68,10 @@ def compile_job(upstream, base: str, out, locked=None):
     from edgevllm.builder.runner import Workspace
     from edgevllm.containers.docker import DockerEngine
     from edgevllm.specs.buildspec import lock_overrides, spec_from_dict
+    from support.platforms import native_platform
     from support.real_vllm import PYTHON
 
-    data = {"target": "spark", "mode": "compile", "platform": "linux/amd64", "python": PYTHON,
+    data = {"target": "spark", "mode": "compile", "platform": native_platform(), "python": PYTHON,
             "torch": {"version": "2.14.0", "index_url": None}, "overrides": [CERTIFI],
             "base_image": base, "apt_packages": [],
             "vllm": {"repo": upstream.url, "ref": f"v{VLLM}"}}
@@ -95,7 +96,7 @@ def prepared(job):
 def locked_build(real_cache, sdist_upstream, engine, tmp_path_factory):
     from support.real_vllm import trixie_python_image
 
-    base = trixie_python_image(engine, "amd64")
+    base = trixie_python_image(engine)   # this host's platform
     out = tmp_path_factory.mktemp("compile-closure")
     started = time.monotonic()
     build = prepared(compile_job(sdist_upstream, base, out))
@@ -113,10 +114,13 @@ def test_every_runtime_wheel_of_the_tree_is_locked_by_sha256(locked_build):
         "torch-2.14.0-cp313-cp313-manylinux")
     assert lock.packages["torch"] == "2.14.0"
     assert "vllm" not in wheels, "the compiled wheel is the image's vLLM, not a released one"
+    from support.platforms import machine, native_arch
+
     tree = build.contexts["vllm-src"]
     asked = [Requirement(line) for line in _runtime_lines(tree)]
+    closure_env = {**default_environment(), **PY313, "platform_machine": machine(native_arch())}
     wanted = {canonicalize_name(r.name) for r in asked
-              if r.marker is None or r.marker.evaluate({**default_environment(), **AMD64_PY313})}
+              if r.marker is None or r.marker.evaluate(closure_env)}
     assert wanted - set(wheels) == set(), "a runtime requirement of the tree is not in the lock"
     assert len(wheels) > 150 and CERTIFI in lock.closure.overrides
     print(f"compile closure: {len(wheels)} wheels, "

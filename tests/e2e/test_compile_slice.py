@@ -37,7 +37,7 @@ from support.sdists import pypi_sdist, sdist_tree
 pytestmark = pytest.mark.e2e
 
 TORCH = ("torch==2.14.0", ["manylinux_2_28_aarch64"], "3.12")   # headers: same on every arch
-CUBLAS = ("nvidia-cublas==13.1.1.3", ["manylinux_2_27_x86_64"], None)
+CUBLAS = ("nvidia-cublas==13.1.1.3", ["manylinux_2_27_x86_64"], None)   # headers: the same too
 UNITS = ["csrc/activation_kernels.cu", "csrc/layernorm_kernels.cu"]
 
 

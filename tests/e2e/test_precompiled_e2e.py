@@ -4,7 +4,7 @@ the compiled libraries of the real vllm 0.33.0 wheel, through ``edgevllm build -
 A git repository made from the real 0.33.0 sdist (PyPI) stands in for the GitHub clone (tag
 v0.33.0), with PR 7 (Python only: a marker in ``vllm/__init__.py`` and a new module) and PR 8 (a
 kernel source). The build uses the same spec, base and closure as the prebuilt end-to-end test
-(tests/e2e/test_real_vllm_e2e.py: spark for linux/amd64 on a local Debian trixie base): the
+(tests/e2e/test_real_vllm_e2e.py: spark for the host's platform on a local Debian trixie base): the
 closure's install layer is the same one, so BuildKit reuses it and CI pays for one heavy install.
 What this module adds is small: vLLM's setup.py run with VLLM_USE_PRECOMPILED on the tree, its
 wheel installed over the release, and the checks below. It skips verify and the probe (the
@@ -61,9 +61,10 @@ def real_env():
 
 def spec_file(out: Path) -> Path:
     """The prebuilt test's spec (same closure, same base): see test_real_vllm_e2e.py."""
+    from support.platforms import native_platform
     from support.real_vllm import PYTHON
 
-    return write_spec(out / "spec.yaml", target="spark", platform="linux/amd64", python=PYTHON,
+    return write_spec(out / "spec.yaml", target="spark", platform=native_platform(), python=PYTHON,
                       apt_packages=[], torch={"version": "2.14.0", "index_url": None},
                       image_repo=REPO)
 
@@ -72,7 +73,7 @@ def spec_file(out: Path) -> Path:
 def trixie(engine):
     from support.real_vllm import trixie_python_image
 
-    return trixie_python_image(engine, "amd64")
+    return trixie_python_image(engine)   # this host's platform
 
 
 @pytest.fixture(scope="module")

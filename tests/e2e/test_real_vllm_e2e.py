@@ -4,8 +4,9 @@ Nothing stands in for vLLM here: the closure of vllm==0.33.0 (about 200 wheels, 
 cuBLAS, cuDNN, NCCL, FlashInfer, CuTe DSL, fastsafetensors, ...) is resolved with uv on the host,
 downloaded into the content-addressed wheelhouse (cached under $EDGEVLLM_TEST_CACHE) and installed
 offline by hash into a Debian trixie + Python 3.13 base made locally (NVIDIA's registry is not
-reachable here). The target is spark, built for linux/amd64 (the x86_64 wheels, no emulation) so
-CI stays inside its budget; bench/real_image.py builds the arm64 images for spark and thor.
+reachable here). The target is spark, built for the host's platform (no emulation: linux/amd64
+and the x86_64 wheels on an x86_64 host, the target's own linux/arm64 on a Spark or Thor) so CI
+stays inside its budget; bench/real_image.py builds the arm64 images for spark and thor.
 
 ONE image build per module (about 10 GB, a few minutes); every test reads it. Then: the mods on
 the real cutlass-dsl / FlashInfer / fastsafetensors, verify on every CUDA library, probe level 1
@@ -51,11 +52,12 @@ def real_env(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def real_build(engine, cli, real_env, tmp_path_factory):
+    from support.platforms import native_platform
     from support.real_vllm import PYTHON, trixie_python_image
 
-    base = trixie_python_image(engine, "amd64")
+    base = trixie_python_image(engine)
     out = tmp_path_factory.mktemp("real-out")
-    spec = write_spec(out / "spec.yaml", target="spark", platform="linux/amd64", python=PYTHON,
+    spec = write_spec(out / "spec.yaml", target="spark", platform=native_platform(), python=PYTHON,
                       apt_packages=[],            # the base has the venv module and g++
                       # PyPI's torch 2.14.0 is the cu130 build; download.pytorch.org is
                       # unreachable from here, so the closure takes torch from PyPI.
@@ -79,10 +81,12 @@ def test_preflight_names_the_mode_and_why(real_build):
 
 def test_lock_pins_every_installed_wheel_by_hash(real_build, engine):
     from edgevllm.specs.lock import read_lock
+    from support.platforms import native_arch, python_platform
 
     result, _, _ = real_build
     lock = read_lock(result["lock"])
-    assert lock.mode == "prebuilt" and lock.closure.python_platform == "x86_64-manylinux_2_34"
+    assert lock.mode == "prebuilt"
+    assert lock.closure.python_platform == python_platform(native_arch())
     assert CERTIFI in lock.closure.overrides and "torch==2.14.0" in lock.closure.overrides
     from packaging.utils import canonicalize_name
 
@@ -244,6 +248,7 @@ def test_stock_kernel_policy_passes_the_release_wheel_the_default_refuses():
     from edgevllm.verify.policy import STOCK_POLICY
     from support.downloads import pypi_download
 
+    # The x86_64 release wheel as a file to read (any host): its kernels are what this checks.
     wheel = pypi_download(f"vllm=={VLLM}", ["manylinux_2_28_x86_64"], "3.13")
     strict = verify("spark", path=wheel)
     stock = verify("spark", path=wheel, policy=STOCK_POLICY)

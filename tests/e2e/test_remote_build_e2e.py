@@ -1,5 +1,5 @@
-"""``inv build --engine``: the fixture build (fake-vllm, nvcc-compiled, linux/amd64) run on other
-Docker engines, driven from here. The engines are node containers running sshd and their own
+"""``inv build --engine``: the fixture build (fake-vllm, nvcc-compiled, the host's platform) run on
+other Docker engines, driven from here. The engines are node containers running sshd and their own
 dockerd (tests/support/sshd_node.py), reached as ``ssh://root@ADDR`` through the real ssh client;
 the base image reaches them through ``inv copy``.
 
@@ -25,6 +25,7 @@ import zipfile
 import pytest
 
 from e2e.conftest import hermetic_spec, write_spec
+from support.platforms import how_built, native_arch, native_platform
 
 pytestmark = pytest.mark.e2e
 
@@ -32,21 +33,21 @@ PREFIX = "edgevllm-test-remote"
 
 
 @pytest.fixture(scope="module")
-def nodes(engine, cuda_image_amd64, tmp_path_factory, cli):
+def nodes(engine, cuda_image_native, tmp_path_factory, cli):
     from support.sshd_node import SshNodes
 
     workdir = tmp_path_factory.mktemp("ssh")
     with SshNodes(engine, PREFIX, 2, workdir, socket_dir=workdir / "sockets",
                   bridge=True) as made:
-        code, out, err = cli("copy", "--image", cuda_image_amd64, "--to",
+        code, out, err = cli("copy", "--image", cuda_image_native, "--to",
                              ",".join(made.urls()), env=made.env(), timeout=600)
         assert code == 0, err
         yield made
 
 
 @pytest.fixture(scope="module")
-def spec_file(cuda_image_amd64, fake_upstream, tmp_path_factory):
-    spec = hermetic_spec("spark", cuda_image_amd64, fake_upstream, platform="linux/amd64",
+def spec_file(cuda_image_native, fake_upstream, tmp_path_factory):
+    spec = hermetic_spec("spark", cuda_image_native, fake_upstream, platform=native_platform(),
                          mods=[], image_repo="edgevllm-test/remote")
     return write_spec(tmp_path_factory.mktemp("spec") / "remote.yaml", **spec)
 
@@ -66,19 +67,21 @@ def test_build_on_another_engine_brings_everything_back(nodes, spec_file, engine
     monkeypatch.setenv("PATH", nodes.env()["PATH"])
     node_a = nodes.urls()[0]
     # The preflight's own checks, asked of node A in seconds: thor's linux/arm64 is emulated
-    # there (the node's builder lists it: binfmt on its machine), its disk is its own.
+    # there on an x86_64 host (the node's builder lists it: binfmt on its machine), native on an
+    # arm64 one; its disk is its own.
     started = time.monotonic()
     code, out, err = cli("doctor", "--target", "thor", "--engine", node_a, env=nodes.env())
     doctor_s = time.monotonic() - started
     rows = {line[6:28].strip(): line[28:].strip() for line in out.splitlines()}
-    assert rows["emulation / platform"] == "linux/arm64 emulated on amd64", out + err
+    assert rows["emulation / platform"] == \
+        f"linux/arm64 {how_built('linux/arm64')} on {native_arch()}", out + err
     assert rows["disk"].startswith(f"engine {node_a}: ") and "GB free" in rows["disk"], out
     remote_s, code, out, err = timed_build(
         cli, nodes.env(), "--spec", str(spec_file), "--out", str(tmp_path / "a"),
         "--engine", node_a, "--json", str(tmp_path / "a.json"))
     assert code == 0, err[-4000:]
     remote_err = err
-    assert f"engine {node_a}: amd64 machine, linux/amd64 native" in err
+    assert f"engine {node_a}: {native_arch()} machine, {native_platform()} native" in err
     assert f"engine {node_a}: " in err and " GB free" in err
     result = json.loads((tmp_path / "a.json").read_text())
     built = tmp_path / "a" / "spark"
@@ -125,7 +128,7 @@ def test_two_targets_in_parallel_and_a_node_that_goes_away(nodes, spec_file, eng
     node_a, node_b = nodes.urls()
     out = tmp_path / "out"
     argv = [sys.executable, "-c", "from edgevllm.cli import main; main()", "build",
-            "--spec", str(spec_file), "--target", "thor,spark", "--platform", "linux/amd64",
+            "--spec", str(spec_file), "--target", "thor,spark", "--platform", native_platform(),
             "--out", str(out), "--engine", f"thor={node_a}", "--engine", f"spark={node_b}"]
     env = {**os.environ, **nodes.env(), "NO_COLOR": "1"}
     proc = subprocess.Popen(argv, cwd=Path(__file__).parents[2], env=env, stdout=subprocess.PIPE,

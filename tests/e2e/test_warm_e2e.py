@@ -1,5 +1,5 @@
-"""``inv build --warm`` end to end on the real vLLM 0.33.0 prebuilt image for spark (linux/amd64,
-built as tests/e2e/test_real_vllm_e2e.py builds it, from the same cached closure).
+"""``inv build --warm`` end to end on the real vLLM 0.33.0 prebuilt image for spark (the host's
+platform, built as tests/e2e/test_real_vllm_e2e.py builds it, from the same cached closure).
 
 The warm step runs FlashInfer 0.7.2's own JIT inside the image build, with the closure's nvcc
 (nvidia-cuda-nvcc wheel), g++ and ninja and no GPU, for the modules vLLM asks for the shipped tiny
@@ -42,11 +42,12 @@ AOT = SITE + "/flashinfer/data/aot"
 @pytest.fixture(scope="module")
 def warm_build(engine, cli, tmp_path_factory):
     from support.downloads import test_cache_dir
+    from support.platforms import native_platform
     from support.real_vllm import PYTHON, trixie_python_image
 
-    base = trixie_python_image(engine, "amd64")
+    base = trixie_python_image(engine)
     out = tmp_path_factory.mktemp("warm-out")
-    spec = write_spec(out / "spec.yaml", target="spark", platform="linux/amd64", python=PYTHON,
+    spec = write_spec(out / "spec.yaml", target="spark", platform=native_platform(), python=PYTHON,
                       apt_packages=[], torch={"version": "2.14.0", "index_url": None},
                       image_repo=REPO)
     code, _, stderr = cli("build", "--spec", str(spec), "--vllm-wheel", VLLM,
@@ -107,6 +108,7 @@ print(json.dumps({"hidden": hidden, "prefill": [callable(prefill.plan),
 
 def test_a_fresh_container_loads_them_without_nvcc_or_ninja(warm_build, engine, tmp_path):
     from edgevllm.containers.options import RunOptions
+    from support.platforms import multiarch_libdir, native_arch
 
     result, _, _ = warm_build
     stub = _driver_stand_in(engine, result["image"], tmp_path)
@@ -114,7 +116,7 @@ def test_a_fresh_container_loads_them_without_nvcc_or_ninja(warm_build, engine, 
     empty.mkdir()
     hide = [f"{empty}:{SITE}/nvidia/cu13/bin:ro", f"{empty}:{SITE}/ninja/data/bin:ro",
             f"{tmp_path / 'not-ninja'}:/opt/venv/bin/ninja:ro",
-            f"{stub}:/usr/lib/x86_64-linux-gnu/libcuda.so.1:ro"]
+            f"{stub}:{multiarch_libdir(native_arch())}/libcuda.so.1:ro"]
     (tmp_path / "not-ninja").write_text("")  # an empty file, not executable: no ninja to run
     proc = engine.run(RunOptions(image=result["image"], remove=True, network="none",
                                  volumes=hide, env={"FLASHINFER_DISABLE_JIT": "1"},

@@ -94,7 +94,7 @@ def _rewrite(bundle: Path, out: Path, change) -> Path:
 
 
 @pytest.fixture(scope="module")
-def harvested(engine, python_image_amd64, tmp_path_factory):
+def harvested(engine, python_image_native, tmp_path_factory):
     """inv warm RECIPE once for the module: (bundle, its stderr), the recipe file, the number
     of requests the server answered."""
     tmp_path = tmp_path_factory.mktemp("warm")
@@ -104,7 +104,7 @@ def harvested(engine, python_image_amd64, tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch, \
             BenchServer(ServerConfig(ttft_s=0.02, itl_s=0.01)) as server:
         patch.setenv("EDGEVLLM_CACHE", str(tmp_path / "cache"))
-        recipe = _recipe(tmp_path / f"{NAME}.yaml", python_image_amd64, server.port,
+        recipe = _recipe(tmp_path / f"{NAME}.yaml", python_image_native, server.port,
                          tmp_path / "jit", fixtures)
         _stop_quietly(engine)
         try:
@@ -119,10 +119,10 @@ def harvested(engine, python_image_amd64, tmp_path_factory):
 
 
 def test_warm_harvests_a_checked_bundle_and_serve_fills_a_fresh_start_from_it(
-        engine, python_image_amd64, harvested, tmp_path, monkeypatch):
+        engine, python_image_native, harvested, tmp_path, monkeypatch):
     (bundle, said), recipe, requests = harvested
     monkeypatch.setenv("EDGEVLLM_CACHE", str(bundle.parents[1]))
-    image_id = engine.image_id(python_image_amd64)
+    image_id = engine.image_id(python_image_native)
     # the start probe's one streamed completion (start timing), then the 2 warm-up requests
     assert requests == 3
     assert "start: healthy after" in said and "2 warm-up requests" in said
@@ -207,20 +207,20 @@ def tiny_image(engine, tmp_path):
     engine.remove_image(tag, force=True)
 
 
-def test_copy_fills_a_nodes_cache_folders_from_the_bundle(engine, python_image_amd64,
+def test_copy_fills_a_nodes_cache_folders_from_the_bundle(engine, python_image_native,
                                                          harvested, tmp_path):
     """The node is the local engine (tests/e2e/test_serve_distribute.py streams images to
     ssh nodes; the caches go through the same engine calls, docker create + docker cp)."""
     (bundle, _), _, _ = harvested
     root = tmp_path / "node-jit"
-    proc = _cli("copy", "--image", python_image_amd64, "--to", "local", "--with-caches",
+    proc = _cli("copy", "--image", python_image_native, "--to", "local", "--with-caches",
                 str(bundle), "--jit-cache-root", str(root))
     assert proc.returncode == 0, proc.stderr
     rows = [line.split() for line in proc.stdout.splitlines()]
     files = str(len(read_manifest(bundle).entries))  # the cubin, the sm_121a library, a blob
     assert rows[0][1:4] == ["up", "to", "date"] and rows[1][1:3] == ["caches", files] and \
         files == "3", rows
-    folder = root / jit_folder(engine.image_id(python_image_amd64))
+    folder = root / jit_folder(engine.image_id(python_image_native))
     assert (folder / "triton/cache/k1/scale.cubin").read_bytes() == \
         nvcc_cubin("121a").read_bytes()
     assert not engine.containers(label=f"io.edgevllm.recipe={NAME}")

@@ -1,6 +1,6 @@
 """Compiled wheels shared by compile key (--wheel-cache), end to end through the CLI with real
-parts: the fixture tree compiled on the real Docker engine (spark's arch list, linux/amd64), a
-real registry (Debian's docker-registry on 127.0.0.1) as the wheel cache.
+parts: the fixture tree compiled on the real Docker engine (spark's arch list, the host's
+platform), a real registry (Debian's docker-registry on 127.0.0.1) as the wheel cache.
 
 Builder one compiles and publishes its key's wheels; builder two (its own output folder, nothing
 local) has no compile stage at all: preflight says where the wheels come from, its wheels are
@@ -18,6 +18,7 @@ import pytest
 
 from e2e.conftest import hermetic_spec, write_spec
 from edgevllm.common.fsutil import sha256_file
+from support.platforms import native_platform
 
 REPO_NAME = "edgevllm-test/e2e-wheelcache25"
 
@@ -49,11 +50,11 @@ def flip_a_byte(storage: Path, sha256: str) -> None:
 
 
 def test_a_second_builder_takes_the_compiled_wheels_by_key(
-        registry, engine, cli, cuda_image_amd64, fake_upstream, tmp_path):
+        registry, engine, cli, cuda_image_native, fake_upstream, tmp_path):
     host, storage = registry
     ref = f"{host}/edgevllm/wheels"
     spec_file = write_spec(tmp_path / "spec.yaml", **hermetic_spec(
-        "spark", cuda_image_amd64, fake_upstream, platform="linux/amd64", mods=[],
+        "spark", cuda_image_native, fake_upstream, platform=native_platform(), mods=[],
         verify=False, image_repo=REPO_NAME))
     images: set[str] = set()
     try:

@@ -23,12 +23,12 @@ import tempfile
 from pathlib import Path
 
 from .downloads import file_lock, pypi_download, test_cache_dir, unpacked_wheel
+from .platforms import native_wheel_tags
 
 NVCC = Path(os.environ.get("EDGEVLLM_NVCC", "/usr/local/cuda-13.0/bin/nvcc"))
 NVJPEG_SPEC = "nvidia-nvjpeg==13.3.2.43"
 CUOBJDUMP_SPEC = "nvidia-cuda-cuobjdump==13.5.37"
 AARCH64_TAGS = ["manylinux2014_aarch64", "manylinux_2_17_aarch64"]
-X86_64_TAGS = ["manylinux2014_x86_64", "manylinux_2_17_x86_64"]
 
 SOURCE = """
 __global__ void scale(float *x, float a) { x[threadIdx.x] *= a; }
@@ -151,8 +151,9 @@ def aarch64_cuda_lib() -> Path:
 
 @functools.lru_cache(maxsize=None)
 def cuobjdump_binary() -> Path:
-    """cuobjdump from the x86_64 nvidia-cuda-cuobjdump wheel (unzipped, never pip-installed)."""
-    wheel = pypi_download(CUOBJDUMP_SPEC, X86_64_TAGS, "3.11")
+    """cuobjdump from the nvidia-cuda-cuobjdump wheel for this host (unzipped, never
+    pip-installed): it runs here."""
+    wheel = pypi_download(CUOBJDUMP_SPEC, native_wheel_tags("2014", "2_17"), "3.11")
     return unpacked_wheel(wheel) / "nvidia" / "cu13" / "bin" / "cuobjdump"
 
 

@@ -7,8 +7,10 @@ unpacked from NVIDIA's own PyPI wheels into /usr/local/cuda, like nvidia/cuda:*-
 
 Both are cached: the rootfs tarball and the wheels under ``$EDGEVLLM_TEST_CACHE``
 (default /var/cache/edgevllm-test), the images in the engine under a tag that encodes their inputs,
-so a second CI run on the same machine reuses them. linux/arm64 images are built under qemu
-emulation (binfmt), as the real Thor / Spark images are.
+so a second CI run on the same machine reuses them. Both are built for linux/amd64 and
+linux/arm64 on either host: the other platform's under qemu emulation (binfmt; debootstrap's
+second stage runs in the foreign rootfs through it), as a Thor / Spark image is built on a
+workstation (support/platforms.py says which platform a test takes).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pathlib import Path
 from edgevllm.containers.docker import BuildOptions, DockerEngine
 
 from .downloads import file_lock, test_cache_dir
+from .platforms import native_arch, wheel_tags
 
 SUITE = "bookworm"
 MIRROR = "http://deb.debian.org/debian"
@@ -43,10 +46,8 @@ CUDA_WHEELS = [
     "nvidia-cuda-runtime==13.0.96",
     "nvidia-cuda-cccl==13.0.85",
 ]
-WHEEL_PLATFORMS = {
-    "amd64": ["manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_27_x86_64"],
-    "arm64": ["manylinux2014_aarch64", "manylinux_2_17_aarch64", "manylinux_2_27_aarch64"],
-}
+# The CUDA wheels' glibc tags, the same for both machines (platforms.wheel_tags).
+WHEEL_GLIBC = ("2014", "2_17", "2_27")
 
 
 def cache_root() -> Path:
@@ -127,7 +128,7 @@ def download_wheels(arch: str, requirements: list[str], python_version: str = "3
         return dest
     partial = dest.with_name(dest.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
-    platform_args = [arg for tag in WHEEL_PLATFORMS[arch] for arg in ("--platform", tag)]
+    platform_args = [arg for tag in wheel_tags(arch, *WHEEL_GLIBC) for arg in ("--platform", tag)]
     subprocess.run(
         [
             "python3",
@@ -180,8 +181,10 @@ def cuda_image(engine: DockerEngine, arch: str) -> str:
 CCACHE_DEBS = ["ccache", "libhiredis0.14"]  # ccache with redis remote storage (bookworm)
 
 
-def ccache_image(engine: DockerEngine, arch: str = "amd64") -> str:
-    """Tag of cuda_image(arch) plus Debian bookworm's ccache, from .debs the host downloads."""
+def ccache_image(engine: DockerEngine, arch: str | None = None) -> str:
+    """Tag of cuda_image(arch) (default: this host's) plus Debian bookworm's ccache, from .debs
+    the host downloads."""
+    arch = arch or native_arch()
     base = cuda_image(engine, arch)
     tag = f"edgevllm-test/cuda-ccache:13.0-{arch}-{_key(base, CCACHE_DEBS)}"
     with image_lock(f"ccache-image-{arch}"):
@@ -191,8 +194,14 @@ def ccache_image(engine: DockerEngine, arch: str = "amd64") -> str:
         if not any(debs.glob("*.deb")):
             debs.mkdir(parents=True, exist_ok=True)
             names = [f"{name}:{arch}/bookworm" for name in CCACHE_DEBS]
-            subprocess.run(["apt-get", "download", *names], cwd=debs, check=True,
-                           capture_output=True)
+            proc = subprocess.run(["apt-get", "download", *names], cwd=debs,
+                                  capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise RuntimeError(
+                    f"apt-get download {' '.join(names)} failed "
+                    f"({(proc.stderr.strip().splitlines() or ['no output'])[-1]}): the ccache "
+                    f"test image takes Debian bookworm's .debs for {arch} from this host's apt, "
+                    "which needs a Debian bookworm source for them (a bookworm host has one)")
         lines: list[str] = []
         code = engine.build(
             BuildOptions(context=debs,

@@ -20,15 +20,17 @@ from pathlib import Path
 from typing import Sequence
 
 from .downloads import file_lock, pypi_download, test_cache_dir
+from .platforms import native_wheel_tags
 
-X86 = ["manylinux_2_28_x86_64"]
+GLIBC = "2_28"   # the manylinux tag most of the mods' wheels carry
 PY = f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
-def wheel(spec: str, platform: bool = True, tag: str | None = None) -> Path:
+def wheel(spec: str, platform: bool = True, glibc: str | None = None) -> Path:
     """One cached wheel for this host's platform (``platform=False``: a pure-Python wheel;
-    ``tag``: another manylinux tag, e.g. for wheels published as manylinux2014 only)."""
-    tags = [tag] if tag else X86
+    ``glibc``: another manylinux tag, e.g. ``"2_17"`` for wheels published as manylinux2014 only).
+    The wheels are installed into folders this host's Python (or a native container) imports."""
+    tags = native_wheel_tags(glibc or GLIBC)
     return pypi_download(spec, tags if platform else (), PY if platform else None)
 
 
@@ -79,7 +81,7 @@ def cuda_bindings_wheels() -> list[Path]:
     return [
         wheel("cuda-bindings==13.0.3"),
         wheel("cuda-pathfinder==1.3.3", platform=False),
-        wheel("numpy==2.2.6", tag="manylinux_2_17_x86_64"),
+        wheel("numpy==2.2.6", glibc="2_17"),
     ]
 
 

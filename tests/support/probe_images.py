@@ -1,4 +1,4 @@
-"""Fixture images for the probe tests, built on python_image(engine, "amd64").
+"""Fixture images for the probe tests, built on python_image(engine, <this host's arch>).
 
 ``level1_image(engine, variant)``: Debian + Python with a stand-in ``vllm`` package whose
 extensions are real shared objects compiled with gcc (some built to fail to load the way vLLM's
@@ -23,6 +23,7 @@ from pathlib import Path
 from edgevllm.containers.docker import BuildOptions, DockerEngine
 
 from .images import python_image
+from .platforms import native_arch
 
 FIXTURE = Path(__file__).with_name("probe_fixture")
 
@@ -93,7 +94,7 @@ def _stage_level1(ctx: Path, spec: dict) -> None:
 
 
 def level1_image(engine: DockerEngine, variant: str) -> str:
-    base = python_image(engine, "amd64")
+    base = python_image(engine, native_arch())
     spec = VARIANTS[variant]
     sources = [FIXTURE / n for n in ("ext.c", "libcuda_stub.c", "build.sh", "Dockerfile")]
     tag = f"edgevllm-test-probe-l1:{variant}-{_digest(base, spec, _files_digest(sources))}"
@@ -107,7 +108,7 @@ def level1_image(engine: DockerEngine, variant: str) -> str:
 
 
 def fake_vllm_image(engine: DockerEngine) -> str:
-    base = python_image(engine, "amd64")
+    base = python_image(engine, native_arch())
     sources = [FIXTURE / "fake_vllm_serve.py", FIXTURE / "fake-vllm.Dockerfile"]
     tag = f"edgevllm-test-probe-fakevllm:{_digest(base, _files_digest(sources))}"
     if engine.image_exists(tag):

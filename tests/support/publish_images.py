@@ -18,6 +18,8 @@ from pathlib import Path
 
 from edgevllm.containers.docker import BuildOptions, DockerEngine
 
+from .platforms import multiarch_libdir, native_arch, native_platform
+
 PREFIX = "edgevllm-test-publish-"
 LOCK = {"schema_version": 1, "target": "spark", "packages": {"torch": "2.13.0"}}
 VERIFY = {"target": "spark", "passed": True, "libraries": 12, "failures": 0}
@@ -34,8 +36,8 @@ class NoSaveEngine(DockerEngine):
 SMALL_DOCKERFILE = """FROM {base} AS src
 FROM scratch
 COPY --from=src /usr/lib/python3/dist-packages/ /usr/lib/python3/dist-packages/
-COPY --from=src /usr/lib/x86_64-linux-gnu/libpython3.11.so.1.0 \\
-    /usr/lib/x86_64-linux-gnu/libcrypto.so.3 /usr/lib/x86_64-linux-gnu/
+COPY --from=src {libdir}/libpython3.11.so.1.0 \\
+    {libdir}/libcrypto.so.3 {libdir}/
 COPY mods.json /opt/edgevllm/mods.json
 """
 
@@ -67,7 +69,7 @@ def _build(
             BuildOptions(
                 context=context,
                 dockerfile=context / "Dockerfile",
-                platform="linux/amd64",
+                platform=native_platform(),   # the bases are this host's
                 tags=[tag],
                 labels=labels,
             ),
@@ -80,7 +82,7 @@ def _build(
 
 def small_image(engine: DockerEngine, base: str) -> str:
     """Tag of the ~40 MB records-carrying test image (built once, then reused)."""
-    text = SMALL_DOCKERFILE.format(base=base)
+    text = SMALL_DOCKERFILE.format(base=base, libdir=multiarch_libdir(native_arch()))
     labels = records_labels()
     key = hashlib.sha256(repr((text, sorted(labels.items()), MODS)).encode()).hexdigest()[:10]
     tag = f"{PREFIX}small:{key}"

@@ -13,14 +13,17 @@ from __future__ import annotations
 from edgevllm.containers.docker import DockerEngine
 
 from .images import _key, cache_root, debootstrap_rootfs, image_lock
+from .platforms import native_arch
 
 SUITE = "trixie"
 PACKAGES = ["python3", "python3-venv", "g++", "ca-certificates"]
 PYTHON = "python3.13"
 
 
-def trixie_python_image(engine: DockerEngine, arch: str = "amd64") -> str:
-    """Tag of a Debian trixie + Python 3.13 + g++ image for linux/<arch>, built once, cached."""
+def trixie_python_image(engine: DockerEngine, arch: str | None = None) -> str:
+    """Tag of a Debian trixie + Python 3.13 + g++ image for linux/<arch> (default: this host's),
+    built once, cached."""
+    arch = arch or native_arch()
     key = _key(SUITE, PACKAGES)
     tag = f"edgevllm-test/debian-python:{SUITE}-{arch}-{key}"
     with image_lock(f"trixie-image-{arch}"):

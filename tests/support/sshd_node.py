@@ -21,6 +21,7 @@ from edgevllm.common.errors import DaemonUnreachableError
 from edgevllm.containers.docker import DockerEngine, RunOptions
 
 from .images import _key, cache_root, debootstrap_rootfs, image_lock, require_program
+from .platforms import native_arch, platform_of
 
 SUITE = "bookworm"
 PACKAGES = ["openssh-server", "rsync", "ca-certificates", "procps"]
@@ -35,14 +36,20 @@ START = ("mkdir -p /run/sshd /root/.ssh && cp /keys/authorized_keys /root/.ssh/ 
 
 
 def sshd_node_image(engine: DockerEngine) -> str:
-    tag = f"edgevllm-test/sshd-node:{SUITE}-{_key(SUITE, PACKAGES)}"
-    with image_lock("sshd-node-image"):
+    """The node image for this host's platform: its containers run the host's own engine
+    binaries (mounted), which only run natively."""
+    arch = native_arch()
+    key = _key(SUITE, PACKAGES)
+    # The x86_64 tag and tarball keep the names they had before arm64 hosts ran the suite.
+    suffix = "" if arch == "amd64" else f"-{arch}"
+    tag = f"edgevllm-test/sshd-node:{SUITE}{suffix}-{key}"
+    with image_lock(f"sshd-node-image{suffix}"):
         if engine.image_exists(tag):
             return tag
-        tarball = cache_root() / f"rootfs-sshd-{SUITE}-{_key(SUITE, PACKAGES)}.tar"
+        tarball = cache_root() / f"rootfs-sshd-{SUITE}{suffix}-{key}.tar"
         if not tarball.exists():
-            debootstrap_rootfs("amd64", SUITE, PACKAGES, tarball)
-        engine.import_rootfs(tarball, tag, platform="linux/amd64", changes=[
+            debootstrap_rootfs(arch, SUITE, PACKAGES, tarball)
+        engine.import_rootfs(tarball, tag, platform=platform_of(arch), changes=[
             "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"])
     return tag
 

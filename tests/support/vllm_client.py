@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 from support.downloads import DownloadFailed, file_lock, pypi_download, test_cache_dir
+from support.platforms import native_wheel_tags
 
 VLLM = "vllm==0.33.0"
 # The CPU build of torch: PyPI's Linux torch is the CUDA build (and vLLM 0.33.0 pins 2.14.0, which
@@ -64,7 +65,7 @@ def _pip(python: Path, args: list[str], what: str) -> None:
 def _build(venv: Path) -> None:
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     python = venv / "bin" / "python"
-    wheel = pypi_download(VLLM, platform_tags=["manylinux_2_28_x86_64"])
+    wheel = pypi_download(VLLM, platform_tags=native_wheel_tags("2_28"))   # runs on this host
     _pip(python, [str(wheel)], VLLM)
     _pip(python, [TORCH], TORCH)
     _pip(python, CLOSURE, "the benchmark client's dependencies")
