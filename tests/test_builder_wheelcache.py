@@ -108,3 +108,53 @@ def test_a_refused_artifact_stops_the_build_unless_compile_says_so(
         assert compiled_wheels(job, compile_mode.prepare(job)) is None  # it compiles
         assert "--compile: compiling instead" in capsys.readouterr().err
         assert not ws.wheels(key).exists()
+
+
+def test_a_compile_lock_rebuild_stops_on_a_refused_artifact_unless_compile_says_so(
+        engine, release_spec, tmp_path, capsys):
+    """``inv build --lock`` of a compile lock: the lock's mode is compile, but only --compile
+    tells the build to compile past a refused artifact (the same rule as without --lock). The
+    specs come from the CLI's own flag handling; the artifact holds a real wheel whose blob has
+    one byte flipped in the registry's storage."""
+    from edgevllm.cli.build import spec_from_flags
+    from edgevllm.specs.lock import write_lock
+    from support.registry import local_registry_storage
+
+    x86 = Builder(arch="amd64")
+    wheels = tmp_path / "compiled"
+    wheels.mkdir()
+    six = pypi_download("six==1.16.0")
+    shutil.copyfile(six, wheels / six.name)
+    with local_registry_storage() as (host, storage):
+        ref = f"{host}/wheelcache25/locked"
+        ws = Workspace(tmp_path / "out" / "spark")
+        first = compile_mode.prepare(start(release_spec(ref, mode="compile"), ws, engine, None,
+                                           builder=x86))
+        assert first.lock is not None and first.lock.mode == "compile"
+        lock_file = write_lock(first.lock, tmp_path / "spark.lock.json")
+
+        spec = spec_from_flags({"lock": str(lock_file), "wheel_cache": ref})
+        assert spec.mode == "compile" and spec.mode_from_lock
+        job = start(spec, ws, engine, first.lock, builder=x86)
+        build = compile_mode.prepare(job)
+        assert build.compile_key == first.compile_key  # the rebuild's key is the build's
+        key = build.compile_key
+        sent = publish(ref, key, wheels)
+        hexa = sent.wheels[0].sha256
+        blob = storage / "docker/registry/v2/blobs/sha256" / hexa[:2] / hexa / "data"
+        data = blob.read_bytes()
+        blob.write_bytes(data[:1000] + bytes([data[1000] ^ 1]) + data[1001:])
+
+        with pytest.raises(WheelCacheError) as refused:
+            compiled_wheels(job, build)
+        line = str(refused.value)
+        assert "\n" not in line and f"{six.name} is not the wheel its list" in line, line
+        assert line.endswith("--compile compiles instead") and refused.value.exit_code == 10
+        assert not ws.wheels(key).exists()
+
+        told = spec_from_flags({"lock": str(lock_file), "wheel_cache": ref, "compile": True})
+        assert told.mode == "compile" and not told.mode_from_lock
+        job = start(told, ws, engine, first.lock, builder=x86)
+        assert compiled_wheels(job, compile_mode.prepare(job)) is None  # it compiles
+        assert "--compile: compiling instead" in capsys.readouterr().err
+        assert not ws.wheels(key).exists()

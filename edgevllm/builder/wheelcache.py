@@ -30,7 +30,14 @@ def compiled_wheels(job: Job, build: PreparedBuild) -> Path | None:
     folder = job.ws.wheels(key)
     if any(folder.glob("*.whl")):
         return folder
-    return _fetch(ref, key, folder, compile_instead=job.eff.spec.mode == "compile") if ref else None
+    return _fetch(ref, key, folder, compile_instead=told_to_compile(job)) if ref else None
+
+
+def told_to_compile(job: Job) -> bool:
+    """--compile (or mode compile in a spec): a refused artifact compiles instead. A lock's
+    own mode is not that: without --compile its rebuild stops like any other build."""
+    spec = job.eff.spec
+    return spec.mode == "compile" and not spec.mode_from_lock
 
 
 def _fetch(ref: str, key: str, folder: Path, compile_instead: bool) -> Path | None:

@@ -27,6 +27,8 @@ def spec_from_flags(values: dict, verify: bool = True):
     if lock:
         base = lock_overrides(read_lock(lock), target)
         base.update({k: v for k, v in overrides.items() if k not in ("vllm", "flashinfer")})
+        if "mode" in overrides:  # --compile / --mode: asked for, not only the lock's
+            base["mode_from_lock"] = False
         return spec_from_dict(base, str(lock))
     return load_spec(target, spec, overrides)
 

@@ -212,7 +212,8 @@ BUILD_FLAGS: tuple[Flag, ...] = (
         Flag(
             "compile",
             "compile vLLM even when the change is Python-only (by default a Python-only "
-            "PR or pick reuses the compiled kernels of the release below it)",
+            "PR or pick reuses the compiled kernels of the release below it), and when the "
+            "--wheel-cache artifact is refused (with --lock too)",
             "mode",
             "bool",
             False,

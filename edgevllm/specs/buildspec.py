@@ -77,6 +77,10 @@ class BuildSpec(Strict):
     # closure, nothing compiled; precompiled: a Python-only tree over a release's kernels.
     # None: chosen from the other fields (choose_mode says which and why).
     mode: BuildMode | None = None
+    # True where ``mode`` is the lock's (``lock_overrides``) rather than asked for (a flag, a spec
+    # file): a lock's compile is not a user's --compile, so a refused wheel-cache artifact stops
+    # its rebuild as it stops any other build (builder/wheelcache.py).
+    mode_from_lock: bool = False
     vllm_wheel: Line | None = None  # prebuilt: a version, a local .whl or a URL
     overrides: list[Requirement] = Field(default_factory=list)  # resolver overrides (uv)
     base_image: ImageRef | None = None  # replaces the target's base image(s)
@@ -448,6 +452,7 @@ def lock_overrides(lock, target: str | None = None) -> dict:
     # The lock's mode, whatever builder rebuilds it: a compile lock compiles again (or reuses
     # its wheels by the compile key), never turns into prebuilt on an emulating builder.
     data.setdefault("mode", lock.mode)
+    data["mode_from_lock"] = True
     if "build" in images and "runtime" in images:
         # A recorded digest pins the base exactly: the rebuild uses the very same base image.
         data["images"] = {
