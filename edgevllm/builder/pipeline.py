@@ -19,6 +19,7 @@ from edgevllm.builder.wheelcache import compiled_wheels
 from edgevllm.common import console
 from edgevllm.common.errors import BuildError
 from edgevllm.containers.docker import DockerEngine
+from edgevllm.containers.sshforward import one_connection
 from edgevllm.specs.buildspec import Builder, BuildSpec, resolve, stock_kernel_note
 from edgevllm.specs.lock import Lock, read_lock
 
@@ -26,8 +27,15 @@ from edgevllm.specs.lock import Lock, read_lock
 def build(
     spec: BuildSpec, out: Path, engine: DockerEngine | None = None, lock_path: Path | None = None
 ) -> BuildResult:
-    """Build (or rebuild from a lock) one image; returns where everything went."""
+    """Build (or rebuild from a lock) one image; returns where everything went. An ``ssh://``
+    engine is reached through one ssh connection for the whole build (containers/sshforward.py)."""
     engine = engine or DockerEngine()
+    with one_connection(engine):
+        return _build(spec, out, engine, lock_path)
+
+
+def _build(spec: BuildSpec, out: Path, engine: DockerEngine, lock_path: Path | None
+           ) -> BuildResult:
     target = resolve(spec).target
     engine.check_daemon()
     builder = modes.builder_of(engine, target)

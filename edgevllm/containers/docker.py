@@ -53,6 +53,7 @@ class DockerEngine:
         self.context = context
         self.host = host
         self.binary = binary
+        self.dial: str | None = None  # a build's one ssh connection to it (sshforward.py)
 
     @classmethod
     def named(cls, spec: str | None) -> "DockerEngine":
@@ -65,12 +66,10 @@ class DockerEngine:
 
     # -- plumbing -------------------------------------------------------------------------------
     def base_argv(self) -> list[str]:
-        argv = [self.binary]
-        if self.context:
-            argv += ["--context", self.context]
-        if self.host:
-            argv += ["--host", self.host]
-        return argv
+        if self.dial:
+            return [self.binary, "--host", self.dial]
+        return [self.binary, *(["--context", self.context] if self.context else []),
+                *(["--host", self.host] if self.host else [])]
 
     def command_line(self, args: Sequence[str]) -> str:
         """The exact shell-quoted command for ``args`` (what --dry-run prints)."""
@@ -132,6 +131,7 @@ class DockerEngine:
     def raise_if_unreachable(self, stderr: bytes | str | None) -> None:
         """A failed docker call whose message says the daemon is out of reach: exit 3."""
         text = stderr.decode(errors="replace") if isinstance(stderr, bytes) else stderr or ""
+        text = text.replace(self.dial, self.describe()) if self.dial else text
         if any(sign in text.lower() for sign in _UNREACHABLE):
             lines = text.strip().splitlines()
             raise DaemonUnreachableError(

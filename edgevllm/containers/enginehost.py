@@ -14,8 +14,9 @@ import subprocess
 from dataclasses import dataclass
 
 from edgevllm.common.errors import BinfmtMissingError, DiskSpaceError, EngineError
-from edgevllm.containers.docker import DockerEngine, parse_ssh_url
+from edgevllm.containers.docker import DockerEngine
 from edgevllm.containers.host import check_emulation, disk_need_gb, platform_arch
+from edgevllm.containers.sshforward import ssh_argv
 
 SSH_TIMEOUT_S = 20
 _ABSOLUTE_PATH = re.compile(r"^/[\w./+-]*$")
@@ -60,9 +61,7 @@ def engine_free_gb(engine: DockerEngine) -> float | None:
     root = engine.root_dir()
     if not _ABSOLUTE_PATH.match(root):
         raise EngineError(f"engine {engine.describe()} names an odd root folder {root!r}")
-    user_host, port = parse_ssh_url(endpoint)
-    argv = ["ssh", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={SSH_TIMEOUT_S // 2}",
-            *(["-p", str(port)] if port else []), "--", user_host, f"df -Pk {shlex.quote(root)}"]
+    argv = ssh_argv(endpoint, command=f"df -Pk {shlex.quote(root)}")
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=SSH_TIMEOUT_S)
     except (OSError, subprocess.TimeoutExpired):

@@ -9,7 +9,6 @@ in every case: success, failure, timeout, Ctrl-C (SIGINT) and SIGTERM.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import signal
 import socket
@@ -19,8 +18,9 @@ import urllib.error
 import urllib.request
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
+from edgevllm.common.interrupts import sigterm_as_interrupt
 from edgevllm.common.poll import poll
 from edgevllm.containers.docker import DockerEngine, RunOptions
 from edgevllm.probe.level1 import PROBE_LABEL
@@ -71,23 +71,6 @@ def http(method: str, url: str, body: dict | None = None,
         return status, json.loads(text) if text else None
     except json.JSONDecodeError:
         return status, text
-
-
-@contextlib.contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """Treat SIGTERM like Ctrl-C while a container is up, so ``finally`` removes it."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, frame):
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def remove_shielded(engine: DockerEngine, name: str) -> None:

@@ -8,10 +8,12 @@ the base image reaches them through ``inv copy``.
   lock, the log and the verdict come back here; the image stays on node A (not on this engine),
   and ``inv verify`` / ``inv probe --engine`` check it there. The same build on node B through
   its socket (the engine as the device itself reaches it, no ssh) gives the same lock tag and
-  wheel hashes; both times are printed (the measurement the docs quote).
+  wheel hashes; both times are printed (the measurement the docs quote). The build over ssh
+  holds one ssh connection (containers/sshforward.py), and nothing of it is left after.
 - Two targets at once on two engines (thor on node A, spark on node B): one progress line per
   target, one summary. Node A is killed during its compile: one line names it, nothing of thor
-  is left under a final name here, spark is built all the same, and the exit code is non-zero.
+  is left under a final name here, spark is built all the same, and the exit code is non-zero;
+  neither build leaves an ssh process or a forwarded socket behind.
 """
 
 from __future__ import annotations
@@ -56,6 +58,14 @@ def wheel_hashes(folder) -> dict[str, str]:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.glob("*.whl")}
 
 
+def forward_leftovers(temp) -> list[str]:
+    """What the builds' ssh forwards left: folders in their TMPDIR, processes naming it."""
+    from support.sshd_node import processes_naming
+
+    return [str(p) for p in temp.glob("edgevllm-ssh-*")] + [
+        f"pid {pid}" for pid in processes_naming(f"{temp}/edgevllm-ssh-")]
+
+
 def timed_build(cli, env, *args) -> tuple[float, int, str, str]:
     started = time.monotonic()
     code, out, err = cli("build", *args, env=env, timeout=1500)
@@ -76,10 +86,14 @@ def test_build_on_another_engine_brings_everything_back(nodes, spec_file, engine
     assert rows["emulation / platform"] == \
         f"linux/arm64 {how_built('linux/arm64')} on {native_arch()}", out + err
     assert rows["disk"].startswith(f"engine {node_a}: ") and "GB free" in rows["disk"], out
+    temp = tmp_path / "tmp"
+    temp.mkdir()
     remote_s, code, out, err = timed_build(
-        cli, nodes.env(), "--spec", str(spec_file), "--out", str(tmp_path / "a"),
-        "--engine", node_a, "--json", str(tmp_path / "a.json"))
+        cli, {**nodes.env(), "TMPDIR": str(temp)}, "--spec", str(spec_file), "--out",
+        str(tmp_path / "a"), "--engine", node_a, "--json", str(tmp_path / "a.json"))
     assert code == 0, err[-4000:]
+    assert "no shared ssh connection" not in err  # one ssh connection carried the build
+    assert forward_leftovers(temp) == []
     remote_err = err
     assert f"engine {node_a}: {native_arch()} machine, {native_platform()} native" in err
     assert f"engine {node_a}: " in err and " GB free" in err
@@ -130,7 +144,9 @@ def test_two_targets_in_parallel_and_a_node_that_goes_away(nodes, spec_file, eng
     argv = [sys.executable, "-c", "from edgevllm.cli import main; main()", "build",
             "--spec", str(spec_file), "--target", "thor,spark", "--platform", native_platform(),
             "--out", str(out), "--engine", f"thor={node_a}", "--engine", f"spark={node_b}"]
-    env = {**os.environ, **nodes.env(), "NO_COLOR": "1"}
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    env = {**os.environ, **nodes.env(), "NO_COLOR": "1", "TMPDIR": str(temp)}
     proc = subprocess.Popen(argv, cwd=Path(__file__).parents[2], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 900
@@ -147,6 +163,7 @@ def test_two_targets_in_parallel_and_a_node_that_goes_away(nodes, spec_file, eng
     assert len(errors) == 1 and f"thor on {node_a} (engine {node_a} went away" in errors[0], \
         stderr
     assert "Traceback" not in stderr
+    assert "no shared ssh connection" not in stderr and forward_leftovers(temp) == []
     # One progress line per target while it ran, one summary after.
     assert any(line.startswith(f"thor on {node_a}: ") for line in stderr.splitlines())
     assert any(line.startswith(f"spark on {node_b}: ") for line in stderr.splitlines())

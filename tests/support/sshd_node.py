@@ -154,3 +154,17 @@ class SshNodes:
                     raise RuntimeError(f"node {name}: its Docker engine did not start: "
                                        f"{logs.stdout.decode()[-500:]}")
                 time.sleep(1)
+
+
+def processes_naming(text: str) -> list[int]:
+    """Live processes whose command line names ``text`` (an ssh forward's folder: none may
+    outlive the build that opened it)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and text in (entry / "cmdline").read_bytes().decode(
+                    errors="replace"):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
