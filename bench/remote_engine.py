@@ -3,8 +3,9 @@
 in one run.
 
 One node container runs sshd and its own Docker engine (tests/support/sshd_node.py, as in
-tests/e2e/test_remote_build_e2e.py). The fixture build (fake-vllm, nvcc-compiled, linux/amd64,
-arch verify and probe level 1) runs on that one engine three ways, in turn, run after run:
+tests/e2e/test_remote_build_e2e.py). The fixture build (fake-vllm, nvcc-compiled, the host's
+platform, arch verify and probe level 1) runs on that one engine three ways, in turn, run after
+run:
 1. local:     through the engine's socket, as the device itself reaches it (the baseline);
 2. ssh:       ``ssh://root@NODE``: one ssh connection for the whole build (sshforward.py);
 3. ssh/call:  ``ssh://root@NODE`` with docker's own ssh for every docker call (before that).
@@ -43,10 +44,11 @@ def main() -> int:
     from edgevllm.serve.distribute import copy_image
     from support.gitfixtures import make_upstream_repo
     from support.images import cuda_image
+    from support.platforms import native_arch, native_platform
     from support.sshd_node import SshNodes
 
     engine = DockerEngine()
-    base = cuda_image(engine, "amd64")
+    base = cuda_image(engine, native_arch())
     with tempfile.TemporaryDirectory(prefix="edgevllm-bench-") as tmp_name:
         tmp = Path(tmp_name)
         with SshNodes(engine, "edgevllm-bench-remote", 1, tmp / "node",
@@ -56,7 +58,7 @@ def main() -> int:
             [copied] = copy_image(base, engine, [local])
             assert copied.status != "failed", copied
             spec = hermetic_spec("spark", base, make_upstream_repo(tmp, FIXTURE_TREE),
-                                 platform="linux/amd64", mods=[], rerun_steps=True,
+                                 platform=native_platform(), mods=[], rerun_steps=True,
                                  image_repo="edgevllm-bench/remote")
             ways = {"local": local, "ssh": DockerEngine(host=nodes.urls()[0])}
             if not args.no_per_call:
@@ -89,7 +91,9 @@ def timed_build(engine, spec: dict, out: Path) -> float:
 
 
 def report(rows: list[dict[str, float]], names: list[str]) -> int:
-    print("\nfixture build (linux/amd64, compile + verify + probe level 1), one node engine")
+    from support.platforms import native_platform
+
+    print(f"\nfixture build ({native_platform()}, compile + verify + probe level 1), one engine")
     print(f"{'run':>4} " + " ".join(f"{name + ' s':>10}" for name in names) + " " +
           " ".join(f"{name + '/local':>15}" for name in names[1:]))
     for n, row in enumerate(rows, 1):

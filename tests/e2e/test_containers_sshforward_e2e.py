@@ -25,6 +25,7 @@ import pytest
 
 from edgevllm.containers.docker import BuildOptions, DockerEngine
 from edgevllm.containers.sshforward import one_connection
+from support.platforms import native_arch
 from support.sshd_node import processes_naming
 
 pytestmark = pytest.mark.e2e
@@ -61,7 +62,7 @@ def starts(log: Path) -> list[str]:
 
 def some_calls(engine: DockerEngine, tmp: Path) -> None:
     """The kind of calls a build makes, a buildx build with a context upload included."""
-    assert engine.server_arch() == "amd64"
+    assert engine.server_arch() == native_arch()
     assert engine.root_dir().startswith("/")
     assert engine.buildx_platforms()
     assert not engine.image_exists("edgevllm-test/sshtunnel-nothing:none")
@@ -123,7 +124,7 @@ def test_the_socket_is_the_one_dial_stdio_would_dial(node, engine, counted, caps
     try:
         on_node("docker", "context", "use", "alt")
         with one_connection(remote):
-            assert remote.server_arch() == "amd64"
+            assert remote.server_arch() == native_arch()
         assert starts(log)[-1].endswith(":/run/edgevllm-alt.sock -- root@" + node.addresses[0])
         on_node("docker", "context", "use", "far")
         with one_connection(remote):
@@ -161,5 +162,5 @@ def test_host_keys_are_checked_as_the_users_config_says(node, tmp_path, monkeypa
     known.write_text(scan.stdout)
     with one_connection(remote):
         assert remote.dial is not None
-        assert remote.server_arch() == "amd64"
+        assert remote.server_arch() == native_arch()
     assert "no shared ssh connection" not in capsys.readouterr().err
