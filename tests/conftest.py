@@ -86,6 +86,22 @@ def cuda_image_foreign(engine):
     return cuda_image(engine, foreign_arch())
 
 
+@pytest.fixture(scope="module")
+def registry_storage():
+    """A real local registry for one test module (Debian's docker-registry on 127.0.0.1,
+    tests/support/registry.py): (its host:port, the folder it stores blobs in)."""
+    from support.registry import local_registry_storage
+
+    with local_registry_storage() as found:
+        yield found
+
+
+@pytest.fixture(scope="module")
+def registry(registry_storage):
+    """The host:port of the module's local registry."""
+    return registry_storage[0]
+
+
 def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None, timeout: float = 600):
     """Run the real console entry point in a subprocess: returns (exit code, stdout, stderr)."""
     proc = subprocess.run(

@@ -28,15 +28,9 @@ from edgevllm.image.wheelcache import (
     wheel_list,
 )
 from support.downloads import pypi_download
-from support.registry import local_registry_storage
+from support.registry import blob_file, local_registry_storage
 
 KEY, OTHER_KEY = "0123456789abcdef", "fedcba9876543210"
-
-
-@pytest.fixture(scope="module")
-def registry():
-    with local_registry_storage() as found:
-        yield found
 
 
 @pytest.fixture(scope="module")
@@ -49,13 +43,8 @@ def wheels(tmp_path_factory) -> Path:
     return folder
 
 
-def repo(registry, name: str) -> str:
-    return f"{registry[0]}/wheelcache25/{name}"
-
-
-def blob_file(storage: Path, digest: str) -> Path:
-    hexa = digest.split(":")[1]
-    return storage / "docker/registry/v2/blobs/sha256" / hexa[:2] / hexa / "data"
+def repo(registry: str, name: str) -> str:
+    return f"{registry}/wheelcache25/{name}"
 
 
 def same_files(one: Path, two: Path) -> bool:
@@ -105,11 +94,11 @@ def test_a_key_the_registry_lacks_is_none_and_leaves_nothing(registry, tmp_path)
     assert not (tmp_path / "got").exists()
 
 
-def test_a_flipped_byte_in_the_registry_is_refused(registry, wheels, tmp_path):
+def test_a_flipped_byte_in_the_registry_is_refused(registry, registry_storage, wheels, tmp_path):
     ref = repo(registry, "flipped")
     sent = publish(ref, KEY, wheels)
     victim = sent.wheels[-1]
-    data = blob_file(registry[1], f"sha256:{victim.sha256}")
+    data = blob_file(registry_storage[1], victim.sha256)
     original = data.read_bytes()
     try:
         data.write_bytes(original[:1000] + bytes([original[1000] ^ 1]) + original[1001:])

@@ -23,15 +23,9 @@ from edgevllm.image.registry import (
 )
 from edgevllm.specs.lock import image_tag, parse_lock
 from support.publish_images import LOCK, remove_everything, unique_image
-from support.registry import free_port, local_registry
+from support.registry import free_port
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture(scope="module")
-def registry():
-    with local_registry() as host:
-        yield host
 
 
 @pytest.fixture

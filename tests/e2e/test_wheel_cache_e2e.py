@@ -23,14 +23,6 @@ from support.platforms import native_platform
 REPO_NAME = "edgevllm-test/e2e-wheelcache25"
 
 
-@pytest.fixture(scope="module")
-def registry():
-    from support.registry import local_registry_storage
-
-    with local_registry_storage() as found:
-        yield found
-
-
 def run_build(cli, spec_file: Path, out: Path, *flags: str) -> tuple[int, dict, str]:
     code, _, stderr = cli("build", "--spec", str(spec_file), "--out", str(out), "--json",
                           str(out / "result.json"), *flags, timeout=3000)
@@ -43,15 +35,17 @@ def wheel_hashes(folder: Path) -> dict[str, str]:
 
 
 def flip_a_byte(storage: Path, sha256: str) -> None:
-    data = storage / "docker/registry/v2/blobs/sha256" / sha256[:2] / sha256 / "data"
+    from support.registry import blob_file
+
+    data = blob_file(storage, sha256)
     raw = bytearray(data.read_bytes())
     raw[len(raw) // 2] ^= 0x01
     data.write_bytes(bytes(raw))
 
 
 def test_a_second_builder_takes_the_compiled_wheels_by_key(
-        registry, engine, cli, cuda_image_native, fake_upstream, tmp_path):
-    host, storage = registry
+        registry_storage, engine, cli, cuda_image_native, fake_upstream, tmp_path):
+    host, storage = registry_storage
     ref = f"{host}/edgevllm/wheels"
     spec_file = write_spec(tmp_path / "spec.yaml", **hermetic_spec(
         "spark", cuda_image_native, fake_upstream, platform=native_platform(), mods=[],

@@ -94,3 +94,10 @@ def _wait_ready(proc: subprocess.Popen, port: int, log: Path, timeout: float = 3
                 return
         time.sleep(0.2)
     raise RuntimeError(f"docker-registry did not answer on 127.0.0.1:{port} within {timeout}s")
+
+
+def blob_file(storage: Path, sha256: str) -> Path:
+    """Where the registry's filesystem storage keeps the blob of this sha256 (hex, or
+    ``sha256:``-prefixed): the file a test corrupts."""
+    hexa = sha256.removeprefix("sha256:")
+    return storage / "docker/registry/v2/blobs/sha256" / hexa[:2] / hexa / "data"
