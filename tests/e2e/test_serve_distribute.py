@@ -6,9 +6,7 @@ to date. ``model-fetch`` downloads from a local stand-in for the Hugging Face Hu
 from __future__ import annotations
 
 import hashlib
-import io
 import os
-import tarfile
 
 import pytest
 
@@ -31,15 +29,10 @@ def nodes(engine, tmp_path_factory):
 @pytest.fixture(scope="module")
 def tiny_image(engine, tmp_path_factory):
     """A one-file image (kilobytes), so that streaming it to two nodes stays quick."""
-    tarball = tmp_path_factory.mktemp("img") / "rootfs.tar"
-    with tarfile.open(tarball, "w") as tar:
-        body = b"edgevllm copy test\n"
-        info = tarfile.TarInfo("hello.txt")
-        info.size = len(body)
-        tar.addfile(info, io.BytesIO(body))
-    tag = "edgevllm-test/copy-me:1"
-    engine.import_rootfs(tarball, tag, changes=['CMD ["/hello.txt"]'])
-    return tag
+    from support.images import one_file_image
+
+    return one_file_image(engine, tmp_path_factory.mktemp("img"), "edgevllm-test/copy-me:1",
+                          b"edgevllm copy test\n")
 
 
 def test_copy_streams_to_nodes_skips_the_current_one_and_verifies(engine, nodes, tiny_image,

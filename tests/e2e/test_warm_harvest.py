@@ -195,14 +195,10 @@ def test_serve_refuses_a_flipped_byte_and_a_bundle_of_another_image(harvested, t
 @pytest.fixture
 def tiny_image(engine, tmp_path):
     """A one-file image (kilobytes): publishing it stays quick."""
-    tarball = tmp_path / "rootfs.tar"
-    with tarfile.open(tarball, "w") as tar:
-        body = b"edgevllm harvest test\n"
-        info = tarfile.TarInfo("hello.txt")
-        info.size = len(body)
-        tar.addfile(info, io.BytesIO(body))
-    tag = "edgevllm-test/harvest26-tiny:1"
-    engine.import_rootfs(tarball, tag, changes=['CMD ["/hello.txt"]'])
+    from support.images import one_file_image
+
+    tag = one_file_image(engine, tmp_path, "edgevllm-test/harvest26-tiny:1",
+                         b"edgevllm harvest test\n")
     yield tag
     engine.remove_image(tag, force=True)
 

@@ -16,9 +16,11 @@ workstation (support/platforms.py says which platform a test takes).
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import shutil
 import subprocess
+import tarfile
 import tempfile
 from pathlib import Path
 
@@ -118,6 +120,18 @@ def python_image(engine: DockerEngine, arch: str) -> str:
                 "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
             ],
         )
+    return tag
+
+
+def one_file_image(engine: DockerEngine, folder: Path, tag: str, body: bytes) -> str:
+    """``tag``: an image of one file, /hello.txt holding ``body`` (kilobytes, so that publishing
+    or streaming it stays quick); its rootfs tarball is written in ``folder``."""
+    tarball = folder / "rootfs.tar"
+    with tarfile.open(tarball, "w") as tar:
+        info = tarfile.TarInfo("hello.txt")
+        info.size = len(body)
+        tar.addfile(info, io.BytesIO(body))
+    engine.import_rootfs(tarball, tag, changes=['CMD ["/hello.txt"]'])
     return tag
 
 
