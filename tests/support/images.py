@@ -104,13 +104,20 @@ def debootstrap_rootfs(arch: str, suite: str, packages: list[str], tarball: Path
 
 def python_image(engine: DockerEngine, arch: str) -> str:
     """Tag of a Debian + Python 3 + g++ image for linux/<arch>, built once and cached."""
-    tag = f"edgevllm-test/debian-python:{SUITE}-{arch}-{_key(SUITE, PACKAGES)}"
-    with image_lock(f"python-image-{arch}"):
+    return debian_image(engine, arch, SUITE, PACKAGES)
+
+
+def debian_image(engine: DockerEngine, arch: str, suite: str, packages: list[str]) -> str:
+    """Tag of a debootstrapped Debian ``suite`` with ``packages`` for linux/<arch>, imported once:
+    the rootfs tarball (in the test cache) and the tag both encode suite and packages."""
+    key = _key(suite, packages)
+    tag = f"edgevllm-test/debian-python:{suite}-{arch}-{key}"
+    with image_lock(f"{suite}-image-{arch}"):
         if engine.image_exists(tag):
             return tag
-        tarball = cache_root() / f"rootfs-{SUITE}-{arch}-{_key(SUITE, PACKAGES)}.tar"
+        tarball = cache_root() / f"rootfs-{suite}-{arch}-{key}.tar"
         if not tarball.exists():
-            debootstrap_rootfs(arch, SUITE, PACKAGES, tarball)
+            debootstrap_rootfs(arch, suite, packages, tarball)
         engine.import_rootfs(
             tarball,
             tag,

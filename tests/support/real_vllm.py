@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from edgevllm.containers.docker import DockerEngine
 
-from .images import _key, cache_root, debootstrap_rootfs, image_lock
+from .images import debian_image
 from .platforms import native_arch
 
 SUITE = "trixie"
@@ -23,17 +23,4 @@ PYTHON = "python3.13"
 def trixie_python_image(engine: DockerEngine, arch: str | None = None) -> str:
     """Tag of a Debian trixie + Python 3.13 + g++ image for linux/<arch> (default: this host's),
     built once, cached."""
-    arch = arch or native_arch()
-    key = _key(SUITE, PACKAGES)
-    tag = f"edgevllm-test/debian-python:{SUITE}-{arch}-{key}"
-    with image_lock(f"trixie-image-{arch}"):
-        if engine.image_exists(tag):
-            return tag
-        tarball = cache_root() / f"rootfs-{SUITE}-{arch}-{key}.tar"
-        if not tarball.exists():
-            debootstrap_rootfs(arch, SUITE, PACKAGES, tarball)
-        engine.import_rootfs(
-            tarball, tag, platform=f"linux/{arch}",
-            changes=['CMD ["/bin/bash"]',
-                     "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"])
-    return tag
+    return debian_image(engine, arch or native_arch(), SUITE, PACKAGES)
