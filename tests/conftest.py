@@ -67,6 +67,17 @@ def python_image_native(engine):
 
 
 @pytest.fixture(scope="session")
+def python_image_arm64(engine):
+    """The Debian + Python base for linux/arm64 whatever the host, as the devices run: native on
+    an arm64 host, under qemu on an x86_64 one."""
+    from support.images import python_image
+    from support.platforms import require_runnable
+
+    require_runnable("arm64")
+    return python_image(engine, "arm64")
+
+
+@pytest.fixture(scope="session")
 def cuda_image_native(engine):
     """The CUDA 13.0 base for this host's platform: the fast fixture builds."""
     from support.images import cuda_image

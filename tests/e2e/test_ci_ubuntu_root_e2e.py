@@ -50,16 +50,6 @@ cat /rec/calls
 """
 
 
-@pytest.fixture(scope="module")
-def device_root(engine):
-    from support.images import python_image
-    from support.platforms import require_runnable
-
-    # linux/arm64 as the devices are: native on an arm64 host, under qemu on an x86_64 one.
-    require_runnable("arm64")
-    return python_image(engine, "arm64")
-
-
 def run_script(engine, image: str, device: str, script: str, no_venv: bool = False):
     from edgevllm.containers.docker import RunOptions
 
@@ -79,8 +69,9 @@ def test_the_makefile_sets_up_with_ensure_engine():
 
 @pytest.mark.parametrize("device", sorted(DEVICES))
 @pytest.mark.parametrize("script", ["ensure-engine.sh", "install-engine.sh"])
-def test_ubuntu_device_root_gets_no_source_and_no_package(engine, device_root, device, script):
-    stdout, stderr = run_script(engine, device_root, device, script)
+def test_ubuntu_device_root_gets_no_source_and_no_package(engine, python_image_arm64, device,
+                                                          script):
+    stdout, stderr = run_script(engine, python_image_arm64, device, script)
     assert "exit=3" in stdout, stdout + stderr
     assert "apt-unchanged" in stdout and "calls=0" in stdout, stdout
     assert "deb.debian.org" not in stderr and "trixie" not in stderr
@@ -91,7 +82,8 @@ def test_ubuntu_device_root_gets_no_source_and_no_package(engine, device_root, d
             in stderr
 
 
-def test_a_missing_venv_module_is_named_with_the_ubuntu_package(engine, device_root):
-    stdout, stderr = run_script(engine, device_root, "dgx-os", "ensure-engine.sh", no_venv=True)
+def test_a_missing_venv_module_is_named_with_the_ubuntu_package(engine, python_image_arm64):
+    stdout, stderr = run_script(engine, python_image_arm64, "dgx-os", "ensure-engine.sh",
+                                no_venv=True)
     assert "exit=3" in stdout and "calls=0" in stdout, stdout + stderr
     assert re.search(r"missing: python3 -m venv: sudo apt-get install python3\.\d+-venv", stderr)

@@ -54,17 +54,6 @@ NEVER = "sys_platform == 'edgevllm-never'"
 
 
 @pytest.fixture(scope="module")
-def arm64_base(engine):
-    from support.images import python_image
-    from support.platforms import require_runnable
-
-    # linux/arm64 whatever the host (InstantTensor's wheel): native on an arm64 host, under
-    # qemu on an x86_64 one.
-    require_runnable("arm64")
-    return python_image(engine, "arm64")
-
-
-@pytest.fixture(scope="module")
 def imported(tmp_path_factory, cli):
     from support import web_standin
 
@@ -80,7 +69,7 @@ def imported(tmp_path_factory, cli):
 
 
 @pytest.fixture(scope="module")
-def recipe_build(imported, arm64_base, engine, tmp_path_factory, cli):
+def recipe_build(imported, python_image_arm64, engine, tmp_path_factory, cli):
     from edgevllm.containers.host import host_arch
     from support.images import python_image
     from support.standin_wheels import standin_vllm_wheel
@@ -90,7 +79,8 @@ def recipe_build(imported, arm64_base, engine, tmp_path_factory, cli):
     spec = yaml.safe_load(spec_path.read_text())
     assert spec["packages"] == {"instanttensor": "0.2.2"} and spec["tags"] == [TAG]
     spec.update({
-        "platform": "linux/arm64", "images": {"build": arm64_base, "runtime": arm64_base},
+        "platform": "linux/arm64",
+        "images": {"build": python_image_arm64, "runtime": python_image_arm64},
         # .pyc are compiled on the build platform: the same Debian + Python 3.11, native
         "bytecode_image": python_image(engine, host_arch()),
         "python": "python3.11", "apt_packages": [], "mods": [],
