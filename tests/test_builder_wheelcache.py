@@ -11,6 +11,7 @@ import dataclasses
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,7 +23,7 @@ from edgevllm.image import registry as api
 from edgevllm.image.wheelcache import OCI_MANIFEST, check_ref, publish
 from edgevllm.specs.buildspec import Builder, load_spec, resolve
 from support.downloads import pypi_download
-from support.registry import local_registry
+from support.registry import blob_file, local_registry_storage
 
 
 @pytest.fixture
@@ -45,6 +46,31 @@ def release_spec(python_image_native, tmp_path, monkeypatch):
     return spec
 
 
+@dataclasses.dataclass
+class CacheRun:
+    """What the tests start from."""
+
+    ref: str  # the wheel cache: a repository of a real local registry
+    storage: Path  # the folder that registry stores its blobs in
+    spec: Any  # the release spec naming the cache
+    ws: Workspace
+    wheels: Path  # compiled wheels to publish (six, from PyPI)
+    six: Path
+    x86: Builder = Builder(arch="amd64")  # spark is arm64: a release builds prebuilt here
+
+
+@pytest.fixture
+def cache_run(release_spec, tmp_path):
+    wheels = tmp_path / "compiled"
+    wheels.mkdir()
+    six = pypi_download("six==1.16.0")
+    shutil.copyfile(six, wheels / six.name)
+    with local_registry_storage() as (host, storage):
+        ref = f"{host}/wheelcache25/release"
+        yield CacheRun(ref, storage, release_spec(ref), Workspace(tmp_path / "out" / "spark"),
+                       wheels, six)
+
+
 def key_of(job, spec, builder) -> str:
     forced = resolve(spec.model_copy(update={"mode": "compile"}), builder=builder)
     key = compile_mode.prepare(dataclasses.replace(job, eff=forced)).compile_key
@@ -52,109 +78,83 @@ def key_of(job, spec, builder) -> str:
     return key
 
 
-def test_a_default_prebuilt_compiles_nothing_from_the_wheel_cache(
-        engine, release_spec, tmp_path, capsys):
-    x86 = Builder(arch="amd64")  # spark is arm64: a release would build prebuilt
-    wheels = tmp_path / "compiled"
-    wheels.mkdir()
-    six = pypi_download("six==1.16.0")
-    shutil.copyfile(six, wheels / six.name)
-    with local_registry() as host:
-        ref = f"{host}/wheelcache25/rule"
-        spec = release_spec(ref)
-        ws = Workspace(tmp_path / "out" / "spark")
-        job = start(spec, ws, engine, None, builder=x86)
-        assert job.eff.mode == "prebuilt" and job.prepared is None
-        key = key_of(job, spec, x86)
-        assert not ws.wheels(key).exists()
+def test_a_default_prebuilt_compiles_nothing_from_the_wheel_cache(engine, cache_run, capsys):
+    run = cache_run
+    job = start(run.spec, run.ws, engine, None, builder=run.x86)
+    assert job.eff.mode == "prebuilt" and job.prepared is None
+    key = key_of(job, run.spec, run.x86)
+    assert not run.ws.wheels(key).exists()
 
-        publish(ref, key, wheels)
-        job = start(spec, ws, engine, None, builder=x86)
-        assert job.eff.mode == "compile" and job.prepared is not None
-        assert job.prepared.compile_key == key
-        assert (ws.wheels(key) / six.name).read_bytes() == six.read_bytes()
-        assert f"compiled wheels for key {key} from {ref}: nothing to compile" in \
-            capsys.readouterr().err
+    publish(run.ref, key, run.wheels)
+    job = start(run.spec, run.ws, engine, None, builder=run.x86)
+    assert job.eff.mode == "compile" and job.prepared is not None
+    assert job.prepared.compile_key == key
+    assert (run.ws.wheels(key) / run.six.name).read_bytes() == run.six.read_bytes()
+    assert f"compiled wheels for key {key} from {run.ref}: nothing to compile" in \
+        capsys.readouterr().err
 
 
 def test_a_refused_artifact_stops_the_build_unless_compile_says_so(
-        engine, release_spec, tmp_path, capsys):
-    x86 = Builder(arch="amd64")
-    wheels = tmp_path / "compiled"
-    wheels.mkdir()
-    six = pypi_download("six==1.16.0")
-    shutil.copyfile(six, wheels / six.name)
-    with local_registry() as host:
-        ref = f"{host}/wheelcache25/refused"
-        spec = release_spec(ref)
-        ws = Workspace(tmp_path / "out" / "spark")
-        key = key_of(start(spec, ws, engine, None, builder=x86), spec, x86)
-        other = publish(ref, "0" * 16, wheels)  # another key's artifact, put under this key
-        host_, name = check_ref(ref)
-        raw = api.get_manifest(host_, name, "0" * 16, OCI_MANIFEST)
-        assert raw is not None
-        api.put_manifest(host_, name, key, raw, json.loads(raw)["mediaType"])
+        engine, cache_run, release_spec, capsys):
+    run = cache_run
+    key = key_of(start(run.spec, run.ws, engine, None, builder=run.x86), run.spec, run.x86)
+    other = publish(run.ref, "0" * 16, run.wheels)  # another key's artifact, put under this key
+    host, name = check_ref(run.ref)
+    raw = api.get_manifest(host, name, "0" * 16, OCI_MANIFEST)
+    assert raw is not None
+    api.put_manifest(host, name, key, raw, json.loads(raw)["mediaType"])
 
-        with pytest.raises(WheelCacheError) as refused:
-            start(spec, ws, engine, None, builder=x86)
-        line = str(refused.value)
-        assert "\n" not in line and f"compile key {'0' * 16}, not {key}" in line
-        assert line.endswith("--compile compiles instead") and other.action == "pushed"
-        assert not ws.wheels(key).exists()
+    with pytest.raises(WheelCacheError) as refused:
+        start(run.spec, run.ws, engine, None, builder=run.x86)
+    line = str(refused.value)
+    assert "\n" not in line and f"compile key {'0' * 16}, not {key}" in line
+    assert line.endswith("--compile compiles instead") and other.action == "pushed"
+    assert not run.ws.wheels(key).exists()
 
-        told = release_spec(ref, mode="compile")
-        job = start(told, ws, engine, None, builder=x86)
-        assert job.eff.mode == "compile"
-        assert compiled_wheels(job, compile_mode.prepare(job)) is None  # it compiles
-        assert "--compile: compiling instead" in capsys.readouterr().err
-        assert not ws.wheels(key).exists()
+    told = release_spec(run.ref, mode="compile")
+    job = start(told, run.ws, engine, None, builder=run.x86)
+    assert job.eff.mode == "compile"
+    assert compiled_wheels(job, compile_mode.prepare(job)) is None  # it compiles
+    assert "--compile: compiling instead" in capsys.readouterr().err
+    assert not run.ws.wheels(key).exists()
 
 
 def test_a_compile_lock_rebuild_stops_on_a_refused_artifact_unless_compile_says_so(
-        engine, release_spec, tmp_path, capsys):
+        engine, cache_run, release_spec, tmp_path, capsys):
     """``inv build --lock`` of a compile lock: the lock's mode is compile, but only --compile
     tells the build to compile past a refused artifact (the same rule as without --lock). The
     specs come from the CLI's own flag handling; the artifact holds a real wheel whose blob has
     one byte flipped in the registry's storage."""
     from edgevllm.cli.build import spec_from_flags
     from edgevllm.specs.lock import write_lock
-    from support.registry import local_registry_storage
 
-    x86 = Builder(arch="amd64")
-    wheels = tmp_path / "compiled"
-    wheels.mkdir()
-    six = pypi_download("six==1.16.0")
-    shutil.copyfile(six, wheels / six.name)
-    with local_registry_storage() as (host, storage):
-        ref = f"{host}/wheelcache25/locked"
-        ws = Workspace(tmp_path / "out" / "spark")
-        first = compile_mode.prepare(start(release_spec(ref, mode="compile"), ws, engine, None,
-                                           builder=x86))
-        assert first.lock is not None and first.lock.mode == "compile"
-        lock_file = write_lock(first.lock, tmp_path / "spark.lock.json")
+    run = cache_run
+    first = compile_mode.prepare(start(release_spec(run.ref, mode="compile"), run.ws, engine,
+                                       None, builder=run.x86))
+    assert first.lock is not None and first.lock.mode == "compile"
+    lock_file = write_lock(first.lock, tmp_path / "spark.lock.json")
 
-        spec = spec_from_flags({"lock": str(lock_file), "wheel_cache": ref})
-        assert spec.mode == "compile" and spec.mode_from_lock
-        job = start(spec, ws, engine, first.lock, builder=x86)
-        build = compile_mode.prepare(job)
-        assert build.compile_key == first.compile_key  # the rebuild's key is the build's
-        key = build.compile_key
-        sent = publish(ref, key, wheels)
-        hexa = sent.wheels[0].sha256
-        blob = storage / "docker/registry/v2/blobs/sha256" / hexa[:2] / hexa / "data"
-        data = blob.read_bytes()
-        blob.write_bytes(data[:1000] + bytes([data[1000] ^ 1]) + data[1001:])
+    spec = spec_from_flags({"lock": str(lock_file), "wheel_cache": run.ref})
+    assert spec.mode == "compile" and spec.mode_from_lock
+    job = start(spec, run.ws, engine, first.lock, builder=run.x86)
+    build = compile_mode.prepare(job)
+    assert build.compile_key == first.compile_key  # the rebuild's key is the build's
+    key = build.compile_key
+    sent = publish(run.ref, key, run.wheels)
+    blob = blob_file(run.storage, sent.wheels[0].sha256)
+    data = blob.read_bytes()
+    blob.write_bytes(data[:1000] + bytes([data[1000] ^ 1]) + data[1001:])
 
-        with pytest.raises(WheelCacheError) as refused:
-            compiled_wheels(job, build)
-        line = str(refused.value)
-        assert "\n" not in line and f"{six.name} is not the wheel its list" in line, line
-        assert line.endswith("--compile compiles instead") and refused.value.exit_code == 10
-        assert not ws.wheels(key).exists()
+    with pytest.raises(WheelCacheError) as refused:
+        compiled_wheels(job, build)
+    line = str(refused.value)
+    assert "\n" not in line and f"{run.six.name} is not the wheel its list" in line, line
+    assert line.endswith("--compile compiles instead") and refused.value.exit_code == 10
+    assert not run.ws.wheels(key).exists()
 
-        told = spec_from_flags({"lock": str(lock_file), "wheel_cache": ref, "compile": True})
-        assert told.mode == "compile" and not told.mode_from_lock
-        job = start(told, ws, engine, first.lock, builder=x86)
-        assert compiled_wheels(job, compile_mode.prepare(job)) is None  # it compiles
-        assert "--compile: compiling instead" in capsys.readouterr().err
-        assert not ws.wheels(key).exists()
+    told = spec_from_flags({"lock": str(lock_file), "wheel_cache": run.ref, "compile": True})
+    assert told.mode == "compile" and not told.mode_from_lock
+    job = start(told, run.ws, engine, first.lock, builder=run.x86)
+    assert compiled_wheels(job, compile_mode.prepare(job)) is None  # it compiles
+    assert "--compile: compiling instead" in capsys.readouterr().err
+    assert not run.ws.wheels(key).exists()
