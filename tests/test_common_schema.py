@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import Field
 
-from edgevllm.common.errors import ConfigError
-from edgevllm.common.schema import Strict, did_you_mean, parse_model
+from edgevllm.common.errors import ConfigError, RegistryError
+from edgevllm.common.schema import Strict, did_you_mean, json_object, parse_model
 
 
 class Inner(Strict):
@@ -61,3 +61,20 @@ def test_missing_field_without_a_near_miss_is_still_reported():
 def test_did_you_mean(name, expected):
     hint = did_you_mean(name, ["model", "target", "port"])
     assert hint == (f" (did you mean '{expected}'?)" if expected else "")
+
+
+
+@pytest.mark.parametrize("data", [b'{"a": [1]}', '{"a": [1]}'])
+def test_outside_json_gives_its_object(data):
+    assert json_object(data, "the answer", RegistryError) == {"a": [1]}
+
+
+@pytest.mark.parametrize("data,said", [
+    (b"\xff{", "is not JSON"), ("{oops", "is not JSON"),
+    ("[" * 100_000 + "]" * 100_000, "is not JSON"),  # nesting deeper than Python recurses
+    ("[1, 2]", "is not a JSON object"), ("null", "is not a JSON object"),
+])
+def test_outside_json_that_is_no_object_is_one_line(data, said):
+    with pytest.raises(RegistryError) as failure:
+        json_object(data, "host: the answer", RegistryError)
+    assert str(failure.value) == f"host: the answer {said}"

@@ -143,6 +143,19 @@ def parse_json(text: str | bytes, origin: str, error: type[EdgeVllmError] = Conf
         raise error(f"{origin}: nested too deeply to be a data file") from None
 
 
+def json_object(data: str | bytes, what: str, error: type[EdgeVllmError]) -> dict:
+    """Outside data that must be one JSON object (a registry's answer, a file header): the object,
+    or one line, ``{what} is not JSON`` (nesting too deep counts) or ``{what} is not a JSON
+    object``."""
+    try:
+        found = json.loads(data)
+    except (ValueError, RecursionError):
+        raise error(f"{what} is not JSON") from None
+    if not isinstance(found, dict):
+        raise error(f"{what} is not a JSON object")
+    return found
+
+
 def read_yaml(path: Path | str, error: type[EdgeVllmError] = ConfigError) -> object:
     return parse_yaml(read_text(path, error), str(path), error)
 

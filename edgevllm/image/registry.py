@@ -21,6 +21,7 @@ import requests
 
 from edgevllm.common import console, labels
 from edgevllm.common.errors import ConfigError, DockerUnavailableError, LockError, RegistryError
+from edgevllm.common.schema import json_object
 from edgevllm.containers.docker import DockerEngine
 from edgevllm.image.records import read_records
 from edgevllm.specs.lock import image_tag, parse_lock
@@ -292,12 +293,7 @@ def describes(raw: bytes, inspect: dict, where: str) -> bool | str | None:
     manifest (its config is the image's, or not), the digest of the platform's child for an
     index, None for an index without one. A registry's answer is outside data: any other shape
     is one RegistryError line."""
-    try:
-        manifest = json.loads(raw)
-    except (ValueError, RecursionError):
-        raise RegistryError(f"{where}: the registry's manifest is not JSON") from None
-    if not isinstance(manifest, dict):
-        raise RegistryError(f"{where}: the registry's manifest is not a JSON object")
+    manifest = json_object(raw, f"{where}: the registry's manifest", RegistryError)
     if manifest.get("mediaType") in INDEX_TYPES or "manifests" in manifest:
         return _platform_child(manifest, inspect)
     config = manifest.get("config")

@@ -29,6 +29,7 @@ import requests
 from edgevllm.common.errors import NoSuchModelError, RooflineUnknown
 from edgevllm.common.http import InsecureRedirect, bearer, credential_session
 from edgevllm.common.paths import host_hf_cache
+from edgevllm.common.schema import json_object
 
 _MAX_HEADER = 100 * 1024 * 1024  # the safetensors spec caps the header at 100 MB
 _EXPERT = re.compile(r"\.experts\.(\d+)\.")
@@ -78,12 +79,7 @@ def parse_header(head: bytes, where: str) -> dict:
     (length,) = struct.unpack("<Q", head[:8])
     if length > _MAX_HEADER or len(head) < 8 + length:
         raise RooflineUnknown(f"roofline unknown: {where} has a bad safetensors header length")
-    try:
-        header = json.loads(head[8:8 + length])
-    except (ValueError, RecursionError):
-        raise RooflineUnknown(f"roofline unknown: {where} header is not JSON") from None
-    if not isinstance(header, dict):
-        raise RooflineUnknown(f"roofline unknown: {where} header is not a JSON object")
+    header = json_object(head[8:8 + length], f"roofline unknown: {where} header", RooflineUnknown)
     header.pop("__metadata__", None)
     for name, info in header.items():
         _check_entry(name, info, where)
@@ -314,13 +310,7 @@ def weights_per_token(model: str) -> Roofline:
 
 
 def parse_config(text: str, model: str) -> dict:
-    try:
-        config = json.loads(text)
-    except (ValueError, RecursionError):
-        raise RooflineUnknown(f"roofline unknown: {model}: config.json is not JSON") from None
-    if not isinstance(config, dict):
-        raise RooflineUnknown(f"roofline unknown: {model}: config.json is not a JSON object")
-    return config
+    return json_object(text, f"roofline unknown: {model}: config.json", RooflineUnknown)
 
 
 def _size(count: int) -> str:
