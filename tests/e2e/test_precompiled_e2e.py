@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from e2e.conftest import write_spec
+from support.images import in_image
 
 pytestmark = pytest.mark.e2e
 
@@ -89,15 +90,6 @@ def precompiled_build(engine, cli, real_env, trixie, sdist_upstream, tmp_path_fa
     yield result, out, stderr
     for tag in result["tags"]:
         subprocess.run(["docker", "rmi", "-f", tag], capture_output=True)
-
-
-def in_image(engine, image: str, script: str) -> str:
-    from edgevllm.containers.docker import RunOptions
-
-    proc = engine.run(RunOptions(image=image, remove=True, network="none",
-                                 command=["python3", "-c", script]), timeout=600)
-    assert proc.returncode == 0, proc.stderr.decode()[-3000:]
-    return proc.stdout.decode().strip()
 
 
 def test_a_kernel_change_refuses_precompiled_before_any_container(sdist_upstream, trixie, cli,

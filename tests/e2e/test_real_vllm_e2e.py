@@ -23,6 +23,7 @@ import subprocess
 import pytest
 
 from e2e.conftest import write_spec
+from support.images import in_image
 
 pytestmark = pytest.mark.e2e
 
@@ -31,15 +32,6 @@ REPO = "edgevllm-test/real-vllm"
 # The PyPI mirror here lags one pin: vllm 0.33.0 asks certifi>=2026.10.19, the newest certifi it
 # carries is 2026.10.18. The override is the resolver's, recorded in the lock.
 CERTIFI = "certifi>=2026.10.18"
-
-
-def in_image(engine, image: str, script: str, timeout: float = 600) -> str:
-    from edgevllm.containers.docker import RunOptions
-
-    proc = engine.run(RunOptions(image=image, remove=True, network="none",
-                                 command=["python3", "-c", script]), timeout=timeout)
-    assert proc.returncode == 0, proc.stderr.decode()[-3000:]
-    return proc.stdout.decode()
 
 
 @pytest.fixture(scope="module")

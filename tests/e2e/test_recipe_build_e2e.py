@@ -32,6 +32,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from support.images import in_image
+
 pytestmark = pytest.mark.e2e
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "eugr-recipes"
@@ -98,15 +100,6 @@ def recipe_build(imported, python_image_arm64, engine, tmp_path_factory, cli):
     yield result, stderr
     for tag in result["tags"]:
         subprocess.run(["docker", "rmi", "-f", tag], capture_output=True)
-
-
-def in_image(engine, image: str, script: str) -> str:
-    from edgevllm.containers.docker import RunOptions
-
-    proc = engine.run(RunOptions(image=image, remove=True, network="none",
-                                 command=["python3", "-c", script]), timeout=600)
-    assert proc.returncode == 0, proc.stderr.decode()[-3000:]
-    return proc.stdout.decode()
 
 
 def test_image_is_tagged_as_the_recipe_names_it(recipe_build, engine):

@@ -24,7 +24,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from edgevllm.containers.docker import BuildOptions, DockerEngine
+from edgevllm.containers.docker import BuildOptions, DockerEngine, RunOptions
 
 from .downloads import file_lock, test_cache_dir
 from .platforms import native_arch, wheel_tags
@@ -140,6 +140,15 @@ def one_file_image(engine: DockerEngine, folder: Path, tag: str, body: bytes) ->
         tar.addfile(info, io.BytesIO(body))
     engine.import_rootfs(tarball, tag, changes=['CMD ["/hello.txt"]'])
     return tag
+
+
+def in_image(engine: DockerEngine, image: str, script: str, timeout: float = 600) -> str:
+    """What ``python3 -c script`` prints in a fresh container of ``image``, without network; a
+    failure fails the test with the end of its stderr."""
+    proc = engine.run(RunOptions(image=image, remove=True, network="none",
+                                 command=["python3", "-c", script]), timeout=timeout)
+    assert proc.returncode == 0, proc.stderr.decode()[-3000:]
+    return proc.stdout.decode()
 
 
 def download_wheels(arch: str, requirements: list[str], python_version: str = "3.11") -> Path:
