@@ -64,20 +64,26 @@ class Replacement(Strict):
         return self
 
 
-class EditStep(StepBase):
-    """Edit a file of an installed package: anchored replacements or a unified diff."""
+class Edit(Strict):
+    """One file's edit: anchored replacements or a unified diff, never both (a mod's edit step,
+    a source patch's edit)."""
 
-    kind: Literal["edit"]
-    packages: list[str] = Field(min_length=1)
     path: str
     replacements: list[Replacement] = Field(default_factory=list)
     diff: str | None = None
 
     @model_validator(mode="after")
-    def _one_way(self) -> "EditStep":
+    def _one_way(self) -> "Edit":
         if bool(self.replacements) == bool(self.diff):
             raise ValueError("give either 'replacements' or 'diff'")
         return self
+
+
+class EditStep(StepBase, Edit):
+    """Edit a file of an installed package."""
+
+    kind: Literal["edit"]
+    packages: list[str] = Field(min_length=1)
 
 
 class PipInstallStep(StepBase):

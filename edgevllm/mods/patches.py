@@ -15,14 +15,14 @@ from pathlib import Path
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, field_validator
 
 from edgevllm.common.errors import ManifestError, ModFailedError
 from edgevllm.common.fsutil import atomic_write_text
 from edgevllm.common.paths import data_dirs
 from edgevllm.common.schema import Strict, check_regex, load_model
 from edgevllm.mods.applier import StepFailed, apply_unified_diff, plan_replacements
-from edgevllm.mods.catalog import Replacement
+from edgevllm.mods.catalog import Edit
 from edgevllm.specs.outcomes import ALREADY_APPLIED, APPLIED, NOT_APPLICABLE
 
 PATCH_FILE = "patch.yaml"
@@ -40,18 +40,6 @@ class ContentCheck(Strict):
         return check_regex(value)
 
 
-class SourceEdit(Strict):
-    path: str
-    replacements: list[Replacement] = Field(default_factory=list)
-    diff: str | None = None
-
-    @model_validator(mode="after")
-    def _one_way(self) -> "SourceEdit":
-        if bool(self.replacements) == bool(self.diff):
-            raise ValueError("give either 'replacements' or 'diff'")
-        return self
-
-
 class PatchManifest(Strict):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
     version: str = Field(min_length=1)
@@ -59,7 +47,7 @@ class PatchManifest(Strict):
     targets: list[str] = Field(min_length=1)
     applies_to: dict[str, str] = Field(default_factory=dict)  # only "vllm" is known here
     upstream_fixed: list[ContentCheck] = Field(default_factory=list)
-    edits: list[SourceEdit] = Field(min_length=1)
+    edits: list[Edit] = Field(min_length=1)  # in the prepared vLLM tree
 
     @field_validator("applies_to")
     @classmethod
@@ -146,7 +134,7 @@ def apply_patch(patch: SourcePatch, tree: Path, vllm_version: str | None) -> dic
     return dict(result, outcome=APPLIED, detail=f"edited {', '.join(files)}{basis}")
 
 
-def _edit_text(patch: SourcePatch, edit: SourceEdit, text: str, where: str) -> tuple[str, str]:
+def _edit_text(patch: SourcePatch, edit: Edit, text: str, where: str) -> tuple[str, str]:
     if edit.diff:
         return apply_unified_diff(text, (patch.folder / edit.diff).read_text(), where)
     replacements = [r.model_dump(exclude_none=True) for r in edit.replacements]
