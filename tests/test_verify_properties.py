@@ -32,6 +32,7 @@ from edgevllm.verify.library import LibraryReport, inspect_buffer
 from edgevllm.verify.oci import oci_layers
 from edgevllm.verify.readers import scan_tar_stream, scan_wheel
 from support.cuda_libs import compressed_libs, nvcc_libs
+from support.fake_rootfs import tar_of
 from support.properties import PROPERTY, bounded, json_values, mutated, replaced_field, tiny_elf
 
 THOR, SPARK = CudaArch(11, 0), CudaArch(12, 1)
@@ -150,29 +151,19 @@ def test_a_mutated_wheel(tmp_path_factory, data):
 
 
 # --- tarballs ----------------------------------------------------------------------------------
-def _tar(members: dict[str, bytes]) -> bytes:
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as tar:
-        for name, data in members.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return out.getvalue()
-
-
 @functools.lru_cache(maxsize=None)
 def tar_seeds() -> dict[str, bytes]:
-    layer = _tar({f"{SITE}/vllm/_C.abi3.so": seeds()["plain"], "etc/.wh.gone": b""})
+    layer = tar_of({f"{SITE}/vllm/_C.abi3.so": seeds()["plain"], "etc/.wh.gone": b""})
     digest = hashlib.sha256(layer).hexdigest()
-    docker = _tar({"manifest.json": json.dumps([{"Layers": ["l1/layer.tar"]}]).encode(),
+    docker = tar_of({"manifest.json": json.dumps([{"Layers": ["l1/layer.tar"]}]).encode(),
                    "l1/layer.tar": layer})
     manifest = json.dumps({"layers": [{"digest": f"sha256:{digest}"}]}).encode()
     mdigest = hashlib.sha256(manifest).hexdigest()
     index = {"manifests": [{"digest": f"sha256:{mdigest}",
                             "platform": {"architecture": "arm64"}}]}
-    oci = _tar({"index.json": json.dumps(index).encode(), f"blobs/sha256/{mdigest}": manifest,
+    oci = tar_of({"index.json": json.dumps(index).encode(), f"blobs/sha256/{mdigest}": manifest,
                 f"blobs/sha256/{digest}": zstandard.ZstdCompressor().compress(layer)})
-    rootfs = _tar({f"{SITE}/torch/lib/libtorch_cuda.so": seeds()["mixed"]})
+    rootfs = tar_of({f"{SITE}/torch/lib/libtorch_cuda.so": seeds()["mixed"]})
     return {"docker": docker, "oci": oci, "rootfs": rootfs, "docker.gz": gzip.compress(docker),
             "rootfs.zst": zstandard.ZstdCompressor(write_checksum=True).compress(rootfs)}
 

@@ -131,18 +131,9 @@ def test_an_empty_layer_is_stacked_not_missing():
     """A step that changed nothing leaves an empty tar as its layer; the archive is complete."""
     import io
     import json
-    import tarfile
 
     from edgevllm.verify.readers import scan_tar_stream
-
-    def tar_of(members: dict[str, bytes]) -> bytes:
-        buffer = io.BytesIO()
-        with tarfile.open(fileobj=buffer, mode="w", format=tarfile.USTAR_FORMAT) as tar:
-            for name, data in members.items():
-                info = tarfile.TarInfo(name)
-                info.size = len(data)
-                tar.addfile(info, io.BytesIO(data))
-        return buffer.getvalue()
+    from support.fake_rootfs import tar_of
 
     empty = tar_of({})
     assert not any(empty)  # only zero blocks: no ustar header to recognise it by
