@@ -27,6 +27,13 @@ if [ ! -e "$binfmt/qemu-$foreign" ]; then
  both platforms): $install qemu-user-static binfmt-support, then\
  sudo update-binfmts --enable qemu-$foreign")
 fi
+# The test bases are Debian roots: debootstrap checks Debian's signatures with Debian's keyring,
+# which an Ubuntu host (DGX OS, JetPack) lacks until it is installed.
+keyring=${EDGEVLLM_DEBIAN_KEYRING:-/usr/share/keyrings/debian-archive-keyring.gpg}
+if [ ! -f "$keyring" ]; then
+  missing+=("Debian's archive keyring (debootstrap checks the Debian test bases with it):\
+ $install debian-archive-keyring")
+fi
 # program → package: the base images (debootstrap), the registry, cluster and cache tests.
 for pair in debootstrap:debootstrap rsync:rsync ssh:openssh-client zstd:zstd \
             redis-server:redis-server docker-registry:docker-registry; do

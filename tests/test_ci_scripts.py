@@ -105,6 +105,17 @@ def test_make_test_on_an_arm64_host_with_x86_emulation_needs_nothing_more(tmp_pa
     assert proc.returncode == 0, proc.stderr
 
 
+def test_make_test_on_ubuntu_names_debians_keyring_for_the_debian_test_bases(tmp_path):
+    """DGX OS and JetPack are Ubuntu: debootstrap of the Debian bases needs Debian's keyring."""
+    env = fake_host(tmp_path, "aarch64", ["qemu-x86_64"])
+    proc = script("test-needs.sh", DGX_OS, tmp_path, **env,
+                  EDGEVLLM_DEBIAN_KEYRING=str(tmp_path / "no-keyring.gpg"))
+    assert proc.returncode == 3
+    assert proc.stderr.splitlines()[1] == (
+        "  missing: Debian's archive keyring (debootstrap checks the Debian test bases with it): "
+        "sudo apt-get install debian-archive-keyring")
+
+
 def test_make_runs_the_needs_check_before_the_suite():
     makefile = (REPO / "Makefile").read_text()
     assert "test: venv engine test-needs lint\n" in makefile
