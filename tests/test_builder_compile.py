@@ -149,8 +149,10 @@ def test_compile_renders_one_install_path_on_the_lean_runtime():
     env = text.split("FROM base AS build-env", 1)[1].split("#####", 1)[0]
     assert "COPY --from=closure /opt/venv /opt/venv" in env
     assert "--require-hashes" in env and "-r /build-tools/requirements.txt" in env
-    runtime = text.split("FROM closure AS runtime", 1)[1]
-    assert "--no-index --no-deps --force-reinstall /tmp/edgevllm-wheels/*.whl" in runtime
+    vllm = text.split("FROM closure AS vllm-files", 1)[1].split("#####", 1)[0]
+    assert "--no-deps --link-mode=copy \\\n         /tmp/edgevllm-wheels/*.whl" in vllm
+    assert "reinstall" not in text
+    runtime = text.split("FROM vllm-files AS runtime", 1)[1]
     assert not re.search(r"index-url|https?://|torch==", text)
     # The runtime gets the lean base's packages, not the devel toolchain's.
     assert "ccache" not in runtime and "libibverbs1" in runtime

@@ -105,13 +105,18 @@ def test_precompiled_stages_render(tmp_path):
     assert "VLLM_PRECOMPILED_WHEEL_LOCATION=/wheelhouse/vllm-0.33.0-x.whl" in build
     assert "-r /build-tools/requirements.txt" in build and "--require-hashes" in build
     assert "python use_existing_torch.py" in build and "cmake-deps" not in build
-    runtime = text.split("FROM closure AS runtime", 1)[1]
-    assert "--no-deps --force-reinstall" in runtime
+    # The tree's wheel over the closure (which holds no vLLM) in its own stage, no reinstall.
+    vllm = text.split("FROM closure AS vllm-files", 1)[1].split("#####", 1)[0]
+    assert "--mount=type=bind,from=wheels,target=/tmp/edgevllm-wheels" in vllm
+    assert "--no-deps --link-mode=copy" in vllm and "/tmp/edgevllm-wheels/*.whl" in vllm
+    assert "reinstall" not in text and "requirements-mode.txt" not in text
+    assert "FROM vllm-files AS runtime" in text
     assert text.count("-r /wheelhouse/requirements.txt") == 1   # the closure, installed once
     prebuilt = render_dockerfile(resolve(load_spec("spark", overrides={"vllm_wheel": "0.33.0"})))
-    # One install path for every mode: the closure stages, then the one runtime stage from them.
-    assert "FROM closure AS build" not in prebuilt and "FROM closure AS runtime" in prebuilt
+    # One install path for every mode: the closure stages, the mode's vLLM, the runtime.
+    assert "FROM closure AS build" not in prebuilt and "FROM vllm-files AS runtime" in prebuilt
     assert prebuilt.count("-r /wheelhouse/requirements.txt") == 1
+    assert prebuilt.count("-r /wheelhouse/requirements-mode.txt") == 1   # the release wheel
     assert "FROM scratch AS wheels" not in prebuilt and "from=wheels" not in prebuilt
 
 

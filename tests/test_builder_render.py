@@ -26,7 +26,7 @@ def test_each_target_renders_its_arch_list():
         text = render_dockerfile(resolve(load_spec(target.name)))
         assert f'TORCH_CUDA_ARCH_LIST="{arch}"' in text
         assert f"FROM {target.images.build} AS base" in text
-        assert "FROM scratch AS wheels" in text and "FROM closure AS runtime" in text
+        assert "FROM scratch AS wheels" in text and "FROM vllm-files AS runtime" in text
         assert "--mount=type=bind,from=wheels," in text  # wheels never COPY'd into a layer
         assert "--mount=type=cache,target=/root/.cache/ccache" in text
         assert f'io.edgevllm.arch-list="{arch}"' in text, target.name
@@ -196,6 +196,7 @@ def stage_text_of(dockerfile: str, name: str) -> str:
 
 
 CLOSURE_STAGES = ("closure-files", "closure-bytecode", "closure")
+VLLM_STAGES = ("vllm-files", "vllm-bytecode")
 
 
 def _steps(stage: str) -> str:
@@ -217,11 +218,13 @@ def _folder_digest(folder: Path) -> str:
 def test_targets_and_modes_with_one_closure_share_its_install(tmp_path):
     """spark and thor (and spark's precompiled mode) with the same closure: the install stages
     are byte-identical and name no target, and the wheelhouse context they bind holds the same
-    bytes (thor's extra resolver override is in the lock, not in requirements.txt); what
-    differs per target comes after the stage ``closure``."""
+    bytes (thor's extra resolver override is in the lock, not in requirements.txt); the stages
+    of the mode's vLLM name no target either (spark and thor prebuilt share them; precompiled
+    takes the exported wheels instead of the release wheel); what differs per target comes
+    after them, in the stage ``runtime``."""
     import hashlib
 
-    from edgevllm.builder.modes.prebuilt import closure_overrides
+    from edgevllm.builder.modes.prebuilt import OVER_CLOSURE, closure_overrides
     from edgevllm.sources.wheels import Closure, Wheelhouse, WheelPin
 
     effs = {"spark": resolve(load_spec("spark", overrides={"vllm_wheel": "0.33.0"})),
@@ -235,12 +238,24 @@ def test_targets_and_modes_with_one_closure_share_its_install(tmp_path):
     assert install["spark"] == install["thor"] == install["spark-precompiled"]
     assert not re.search(r"spark|thor|12\.1a|11\.0a", "".join(install["spark"]))
     assert "FROM --platform=$BUILDPLATFORM" in install["spark"][1]
+    vllm = {name: [_steps(stages(text)[s]) for s in VLLM_STAGES] for name, text in texts.items()}
+    assert vllm["spark"] == vllm["thor"] != vllm["spark-precompiled"]
+    assert vllm["spark"][1] == vllm["spark-precompiled"][1]   # the byte-code step is one text
+    assert vllm["spark"][0].startswith("FROM closure AS vllm-files")
+    assert "FROM --platform=$BUILDPLATFORM" in vllm["spark"][1]
+    assert not re.search(r"spark|thor|12\.1a|11\.0a", "".join(vllm["spark"] + vllm[
+        "spark-precompiled"]))
+    assert "-r /wheelhouse/requirements-mode.txt" in vllm["spark"][0]
+    assert "from=wheels" in vllm["spark-precompiled"][0]
     assert stages(texts["spark"])["runtime"] != stages(texts["thor"])["runtime"]
-    assert stages(texts["thor"])["runtime"].startswith("FROM closure AS runtime")
+    assert stages(texts["thor"])["runtime"].startswith(
+        "FROM vllm-files AS runtime\nCOPY --from=vllm-bytecode /bytecode/ /\n")
+    # The runtime replaces no file of the closure: nothing reinstalls the mode's vLLM over it.
+    assert not any("reinstall" in text for text in texts.values())
 
     wheelhouse = Wheelhouse(tmp_path / "cache")
     pins = []
-    for name in ("idna", "six", "uv"):
+    for name in ("idna", "six", "uv", "vllm"):
         data = f"{name} wheel bytes".encode()
         pin = WheelPin(name, "1.0", f"{name}-1.0-py3-none-any.whl",
                        hashlib.sha256(data).hexdigest())
@@ -251,9 +266,12 @@ def test_targets_and_modes_with_one_closure_share_its_install(tmp_path):
     assert overrides["spark"] != overrides["thor"]   # thor removes flashinfer-cubin
     closures = {name: Closure("aarch64-manylinux_2_34", "3.12", ["vllm==0.33.0"],
                               overrides[name], pins=list(pins)) for name in overrides}
-    assert wheelhouse.set_folder(closures["spark"]) == wheelhouse.set_folder(closures["thor"])
-    digests = {name: _folder_digest(wheelhouse.assemble(c, tmp_path / name))
+    assert wheelhouse.set_folder(closures["spark"], OVER_CLOSURE) == wheelhouse.set_folder(
+        closures["thor"], OVER_CLOSURE)
+    digests = {name: _folder_digest(wheelhouse.assemble(c, tmp_path / name, OVER_CLOSURE))
                for name, c in closures.items()}
     assert digests["spark"] == digests["thor"]
+    assert "vllm==" not in (tmp_path / "spark" / "requirements.txt").read_text()
     fewer = Closure("aarch64-manylinux_2_34", "3.12", ["vllm==0.33.0"], pins=pins[:2])
-    assert _folder_digest(wheelhouse.assemble(fewer, tmp_path / "fewer")) != digests["spark"]
+    assert _folder_digest(wheelhouse.assemble(fewer, tmp_path / "fewer", OVER_CLOSURE)) \
+        != digests["spark"]

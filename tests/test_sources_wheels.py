@@ -6,6 +6,7 @@ a temporary wheelhouse; a local HTTP server feeds the interrupted-download test.
 
 from __future__ import annotations
 
+import hashlib
 import http.server
 import os
 import signal
@@ -136,6 +137,34 @@ def test_wheelhouse_is_content_addressed_and_assembles_links_with_hashes(six_pin
     assert (kept / "requirements.txt").stat().st_mtime_ns == stamp
 
 
+def test_the_modes_vllm_is_in_the_folder_but_not_in_the_closures_requirements(tmp_path):
+    """``over``: the mode's vLLM stays a wheel of the folder (precompiled's build reads it) and
+    a pin of the lock, but the closure stage's requirements.txt leaves it to
+    requirements-mode.txt, which the stage vllm-files installs."""
+    house = Wheelhouse(tmp_path / "cache")
+    pins = []
+    for name in ("idna", "vllm"):
+        data = f"{name} wheel".encode()
+        pin = WheelPin(name, "1.0", f"{name}-1.0-py3-none-any.whl",
+                       hashlib.sha256(data).hexdigest())
+        house.path_for(pin).parent.mkdir(parents=True)
+        house.path_for(pin).write_bytes(data)
+        pins.append(pin)
+    closure = Closure(python_platform=X86, python_version="3.12", requirements=["vllm"],
+                      pins=pins)
+    folder = house.assemble(closure, over=("vllm",))
+    closure_text = (folder / "requirements.txt").read_text()
+    mode_text = (folder / "requirements-mode.txt").read_text()
+    assert pins[0].requirement_line() in closure_text and "vllm==" not in closure_text
+    assert pins[1].requirement_line() in mode_text and "idna" not in mode_text
+    assert (folder / pins[1].filename).is_file()
+    whole = house.assemble(closure)   # nothing left out: another folder, no mode file
+    assert whole != folder and whole == house.set_folder(closure)
+    assert "vllm==" in (whole / "requirements.txt").read_text()
+    assert not (whole / "requirements-mode.txt").exists()
+    assert house.assemble(closure, over=("flashinfer-python",)) == whole   # not in the closure
+
+
 def test_a_changed_cached_wheel_is_refused_and_named(six_pin, tmp_path):
     house = Wheelhouse(tmp_path / "cache")
     house.fetch([six_pin])
@@ -237,7 +266,10 @@ def test_prebuilt_dockerfile_installs_the_closure_offline_by_hash():
     assert "--no-deps --require-hashes" in closure and "UV_NO_CACHE=1" in closure
     assert "--mount=type=bind,from=wheelhouse,target=/wheelhouse" in closure
     assert "from=wheels" not in text and '"torch==' not in text
-    assert "ENV CUDA_HOME=/usr/local/cuda" in closure and "FROM closure AS runtime" in runtime
+    assert "ENV CUDA_HOME=/usr/local/cuda" in closure and "FROM vllm-files AS runtime" in runtime
+    # The release wheel over the closure, by its pin in the wheelhouse's requirements-mode.txt.
+    vllm = closure[closure.index("AS vllm-files"):closure.index("AS vllm-bytecode")]
+    assert "--require-hashes" in vllm and "-r /wheelhouse/requirements-mode.txt" in vllm
     assert "pip uninstall -y flashinfer-cubin" in runtime
     assert 'io.edgevllm.mode="prebuilt"' in runtime
 

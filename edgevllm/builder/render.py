@@ -22,6 +22,7 @@ from edgevllm import __version__
 from edgevllm.common import labels
 from edgevllm.common.paths import templates_dir
 from edgevllm.sources.buildreqs import BuildLayout, unread_layout
+from edgevllm.sources.wheels import MODE_REQUIREMENTS_FILE
 from edgevllm.specs.buildspec import EffectiveSpec
 
 RELABEL_DOCKERFILE = "relabel.Dockerfile"
@@ -70,6 +71,14 @@ def closure_values(eff: EffectiveSpec) -> dict:
             "bytecode_image": eff.spec.bytecode_image or eff.images.runtime}
 
 
+def mode_vllm_values(eff: EffectiveSpec) -> dict:
+    """Where the stage ``vllm-files`` (dockerfiles/_install.j2) takes the mode's vLLM from: the
+    exported ``wheels`` context where the mode builds one, else the release wheel the
+    ``wheelhouse`` holds, by its pin in the file the closure's requirements.txt leaves it to."""
+    return {"source": "wheels" if eff.mode != "prebuilt" else "wheelhouse",
+            "requirements": MODE_REQUIREMENTS_FILE}
+
+
 def template_values(eff: EffectiveSpec) -> dict:
     return {
         "tool_version": __version__,
@@ -79,7 +88,6 @@ def template_values(eff: EffectiveSpec) -> dict:
         "images": eff.images,
         "python": eff.python,
         "apt_packages": eff.apt_packages,
-        "exports_wheels": eff.mode != "prebuilt",
         "mode": eff.mode,
         "applier_opts": applier_options(eff),
         "packages": eff.packages,
@@ -92,6 +100,7 @@ def template_values(eff: EffectiveSpec) -> dict:
         "warm": eff.spec.warm is not None,
         "compile_cache_id": eff.spec.compile_cache_id or f"ccache-{eff.target.name}",
         "closure": closure_values(eff),
+        "mode_vllm": mode_vllm_values(eff),
         **mount_options(eff),
         **labels.template_values(),
     }

@@ -7,7 +7,9 @@ by the platform's tag priority. A package that has no wheel for the platform is 
 requirement that pulled it. ``Wheelhouse`` downloads the pins into a content-addressed cache
 (``<cache>/wheelhouse/sha256/<hash>/<file>``, shared by every build; a wheel lands under its final
 name only once its hash matched) and assembles one build's folder of hard links plus the
-``requirements.txt`` that the image installs with ``--no-deps --require-hashes``, offline.
+``requirements.txt`` that the image installs with ``--no-deps --require-hashes``, offline: the
+whole closure but the packages the mode installs over it in their own stage (its vLLM), whose
+pins go to ``requirements-mode.txt``.
 
 Contracts: nothing is downloaded before the closure resolved; every wheel in an assembled folder
 has the sha256 its pin names (checked on the host, and again by the installer in the image).
@@ -39,6 +41,7 @@ DEFAULT_GLIBC = "2_34"   # llguidance 1.7 has no x86_64 wheel below manylinux_2_
 _ARCH = {"linux/arm64": "aarch64", "linux/amd64": "x86_64"}
 _CHUNK = 1 << 20
 REQUIREMENTS_FILE = "requirements.txt"
+MODE_REQUIREMENTS_FILE = "requirements-mode.txt"   # the mode's own pins, installed over the closure
 
 
 class ClosureError(SourceError):
@@ -401,37 +404,62 @@ class Wheelhouse:
                                         f"{pin.sha256}; delete it to download it again; "
                                         "nothing installed")
 
-    def set_folder(self, closure: Closure) -> Path:
-        """Where this closure's build context lives: one folder per set of hashes, kept, so that
-        a rebuild passes BuildKit the very same files (metadata included) and hits its cache."""
-        key = hashlib.sha256("".join(p.sha256 for p in closure.pins).encode()).hexdigest()[:16]
-        return self.root / "sets" / key
+    def set_folder(self, closure: Closure, over: Sequence[str] = ()) -> Path:
+        """Where this closure's build context lives: one folder per set of hashes (and of the
+        packages left to the mode's own stage), kept, so that a rebuild passes BuildKit the very
+        same files (metadata included) and hits its cache."""
+        held = ",".join(sorted(p.name for p in mode_pins(closure, over)))
+        text = "".join(p.sha256 for p in closure.pins) + (f"|over:{held}" if held else "")
+        return self.root / "sets" / hashlib.sha256(text.encode()).hexdigest()[:16]
 
-    def assemble(self, closure: Closure, dest: Path | None = None) -> Path:
+    def assemble(self, closure: Closure, dest: Path | None = None,
+                 over: Sequence[str] = ()) -> Path:
         """``dest`` (default: ``set_folder``): hard links to the closure's wheels plus
-        requirements.txt (by hash), written atomically; an identical folder is reused as is."""
+        requirements.txt (by hash; without the ``over`` packages, whose pins go to
+        requirements-mode.txt), written atomically; an identical folder is reused as is."""
         self.verify(closure.pins)
-        dest = dest or self.set_folder(closure)
-        text = requirements_text(closure)
-        done = dest / REQUIREMENTS_FILE
-        if done.is_file() and done.read_text() == text and all(
+        dest = dest or self.set_folder(closure, over)
+        texts = {REQUIREMENTS_FILE: requirements_text(closure, over)}
+        if mode_pins(closure, over):
+            texts[MODE_REQUIREMENTS_FILE] = mode_requirements_text(closure, over)
+        if all((dest / name).is_file() and (dest / name).read_text() == text
+               for name, text in texts.items()) and all(
                 (dest / p.filename).is_file() for p in closure.pins):
             return dest
         with atomic_dir(dest) as tmp:
             for pin in closure.pins:
                 _link_or_copy(self.path_for(pin), tmp / pin.filename)
-            atomic_write_text(tmp / REQUIREMENTS_FILE, text)
+            for name, text in texts.items():
+                atomic_write_text(tmp / name, text)
         return dest
 
 
-def requirements_text(closure: Closure) -> str:
-    """What the image installs: every pin with its hash (``--no-deps``: the closure is whole).
-    Nothing but the pins and where they install: two targets (or modes) with the same pins get
-    the same bytes, so the same build context and one shared install layer (the overrides that
-    led to the pins are in the lock)."""
+def mode_pins(closure: Closure, over: Sequence[str]) -> list[WheelPin]:
+    """The closure's pins of the ``over`` packages (the mode's vLLM): locked with the closure,
+    installed over it in their own stage, so no layer shadows another's files."""
+    names = {canonicalize_name(n) for n in over}
+    return [p for p in closure.pins if canonicalize_name(p.name) in names]
+
+
+def requirements_text(closure: Closure, over: Sequence[str] = ()) -> str:
+    """What the closure stage installs: every pin with its hash (``--no-deps``: the closure is
+    whole) but the ``over`` packages. Nothing but the pins and where they install: two targets
+    (or modes) with the same pins get the same bytes, so the same build context and one shared
+    install layer (the overrides that led to the pins are in the lock)."""
+    later = mode_pins(closure, over)
     head = ("# The locked closure, installed offline with --no-deps --require-hashes.\n"
             f"# {closure.python_platform}, Python {closure.python_version}\n")
-    return head + "".join(p.requirement_line() + "\n" for p in closure.pins)
+    if later:
+        head += (f"# Not here: {', '.join(p.name for p in later)} (installed over it in its "
+                 f"own stage, from {MODE_REQUIREMENTS_FILE}).\n")
+    return head + "".join(p.requirement_line() + "\n" for p in closure.pins if p not in later)
+
+
+def mode_requirements_text(closure: Closure, over: Sequence[str]) -> str:
+    """The ``over`` pins, by hash: what a prebuilt image installs over the closure."""
+    return ("# The mode's own packages, installed over the closure with --no-deps "
+            "--require-hashes.\n" + "".join(p.requirement_line() + "\n"
+                                             for p in mode_pins(closure, over)))
 
 
 def local_pin(path: Path, name: str = "vllm") -> WheelPin:

@@ -5,9 +5,10 @@ real build (see conftest.py for what stands in for vLLM and the base image, and 
   host; linux/amd64 on an arm64 one: support/platforms.py): `edgevllm build --spec`, a
   cherry-picked PR that changes the compiled code, mods applied in the image, arch verify and
   probe level 1 run by the build; the extension carries sm_110a SASS (checked with cuobjdump too),
-  no wheel in any layer, labels, the mods record, the lock.
-- spark, the host's platform (native, fast): sm_121a; a runtime-only change reuses the wheels
-  (nothing recompiled); a rebuild from the lock reproduces the tree hash and the tag.
+  no wheel in any layer, no bytes shadowed by a later layer, labels, the mods record, the lock.
+- spark, the host's platform (native, fast): sm_121a, no bytes shadowed; a runtime-only change
+  reuses the wheels (nothing recompiled); a rebuild from the lock reproduces the tree hash and
+  the tag.
 - failures: a compile error names the failing stage and shows its log; no image is tagged.
 """
 
@@ -150,6 +151,22 @@ def test_thor_no_wheel_in_any_layer(thor_build, engine, cuda_image_foreign):
     )
 
 
+def shadowing(layers: dict) -> list[str]:
+    """The layers that carry bytes a later layer replaces (the build's layer report)."""
+    return [f"{layer['shadowed_bytes']} B of {layer['step'][:160]}" for layer in layers["layers"]
+            if layer["shadowed_bytes"]]
+
+
+def test_thor_layers_shadow_nothing(thor_build):
+    """The compiled wheels come over the closure in their own layer (the stage vllm-files), the
+    mods after them: no layer of the image replaces a file of another."""
+    result, _ = thor_build
+    layers = result["layers"]
+    assert layers["shadowed_bytes"] == 0, shadowing(layers)
+    installs = [layer for layer in layers["layers"] if '"$uv" pip install' in layer["step"]]
+    assert len(installs) == 2 and "/tmp/edgevllm-wheels/*.whl" in installs[1]["step"], installs
+
+
 def test_thor_labels_lock_and_mods_record(thor_build, engine):
     from edgevllm.specs.lock import read_lock
 
@@ -188,6 +205,7 @@ def test_spark_sm121a_rebuild_and_lock(spark_spec, engine, tmp_path, cli):
 
     first = build(spec_from_dict(spark_spec), tmp_path, engine)
     assert sass_of(scan_image(engine, first.image), "vllm/_C.abi3.so") == {"sm_121a"}
+    assert first.layers["shadowed_bytes"] == 0, shadowing(first.layers)
     # The kernel plan (the preflight, from the tree's own CMake) is in the lock and agrees with
     # what verify found in the built library.
     planned = read_lock(first.lock_path)

@@ -9,10 +9,13 @@ the Debian bookworm test images (Python 3.11) as the runtime base, the foreign o
 and the native one as its build-platform twin (``bytecode_image``: no registry here serves one
 reference for both platforms). No mods, no verify (no CUDA in this closure).
 
-What it checks: the byte-code step ran on the host's platform; the image starts without compiling
-anything (``import`` writes no .pyc in a fresh container, with PYTHONDONTWRITEBYTECODE unset;
-the same check on a module whose .pyc was removed sees the new file, so the check can fail);
-the .pyc are unchecked-hash ones; the layers report their bytes and nothing is shadowed.
+What it checks: both byte-code steps ran on the host's platform, the closure's and the one of
+the stand-in vLLM, which comes over the closure in a layer of its own (the closure stage
+installs every wheel but it); the image starts without compiling anything (``import`` writes no
+.pyc in a fresh container, with PYTHONDONTWRITEBYTECODE unset; the same check on a module whose
+.pyc was removed sees the new file, for the closure's idna and for vllm, so the check can fail);
+the .pyc are unchecked-hash ones; the layers report their bytes and nothing is shadowed; another
+target reuses every install step, the vLLM's too.
 """
 
 from __future__ import annotations
@@ -111,6 +114,9 @@ def test_bytecode_is_compiled_on_the_build_platform(emulated_build):
     assert compiled, f"no byte-code step in {emulated_build['log']}"
     count, compiled_on = compiled[-1]
     assert int(count) > 10 and compiled_on == machine(native_arch()), compiled  # not qemu's
+    # The stand-in vLLM's own two modules, from its dist-info RECORD, compiled there too.
+    over = re.findall(r"edgevllm: (\d+) \.pyc files over the closure compiled on (\S+)", log)
+    assert over and over[-1] == ("2", machine(native_arch())), over
 
 
 def test_a_fresh_container_compiles_nothing(emulated_build, engine):
@@ -119,16 +125,20 @@ def test_a_fresh_container_compiles_nothing(emulated_build, engine):
               f"python -c '{IMPORTS}' >/dev/null; {listing} > /tmp/after; "
               "echo imported; diff /tmp/before /tmp/after; wc -l < /tmp/before; "
               # the check can fail: without its .pyc, idna's core recompiles on import
-              "rm /opt/venv/lib/python3.11/site-packages/idna/__pycache__/core.*.pyc; "
-              f"{listing} > /tmp/removed; python -c 'import idna' >/dev/null; "
+              "rm /opt/venv/lib/python3.11/site-packages/idna/__pycache__/core.*.pyc "
+              "/opt/venv/lib/python3.11/site-packages/vllm/__pycache__/util.*.pyc; "
+              f"{listing} > /tmp/removed; python -c '{IMPORTS}' >/dev/null; "
               f"{listing} > /tmp/again; "
-              "echo control; diff /tmp/removed /tmp/again | grep -c '^>' || true")
+              "echo control; diff /tmp/removed /tmp/again | grep '^>' || true")
     out = run_sh(engine, emulated_build["image"], script).split()
     imported, control = out.index("imported"), out.index("control")
     assert out[imported + 1:imported + 2] and out[imported + 1].isdigit(), \
         f"import vllm wrote .pyc files in a fresh container: {out[imported + 1:control]}"
     assert int(out[imported + 1]) > 10
-    assert out[control + 1] == "1", "removing a .pyc did not make the import write one"
+    rewritten = sorted(Path(p).parent.parent.name + "/" + Path(p).name.split(".")[0]
+                       for p in out[control + 1:] if p != ">")
+    assert rewritten == ["idna/core", "vllm/util"], \
+        f"removing a .pyc did not make the import write that one (and only it): {rewritten}"
 
 
 def test_pyc_are_unchecked_hash_ones(emulated_build, engine):
@@ -141,8 +151,14 @@ def test_layers_report_bytes_and_nothing_shadowed(emulated_build):
     summary = emulated_build["layers"]
     assert summary is not None and summary["shadowed_bytes"] == 0, json.dumps(summary)
     steps = [layer["step"] for layer in summary["layers"]]
-    bytecode = [layer for layer in summary["layers"] if "COPY /bytecode/ /" in layer["step"]]
-    assert len(bytecode) == 1 and bytecode[0]["files"] > 10, steps   # its own layer of .pyc
+    # Two layers of .pyc only: the closure's, then the stand-in vLLM's two modules.
+    bytecode = [layer["files"] for layer in summary["layers"]
+                if "COPY /bytecode/ /" in layer["step"]]
+    assert len(bytecode) == 2 and bytecode[0] > 10 and bytecode[1] == 2, steps
+    # The closure's install and vLLM's are separate layers: only vLLM's reads requirements-mode.
+    installs = [layer for layer in summary["layers"] if "\"$uv\" pip install" in layer["step"]]
+    assert len(installs) == 2 and "requirements-mode.txt" in installs[1]["step"], steps
+    assert installs[1]["files"] > 2 and installs[1]["bytes"] < installs[0]["bytes"], installs
     assert sum(layer["bytes"] for layer in summary["layers"]) == summary["total_bytes"] > 0
 
 
@@ -167,7 +183,9 @@ def test_another_target_reuses_the_closure_and_a_size_budget_fails_it(
     assert code == 6 and len(errors) == 1, stderr[-4000:]
     assert "field 'size_budget_gb' (0.001 GB)" in errors[0] and "largest layers:" in errors[0]
     log = next((tmp_path / "out" / "budget" / "logs").glob("build-*.log")).read_text()
-    steps = re.findall(r"^(#\d+) \[(closure[a-z-]*) \d+/\d+\] (?:RUN|COPY)", log, re.MULTILINE)
-    assert {stage for _, stage in steps} == {"closure-files", "closure-bytecode", "closure"}, log
+    steps = re.findall(r"^(#\d+) \[((?:closure|vllm)[a-z-]*) \d+/\d+\] (?:RUN|COPY)", log,
+                       re.MULTILINE)
+    assert {stage for _, stage in steps} == {"closure-files", "closure-bytecode", "closure",
+                                             "vllm-files", "vllm-bytecode"}, log
     ran = [f"{number} {stage}" for number, stage in steps if f"{number} CACHED" not in log]
-    assert not ran, f"closure steps ran again for another target: {ran}\n{log[-3000:]}"
+    assert not ran, f"install steps ran again for another target: {ran}\n{log[-3000:]}"

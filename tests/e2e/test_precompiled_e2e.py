@@ -169,3 +169,26 @@ def test_labels_say_precompiled_and_name_the_release_wheel(precompiled_build, en
     assert found[labels.MODE] == "precompiled"
     assert found[labels.VLLM_WHEEL_SHA] == lock.kernels_from.sha256
     assert found["org.opencontainers.image.version"] == lock.vllm.version  # the tree's
+
+
+def test_one_vllm_in_the_image_and_no_bytes_shadowed(precompiled_build, engine):
+    """The closure stages install every wheel but the release's vLLM (the wheelhouse keeps its
+    wheel for the build stage), and the tree's vLLM comes over the closure in a layer of its own:
+    no layer of the image carries bytes a later one replaces, and the layer report (printed with
+    -s) gives the image's size as docs/build-modes.md states it."""
+    result, _, _ = precompiled_build
+    layers = result["layers"]
+    print(f"\nprecompiled image: {layers['total_bytes']:,} B in {len(layers['layers'])} layers, "
+          f"{layers['shadowed_bytes']:,} B shadowed by a later layer")
+    for layer in layers["layers"]:
+        print(f"  {layer['bytes']:>14,} B {layer['files']:>7} files  {layer['step'][:90]}")
+    shadowing = [f"{layer['shadowed_bytes']} B of {layer['step'][:160]}"
+                 for layer in layers["layers"] if layer["shadowed_bytes"]]
+    assert layers["shadowed_bytes"] == 0, shadowing
+    installs = [layer for layer in layers["layers"] if '"$uv" pip install' in layer["step"]]
+    assert len(installs) == 2 and "/tmp/edgevllm-wheels/*.whl" in installs[1]["step"], installs
+    assert installs[1]["bytes"] > 300e6   # the tree's vLLM with the release's libraries
+    versions = in_image(engine, result["image"], (
+        "import importlib.metadata as m\n"
+        "print(sorted(d.version for d in m.distributions() if d.metadata['Name'] == 'vllm'))"))
+    assert versions.count("'") == 2 and ".precompiled" in versions, versions   # one vLLM

@@ -105,7 +105,7 @@ def prepare_over(job: Job, tree: PreparedTree, staged: StagedMods,
     closure = compile_closure(eff, tree.layout, job.locked, staged.pip_packages)
     tools = build_tools(eff, build_requires(tree.layout), closure, job.locked)
     tree = then(tree, job)
-    folders = {"wheelhouse": prepare_wheelhouse(eff, closure, job.ws),
+    folders = {"wheelhouse": prepare_wheelhouse(eff, closure, job.ws, over=exported(eff)),
                "build-tools": prepare_wheelhouse(eff, tools, job.ws)}
     lock = make_lock(eff, tree, staged.versions, build_args, engine_of(job), (closure, tools))
     key = compile_key(dockerfile, tree.key_inputs() | {"closure": pins_key(closure),
@@ -117,6 +117,14 @@ def prepare_over(job: Job, tree: PreparedTree, staged: StagedMods,
                          compile_key=key, labels=mode_labels(lock), compiles=True,
                          compile_units=units,
                          runtime_what="runtime image (closure + compiled wheels)")
+
+
+def exported(eff: EffectiveSpec) -> tuple[str, ...]:
+    """What this build compiles and installs over the closure (the wheels stage's): never in the
+    closure's install (the tree's requirements name no vLLM, and a FlashInfer from source
+    removes PyPI's from the resolve), so no layer shadows another's files; left out of it here
+    too, should a mod's package pull one in."""
+    return ("vllm", "flashinfer-python") if eff.spec.flashinfer.source is not None else ("vllm",)
 
 
 def build_requires(layout: BuildLayout) -> list[str]:

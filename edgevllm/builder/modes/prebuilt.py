@@ -19,6 +19,7 @@ mode reuses.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
 
 from edgevllm.builder.prepared import Job, PreparedBuild, engine_of, named_contexts
 from edgevllm.builder.render import render_dockerfile
@@ -41,6 +42,10 @@ from edgevllm.specs.buildspec import EffectiveSpec, prebuilt_wheel
 from edgevllm.specs.lock import ClosureLock, Lock, ModLock, now_utc
 
 name = "prebuilt"
+# What the stage vllm-files installs over the closure (the same for precompiled, whose build
+# reads the release wheel from the wheelhouse): the closure stages install the rest, so a
+# prebuilt and a precompiled image of one release share them and nothing is installed twice.
+OVER_CLOSURE = ("vllm",)
 NEVER = "sys_platform == 'edgevllm-never'"   # an override with a false marker removes a package
 
 
@@ -92,9 +97,11 @@ def locked_or_resolved(eff: EffectiveSpec, locked: Lock | None, mod_packages: li
 
 
 def prepare_wheelhouse(eff: EffectiveSpec, closure: Closure, ws: Workspace,
-                       wheelhouse: Wheelhouse | None = None) -> Path:
+                       wheelhouse: Wheelhouse | None = None, over: Sequence[str] = ()) -> Path:
     """Download what is missing into the shared cache; the build context: the closure's folder
-    of links + pins, kept in the cache (``Wheelhouse.set_folder``; ``ws`` is not written)."""
+    of links + pins, kept in the cache (``Wheelhouse.set_folder``; ``ws`` is not written).
+    ``over``: the packages the mode installs over the closure in their own stage (its vLLM):
+    their wheels are in the folder, their pins not in the closure's requirements.txt."""
     wheelhouse = wheelhouse or Wheelhouse()
     wheel = eff.spec.vllm_wheel or ""
     if wheel.endswith(".whl") and not wheel.startswith(("http://", "https://")):
@@ -104,7 +111,7 @@ def prepare_wheelhouse(eff: EffectiveSpec, closure: Closure, ws: Workspace,
     console.step(f"wheels: {len(closure.pins)} in the closure, {len(missing)} to download "
                  f"({size:.2f} GB) into {wheelhouse.root}")
     wheelhouse.fetch(closure.pins)
-    return wheelhouse.assemble(closure)
+    return wheelhouse.assemble(closure, over=over)
 
 
 def prebuilt_lock(eff: EffectiveSpec, closure: Closure, mod_versions: list[dict],
@@ -137,7 +144,7 @@ def prepare(job: Job) -> PreparedBuild:
     vllm = closure.pin("vllm")
     console.info(f"  vllm {vllm.version if vllm else '?'}: {len(closure.pins)} wheels, "
                  f"{closure.total_bytes() / 1e9:.2f} GB")
-    folder = prepare_wheelhouse(eff, closure, job.ws)
+    folder = prepare_wheelhouse(eff, closure, job.ws, over=OVER_CLOSURE)
     lock = prebuilt_lock(eff, closure, staged.versions, engine_of(job))
     return PreparedBuild(eff=eff, dockerfile=dockerfile, stages=("runtime",), lock=lock,
                          contexts=named_contexts(job, folders={"wheelhouse": str(folder)}),

@@ -32,6 +32,7 @@ import json
 from packaging.version import InvalidVersion, Version
 
 from edgevllm.builder.modes.prebuilt import (
+    OVER_CLOSURE,
     closure_platform,
     locked_or_resolved,
     mode_labels,
@@ -122,7 +123,7 @@ def prepare(job: Job) -> PreparedBuild:
     console.info(f"  kernels: {wheel.filename} (sha256 {wheel.sha256[:12]}), "
                  f"{len(job.check.changed)} Python file(s) changed against {job.check.release_tag}")
     tools = build_tools(eff, list(tree.layout.pyproject_requires), closure, job.locked)
-    folders = {"wheelhouse": prepare_wheelhouse(eff, closure, job.ws),
+    folders = {"wheelhouse": prepare_wheelhouse(eff, closure, job.ws, over=OVER_CLOSURE),
                "build-tools": prepare_wheelhouse(eff, tools, job.ws)}
     build_args = {"VLLM_VERSION": tree.vllm.pep440_version, **eff.spec.build_args}
     lock = precompiled_lock(eff, tree.vllm, closure, tools, job.check, wheel, staged.versions,
