@@ -263,7 +263,7 @@ def test_prebuilt_dockerfile_installs_the_closure_offline_by_hash():
     text = render_dockerfile(resolve(load_spec("thor", None, {"vllm_wheel": "0.33.0"})))
     closure = text[text.index("AS closure-files"):text.index("##### runtime")]
     runtime = text[text.index("##### runtime"):]
-    assert "--no-deps --require-hashes" in closure and "UV_NO_CACHE=1" in closure
+    assert "--no-deps" in closure and "--require-hashes" in closure and "UV_NO_CACHE=1" in closure
     assert "--mount=type=bind,from=wheelhouse,target=/wheelhouse" in closure
     assert "from=wheels" not in text and '"torch==' not in text
     assert "ENV CUDA_HOME=/usr/local/cuda" in closure and "FROM vllm-files AS runtime" in runtime
