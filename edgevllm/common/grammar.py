@@ -40,6 +40,9 @@ NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,127}", re.A)
 MOD_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(:[A-Za-z0-9._/-]+)?", re.A)
 MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*", re.A)
 SHA256_DIGEST = re.compile(r"sha256:[0-9a-f]{64}", re.A)
+SHA256_HEX = re.compile(r"[0-9a-f]{64}", re.A)  # a file's sha256, as sha256sum prints it
+# A git object name in full: SHA-1 (40 hex digits) or SHA-256 (64).
+GIT_SHA = re.compile(r"[0-9a-f]{40}([0-9a-f]{24})?", re.A)
 
 # The docker reference grammar (distribution/reference): [domain/]path[:tag][@digest].
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"

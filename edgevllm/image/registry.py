@@ -21,6 +21,7 @@ import requests
 
 from edgevllm.common import console, labels
 from edgevllm.common.errors import ConfigError, DockerUnavailableError, LockError, RegistryError
+from edgevllm.common.grammar import SHA256_DIGEST
 from edgevllm.common.schema import json_object
 from edgevllm.containers.docker import DockerEngine
 from edgevllm.image.records import read_records
@@ -30,7 +31,6 @@ TAG_LABEL = labels.TAG
 _TAG_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _REGISTRY_RE = re.compile(r"^[A-Za-z0-9.-]+(:\d+)?(/[a-z0-9]+(?:[._-][a-z0-9]+)*)*$")
 REPO_RE = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*(/[a-z0-9]+(?:[._-][a-z0-9]+)*)*$")
-_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 INDEX_TYPES = (
     "application/vnd.oci.image.index.v1+json",
     "application/vnd.docker.distribution.manifest.list.v2+json",
@@ -311,7 +311,7 @@ def _platform_child(index: dict, inspect: dict) -> str | None:
             inspect.get("Architecture"),
         ):
             digest = entry.get("digest")
-            return digest if isinstance(digest, str) and _DIGEST.fullmatch(digest) else None
+            return digest if isinstance(digest, str) and SHA256_DIGEST.fullmatch(digest) else None
     return None
 
 

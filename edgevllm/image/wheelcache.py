@@ -24,6 +24,7 @@ from pydantic import Field, ValidationError
 from edgevllm.common import labels
 from edgevllm.common.errors import ConfigError, WheelCacheError
 from edgevllm.common.fsutil import atomic_dir, sha256_file
+from edgevllm.common.grammar import SHA256_DIGEST
 from edgevllm.common.schema import Strict, describe_validation_error, parse_json
 from edgevllm.image.registry import (
     REPO_RE,
@@ -152,7 +153,7 @@ def config_of(raw: bytes, where: str) -> str:
         raise WheelCacheError(f"{where} is not a compiled-wheels artifact of edgevllm "
                               f"(artifactType {ARTIFACT_TYPE})")
     digest = config.get("digest")
-    if not isinstance(digest, str) or not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
+    if not isinstance(digest, str) or not SHA256_DIGEST.fullmatch(digest):
         raise WheelCacheError(f"{where}: the manifest's config digest is not sha256:<64 hex>")
     return digest
 

@@ -25,7 +25,7 @@ from typing import IO, Annotated, Iterator, Literal
 from pydantic import Field, field_validator
 
 from edgevllm.common.errors import RecipeError
-from edgevllm.common.grammar import ContainerPath
+from edgevllm.common.grammar import SHA256_DIGEST, SHA256_HEX, ContainerPath
 from edgevllm.common.schema import Strict, parse_json, parse_model
 
 FORMAT = "edgevllm-jitcache/1"
@@ -39,8 +39,6 @@ MAX_ENTRY_BYTES = 8 << 30
 MAX_BUNDLE_BYTES = 256 << 30
 MAX_PATH = 1024
 CHUNK = 1 << 20
-_SHA256 = re.compile(r"[0-9a-f]{64}")
-_IMAGE_ID = re.compile(r"sha256:[0-9a-f]{64}")
 _SAFE_PART = re.compile(r"[^\x00-\x1f\x7f/]+")
 _CACHE_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 
@@ -70,7 +68,7 @@ class Entry(Strict):
     @field_validator("sha256")
     @classmethod
     def _sha(cls, value: str) -> str:
-        if not _SHA256.fullmatch(value):
+        if not SHA256_HEX.fullmatch(value):
             raise ValueError("is not 64 lower-case hex digits")
         return value
 
@@ -92,7 +90,7 @@ class Manifest(Strict):
     @field_validator("image_id")
     @classmethod
     def _image(cls, value: str) -> str:
-        if not _IMAGE_ID.fullmatch(value):
+        if not SHA256_DIGEST.fullmatch(value):  # an image id
             raise ValueError("is not an image id (sha256:<64 hex digits>)")
         return value
 

@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from edgevllm.common.grammar import ENV_NAME, IMAGE_REF
+from edgevllm.common.grammar import ENV_NAME, IMAGE_REF, SHA256_HEX
 from edgevllm.common.schema import Strict
 from edgevllm.common.secrets import secret_problem
 
@@ -22,7 +22,6 @@ _DURATION = re.compile(r"^\d+(ms|s|m|h)$")
 # Names every template sees besides ``defaults``; ``--set`` may override them too.
 RESERVED = ("model", "image", "target", "tensor_parallel", "pipeline_parallel", "nodes")
 FILES_DIR = "/edgevllm/files"  # where a recipe's files appear in the container (read-only)
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 Status = Literal["known-good", "untested"]
 
 
@@ -109,7 +108,7 @@ class RecipeFile(Strict):
     @field_validator("sha256")
     @classmethod
     def _digest(cls, value: str) -> str:
-        if not _SHA256.fullmatch(value):
+        if not SHA256_HEX.fullmatch(value):
             raise ValueError("must be 64 lower-case hex digits (sha256sum FILE)")
         return value
 

@@ -28,6 +28,8 @@ from edgevllm.common import labels
 from edgevllm.common.errors import LockError, MissingInputError
 from edgevllm.common.fsutil import atomic_write_text
 from edgevllm.common.grammar import (
+    GIT_SHA,
+    SHA256_HEX,
     Digest,
     EnvName,
     ImageRef,
@@ -52,12 +54,12 @@ _UNHASHED = {"created_at", "tags", "compile_cache"}
 _TAG_BAD = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
-def _lowercase_hex(grammar: str, meaning: str) -> AfterValidator:
+def _lowercase_hex(grammar: re.Pattern, meaning: str) -> AfterValidator:
     """A text field's check: the value must match ``grammar`` whole, else it ``must be
     {meaning}``."""
 
     def check(value: str) -> str:
-        if not re.fullmatch(grammar, value):
+        if not grammar.fullmatch(value):
             raise ValueError(f"must be {meaning}")
         return value
 
@@ -66,8 +68,8 @@ def _lowercase_hex(grammar: str, meaning: str) -> AfterValidator:
 
 # A git object name (SHA-1 or SHA-256), a sha256 in hex, and the words a version or file name may
 # hold.
-Sha = Annotated[str, _lowercase_hex(r"[0-9a-f]{40}([0-9a-f]{24})?", "a full lowercase hex SHA")]
-Sha256 = Annotated[str, _lowercase_hex(r"[0-9a-f]{64}", "a 64-digit lowercase hex sha256")]
+Sha = Annotated[str, _lowercase_hex(GIT_SHA, "a full lowercase hex SHA")]
+Sha256 = Annotated[str, _lowercase_hex(SHA256_HEX, "a 64-digit lowercase hex sha256")]
 Word = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.+-]{1,200}$")]
 WheelFile = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.+!-]{1,255}\.whl$")]
 
