@@ -158,3 +158,21 @@ def test_a_compile_lock_rebuild_stops_on_a_refused_artifact_unless_compile_says_
     assert compiled_wheels(job, compile_mode.prepare(job)) is None  # it compiles
     assert "--compile: compiling instead" in capsys.readouterr().err
     assert not run.ws.wheels(key).exists()
+
+
+def test_a_build_may_reuse_wheels_only_where_some_lie_in_the_output_or_a_cache_is_given(
+        tmp_path):
+    """Before its key is known, a compile may reuse wheels (and so asks preflight for the
+    closure's disk, not a compile's) only where ``out/<target>/wheels/<key>/`` holds a wheel or
+    ``--wheel-cache`` is given; an empty key folder or a stray file does not count."""
+    from edgevllm.builder.wheelcache import may_reuse
+
+    ws = Workspace(tmp_path / "out" / "spark")
+    spec = load_spec("spark", overrides={"mode": "compile"})
+    assert not may_reuse(spec, ws)
+    (ws.wheels("0123456789abcdef")).mkdir(parents=True)
+    (ws.wheels("0123456789abcdef") / "notes.txt").write_text("not a wheel")
+    assert not may_reuse(spec, ws)
+    assert may_reuse(spec.model_copy(update={"wheel_cache": "127.0.0.1:5000/w/c"}), ws)
+    (ws.wheels("0123456789abcdef") / "vllm-0.33.0-cp38-abi3-linux_x86_64.whl").write_bytes(b"")
+    assert may_reuse(spec, ws)

@@ -14,11 +14,12 @@ from pathlib import Path
 
 from edgevllm.builder import modes, tail
 from edgevllm.builder.prepared import PreparedBuild
-from edgevllm.builder.runner import BuildResult, Workspace, preflight
-from edgevllm.builder.wheelcache import compiled_wheels
+from edgevllm.builder.runner import BuildResult, Workspace, disk_gb, preflight
+from edgevllm.builder.wheelcache import compiled_wheels, may_reuse
 from edgevllm.common import console
 from edgevllm.common.errors import BuildError
 from edgevllm.containers.docker import DockerEngine
+from edgevllm.containers.host import check_disk
 from edgevllm.containers.sshforward import one_connection
 from edgevllm.specs.buildspec import Builder, BuildSpec, resolve, stock_kernel_note
 from edgevllm.specs.lock import Lock, read_lock
@@ -41,7 +42,8 @@ def _build(spec: BuildSpec, out: Path, engine: DockerEngine, lock_path: Path | N
     builder = modes.builder_of(engine, target)
     eff = resolve(spec, builder=builder)
     ws = Workspace(out / target.name)
-    preflight(eff, engine, out)
+    reusable = may_reuse(spec, ws)  # a compile that reuses its wheels needs no compile's disk
+    preflight(eff, engine, out, compiles=not reusable)
     locked = lock_for(lock_path, target.name, eff.mode)
     job = modes.start(spec, ws, engine, locked, builder=builder)
     console.step(f"mode: {job.eff.mode} ({job.eff.mode_reason})")
@@ -49,6 +51,8 @@ def _build(spec: BuildSpec, out: Path, engine: DockerEngine, lock_path: Path | N
         console.info(stock_kernel_note(job.eff))
     build = modes.prepare(job)
     reused = compiled_wheels(job, build) is not None  # the output's, or the wheel cache's
+    if reusable and not reused and job.eff.mode == "compile" and engine.runs_here:
+        check_disk(out, disk_gb(job.eff))  # not this key's wheels: it compiles after all
     if modes.compiles_under_emulation(job.eff, builder) and not reused:
         console.warn(compile_estimate(build, builder, job.eff.platform))
     return tail.run(job, build)

@@ -72,12 +72,13 @@ class Workspace:
         return self.root / "wheels" / key
 
 
-def preflight(eff: EffectiveSpec, engine: DockerEngine, out: Path) -> None:
+def preflight(eff: EffectiveSpec, engine: DockerEngine, out: Path, compiles: bool = True) -> None:
     """The engine's own facts: reachable, buildx, native or emulated, free disk; an engine on
-    another machine answers for that machine (``containers/enginehost.py``)."""
+    another machine answers for that machine (``containers/enginehost.py``). ``compiles`` False:
+    a compile that may find its compiled wheels (``wheelcache.may_reuse``)."""
     engine.check_daemon()
     engine.check_buildx()
-    need_gb = eff.target.prebuilt.min_disk_gb if eff.mode == "prebuilt" else eff.target.min_disk_gb
+    need_gb = disk_gb(eff, compiles)
     how = engine_platform(engine, eff.platform)
     if not engine.runs_here:
         console.info(how.line())
@@ -87,6 +88,15 @@ def preflight(eff: EffectiveSpec, engine: DockerEngine, out: Path) -> None:
     if slow:
         console.warn(slow)
     check_disk(out, need_gb)
+
+
+def disk_gb(eff: EffectiveSpec, compiles: bool = True) -> float:
+    """The free disk a build asks for: the target's compile figure (the devel image, the build
+    stage, the compile cache) where a wheel is built, the closure's (``prebuilt.min_disk_gb``)
+    for prebuilt and for a compile that reuses its compiled wheels (nothing compiles)."""
+    if eff.mode == "prebuilt" or (eff.mode == "compile" and not compiles):
+        return eff.target.prebuilt.min_disk_gb
+    return eff.target.min_disk_gb
 
 
 _CACHE_MOUNT_ID = re.compile(r"(--mount=type=cache,\S*?),id=[A-Za-z0-9_.-]+")

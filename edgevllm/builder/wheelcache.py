@@ -13,8 +13,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgevllm.builder.prepared import Job, PreparedBuild
+from edgevllm.builder.runner import Workspace
 from edgevllm.common import console
 from edgevllm.common.errors import RegistryError, WheelCacheError
+from edgevllm.specs.buildspec import BuildSpec
+
+
+def may_reuse(spec: BuildSpec, ws: Workspace) -> bool:
+    """Whether a build of ``spec`` may find compiled wheels before its key is known: some
+    compile's wheels lie in the output, or a wheel cache is given (``compiled_wheels`` decides
+    once the compile is prepared)."""
+    return bool(spec.wheel_cache) or any(ws.root.glob("wheels/*/*.whl"))
 
 
 def compiled_wheels(job: Job, build: PreparedBuild) -> Path | None:

@@ -16,7 +16,7 @@ from edgevllm.builder.modes import compile as compile_mode
 from edgevllm.builder.modes import prebuilt, precompiled
 from edgevllm.builder.prepared import Job, Mode, PreparedBuild
 from edgevllm.builder.runner import Workspace
-from edgevllm.builder.wheelcache import compiled_wheels
+from edgevllm.builder.wheelcache import compiled_wheels, may_reuse
 from edgevllm.common import console
 from edgevllm.common.errors import EdgeVllmError, SpecError
 from edgevllm.containers.docker import DockerEngine
@@ -85,7 +85,7 @@ def _could_reuse(job: Job, spec: BuildSpec) -> bool:
     output, or a wheel cache is given: only then is the compile prepared to learn its key."""
     if not job.fetch or job.eff.mode != "prebuilt" or spec.mode or spec.vllm_wheel:
         return False
-    return bool(spec.wheel_cache) or any(job.ws.root.glob("wheels/*/*.whl"))
+    return may_reuse(spec, job.ws)
 
 
 def _reuse_compiled(job: Job, spec: BuildSpec, builder: Builder) -> Job:
