@@ -17,6 +17,7 @@ from edgevllm.builder.modes.compile import (
     check_torch,
     closure_inputs,
     compile_closure,
+    exported,
 )
 from edgevllm.builder.render import render_dockerfile
 from edgevllm.common.errors import SourceError, SpecError
@@ -57,6 +58,8 @@ def test_closure_inputs_are_the_trees_requirements_with_the_pins_as_overrides():
                          flashinfer={"source": {"repo": "https://example.invalid/fi.git"}})
     assert any(o.startswith("flashinfer-python ; ") for o in closure_inputs(
         source, layout, [])["overrides"]), "a compiled FlashInfer replaces PyPI's"
+    # What the build exports stays out of the closure's install (vllm-files installs it).
+    assert exported(eff) == ("vllm",) and exported(source) == ("vllm", "flashinfer-python")
     assert build_requires(layout) == ["setuptools>=61", "wheel"]
 
 
