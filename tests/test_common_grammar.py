@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import pytest
 
@@ -173,3 +174,34 @@ def test_compile_cache_refuses_other_urls_without_quoting_them(url):
     text = str(err.value)
     assert text.startswith("compile_cache: is not a compile cache URL") and "redis://" in text
     assert "pa ss" not in text and "$(id)" not in text
+
+
+# Python's ``$`` also matches before a final newline, so ``^…$`` with ``match`` lets "value\n"
+# through to a Dockerfile, a shell line or a tag; every grammar ends with ``\Z`` (or fullmatch).
+_DOLLAR_GRAMMAR = re.compile(r"re\.compile\(r\"\^[^\n]*\$\"(?![^\n]*re\.M)")
+
+
+def test_no_grammar_in_the_package_ends_with_a_dollar():
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parent.parent / "edgevllm"
+    offenders = [f"{path.relative_to(package.parent)}:{number}"
+                 for path in sorted(package.rglob("*.py"))
+                 for number, line in enumerate(path.read_text().splitlines(), 1)
+                 if _DOLLAR_GRAMMAR.search(line)]
+    assert offenders == [], f"end these patterns with \\Z, not $: {offenders}"
+
+
+def test_a_trailing_newline_is_not_part_of_any_grammar():
+    from edgevllm.containers.enginespec import check_engine_spec
+    from edgevllm.inspect.attach import attachment_tag
+    from edgevllm.specs.refs import is_full_sha
+
+    sha = "0123456789abcdef" * 2 + "01234567"
+    assert is_full_sha(sha) and not is_full_sha(sha + "\n")
+    assert attachment_tag("reg/repo", "sha256:" + "a" * 64).endswith(".att")
+    with pytest.raises(ConfigError):
+        attachment_tag("reg/repo", "sha256:" + "a" * 64 + "\n")
+    check_engine_spec("ssh://user@node1")
+    with pytest.raises(ConfigError):
+        check_engine_spec("ssh://user@node1\n")

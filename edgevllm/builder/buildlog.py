@@ -20,8 +20,8 @@ from edgevllm.common.secrets import redact
 
 _STEP = re.compile(r"^#(\d+) \[(?:(?P<platform>linux/\S+) )?(?P<stage>[\w.-]+)(?: "
                    r"(?P<pos>\d+/\d+))?\] (?P<what>.*)$")
-_OUTPUT = re.compile(r"^#(\d+) (?:\d+\.\d+ )?(?P<text>.*)$")
-_ERROR = re.compile(r"^#(\d+) ERROR: (?P<why>.*)$")
+_OUTPUT = re.compile(r"^#(\d+) (?:\d+\.\d+ )?(?P<text>.*)\Z")
+_ERROR = re.compile(r"^#(\d+) ERROR: (?P<why>.*)\Z")
 _DONE = re.compile(r"^#(\d+) (DONE|CACHED)")
 
 

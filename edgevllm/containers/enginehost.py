@@ -19,7 +19,7 @@ from edgevllm.containers.host import check_emulation, disk_need_gb, platform_arc
 from edgevllm.containers.sshforward import ssh_argv
 
 SSH_TIMEOUT_S = 20
-_ABSOLUTE_PATH = re.compile(r"^/[\w./+-]*$")
+_ABSOLUTE_PATH = re.compile(r"^/[\w./+-]*\Z")
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,9 @@ import re
 
 from edgevllm.common.errors import ConfigError
 
-_SSH_URL = re.compile(r"^ssh://([^/:@\s]+@)?([^/:@\s]+)(?::(\d+))?/?$")
-_DAEMON_URL = re.compile(r"^(tcp://[\w.\[\]:-]+|unix:///[\w./-]+|npipe://[\w./\\-]+)$")
-_CONTEXT_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.+-]*$")
+_SSH_URL = re.compile(r"^ssh://([^/:@\s]+@)?([^/:@\s]+)(?::(\d+))?/?\Z")
+_DAEMON_URL = re.compile(r"^(tcp://[\w.\[\]:-]+|unix:///[\w./-]+|npipe://[\w./\\-]+)\Z")
+_CONTEXT_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.+-]*\Z")
 ENGINE_FORMS = ("local, ssh://[user@]host[:port], tcp://host:port, unix:///path or a docker "
                 "context name")
 

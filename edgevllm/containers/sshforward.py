@@ -45,7 +45,7 @@ FORWARD_OPTIONS = ("-N", "-o", "ExitOnForwardFailure=yes", "-o", "ControlMaster=
                    "-o", "ControlPath=none", "-o", "StreamLocalBindMask=0177")
 # What the other machine's docker CLI dials (its current context's endpoint).
 ENDPOINT_COMMAND = "docker context inspect --format '{{.Endpoints.docker.Host}}'"
-_UNIX_ENDPOINT = re.compile(r"^unix://(/[\w./+@-]*)$")
+_UNIX_ENDPOINT = re.compile(r"^unix://(/[\w./+@-]*)\Z")
 _SOCKET_NAME = "docker.sock"
 _PR_SET_PDEATHSIG = 1
 _MAX_SOCKET_PATH = 100  # sun_path holds 108 bytes on Linux, 104 on macOS

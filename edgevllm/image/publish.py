@@ -72,7 +72,7 @@ DEFAULT_WINDOW_LOG = 27  # zstd --long=27: 128 MiB, the largest window decoders 
 
 
 # --- small helpers -----------------------------------------------------------------------------
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*\Z", re.IGNORECASE)
 
 
 def parse_size(text: str | int | None) -> int | None:

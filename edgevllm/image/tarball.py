@@ -342,7 +342,7 @@ def _gzip_chunks(raw: ByteReader, label: str) -> Iterator[bytes]:
 
 
 # --- finding the parts -------------------------------------------------------------------------
-_PART_RE = re.compile(r"^(?P<base>.+)\.part\d{3,}$")
+_PART_RE = re.compile(r"^(?P<base>.+)\.part\d{3,}\Z")
 
 
 def open_tarball(path: Path | str) -> TarballSet:

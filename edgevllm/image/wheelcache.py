@@ -41,7 +41,9 @@ ARTIFACT_TYPE = "application/vnd.edgevllm.compiled-wheels.v1+json"  # also the l
 WHEEL_TYPE = "application/vnd.edgevllm.wheel.v1.zip"
 TITLE = "org.opencontainers.image.title"
 COMPILE_KEY_NOTE = labels.COMPILE_KEY
-_KEY = re.compile(r"^[0-9a-f]{16}$")
+# pydantic checks it with Rust's regex, whose $ is the end of the text (no \Z there).
+_KEY_PATTERN = r"^[0-9a-f]{16}$"
+_KEY = re.compile(_KEY_PATTERN.replace("$", r"\Z"))
 _WHEEL_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*\.whl$"
 _CHUNK = 1 << 20
 
@@ -56,7 +58,7 @@ class WheelList(Strict):
     """The artifact's config: the compile key and its wheels, each with its sha256."""
 
     schema_: int = Field(alias="schema", ge=SCHEMA, le=SCHEMA)
-    compile_key: str = Field(pattern=_KEY.pattern)
+    compile_key: str = Field(pattern=_KEY_PATTERN)
     wheels: list[WheelEntry] = Field(min_length=1, max_length=64)
 
     def raw(self) -> bytes:

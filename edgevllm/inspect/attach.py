@@ -21,7 +21,7 @@ from edgevllm.inspect.provenance import artefact_paths
 
 FOLDER = "edgevllm"
 NAMES = ("sbom.cdx.json", "provenance.dsse.json")
-_DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+_DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}\Z")
 
 
 def attachment_tag(dest: str, digest: str) -> str:

@@ -35,7 +35,7 @@ import yaml
 from edgevllm.common.errors import ManifestError
 from edgevllm.common.fsutil import atomic_write_bytes, atomic_write_text
 
-_URL = re.compile(r"^https?://\S+$")
+_URL = re.compile(r"^https?://\S+\Z")
 # How a script names its own folder before a file name: "$(dirname "$0")/x", "$SCRIPT_DIR/x".
 _SELF_DIR = re.compile(r"^(\$\(dirname [^)]*\)|\$\{?\w*DIR\}?|\.)/")
 _ASSIGN = re.compile(r"^[A-Za-z_]\w*=")

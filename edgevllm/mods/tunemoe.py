@@ -25,7 +25,7 @@ MOE_MOD = "fused-moe-configs"
 CONFIG_KEYS = {"BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps",
                "num_stages"}
 _IN = "/edgevllm-tune"
-_NAME = re.compile(r"^E=(\d+),N=(\d+),device_name=([^,]+)(,.*)?\.json$")
+_NAME = re.compile(r"^E=(\d+),N=(\d+),device_name=([^,]+)(,.*)?\.json\Z")
 
 
 @dataclass

@@ -39,7 +39,7 @@ from edgevllm.containers.docker import DockerEngine
 from edgevllm.containers.enginespec import parse_ssh_url
 
 CHUNK = 1 << 20
-_REPO_ID = re.compile(r"^[\w.-]+/[\w.-]+$")
+_REPO_ID = re.compile(r"^[\w.-]+/[\w.-]+\Z")
 
 
 @dataclass

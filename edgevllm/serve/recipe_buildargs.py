@@ -30,8 +30,8 @@ _SCRIPT_VALUE_FLAGS = {"-t", "--tag", "--gpu-arch", "-j", "--build-jobs", "-u", 
                        "--network", "--config", "--torch-version", "--torchvision-version",
                        "--torchaudio-version", "-c", "--copy-to", "--copy-to-host"}
 _FORK_FLAGS = {"--exp-mxfp4", "--experimental-mxfp4", "--exp-b12x", "--experimental-b12x"}
-_PR = re.compile(r"^(#?\d{1,9}|https?://\S+/pull/\d+\S*)$")
-_REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/+-]{0,199}$")
+_PR = re.compile(r"^(#?\d{1,9}|https?://\S+/pull/\d+\S*)\Z")
+_REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/+-]{0,199}\Z")
 
 
 def build_fields(build_args: object, source: str, notes: list[str]) -> dict:

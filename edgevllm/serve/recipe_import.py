@@ -43,8 +43,8 @@ _JINJA_OPEN = re.compile(r"\{(?=[{%#]|$)")
 # vLLM CLI flags that exist only with an eugr mod's patch → the mod that adds them.
 MOD_FLAGS = {"--gpu-memory-utilization-gb": "gpu-mem-util-gb"}
 # Argument values that name a file a mod drops into the container (chat templates, plugins...).
-_FILE_VALUE = re.compile(r"^[\w./-]+\.(jinja2?|py|json|txt|patch|ya?ml)$")
-_FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_FILE_VALUE = re.compile(r"^[\w./-]+\.(jinja2?|py|json|txt|patch|ya?ml)\Z")
+_FIELD_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 WORKSPACE = "/workspace"  # WORKSPACE_DIR of an eugr mod run at build time (ScriptStep default)
 _MOD_PATH = re.compile(r"(?:^|/)mods/([\w.-]+)/")
 

@@ -17,8 +17,8 @@ from edgevllm.common.schema import Strict
 from edgevllm.common.secrets import secret_problem
 
 SCHEMA_VERSION = 1
-_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
-_DURATION = re.compile(r"^\d+(ms|s|m|h)$")
+_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*\Z")
+_DURATION = re.compile(r"^\d+(ms|s|m|h)\Z")
 # Names every template sees besides ``defaults``; ``--set`` may override them too.
 RESERVED = ("model", "image", "target", "tensor_parallel", "pipeline_parallel", "nodes")
 FILES_DIR = "/edgevllm/files"  # where a recipe's files appear in the container (read-only)
@@ -154,7 +154,7 @@ class Health(Strict):
     @classmethod
     def _path(cls, value: str) -> str:
         # The path lands in docker's --health-cmd (run by /bin/sh): keep it to URL path characters.
-        if not re.match(r"^/[A-Za-z0-9._~/-]*$", value):
+        if not re.fullmatch(r"/[A-Za-z0-9._~/-]*", value):
             raise ValueError("must be a URL path such as /health")
         return value
 
@@ -218,7 +218,7 @@ class Recipe(Strict):
     @field_validator("restart")
     @classmethod
     def _restart(cls, value: str) -> str:
-        if not re.match(r"^(no|always|unless-stopped|on-failure(:\d+)?)$", value):
+        if not re.fullmatch(r"no|always|unless-stopped|on-failure(:\d+)?", value):
             raise ValueError("must be no, always, unless-stopped or on-failure[:N]")
         return value
 

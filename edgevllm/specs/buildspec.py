@@ -208,7 +208,7 @@ class Builder:
         return platform_arch(platform) != self.arch
 
 
-_RELEASE_REF = re.compile(r"^v?(\d+\.\d+\.\d+(?:\.post\d+)?)$")
+_RELEASE_REF = re.compile(r"^v?(\d+\.\d+\.\d+(?:\.post\d+)?)\Z")
 
 
 def release_of(spec: BuildSpec) -> str | None:

@@ -53,9 +53,9 @@ RUNS_ON: dict[tuple[str, str], str] = {
     ("ptx", ""): "later",
 }
 
-_DEVICE = re.compile(r"^(?:sm_|compute_)?(\d{1,2})\.(\d)([af]?)$"
-                     r"|^(?:sm_|compute_)?(\d{2,3})([af]?)$")
-_CODE = re.compile(r"^(sm|compute)_(\d{2,3})([af]?)$")
+_DEVICE = re.compile(r"^(?:sm_|compute_)?(\d{1,2})\.(\d)([af]?)\Z"
+                     r"|^(?:sm_|compute_)?(\d{2,3})([af]?)\Z")
+_CODE = re.compile(r"^(sm|compute)_(\d{2,3})([af]?)\Z")
 
 
 class ArchParseError(ValueError):
@@ -185,7 +185,7 @@ def arch_list_coverage(device: CudaArch, names: Iterable[str]) -> tuple[str, lis
 # --- CMake arch lists (the kernel plan) ---------------------------------------------------------
 # The kernel plan's words for the levels: targets/*.yaml's kernel_plan.required uses them.
 KIND_OF_LEVEL = {"native": "native", "compatible": "family", "ptx-jit": "ptx", "none": "none"}
-_CMAKE_ARCH = re.compile(r"^(\d{1,2})\.(\d)([af]?)(\+PTX)?$")
+_CMAKE_ARCH = re.compile(r"^(\d{1,2})\.(\d)([af]?)(\+PTX)?\Z")
 
 
 def cmake_arch_codes(arch: str) -> list[CodeArch]:

@@ -23,10 +23,10 @@ UPSTREAM_REPOS = {
     "vllm": "https://github.com/vllm-project/vllm.git",
     "flashinfer": "https://github.com/flashinfer-ai/flashinfer.git",
 }
-_SHA_RE = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?$")
-_HEX_RE = re.compile(r"^[0-9a-f]{4,64}$")
-_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
-_SCP_RE = re.compile(r"^(?:(?P<user>[A-Za-z0-9_.-]+)@)?(?P<host>[A-Za-z0-9.-]+):(?P<path>[^/].*)$")
+_SHA_RE = re.compile(r"^[0-9a-f]{40}([0-9a-f]{24})?\Z")
+_HEX_RE = re.compile(r"^[0-9a-f]{4,64}\Z")
+_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+\Z")
+_SCP_RE = re.compile(r"^(?:(?P<user>[A-Za-z0-9_.-]+)@)?(?P<host>[A-Za-z0-9.-]+):(?P<path>[^/].*)\Z")
 _PR_URL_RE = re.compile(
     r"^https?://(?:www\.)?github\.com/([^/\s]+)/([^/\s]+)/pull/([^/\s#?]+)(?:[/#?].*)?$"
 )

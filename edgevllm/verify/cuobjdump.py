@@ -28,7 +28,7 @@ from edgevllm.common.errors import CuobjdumpMismatch, CuobjdumpNotFoundError
 from edgevllm.verify.fatbin import FatbinEntry
 from edgevllm.verify.library import LibraryReport, inspect_buffer
 
-_LINE = re.compile(r"^(ELF|PTX) file\s+\d+: .*\.(sm_\d+[af]?)\.(?:cubin|ptx)$")
+_LINE = re.compile(r"^(ELF|PTX) file\s+\d+: .*\.(sm_\d+[af]?)\.(?:cubin|ptx)\Z")
 
 
 def _site_dirs() -> list[str]:
