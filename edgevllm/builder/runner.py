@@ -18,6 +18,7 @@ import json
 import re
 import shutil
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +33,7 @@ from edgevllm.containers.docker import BuildOptions, DockerEngine
 from edgevllm.containers.enginehost import check_engine_disk, engine_platform
 from edgevllm.containers.host import check_disk, slow_emulation
 from edgevllm.specs.buildspec import EffectiveSpec
+from edgevllm.specs.lock import BaseImageLock
 
 
 @dataclass
@@ -100,16 +102,24 @@ def disk_gb(eff: EffectiveSpec, compiles: bool = True) -> float:
 
 
 _CACHE_MOUNT_ID = re.compile(r"(--mount=type=cache,\S*?),id=[A-Za-z0-9_.-]+")
+_FROM_DIGEST = re.compile(r"(?m)^(FROM[ \t]+(?:--platform=\S+[ \t]+)?[^\s@]+)@sha256:[0-9a-f]{64}")
 
 
-def compile_key(dockerfile: str, sources: dict[str, str], build_args: dict[str, str]) -> str:
-    """Everything the wheels depend on: the stages the ``wheels`` target needs, the trees and the
-    build args. A cache mount's id (--compile-cache-id) is not: it names a builder's own cache,
-    not what is compiled (BuildKit's own step cache ignores it too), so builders that name their
-    caches differently share a key (and the wheel cache's artifact)."""
+def compile_key(dockerfile: str, sources: dict[str, str], build_args: dict[str, str],
+                bases: Mapping[str, BaseImageLock] | None = None) -> str:
+    """Everything the wheels depend on: the stages the ``wheels`` target needs, the trees, the
+    build args and the base images' digests where known (``bases``: the lock's). A cache mount's
+    id (--compile-cache-id) is not: it names a builder's own cache, not what is compiled
+    (BuildKit's own step cache ignores it too), so builders that name their caches differently
+    share a key (and the wheel cache's artifact). A base's digest counts once, whether the text
+    names it (a lock rebuild renders ``ref@digest``) or not (the first build renders ``ref``):
+    both give one key, so a lock rebuild finds the wheels its first build compiled."""
     stages = _CACHE_MOUNT_ID.sub(r"\1", stage_text(dockerfile, "wheels"))
-    blob = json.dumps({"dockerfile": stages, "sources": sources, "args": build_args},
-                      sort_keys=True)
+    stages = _FROM_DIGEST.sub(r"\1", stages)
+    digests = {f"base:{stage}": base.digest for stage, base in (bases or {}).items()
+               if base.digest}
+    blob = json.dumps({"dockerfile": stages, "sources": {**sources, **digests},
+                       "args": build_args}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 

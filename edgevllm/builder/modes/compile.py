@@ -110,7 +110,7 @@ def prepare_over(job: Job, tree: PreparedTree, staged: StagedMods,
     lock = make_lock(eff, tree, staged.versions, build_args, engine_of(job), (closure, tools))
     key = compile_key(dockerfile, tree.key_inputs() | {"closure": pins_key(closure),
                                                        "build-tools": pins_key(tools)},
-                      build_args)
+                      build_args, lock.base_images)
     contexts = named_contexts(job, tree, {n: str(p) for n, p in folders.items()})
     return PreparedBuild(eff=eff, dockerfile=dockerfile, contexts=contexts,
                          stages=("wheels", "runtime"), lock=lock, build_args=build_args,

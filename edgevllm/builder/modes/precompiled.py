@@ -131,7 +131,8 @@ def prepare(job: Job) -> PreparedBuild:
     dockerfile = render_dockerfile(eff, staged.env, tree.layout,
                                    {"release": job.check.release or "", "wheel": wheel.filename})
     key = compile_key(dockerfile, {"vllm": tree.vllm.tree_hash, "closure": pins_key(closure),
-                                   "build-tools": pins_key(tools)}, build_args)
+                                   "build-tools": pins_key(tools)}, build_args,
+                      lock.base_images)
     contexts = named_contexts(job, tree, {n: str(p) for n, p in folders.items()})
     return PreparedBuild(eff=eff, dockerfile=dockerfile, contexts=contexts,
                          stages=("wheels", "runtime"), lock=lock, build_args=build_args,
