@@ -50,6 +50,11 @@ def test_compile_asked_for_compiles_even_under_emulation():
     assert choose_mode(spec(mode="compile"), builder=X86) == ("compile", "mode compile asked for")
 
 
+def test_a_lock_rebuild_says_the_mode_is_the_locks():
+    mode, reason = choose_mode(spec(mode="compile", mode_from_lock=True), builder=X86)
+    assert mode == "compile" and reason.startswith("the lock's mode (compile)")
+
+
 def test_existing_compiled_wheels_are_reused():
     found = Builder(arch="amd64", compiled_wheels="out/spark/wheels/0123456789abcdef")
     mode, reason = choose_mode(spec(), builder=found)

@@ -239,6 +239,8 @@ def choose_mode(spec: BuildSpec, tree: TreeChange | None = None,
         if spec.mode == "precompiled":
             raise SpecError(f"mode precompiled: {tree.reason()}; build it with --mode compile")
         return "compile", tree.reason()
+    if spec.mode and spec.mode_from_lock:
+        return spec.mode, f"the lock's mode ({spec.mode}): the lock rebuilds the image it made"
     if spec.mode:
         return spec.mode, f"mode {spec.mode} asked for"
     if spec.vllm_wheel:
