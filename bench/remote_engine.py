@@ -14,7 +14,7 @@ tests/e2e/test_remote_build_e2e.py), reached three ways:
   1), the three ways in turn, ``--runs`` rounds after one uncounted local build. Every build is
   a new one as far as the engine goes: its own output folder, its own empty compiler cache,
   --rerun-steps (every build step runs again), its image removed after. Counts the ssh
-  processes each build started (an ``ssh`` on PATH that notes each start).
+  processes each build and that removal started (an ``ssh`` on PATH notes each start).
 Prints each figure, each run's ratio to the baseline run next to it, then the medians.
 Target: ssh within 1.1x of local.
 
@@ -142,7 +142,7 @@ def report_builds(rows: list[dict[str, dict]], names: list[str], platform: str) 
                for name in names[1:]}
     print("median ratio to local: " + ", ".join(f"{name} {value:.3f}x"
                                                 for name, value in medians.items()))
-    print("ssh processes started per build: " + ", ".join(
+    print("ssh processes started per build, its image's removal after it included: " + ", ".join(
         f"{name} {statistics.median(row[name]['ssh'] for row in rows):.0f}" for name in names))
     return 0 if medians["ssh"] <= 1.1 else 1
 
