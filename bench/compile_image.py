@@ -70,7 +70,7 @@ def row_of(which: str, result, engine, seconds: float) -> dict:
     layers = result.layers or {}
     return {"mode": which, "image": result.image, "tags": result.tags,
             "compiled": result.compiled, "total_s": round(seconds, 1),
-            "image_s": result.image_seconds,
+            "image_s": result.image_seconds, "wheelhouse": str(result.wheels_dir),
             "image_bytes": int(engine.image_inspect(result.image)["Size"]),
             "layer_bytes": layers.get("total_bytes"),
             "shadowed_bytes": layers.get("shadowed_bytes"),
@@ -123,7 +123,7 @@ def never_compile(runner, options, dest: Path) -> bool:
     return export_wheels(runner, options, dest)
 
 
-def place_stand_in(args, engine, images, upstream, pin, out: Path) -> Path:
+def place_stand_in(args, engine, images, upstream, pin, out: Path) -> str:
     """Prepare the compile as ``build()`` does (its mode by the same rule), learn its key, and
     put the released wheel (fetched by sha256) into the key's wheels folder."""
     from edgevllm.builder import modes
@@ -137,7 +137,8 @@ def place_stand_in(args, engine, images, upstream, pin, out: Path) -> Path:
     if job.eff.mode != "compile":
         raise SystemExit(f"the mode rule chose {job.eff.mode} ({job.eff.mode_reason}), "
                          "not compile: run this bench on a native builder")
-    key = modes.prepare(job).compile_key
+    prepared = modes.prepare(job)
+    key = prepared.compile_key
     if key is None:
         raise SystemExit("the compile build has no compile key")
     wheelhouse = Wheelhouse()
@@ -148,17 +149,21 @@ def place_stand_in(args, engine, images, upstream, pin, out: Path) -> Path:
     print(STAND_IN.format(version=pin.version, file=pin.filename, sha=pin.sha256[:12]),
           flush=True)
     print(f"compile key {key}: {folder / pin.filename}", flush=True)
-    return folder
+    return prepared.contexts["wheelhouse"]
 
 
-def compile_build(args, engine, images, upstream, pin, out: Path) -> dict:
+def compile_build(args, engine, images, upstream, baseline: dict, pin, out: Path) -> dict:
     from edgevllm.builder import tail
     from edgevllm.builder.modes import compile as compile_mode
     from edgevllm.builder.pipeline import build
 
     compile_mode.with_cmake_deps = no_cmake_deps  # type: ignore[assignment]
     tail.export_wheels = never_compile  # type: ignore[assignment]
-    place_stand_in(args, engine, images, upstream, pin, out)
+    context = place_stand_in(args, engine, images, upstream, pin, out)
+    shared = context == baseline["wheelhouse"]
+    print(f"closure layers shared with the prebuilt image: {'yes' if shared else 'no'} "
+          f"(closure context {Path(context).name}, prebuilt's {Path(baseline['wheelhouse']).name})",
+          flush=True)
     started = time.perf_counter()
     result = build(compile_spec(args, images, upstream), out, engine)
     row = row_of("compile", result, engine, time.perf_counter() - started)
@@ -204,7 +209,8 @@ def main() -> int:
             upstream, _ = release_upstream(work / "upstream", "vllm", VLLM)
             row, pin = prebuilt(args, engine, images, work / "prebuilt")
             rows.append(row)
-            rows.append(compile_build(args, engine, images, upstream, pin, work / "compile"))
+            rows.append(compile_build(args, engine, images, upstream, row, pin,
+                                      work / "compile"))
     finally:
         print(json.dumps([{k: v for k, v in r.items() if k != "layers"} for r in rows]))
         if rows:
