@@ -179,13 +179,12 @@ def print_rows(rows: list[dict]) -> None:
             shadow = (f" ({layer['shadowed_bytes']:,} B shadowed)"
                       if layer["shadowed_bytes"] else "")
             print(f"  {layer['bytes']:>15,} B{shadow}  {layer['step'][:90]}")
-    print(f"{'mode':9} {'image GB':>9} {'layers GB':>10} {'layers':>6} {'shadowed GB':>11} "
+    print(f"{'mode':9} {'image B':>15} {'layers B':>15} {'layers':>6} {'shadowed B':>11} "
           f"{'image s':>8} {'total s':>8}")
     for row in rows:
-        print(f"{row['mode']:9} {row['image_bytes'] / 1e9:9.2f} "
-              f"{(row['layer_bytes'] or 0) / 1e9:10.2f} {len(row['layers']):6d} "
-              f"{(row['shadowed_bytes'] or 0) / 1e9:11.3f} {row['image_s'] or 0:8.1f} "
-              f"{row['total_s']:8.1f}")
+        print(f"{row['mode']:9} {row['image_bytes']:15,} {row['layer_bytes'] or 0:15,} "
+              f"{len(row['layers']):6d} {row['shadowed_bytes'] or 0:11,} "
+              f"{row['image_s'] or 0:8.1f} {row['total_s']:8.1f}")
     base, other = rows[0], rows[-1]
     if len(rows) == 2:
         print(f"compile / prebuilt: image {other['image_bytes'] / base['image_bytes']:.3f}x, "
