@@ -70,7 +70,7 @@ def row_of(which: str, result, engine, seconds: float) -> dict:
     layers = result.layers or {}
     return {"mode": which, "image": result.image, "tags": result.tags,
             "compiled": result.compiled, "total_s": round(seconds, 1),
-            "image_s": result.image_seconds, "wheelhouse": str(result.wheels_dir),
+            "image_s": result.image_seconds, "wheels_dir": str(result.wheels_dir),
             "image_bytes": int(engine.image_inspect(result.image)["Size"]),
             "layer_bytes": layers.get("total_bytes"),
             "shadowed_bytes": layers.get("shadowed_bytes"),
@@ -160,9 +160,9 @@ def compile_build(args, engine, images, upstream, baseline: dict, pin, out: Path
     compile_mode.with_cmake_deps = no_cmake_deps  # type: ignore[assignment]
     tail.export_wheels = never_compile  # type: ignore[assignment]
     context = place_stand_in(args, engine, images, upstream, pin, out)
-    shared = context == baseline["wheelhouse"]
+    shared = context == baseline["wheels_dir"]
     print(f"closure layers shared with the prebuilt image: {'yes' if shared else 'no'} "
-          f"(closure context {Path(context).name}, prebuilt's {Path(baseline['wheelhouse']).name})",
+          f"(closure context {Path(context).name}, prebuilt's {Path(baseline['wheels_dir']).name})",
           flush=True)
     started = time.perf_counter()
     result = build(compile_spec(args, images, upstream), out, engine)
@@ -170,6 +170,16 @@ def compile_build(args, engine, images, upstream, baseline: dict, pin, out: Path
     if result.compiled:
         raise SystemExit("the compile build compiled: the wheel-reuse road was not taken")
     return row
+
+
+def drop_mirror(url: str) -> None:
+    """The git cache's mirror of this run's temporary upstream (the build made it; no later
+    build can use it)."""
+    from edgevllm.sources.gitcache import GitMirror
+
+    mirror = GitMirror(url).path
+    shutil.rmtree(mirror, ignore_errors=True)
+    mirror.with_name(mirror.name + ".lock").unlink(missing_ok=True)
 
 
 def print_rows(rows: list[dict]) -> None:
@@ -206,10 +216,13 @@ def main() -> int:
         with tempfile.TemporaryDirectory(prefix="edgevllm-compile-image-") as tmp:
             work = Path(tmp)
             upstream, _ = release_upstream(work / "upstream", "vllm", VLLM)
-            row, pin = prebuilt(args, engine, images, work / "prebuilt")
-            rows.append(row)
-            rows.append(compile_build(args, engine, images, upstream, row, pin,
-                                      work / "compile"))
+            try:
+                row, pin = prebuilt(args, engine, images, work / "prebuilt")
+                rows.append(row)
+                rows.append(compile_build(args, engine, images, upstream, row, pin,
+                                          work / "compile"))
+            finally:
+                drop_mirror(upstream.url)
     finally:
         print(json.dumps([{k: v for k, v in r.items() if k != "layers"} for r in rows]))
         if rows:
