@@ -137,8 +137,10 @@ def test_compile_key_of_an_unchanged_input_stays_the_same():
     # closure and the tree's build requirements by hash (no index; the base stage lost torch).
     # All three changed deliberately once more: the closure stages install no vLLM (it comes in
     # its own stage after them) and write the constraints no more (vllm-files does, once).
-    assert keys == {"spark": "dcb93ac60971e4c8", "thor": "0553630c27bd3e8b",
-                    "precompiled": "c8839a4048cd6713"}
+    # All three changed deliberately once more: closure-files makes the venv in its install
+    # step (ensurepip's setuptools no longer sits in a layer below the closure's).
+    assert keys == {"spark": "3707cf39fd83c6c3", "thor": "0b387ae74bd52f01",
+                    "precompiled": "7e6c6f441d1b19ae"}
 
 
 def test_templates_render_in_the_sandbox():
