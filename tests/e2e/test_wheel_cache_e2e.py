@@ -6,7 +6,8 @@ Builder one compiles and publishes its key's wheels; builder two (its own output
 local) has no compile stage at all: preflight says where the wheels come from, its wheels are
 builder one's byte for byte, its image tag is the same; `inv build --lock` takes them too. Then a
 byte flipped in the registry's storage: the build stops with one `error:` line (exit 10) and
-leaves no wheels folder; with --compile the same build compiles instead.
+leaves no wheels folder, and so does `inv build --lock` of builder one's compile lock (a lock's
+mode is no --compile); with --compile the same build compiles instead.
 """
 
 from __future__ import annotations
@@ -88,6 +89,14 @@ def test_a_second_builder_takes_the_compiled_wheels_by_key(
         assert f"{vllm} is not the wheel its list names" in errors[0]
         assert errors[0].endswith("--compile compiles instead")
         assert not (tmp_path / "three" / "spark" / "wheels" / key).exists()
+        # --lock of the compile lock: the lock's mode is no --compile, so the same refusal
+        code, _, err = cli("build", "--lock", first["lock"], "--out", str(tmp_path / "relock"),
+                           "--no-verify", "--image-repo", REPO_NAME, "--wheel-cache", ref,
+                           timeout=3000)
+        errors = [line for line in err.splitlines() if line.startswith("error:")]
+        assert code == 10 and len(errors) == 1 and "Traceback" not in err, err[-3000:]
+        assert f"{vllm} is not the wheel its list names" in errors[0]
+        assert not (tmp_path / "relock" / "spark" / "wheels" / key).exists()
 
         code, fourth, err = run_build(cli, spec_file, tmp_path / "four", "--wheel-cache", ref,
                                       "--compile")
