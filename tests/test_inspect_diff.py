@@ -7,8 +7,8 @@ import json
 
 from edgevllm.inspect.diff import compare, mapping_diff, markdown
 from edgevllm.inspect.facts import Facts, Layer, read_facts
-from edgevllm.specs.lock import write_lock
-from support.inside_locks import lock_data, make_lock, sha
+from edgevllm.specs.lock import BaseImageLock, write_lock
+from support.inside_locks import BYTECODE_TWIN, lock_data, make_lock, sha
 
 
 def lock_facts(name: str, **changes) -> Facts:
@@ -40,6 +40,15 @@ def test_one_wheel_one_pick_one_mod_and_nothing_else():
                                                                  "new": {"version": "1.1"}}}}
     text = markdown(result)
     assert "- changed `six`: 1.16.0 (sha256 " in text and "→ 1.17.0" in text
+
+
+def test_a_byte_code_base_pinned_by_digest_is_a_changed_build_input():
+    old, new = make_lock(), make_lock()
+    digest = "sha256:" + sha("twin", 64)
+    new.base_images["bytecode"] = BaseImageLock(ref=BYTECODE_TWIN, digest=digest)
+    result = compare(Facts("a", "lock", lock=old), Facts("b", "lock", lock=new))
+    assert result["sections"] == {"build_inputs": {"changed": {"base.bytecode": {
+        "old": f"{BYTECODE_TWIN}@?", "new": f"{BYTECODE_TWIN}@{digest}"}}}}
 
 
 def test_added_and_removed_wheels():

@@ -21,7 +21,7 @@ from support.fake_rootfs import (
     final_files,
     write_tree,
 )
-from support.inside_locks import make_lock, sha
+from support.inside_locks import BYTECODE_TWIN, make_lock, sha
 
 IMAGE_ID = "sha256:" + "ab" * 32
 
@@ -145,6 +145,9 @@ def test_document_is_valid_cyclonedx_1_6_with_every_input():
     assert groups[("source", "vllm")]["version"] == sha("commit")
     assert groups[("cmake-dep", "cutlass")]["version"] == sha("cutlass")
     assert groups[("base-image", "nvcr.io/nvidia/cuda:13.0.0-runtime-ubuntu24.04")]
+    twin = groups[("base-image", BYTECODE_TWIN)]  # the byte-code's base, local only: no digest
+    assert twin["bom-ref"] == "base:bytecode" and twin["version"] == ""
+    assert not any(p["name"] == "edgevllm:digest" for p in twin["properties"])
     mod = groups[("edgevllm-mod", "fastsafetensors")]
     assert {"name": "edgevllm:outcome", "value": "applied"} in mod["properties"]
     assert sbom.sbom_image_id(doc) == IMAGE_ID

@@ -36,7 +36,11 @@ def test_statement_names_image_inputs_mods_and_sbom(signed):
         {"name": "fastsafetensors", "version": "1.0", "outcome": "applied"}]
     names = {d["name"] for d in definition["resolvedDependencies"]}
     assert {"vllm", "vllm:pick:40082", "cmake-dep:cutlass", "base-image:runtime",
-            "wheel:six-1.16.0-py3-none-any.whl"} <= names
+            "base-image:bytecode", "wheel:six-1.16.0-py3-none-any.whl"} <= names
+    bases = {d["name"]: d for d in definition["resolvedDependencies"]
+             if d["name"].startswith("base-image:")}
+    assert "digest" in bases["base-image:runtime"]
+    assert "digest" not in bases["base-image:bytecode"]  # local only: its ref, no digest
     assert envelope.name == "img.provenance.dsse.json"
 
 

@@ -16,7 +16,7 @@ from edgevllm.specs.buildspec import (
     resolve,
     stock_kernel_note,
 )
-from edgevllm.specs.lock import Lock
+from edgevllm.specs.lock import BaseImageLock, Lock
 
 X86 = Builder(arch="amd64")   # a workstation: linux/arm64 would run under qemu
 ARM = Builder(arch="arm64")   # a Spark, a Thor, or an arm64 engine
@@ -100,14 +100,34 @@ def test_a_compile_lock_rebuilds_as_a_compile_on_any_builder():
 
 
 def test_a_lock_rebuilds_with_the_bytecode_base_it_was_built_with():
+    """The byte-code base is one of the lock's base images (``base_images.bytecode``): a rebuild
+    names it by its digest where the lock has one, by its ref where it was local only; a lock
+    made before (the ref in ``settings``) still rebuilds with it."""
+    digest = "sha256:" + "1" * 64
+    pinned = Lock(target="spark", mode="prebuilt", base_images={
+        "bytecode": BaseImageLock(ref="reg.example/twin:1", digest=digest)})
+    data = lock_overrides(pinned)
+    assert data["bytecode_image"] == f"reg.example/twin:1@{digest}"
+    assert resolve(load_spec("spark", overrides=data)).bytecode_image == \
+        f"reg.example/twin:1@{digest}"
+    local = Lock(target="spark", mode="prebuilt",
+                 base_images={"bytecode": BaseImageLock(ref="twin:1")})
+    assert lock_overrides(local)["bytecode_image"] == "twin:1"
+    older = Lock(target="spark", mode="prebuilt", settings={"bytecode_image": "twin:1"})
+    assert load_spec("spark", overrides=lock_overrides(older)).bytecode_image == "twin:1"
+    both = older.model_copy(update={"base_images": pinned.base_images})
+    assert lock_overrides(both)["bytecode_image"] == f"reg.example/twin:1@{digest}"
+
+
+def test_the_bytecode_base_is_the_runtime_base_unless_the_spec_names_one():
     from edgevllm.builder.steps import lock_settings
 
-    spec = load_spec("spark", overrides={"vllm_wheel": "0.33.0", "bytecode_image": "twin:1"})
-    settings = lock_settings(resolve(spec))
-    assert settings["bytecode_image"] == "twin:1"
-    data = lock_overrides(Lock(target="spark", mode="prebuilt", settings=settings))
-    assert load_spec("spark", overrides=data).bytecode_image == "twin:1"
-    assert "bytecode_image" not in lock_settings(resolve(load_spec("spark")))
+    eff = resolve(load_spec("spark", overrides={"vllm_wheel": "0.33.0"}))
+    assert eff.bytecode_image == eff.images.runtime
+    named = resolve(load_spec("spark", overrides={"vllm_wheel": "0.33.0",
+                                                  "bytecode_image": "twin:1"}))
+    assert named.bytecode_image == "twin:1" and named.images.runtime == eff.images.runtime
+    assert "bytecode_image" not in lock_settings(named)  # a base image of the lock now
 
 
 def test_the_emulated_compile_estimate_names_its_inputs():

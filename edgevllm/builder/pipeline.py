@@ -15,6 +15,7 @@ from pathlib import Path
 from edgevllm.builder import modes, tail
 from edgevllm.builder.prepared import PreparedBuild
 from edgevllm.builder.runner import BuildResult, Workspace, disk_gb, preflight
+from edgevllm.builder.steps import check_base_images
 from edgevllm.builder.wheelcache import compiled_wheels, may_reuse
 from edgevllm.common import console
 from edgevllm.common.errors import BuildError
@@ -45,6 +46,8 @@ def _build(spec: BuildSpec, out: Path, engine: DockerEngine, lock_path: Path | N
     reusable = may_reuse(spec, ws)  # a compile that reuses its wheels needs no compile's disk
     preflight(eff, engine, out, compiles=not reusable)
     locked = lock_for(lock_path, target.name, eff.mode)
+    if locked is not None:
+        check_base_images(eff, engine, f"--lock {lock_path}")
     job = modes.start(spec, ws, engine, locked, builder=builder)
     console.step(f"mode: {job.eff.mode} ({job.eff.mode_reason})")
     if job.eff.mode == "prebuilt" and not (spec.mode or spec.vllm_wheel):

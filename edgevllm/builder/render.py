@@ -61,14 +61,14 @@ def mount_options(eff: EffectiveSpec) -> dict[str, str]:
 def closure_values(eff: EffectiveSpec) -> dict:
     """What the shared closure stages (dockerfiles/_install.j2) read. Nothing here may name the
     target: the interpreter's apt packages (``python3.12``, ``python3.12-venv``) come before the
-    install, the target's other packages after it; the build platform's base for the byte-code
-    is the runtime base's own reference unless the spec names its stand-in. The runtime's
-    packages (a compile's build base has its own, ``apt_packages``)."""
+    install, the target's other packages after it; the byte-code compiles on
+    ``EffectiveSpec.bytecode_image``. The runtime's packages (a compile's build base has its
+    own, ``apt_packages``)."""
     runtime = eff.runtime_apt_packages
     interpreter = [p for p in runtime if p == eff.python or p.startswith(eff.python + "-")]
     return {"interpreter_apt": interpreter,
             "target_apt": [p for p in runtime if p not in interpreter],
-            "bytecode_image": eff.spec.bytecode_image or eff.images.runtime}
+            "bytecode_image": eff.bytecode_image}
 
 
 def mode_vllm_values(eff: EffectiveSpec) -> dict:

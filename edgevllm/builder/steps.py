@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from edgevllm.builder.runner import Workspace
 from edgevllm.common import console, labels
-from edgevllm.common.errors import ArchGateFailed, ProbeError
+from edgevllm.common.errors import ArchGateFailed, ImageNotFoundError, ProbeError
 from edgevllm.containers.docker import DockerEngine
 from edgevllm.specs.buildspec import EffectiveSpec
 from edgevllm.specs.lock import (
@@ -45,6 +45,38 @@ def base_image_lock(ref: str, engine: DockerEngine) -> BaseImageLock:
     return BaseImageLock(ref=ref, digest=engine.manifest_digest(ref, timeout=60))
 
 
+def base_image_locks(eff: EffectiveSpec, engine: DockerEngine, build: str) -> dict:
+    """The lock's ``base_images``: the ``build`` base given, the runtime base, and the build
+    platform's base of the closure's byte-code (``eff.bytecode_image``), each ref asked once."""
+    asked: dict[str, BaseImageLock] = {}
+
+    def locked(ref: str) -> BaseImageLock:
+        if ref not in asked:
+            asked[ref] = base_image_lock(ref, engine)
+        return asked[ref]
+
+    return {"build": locked(build), "runtime": locked(eff.images.runtime),
+            "bytecode": locked(eff.bytecode_image)}
+
+
+def check_base_images(eff: EffectiveSpec, engine: DockerEngine, origin: str) -> None:
+    """A rebuild from a lock: every base it names is on the engine or in its registry (by its
+    digest where the lock has one), or the build stops here in one line naming it, before
+    anything is fetched."""
+    used = ([("build", eff.images.build)] if eff.mode == "compile" else []) + [
+        ("runtime", eff.images.runtime), ("byte-code", eff.bytecode_image)]
+    roles: dict[str, list[str]] = {}
+    for role, ref in used:  # prebuilt's only base: build and runtime are the same
+        roles.setdefault(ref, []).append(role)
+    for ref, named in roles.items():
+        if engine.image_exists(ref) or engine.manifest_digest(ref, timeout=60):
+            continue
+        raise ImageNotFoundError(
+            f"{origin}: the {' and '.join(named)} base image {ref} cannot be had: engine "
+            f"{engine.describe()} does not hold it and its registry does not serve it; pull or "
+            f"load it there (docker pull {ref}), or build without --lock")
+
+
 def lock_settings(eff: EffectiveSpec) -> dict:
     """What else shapes the image; ``spec.lock_overrides`` turns it back into spec fields
     (all but ``warm``: the modules --warm builds in, which give a warmed image its own tag; a
@@ -59,8 +91,6 @@ def lock_settings(eff: EffectiveSpec) -> dict:
         "max_jobs": eff.max_jobs,
         "nvcc_threads": eff.nvcc_threads,
         "forbidden_packages": eff.target.forbidden_packages,
-        # the build platform's base of a closure's byte-code, where the spec named one
-        **({"bytecode_image": eff.spec.bytecode_image} if eff.spec.bytecode_image else {}),
         # a compile's runtime packages, where its base is not the build's
         **({"runtime_apt_packages": eff.runtime_apt_packages}
            if eff.runtime_apt_packages != eff.apt_packages else {}),

@@ -169,6 +169,13 @@ class EffectiveSpec(Strict):
     mode: BuildMode = "compile"
     mode_reason: str = ""
 
+    @property
+    def bytecode_image(self) -> str:
+        """The build platform's base where the closure's byte-code compiles (dockerfiles/
+        _install.j2): the spec's twin, else the runtime base's own reference (a registry serves
+        it for every platform)."""
+        return self.spec.bytecode_image or self.images.runtime
+
 
 class TreeChange(Protocol):
     """What a prepared tree says about its change against the release below it
@@ -447,7 +454,7 @@ def lock_overrides(lock, target: str | None = None) -> dict:
         "mode",
         "vllm_wheel",
         "overrides",
-        "bytecode_image",
+        "bytecode_image",  # locks made before it was one of their base images
     ):
         if key in settings:
             data[key] = settings[key]
@@ -455,12 +462,9 @@ def lock_overrides(lock, target: str | None = None) -> dict:
     # its wheels by the compile key), never turns into prebuilt on an emulating builder.
     data.setdefault("mode", lock.mode)
     data["mode_from_lock"] = True
+    # A recorded digest pins the base exactly: the rebuild uses the very same base image.
     if "build" in images and "runtime" in images:
-        # A recorded digest pins the base exactly: the rebuild uses the very same base image.
-        data["images"] = {
-            stage: f"{images[stage].ref}@{images[stage].digest}"
-            if images[stage].digest
-            else images[stage].ref
-            for stage in ("build", "runtime")
-        }
+        data["images"] = {stage: images[stage].pinned() for stage in ("build", "runtime")}
+    if "bytecode" in images:
+        data["bytecode_image"] = images["bytecode"].pinned()
     return data

@@ -122,8 +122,18 @@ class CMakeDepLock(_Model):
 
 
 class BaseImageLock(_Model):
+    """A base image a build used; ``Lock.base_images`` keys it by its role: ``build``,
+    ``runtime``, ``bytecode`` (the build platform's base where the closure's byte-code
+    compiles)."""
+
     ref: ImageRef  # e.g. nvcr.io/nvidia/cuda:13.0.0-devel-ubuntu24.04
-    digest: Optional[Digest] = None  # sha256:... when known
+    # sha256:... of its registry's manifest (an index where multi-platform); None for an image
+    # only the engine has (imported, built or tagged locally) or a registry not reached
+    digest: Optional[Digest] = None
+
+    def pinned(self) -> str:
+        """What a rebuild names: ``ref@digest`` where the digest is known, else the ref."""
+        return f"{self.ref}@{self.digest}" if self.digest else self.ref
 
 
 class ModLock(_Model):

@@ -1,12 +1,14 @@
 """Locks for the inspect tests (inv diff, SBOM, provenance): a prebuilt-style lock with a wheel
-closure, a vLLM source with one pick, one CMake dependency, a base image and mods; ``variant``
-changes exactly one thing of it."""
+closure, a vLLM source with one pick, one CMake dependency, base images (the byte-code's with no
+digest: local only) and mods; ``variant`` changes exactly one thing of it."""
 
 from __future__ import annotations
 
 import hashlib
 
 from edgevllm.specs.lock import Lock
+
+BYTECODE_TWIN = "edgevllm-twin/cuda:13.0.0-runtime-ubuntu24.04-amd64"
 
 
 def sha(text: str, digits: int = 40) -> str:
@@ -22,7 +24,9 @@ def lock_data(six: str = "1.16.0", pick_head: str = "pick-a", mod_version: str =
     return {
         "target": "spark", "mode": "prebuilt",
         "base_images": {"runtime": {"ref": "nvcr.io/nvidia/cuda:13.0.0-runtime-ubuntu24.04",
-                                    "digest": "sha256:" + sha("base", 64)}},
+                                    "digest": "sha256:" + sha("base", 64)},
+                        # the build platform's twin of the byte-code, an image only local
+                        "bytecode": {"ref": BYTECODE_TWIN}},
         "vllm": {"name": "vllm", "repo": "https://github.com/vllm-project/vllm", "ref": "v0.33.0",
                  "base_sha": sha("base-sha"), "commit": sha("commit"), "tree": sha("tree"),
                  "version": "0.33.0",

@@ -40,7 +40,7 @@ from edgevllm.builder.modes.precompiled import build_tools, pins_key
 from edgevllm.builder.prepared import Job, PreparedBuild, engine_of, named_contexts
 from edgevllm.builder.render import render_dockerfile
 from edgevllm.builder.runner import compile_key
-from edgevllm.builder.steps import base_image_lock, lock_settings, stage_mods
+from edgevllm.builder.steps import base_image_locks, lock_settings, stage_mods
 from edgevllm.builder.tree import PreparedTree, TreeOptions, prepare_tree
 from edgevllm.common import console
 from edgevllm.common.errors import SourceError, SpecError
@@ -208,10 +208,7 @@ def make_lock(eff: EffectiveSpec, tree: PreparedTree, mod_versions: list[dict],
               closures: tuple[Closure, Closure]) -> Lock:
     """The lock, whole: built once here and not changed after."""
     closure, tools = closures
-    images = {
-        "build": base_image_lock(eff.images.build, engine),
-        "runtime": base_image_lock(eff.images.runtime, engine),
-    }
+    images = base_image_locks(eff, engine, build=eff.images.build)
     packages = {n: p.version for n in ("torch", *eff.packages) if (p := closure.pin(n))}
     return Lock(
         created_at=now_utc(),

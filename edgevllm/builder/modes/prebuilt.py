@@ -24,7 +24,7 @@ from typing import Sequence
 from edgevllm.builder.prepared import Job, PreparedBuild, engine_of, named_contexts
 from edgevllm.builder.render import render_dockerfile
 from edgevllm.builder.runner import Workspace
-from edgevllm.builder.steps import base_image_lock, lock_settings, stage_mods
+from edgevllm.builder.steps import base_image_locks, lock_settings, stage_mods
 from edgevllm.common import console, labels
 from edgevllm.common.errors import SpecError
 from edgevllm.containers.docker import DockerEngine
@@ -116,12 +116,11 @@ def prepare_wheelhouse(eff: EffectiveSpec, closure: Closure, ws: Workspace,
 
 def prebuilt_lock(eff: EffectiveSpec, closure: Closure, mod_versions: list[dict],
                   engine: DockerEngine) -> Lock:
-    image = base_image_lock(eff.images.runtime, engine)
     settings = {**lock_settings(eff), "mode": "prebuilt", "overrides": list(eff.spec.overrides),
                 "vllm_wheel": prebuilt_wheel(eff.spec)}
     top = {p.name: p.version for p in closure.pins if p.name in ("torch", *eff.packages)}
     return Lock(created_at=now_utc(), target=eff.target.name, mode="prebuilt",
-                base_images={"build": image, "runtime": image}, packages=top,
+                base_images=base_image_locks(eff, engine, build=eff.images.runtime), packages=top,
                 mods=[ModLock(**m) for m in mod_versions], settings=settings,
                 tags=list(eff.spec.tags), closure=ClosureLock(**closure.to_dict()))
 
