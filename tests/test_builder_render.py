@@ -257,15 +257,10 @@ def test_targets_and_modes_with_one_closure_share_its_install(tmp_path):
     # The runtime replaces no file of the closure: nothing reinstalls the mode's vLLM over it.
     assert not any("reinstall" in text for text in texts.values())
 
+    from support.wheelhouse import cached_pins
+
     wheelhouse = Wheelhouse(tmp_path / "cache")
-    pins = []
-    for name in ("idna", "six", "uv", "vllm"):
-        data = f"{name} wheel bytes".encode()
-        pin = WheelPin(name, "1.0", f"{name}-1.0-py3-none-any.whl",
-                       hashlib.sha256(data).hexdigest())
-        wheelhouse.path_for(pin).parent.mkdir(parents=True)
-        wheelhouse.path_for(pin).write_bytes(data)
-        pins.append(pin)
+    pins = cached_pins(wheelhouse, ("idna", "six", "uv", "vllm"), "{name} wheel bytes")
     overrides = {name: closure_overrides(effs[name], []) for name in ("spark", "thor")}
     assert overrides["spark"] != overrides["thor"]   # thor removes flashinfer-cubin
     closures = {name: Closure("aarch64-manylinux_2_34", "3.12", ["vllm==0.33.0"],

@@ -141,15 +141,10 @@ def test_the_modes_vllm_is_in_the_folder_but_not_in_the_closures_requirements(tm
     """``over``: the mode's vLLM stays a wheel of the folder (precompiled's build reads it) and
     a pin of the lock, but the closure stage's requirements.txt leaves it to
     requirements-mode.txt, which the stage vllm-files installs."""
+    from support.wheelhouse import cached_pins
+
     house = Wheelhouse(tmp_path / "cache")
-    pins = []
-    for name in ("idna", "vllm"):
-        data = f"{name} wheel".encode()
-        pin = WheelPin(name, "1.0", f"{name}-1.0-py3-none-any.whl",
-                       hashlib.sha256(data).hexdigest())
-        house.path_for(pin).parent.mkdir(parents=True)
-        house.path_for(pin).write_bytes(data)
-        pins.append(pin)
+    pins = cached_pins(house, ("idna", "vllm"))
     closure = Closure(python_platform=X86, python_version="3.12", requirements=["vllm"],
                       pins=pins)
     folder = house.assemble(closure, over=("vllm",))
