@@ -205,3 +205,13 @@ def test_a_trailing_newline_is_not_part_of_any_grammar():
     check_engine_spec("ssh://user@node1")
     with pytest.raises(ConfigError):
         check_engine_spec("ssh://user@node1\n")
+
+
+@pytest.mark.parametrize("spec", ["ssh://-oProxyCommand=x", "ssh://-l@node", "ssh://root@node:0",
+                                  "ssh://root@node:65536", "ssh://root@node:99999999999"])
+def test_an_ssh_engine_is_no_ssh_option_and_no_impossible_port(spec):
+    from edgevllm.containers.enginespec import check_engine_spec
+
+    with pytest.raises(ConfigError):
+        check_engine_spec(spec)
+    check_engine_spec("ssh://root@node-1:2222")

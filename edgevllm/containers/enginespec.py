@@ -7,7 +7,8 @@ import re
 
 from edgevllm.common.errors import ConfigError
 
-_SSH_URL = re.compile(r"^ssh://([^/:@\s]+@)?([^/:@\s]+)(?::(\d+))?/?\Z")
+# Neither user nor host may start with "-": ssh would read it as an option.
+_SSH_URL = re.compile(r"^ssh://([^/:@\s-][^/:@\s]*@)?([^/:@\s-][^/:@\s]*)(?::(\d{1,5}))?/?\Z")
 _DAEMON_URL = re.compile(r"^(tcp://[\w.\[\]:-]+|unix:///[\w./-]+|npipe://[\w./\\-]+)\Z")
 _CONTEXT_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.+-]*\Z")
 ENGINE_FORMS = ("local, ssh://[user@]host[:port], tcp://host:port, unix:///path or a docker "
@@ -20,6 +21,8 @@ def parse_ssh_url(url: str) -> tuple[str, int | None]:
     if not match:
         raise ConfigError(f"'{url}': expected ssh://[user@]host[:port]")
     user, host, port = match.groups()
+    if port and not 1 <= int(port) <= 65535:
+        raise ConfigError(f"'{url}': the port must be 1 to 65535")
     return (user or "") + host, int(port) if port else None
 
 
