@@ -37,10 +37,23 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 
+def bounded(low: int, high: int):
+    """An argparse type: a whole number from ``low`` to ``high``, else argparse's one line."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is outside {low}..{high}")
+        return value
+    return parse
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--calls", type=int, default=20)
+    parser.add_argument("--runs", type=bounded(1, 20), default=3)
+    parser.add_argument("--calls", type=bounded(1, 1000), default=20)
     parser.add_argument("--no-per-call", action="store_true",
                         help="leave out ssh per call (how an ssh:// engine was reached before)")
     args = parser.parse_args()
