@@ -61,7 +61,7 @@ def main() -> int:
     from e2e.conftest import FIXTURE_TREE, hermetic_spec
     from edgevllm.containers.docker import DockerEngine
     from edgevllm.containers.sshforward import one_connection
-    from edgevllm.serve.distribute import copy_image
+    from edgevllm.serve.cache.distribute import copy_image
     from support.gitfixtures import make_upstream_repo
     from support.images import cuda_image
     from support.platforms import native_arch, native_platform

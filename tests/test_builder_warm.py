@@ -77,7 +77,7 @@ def test_bad_warm_input_is_one_error_line(cli, tmp_path):
 def test_recipe_model_config_comes_from_the_local_hf_cache(cli, tmp_path):
     """recipe:NAME reads the recipe's model's config.json from the Hugging Face cache layout
     (huggingface_hub's own lookup); without a local copy it says how to get one."""
-    from edgevllm.serve.recipes import all_recipes
+    from edgevllm.serve.recipe.load import all_recipes
 
     recipe = all_recipes()[0].recipe
     env = {"HF_HOME": str(tmp_path / "hf")}

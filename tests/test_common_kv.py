@@ -22,7 +22,7 @@ def test_pairs_and_lists():
 
 
 def _sets(item):
-    from edgevllm.serve.recipe_values import parse_sets
+    from edgevllm.serve.recipe.values import parse_sets
     return parse_sets([item])
 
 
@@ -64,12 +64,12 @@ NOT_FLAG_PAIRS = {
     "edgevllm/common/kv.py": "the parser itself",
     "edgevllm/mods/applier.py": "self-contained in-image applier: imports nothing of edgevllm",
     "edgevllm/serve/launch.py": "docker's own label listing (a=b,c=d) and vLLM argv (--x=y)",
-    "edgevllm/serve/recipe_import.py": "an imported recipe's vLLM argv (--x=y)",
+    "edgevllm/serve/recipe/importer.py": "an imported recipe's vLLM argv (--x=y)",
     "edgevllm/inspect/diff.py": "an image config's Env list (K=V, as docker writes it)",
     "edgevllm/mods/eugr.py": "an eugr mod's shell lines (NAME=value, --output=F)",
-    "edgevllm/serve/recipe_build.py": "a recipe's vLLM argv (--load-format=X)",
+    "edgevllm/serve/recipe/build.py": "a recipe's vLLM argv (--load-format=X)",
     "edgevllm/serve/rdma.py": "the RDMA probe's output lines (devices=...)",
-    "edgevllm/serve/recipe_buildargs.py": "eugr's build-and-copy.sh argv (--vllm-ref=X)",
+    "edgevllm/serve/recipe/buildargs.py": "eugr's build-and-copy.sh argv (--vllm-ref=X)",
     "edgevllm/inspect/inimage_dists.py": "an image's os-release (ID=debian); stdlib, in-image",
 }
 

@@ -153,3 +153,27 @@ def long_functions() -> dict[str, int]:
 def test_no_function_is_too_long():
     over = long_functions()
     assert not over, f"functions over {MAX_FUNCTION_LINES} lines (take them apart): {over}"
+
+
+# A package's wings (sub-packages) stand side by side under the package's own modules: a wing
+# imports neither another wing of its package nor the package's top (those import the wings).
+WINGS = {"serve": ("recipe", "cache")}
+
+
+def test_wings_import_neither_each_other_nor_their_top():
+    wrong = []
+    for module, targets in graph().items():
+        parts = module.split(".")
+        if len(parts) < 4 or parts[2] not in WINGS.get(parts[1], ()):
+            continue
+        for target in targets:
+            theirs = target.split(".")
+            if theirs[:2] == parts[:2] and theirs[2:3] != parts[2:3]:
+                wrong.append(f"{module} → {target}")
+    assert not wrong, "a wing imports its neighbour or its package's top:\n" + "\n".join(wrong)
+
+
+def test_every_wing_exists():
+    for package, wings in WINGS.items():
+        for wing in wings:
+            assert (PACKAGE / package / wing / "__init__.py").exists(), f"no wing {package}/{wing}"

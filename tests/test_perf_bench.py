@@ -88,7 +88,7 @@ def test_table_shows_single_stream_as_share_of_the_roofline(tmp_path):
 
 def test_recipe_expectations_are_met_or_missed_for_their_target(tmp_path):
     from edgevllm.perf.expect import judge, parse_expectations
-    from edgevllm.serve.recipes import load_recipe
+    from edgevllm.serve.recipe.load import load_recipe
 
     loaded = load_recipe("nemotron-3-nano-w4a16-b12x-spark")
     expectations = parse_expectations(loaded.recipe.expect, "recipe")

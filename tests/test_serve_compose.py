@@ -13,7 +13,7 @@ import yaml
 
 from edgevllm.common.errors import RecipeError
 from edgevllm.serve.launch import write_compose
-from edgevllm.serve.recipes import all_recipes, parse_recipe, render
+from edgevllm.serve.recipe.load import all_recipes, parse_recipe, render
 
 SECRET = "hf_compose_secret_value"
 

@@ -20,8 +20,8 @@ from edgevllm.common.paths import user_data_dir
 from edgevllm.containers.docker import DockerEngine
 from edgevllm.serve.cluster import Cluster, ClusterOptions, Node
 from edgevllm.serve.launch import serve
-from edgevllm.serve.recipe_folder import convert_file, import_dir, import_file
-from edgevllm.serve.recipes import load_recipe, parse_recipe, render
+from edgevllm.serve.recipe.importfolder import convert_file, import_dir, import_file
+from edgevllm.serve.recipe.load import load_recipe, parse_recipe, render
 from support import web_standin
 
 EUGR = Path(__file__).parent / "fixtures" / "eugr-recipes"

@@ -22,7 +22,7 @@ from edgevllm.serve.launch import (
     memory_budget_gib,
     serve,
 )
-from edgevllm.serve.recipes import parse_recipe, render
+from edgevllm.serve.recipe.load import parse_recipe, render
 from edgevllm.specs.targets import load_target
 
 GIB = 2**30

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from edgevllm.common.errors import RecipeError
 from edgevllm.common.schema import read_yaml
-from edgevllm.serve.recipe_import import convert
-from edgevllm.serve.recipes import parse_recipe, render
+from edgevllm.serve.recipe.importer import convert
+from edgevllm.serve.recipe.load import parse_recipe, render
 from support.properties import PROPERTY, bounded, json_values, mutated, replaced_field
 
 REPO = Path(__file__).resolve().parent.parent

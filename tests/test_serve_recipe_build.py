@@ -12,9 +12,9 @@ import yaml
 
 from edgevllm.cli.build import spec_from_flags
 from edgevllm.common.errors import CherryPickConflictError, RecipeError
-from edgevllm.serve.recipe_build import recipe_spec_fields, with_overrides
-from edgevllm.serve.recipe_folder import convert_file, import_file
-from edgevllm.serve.recipes import parse_recipe
+from edgevllm.serve.recipe.build import recipe_spec_fields, with_overrides
+from edgevllm.serve.recipe.importfolder import convert_file, import_file
+from edgevllm.serve.recipe.load import parse_recipe
 from edgevllm.sources.prepare import prepare_sources
 from edgevllm.sources.requests import SourceRequest
 from support import web_standin

@@ -9,9 +9,9 @@ import pytest
 import yaml
 
 from edgevllm.common.errors import RecipeError
-from edgevllm.serve.recipe_import import convert, escape_template
-from edgevllm.serve.recipe_render import render_text
-from edgevllm.serve.recipes import parse_recipe, render
+from edgevllm.serve.recipe.importer import convert, escape_template
+from edgevllm.serve.recipe.load import parse_recipe, render
+from edgevllm.serve.recipe.render import render_text
 
 SECRET = "hf_sandboxsecretvalue0123456789"
 HOSTILE = [

@@ -23,7 +23,7 @@ from edgevllm.serve.launch import (
     status,
     stop,
 )
-from edgevllm.serve.recipes import all_recipes, parse_recipe, render
+from edgevllm.serve.recipe.load import all_recipes, parse_recipe, render
 
 SECRET = "hf_secret_value_must_not_leak"
 STANDIN = (

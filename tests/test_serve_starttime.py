@@ -26,7 +26,7 @@ from edgevllm.perf.bench import bench_recipe
 from edgevllm.perf.report import start_markdown
 from edgevllm.perf.sweep import SweepPlan
 from edgevllm.serve.launch import serve, stop, wait_timed
-from edgevllm.serve.recipes import LoadedRecipe, parse_recipe, render
+from edgevllm.serve.recipe.load import LoadedRecipe, parse_recipe, render
 from edgevllm.serve.starttime import docker_time
 from support.bench_server import BenchServer, ServerConfig
 

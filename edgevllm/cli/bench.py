@@ -176,7 +176,7 @@ def _bench_url(url, model, tokenizer, client_python, client_container, plan, tar
 
 def _bench_recipe(recipe, sets, target, sweep, plan, engine, out, wait, build, progress):
     from edgevllm.perf.bench import bench_recipe
-    from edgevllm.serve.recipes import load_recipe, parse_sets
+    from edgevllm.serve.recipe.load import load_recipe, parse_sets
 
     overrides = parse_sets([str(s) for s in sets or []])
     if target:

@@ -78,7 +78,7 @@ def _recipe_model_config(name: str) -> Path:
 
     from edgevllm.common.errors import ConfigError
     from edgevllm.common.paths import host_hf_cache
-    from edgevllm.serve.recipes import load_recipe
+    from edgevllm.serve.recipe.load import load_recipe
 
     model = load_recipe(name).recipe.model
     found = try_to_load_from_cache(model, "config.json", cache_dir=str(host_hf_cache() / "hub"))
@@ -101,7 +101,7 @@ def _device_target() -> str | None:
 
 def _recipe_spec(recipe: str, target, other, overrides: dict):
     from edgevllm.common.errors import SpecError
-    from edgevllm.serve.recipe_build import recipe_spec_fields, with_overrides
+    from edgevllm.serve.recipe.build import recipe_spec_fields, with_overrides
     from edgevllm.specs.buildspec import spec_from_dict
 
     if other:

@@ -34,8 +34,8 @@ def _report(results, what: str) -> None:
 def copy_image(c, image, to=None, engine=None, with_caches=None, jit_cache_root=None):
     """Stream an image to every node in parallel; skip nodes with the same image id; verify."""
     from edgevllm.containers.docker import DockerEngine
-    from edgevllm.serve.distribute import copy_caches
-    from edgevllm.serve.distribute import copy_image as copy
+    from edgevllm.serve.cache.distribute import copy_caches
+    from edgevllm.serve.cache.distribute import copy_image as copy
 
     nodes = split_csv(to)
     if not nodes:
@@ -51,8 +51,8 @@ def copy_image(c, image, to=None, engine=None, with_caches=None, jit_cache_root=
 
 def _checked_bundle(bundle: str, engine, image: str):
     """The bundle's manifest once every file checked out for ``image`` (before any copy)."""
-    from edgevllm.serve.cachebundle import read_manifest
-    from edgevllm.serve.cacheharvest import check_for_image
+    from edgevllm.serve.cache.bundle import read_manifest
+    from edgevllm.serve.cache.harvest import check_for_image
 
     read_manifest(bundle)  # a bad file is one line before the engine is asked
     return check_for_image(Path(bundle), engine.image_id(image))
@@ -71,7 +71,7 @@ def _checked_bundle(bundle: str, engine, image: str):
 def model_fetch(c, model, nodes=None, hf_cache=None, remote_cache=None, revision=None,
                 token_env="HF_TOKEN"):
     """Download a model once into the HF cache (resumable), then rsync it to every node."""
-    from edgevllm.serve.distribute import SshNode, fetch_model, hub_folder, sync_model
+    from edgevllm.serve.cache.distribute import SshNode, fetch_model, hub_folder, sync_model
 
     cache = Path(hf_cache).expanduser() if hf_cache else host_hf_cache()
     snapshot = fetch_model(model, cache, revision=revision, token_env=token_env)

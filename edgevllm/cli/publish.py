@@ -108,7 +108,7 @@ def _print_result(result, out: Path, bundle: Path | None) -> None:
         print(path)
     print(result.manifest_path)
     if bundle is not None:
-        from edgevllm.serve.distribute import bundle_beside
+        from edgevllm.serve.cache.distribute import bundle_beside
 
         for path in bundle_beside(bundle, out, result.manifest["name"]):
             print(path)
@@ -116,8 +116,8 @@ def _print_result(result, out: Path, bundle: Path | None) -> None:
 
 def _checked_bundle(image: str, bundle: str) -> Path:
     """A JIT cache bundle checked for the image before the (long) publish starts."""
-    from edgevllm.serve.cachebundle import read_manifest
-    from edgevllm.serve.cacheharvest import check_for_image
+    from edgevllm.serve.cache.bundle import read_manifest
+    from edgevllm.serve.cache.harvest import check_for_image
 
     read_manifest(bundle)  # a bad file is one line before the engine is asked
     check_for_image(Path(bundle), _engine().image_id(image))

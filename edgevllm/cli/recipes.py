@@ -47,7 +47,7 @@ _SERVE_USAGE = "inv serve RECIPE [--options] [-- EXTRA VLLM ARGS...]"
 
 def _rendered(recipe: str, sets, target, clustered: bool = False,
               extra_args: list[str] | None = None):
-    from edgevllm.serve.recipes import load_recipe, parse_sets, render
+    from edgevllm.serve.recipe.load import load_recipe, parse_sets, render
 
     overrides = parse_sets(split_csv_keep(sets))
     if target:
@@ -81,7 +81,7 @@ def split_csv_keep(values) -> list[str]:
 def _recipe_rows(loaded) -> list[dict]:
     """One row per target and form: a recipe that runs on one device or as a cluster
     (topology.cluster) lists both; one that needs --set values says which."""
-    from edgevllm.serve.recipes import render
+    from edgevllm.serve.recipe.load import render
 
     forms = [False, True] if loaded.recipe.topology.cluster else [False]
     rows = []
@@ -105,7 +105,7 @@ def _recipe_rows(loaded) -> list[dict]:
 @cli_task(help={"as-json": "print JSON instead of a table"}, auto_shortflags=False)
 def recipes(c, as_json=False):
     """List the launch recipes: per target, known-good or untested, and the image."""
-    from edgevllm.serve.recipes import all_recipes
+    from edgevllm.serve.recipe.load import all_recipes
 
     rows = [row for loaded in all_recipes() for row in _recipe_rows(loaded)]
     if as_json:
@@ -150,7 +150,7 @@ def serve(c, recipe=None, set_=None, target=None, dry_run=False, name=None, engi
     if caches:
         if nodes:
             raise RecipeError("--caches fills one container: warm and serve each node on its own")
-        from edgevllm.serve.cachebundle import read_manifest
+        from edgevllm.serve.cache.bundle import read_manifest
 
         read_manifest(caches)  # a bad bundle is refused before the engine is asked
     if nodes:
@@ -252,7 +252,7 @@ def compose(c, recipe, out, set_=None, target=None):
           positional=["path"])
 def recipe_import(c, path, out=None, force=False, dry_run=False):
     """Convert spark-vllm-docker recipes; report notes (dropped) and warnings (will not work)."""
-    from edgevllm.serve.recipe_folder import convert_file, import_dir, import_file
+    from edgevllm.serve.recipe.importfolder import convert_file, import_dir, import_file
 
     source = Path(path)
     if source.is_dir():

@@ -39,7 +39,7 @@ def warm(c, recipe, set_=None, target=None, engine=None, out=None, prompts="2", 
     from edgevllm.cli.recipes import _rendered
     from edgevllm.perf.client import PythonRunner
     from edgevllm.perf.warm import DEFAULT_LENGTHS, WarmPlan, warm_recipe
-    from edgevllm.serve.cachebundle import bundles_dir
+    from edgevllm.serve.cache.bundle import bundles_dir
 
     rendered = _rendered(recipe, set_, target)
     if image:

@@ -77,7 +77,7 @@ def bench_url(url: str, model: str, tokenizer: str | None, plan: SweepPlan,
 
 def sweep_values(items: list[str]) -> list[dict]:
     """``["k=1,2", "j=a"]`` -> every combination as override dicts (``[{}]`` when none)."""
-    from edgevllm.serve.recipes import parse_sets
+    from edgevllm.serve.recipe.load import parse_sets
 
     axes = []
     for item in items:
@@ -133,7 +133,7 @@ def bench_recipe(loaded, sets: dict, sweeps: list[str], plan: SweepPlan, engine:
                  bandwidth_gbps: float | None = None,
                  progress: Callable[[str], None] = lambda line: None) -> dict:
     """Serve the recipe once per swept value, benchmark it from inside its container, stop it."""
-    from edgevllm.serve.recipes import render
+    from edgevllm.serve.recipe.load import render
 
     combos = sweep_values(sweeps)
     first = render(loaded, {**sets, **combos[0]})

@@ -6,7 +6,7 @@ timed while it waits for health, then vLLM's own benchmark client (``perf.client
 container unless a client python is given) sends a short warm-up: ``prompts`` requests at each
 ``(input, output)`` length, one at a time, so that the kernels those shapes need are compiled and
 cached. The container is stopped, its caches are copied into a bundle
-(``serve.cacheharvest.harvest``: sha256 per file, every cubin and shared object read by verify for
+(``serve.cache.harvest.harvest``: sha256 per file, every cubin and shared object read by verify for
 the target), and the container is removed.
 """
 
@@ -39,7 +39,7 @@ class WarmPlan:
 @dataclass
 class WarmResult:
     bundle: Path
-    manifest: object  # cachebundle.Manifest
+    manifest: object  # serve.cache.bundle.Manifest
     start: dict  # starttime.StartTiming.to_json()
     requests: int  # warm-up requests completed
 
@@ -50,8 +50,8 @@ def warm_recipe(rendered, engine: DockerEngine, out_dir: Path, plan: WarmPlan, *
                 progress: Callable[[str], None] = lambda line: None) -> WarmResult:
     """Serve, warm up, stop, harvest, remove; see module doc. ``runner_for(container)``: where
     the client runs (default: inside the container)."""
-    from edgevllm.serve.cachebundle import bundle_key
-    from edgevllm.serve.cacheharvest import harvest
+    from edgevllm.serve.cache.bundle import bundle_key
+    from edgevllm.serve.cache.harvest import harvest
     from edgevllm.serve.launch import serve, stop, wait_timed
 
     container = serve(rendered, engine, build=build)

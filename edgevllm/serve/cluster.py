@@ -38,7 +38,7 @@ from edgevllm.serve.launch import (
     run_options,
 )
 from edgevllm.serve.rdma import error_line, missing_device
-from edgevllm.serve.recipes import Rendered
+from edgevllm.serve.recipe.load import Rendered
 
 LABEL_NODE = labels.NODE
 LABEL_NETWORK = labels.NETWORK

@@ -26,8 +26,8 @@ from edgevllm.common.errors import EdgeVllmError, RecipeError
 from edgevllm.common.fsutil import atomic_write_text
 from edgevllm.common.poll import poll
 from edgevllm.containers.docker import DockerEngine, RunOptions
-from edgevllm.serve.cacheharvest import bundle_line, start_with_caches
-from edgevllm.serve.recipes import BuildRef, Rendered
+from edgevllm.serve.cache.harvest import bundle_line, start_with_caches
+from edgevllm.serve.recipe.load import BuildRef, Rendered
 
 LABEL_RECIPE = labels.RECIPE
 LABEL_CLUSTER = labels.CLUSTER
@@ -74,7 +74,7 @@ def run_options(rendered: Rendered, engine: DockerEngine, *, name: str,
     """The ``docker run`` options of one recipe container (solo, or one node of a cluster).
 
     ``image_id`` names the JIT cache folder (``UNKNOWN_IMAGE_ID`` when not known: dry-run);
-    ``image_labels`` size the driver's compute cache (verify's record; see computecache.py).
+    ``image_labels`` size the driver's compute cache (verify's record; see cache/compute.py).
     """
     c = rendered.container
     net = network or c.network
@@ -110,8 +110,8 @@ def launch_env(rendered: Rendered) -> dict[str, str]:
 
 def compute_cache_of(rendered: Rendered, env: dict[str, str] | None = None,
                      image_labels: dict[str, str] | None = None):
-    """The driver's compute cache of this container (``computecache.ComputeCache``)."""
-    from edgevllm.serve.computecache import compute_cache
+    """The driver's compute cache of this container (``cache.compute.ComputeCache``)."""
+    from edgevllm.serve.cache.compute import compute_cache
 
     given = {**launch_env(rendered), **rendered.env, **(env or {})}
     return compute_cache(rendered.launch.jit_caches, given, image_labels)
@@ -131,7 +131,7 @@ def ulimit_flags(rendered: Rendered) -> list[str]:
 
 def jit_folder(image_id: str | None) -> str:
     """One host folder per image: ``sha256:abcd…`` → ``abcd…`` (first 16 hex digits)."""
-    from edgevllm.serve.cachebundle import image_folder
+    from edgevllm.serve.cache.bundle import image_folder
 
     return image_folder(image_id) if image_id else UNKNOWN_IMAGE_ID
 

@@ -15,7 +15,7 @@ import pytest
 
 from edgevllm.common.errors import ClusterError
 from edgevllm.serve.cluster import Cluster, ClusterOptions, Node, count_ray_nodes, teardown
-from edgevllm.serve.recipes import parse_recipe, render
+from edgevllm.serve.recipe.load import parse_recipe, render
 
 pytestmark = pytest.mark.e2e
 

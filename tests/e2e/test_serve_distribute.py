@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from edgevllm.serve.distribute import SshNode, hub_folder, sync_model
+from edgevllm.serve.cache.distribute import SshNode, hub_folder, sync_model
 
 pytestmark = pytest.mark.e2e
 

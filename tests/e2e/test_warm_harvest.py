@@ -26,9 +26,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from edgevllm.serve.cachebundle import bundle_name, bundles_dir, read_manifest
+from edgevllm.serve.cache.bundle import bundle_name, bundles_dir, read_manifest
 from edgevllm.serve.launch import jit_folder, serve, stop
-from edgevllm.serve.recipes import load_recipe, render
+from edgevllm.serve.recipe.load import load_recipe, render
 from support.bench_server import BenchServer, ServerConfig
 from support.cuda_libs import nvcc_cubin, nvcc_libs
 from support.tiny_tokenizer import make_tokenizer
@@ -224,8 +224,8 @@ def test_copy_fills_a_nodes_cache_folders_from_the_bundle(engine, python_image_n
 
 def test_publish_puts_the_bundle_beside_the_set_and_refuses_another_images(
         engine, harvested, tiny_image, tmp_path):
-    from edgevllm.serve.cachebundle import BundleKey
-    from edgevllm.serve.cacheharvest import bundle_folder
+    from edgevllm.serve.cache.bundle import BundleKey
+    from edgevllm.serve.cache.harvest import bundle_folder
 
     (bundle, _), _, _ = harvested
     out = tmp_path / "set"

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from edgevllm.common.errors import RecipeError
-from edgevllm.serve.cachebundle import (
+from edgevllm.serve.cache.bundle import (
     MANIFEST,
     BundleKey,
     bundle_key,
@@ -27,7 +27,7 @@ from edgevllm.serve.cachebundle import (
     read_manifest,
     seed_stream,
 )
-from edgevllm.serve.cacheharvest import bundle_folder
+from edgevllm.serve.cache.harvest import bundle_folder
 from support.cuda_libs import nvcc_cubin, nvcc_libs
 
 IMAGE = "sha256:" + "ab" * 32

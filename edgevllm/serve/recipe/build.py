@@ -13,8 +13,8 @@ from pathlib import Path
 from edgevllm.common.errors import RecipeError
 from edgevllm.common.paths import project_root
 from edgevllm.common.schema import read_yaml
-from edgevllm.serve.recipe_schema import Recipe
-from edgevllm.serve.recipes import load_recipe
+from edgevllm.serve.recipe.load import load_recipe
+from edgevllm.serve.recipe.schema import Recipe
 from edgevllm.specs.targets import load_target
 
 # ``--load-format X`` → the package vLLM imports for it (PyPI name and the pin edgevllm tested:

@@ -322,7 +322,7 @@ def model_revision(command: list[str], values: dict) -> str:
 
 
 def bundle_key(rendered, image_id: str) -> BundleKey:
-    """The key a bundle of ``rendered`` (a ``recipes.Rendered``) on image ``image_id`` has."""
+    """The key a bundle of ``rendered`` (a ``recipe.load.Rendered``) on image ``image_id`` has."""
     from edgevllm.specs.targets import load_target
 
     return BundleKey(image_id=image_id, recipe=rendered.name, model=rendered.model,

@@ -1,7 +1,7 @@
 """Launch recipes: how to serve one model from one pinned image, as data (``recipes/*.yaml``).
 
-A recipe is validated by the pydantic models of ``recipe_schema`` (unknown fields are errors) and
-rendered (in ``recipe_render``'s sandbox) into a ``Rendered`` launch: the image, the serve argv
+A recipe is validated by the pydantic models of ``schema`` (unknown fields are errors) and
+rendered (in ``render``'s sandbox) into a ``Rendered`` launch: the image, the serve argv
 (one list element per argument, never a shell line), env, secrets passed by name, container
 options, topology and health check. Every string in ``serve.args``, ``env``, ``container.ports`` /
 ``volumes`` and ``health`` is a Jinja2 template over ``defaults`` (overridable with ``--set
@@ -29,8 +29,8 @@ from edgevllm.common.errors import MissingInputError, RecipeError
 from edgevllm.common.grammar import PortMapping, check
 from edgevllm.common.paths import data_dirs, project_root
 from edgevllm.common.schema import describe_validation_error, parse_model, read_yaml
-from edgevllm.serve.recipe_render import check_templates, placeholders, render_text
-from edgevllm.serve.recipe_schema import (
+from edgevllm.serve.recipe.render import check_templates, placeholders, render_text
+from edgevllm.serve.recipe.schema import (
     FILES_DIR,
     IMAGE_HINT,
     RESERVED,
@@ -43,11 +43,11 @@ from edgevllm.serve.recipe_schema import (
     Topology,
     valid_image_ref,
 )
-from edgevllm.serve.recipe_values import parse_sets, template_values
+from edgevllm.serve.recipe.values import parse_sets, template_values
 from edgevllm.specs.targets import LaunchDefaults
 
 # The names callers import from here; the schema, --set values and the sandboxed renderer live in
-# recipe_schema, recipe_values and recipe_render.
+# schema, values and render.
 __all__ = ["FILES_DIR", "IMAGE_HINT", "RESERVED", "SCHEMA_VERSION", "BuildRef", "Container",
            "Health", "LaunchOverrides", "LoadedRecipe", "Recipe", "Rendered", "Topology",
            "all_recipes", "find_recipe", "load_recipe", "parse_recipe", "parse_sets",

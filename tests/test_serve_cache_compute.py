@@ -12,7 +12,7 @@ import pytest
 
 from edgevllm.common.labels import VERIFY
 from edgevllm.containers.docker import BuildOptions, DockerEngine
-from edgevllm.serve.computecache import (
+from edgevllm.serve.cache.compute import (
     CEILING,
     FLOOR,
     GIB,
@@ -22,7 +22,7 @@ from edgevllm.serve.computecache import (
     measured_ptx_bytes,
 )
 from edgevllm.serve.launch import serve
-from edgevllm.serve.recipes import parse_recipe, render
+from edgevllm.serve.recipe.load import parse_recipe, render
 
 SPARK_033_PTX = 716_242_914  # the stock vLLM 0.33.0 wheel on spark (tests/test_verify_firststart)
 

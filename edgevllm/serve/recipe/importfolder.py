@@ -18,9 +18,9 @@ from edgevllm.common.fsutil import atomic_write_bytes, atomic_write_text
 from edgevllm.common.paths import user_data_dir, user_recipes_dir
 from edgevllm.common.schema import read_yaml
 from edgevllm.mods.eugr import import_eugr_mod
-from edgevllm.serve.recipe_build import needed_packages, spec_file_text, spec_path_of
-from edgevllm.serve.recipe_import import ImportResult, convert, recipe_name
-from edgevllm.serve.recipes import parse_recipe
+from edgevllm.serve.recipe.build import needed_packages, spec_file_text, spec_path_of
+from edgevllm.serve.recipe.importer import ImportResult, convert, recipe_name
+from edgevllm.serve.recipe.load import parse_recipe
 from edgevllm.specs.targets import all_targets
 
 

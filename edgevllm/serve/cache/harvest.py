@@ -8,7 +8,7 @@ that is not a readable ELF is left out of the bundle, named in its ``left_out`` 
 symlinks and special files are left out too. The bundle is written under a temporary name and
 renamed (``common.fsutil``); the temporary folder is removed.
 
-``seed``: a bundle that passed ``cachebundle.check_bundle`` is streamed into a created, not yet
+``seed``: a bundle that passed ``bundle.check_bundle`` is streamed into a created, not yet
 started container with ``docker cp -``; its per-image cache folders (bind mounts) receive the
 files before the server's first instruction runs.
 """
@@ -28,7 +28,7 @@ from edgevllm.common import console
 from edgevllm.common.errors import EdgeVllmError, RecipeError
 from edgevllm.common.fsutil import atomic_open
 from edgevllm.containers.docker import DockerEngine, RunOptions
-from edgevllm.serve.cachebundle import (
+from edgevllm.serve.cache.bundle import (
     CACHES,
     CHUNK,
     FORMAT,
@@ -218,7 +218,7 @@ def key_of(manifest: Manifest, image_id: str) -> BundleKey:
 
 def check_for_image(bundle: Path, image_id: str) -> Manifest:
     """The whole check of a bundle that travels with the image ``image_id`` (copy, publish)."""
-    from edgevllm.serve.cachebundle import read_manifest
+    from edgevllm.serve.cache.bundle import read_manifest
 
     return check_bundle(bundle, key_of(read_manifest(bundle), image_id))
 
@@ -227,7 +227,7 @@ def seed_node(engine: DockerEngine, image: str, image_id: str, bundle: Path,
               manifest: Manifest, jit_cache_root: str | None = None) -> str:
     """Fill a node's per-image cache folders from a checked bundle, through a container of the
     image that never starts (``docker create`` + ``docker cp``); returns the folder."""
-    from edgevllm.serve.cachebundle import image_folder
+    from edgevllm.serve.cache.bundle import image_folder
     from edgevllm.specs.targets import load_target
 
     root = (jit_cache_root or load_target(manifest.target).launch.jit_cache_root).rstrip("/")

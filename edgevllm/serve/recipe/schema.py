@@ -1,6 +1,6 @@
 """The launch recipe's schema (``recipes/*.yaml``): pydantic models, unknown fields are errors.
 
-What each field means is in docs/serve.md; rendering (``edgevllm.serve.recipe_render``) fills the
+What each field means is in docs/serve.md; rendering (``edgevllm.serve.recipe.render``) fills the
 templates these fields hold.
 """
 

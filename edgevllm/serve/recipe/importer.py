@@ -4,7 +4,7 @@ An eugr recipe has ``recipe_version``, ``name``, ``description``, ``model``, ``c
 tag its build script produced), ``command`` (one shell line with ``{placeholder}`` fields filled by
 ``str.format``, so literal braces are doubled), ``defaults``, ``env``, ``mods`` (scripts run in the
 container at every start), ``build_args`` (flags for its build script), ``solo_only`` and
-``cluster_only``; ``build_args`` pins the vLLM to build (``recipe_buildargs``). The import runs
+``cluster_only``; ``build_args`` pins the vLLM to build (``buildargs``). The import runs
 the recipe the way eugr's own runner does:
 
 * ``cluster_only`` → a torch-distributed (no-Ray) cluster, eugr's default backend, of
@@ -19,7 +19,7 @@ the recipe the way eugr's own runner does:
 * A placeholder with no default is listed under ``required``: ``inv serve`` refuses to start
   without it (reserved names such as ``pipeline_parallel`` included).
 
-``edgevllm.serve.recipe_folder`` reads the files and folders and writes the results.
+``edgevllm.serve.recipe.importfolder`` reads the files and folders and writes the results.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from pathlib import Path
 
 from edgevllm.common.errors import RecipeError
 from edgevllm.mods.eugr import EugrMod, find_mod
-from edgevllm.serve.recipe_buildargs import build_fields
-from edgevllm.serve.recipes import FILES_DIR, parse_recipe, valid_image_ref
+from edgevllm.serve.recipe.buildargs import build_fields
+from edgevllm.serve.recipe.load import FILES_DIR, parse_recipe, valid_image_ref
 
 KNOWN = {"recipe_version", "name", "description", "model", "container", "command", "defaults",
          "env", "mods", "build_args", "solo_only", "cluster_only"}

@@ -20,7 +20,7 @@ from jinja2 import nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from edgevllm.common.errors import RecipeError
-from edgevllm.serve.recipe_schema import Recipe
+from edgevllm.serve.recipe.schema import Recipe
 
 # The filters recipes use (or may: numbers and lists turned into flag text); none can call code.
 FILTERS = ("default", "d", "lower", "upper", "trim", "replace", "int", "float", "string",

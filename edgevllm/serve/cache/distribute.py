@@ -128,7 +128,7 @@ def _verify(node: DockerEngine, image: str, want: str, error: str | None) -> Nod
 def copy_caches(bundle: Path, manifest, image: str, image_id: str, nodes: list[DockerEngine],
                 jit_cache_root: str | None = None) -> list[NodeResult]:
     """Fill each node's per-image JIT cache folders from a bundle checked for ``image_id``."""
-    from edgevllm.serve.cacheharvest import seed_node
+    from edgevllm.serve.cache.harvest import seed_node
 
     results = []
     for node in nodes:
@@ -148,7 +148,7 @@ def bundle_beside(bundle: Path, out_dir: Path, stem: str) -> tuple[Path, Path]:
     import hashlib
 
     from edgevllm.common.fsutil import atomic_open, atomic_write_text
-    from edgevllm.serve.cachebundle import SUFFIX
+    from edgevllm.serve.cache.bundle import SUFFIX
 
     out = Path(out_dir) / f"{stem}{SUFFIX}"
     digest = hashlib.sha256()

@@ -15,8 +15,8 @@ import yaml
 from edgevllm.common.errors import RecipeError
 from edgevllm.common.kv import split_pair
 from edgevllm.common.paths import host_hf_cache
-from edgevllm.serve.recipe_render import placeholders
-from edgevllm.serve.recipe_schema import RESERVED, Recipe
+from edgevllm.serve.recipe.render import placeholders
+from edgevllm.serve.recipe.schema import RESERVED, Recipe
 
 
 def parse_sets(items: list[str] | None) -> dict[str, object]:

@@ -9,9 +9,9 @@ import pytest
 import yaml
 
 from edgevllm.common.errors import RecipeError
-from edgevllm.serve.recipe_folder import import_file
-from edgevllm.serve.recipe_import import convert
-from edgevllm.serve.recipes import all_recipes, load_recipe, parse_recipe, parse_sets, render
+from edgevllm.serve.recipe.importer import convert
+from edgevllm.serve.recipe.importfolder import import_file
+from edgevllm.serve.recipe.load import all_recipes, load_recipe, parse_recipe, parse_sets, render
 from edgevllm.specs.buildspec import load_spec_file
 
 REPO = Path(__file__).resolve().parent.parent
