@@ -177,3 +177,15 @@ def test_every_wing_exists():
     for package, wings in WINGS.items():
         for wing in wings:
             assert (PACKAGE / package / wing / "__init__.py").exists(), f"no wing {package}/{wing}"
+
+
+def test_no_module_imports_a_private_name_of_another():
+    """A ``_name`` is its module's own: what two modules share is public, in a shared module."""
+    wrong = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("edgevllm"):
+                wrong += [f"{path.relative_to(PACKAGE)}: {node.module}.{a.name}"
+                          for a in node.names if a.name.startswith("_")
+                          and not a.name.startswith("__")]
+    assert not wrong, "private names imported from another module:\n" + "\n".join(wrong)

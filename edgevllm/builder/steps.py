@@ -79,10 +79,10 @@ def check_base_images(eff: EffectiveSpec, engine: DockerEngine, origin: str) -> 
 
 def lock_settings(eff: EffectiveSpec) -> dict:
     """What else shapes the image; ``spec.lock_overrides`` turns it back into spec fields
-    (all but ``warm``: the modules --warm builds in, which give a warmed image its own tag; a
+    (all but ``warm``: the modules --warm builds in, which give such an image its own tag; a
     lock rebuild builds them again only with --warm given again)."""
     return {
-        **_warm_setting(eff),
+        **_aot_setting(eff),
         "platform": eff.platform,
         "python": eff.python,
         "apt_packages": eff.apt_packages,
@@ -97,12 +97,12 @@ def lock_settings(eff: EffectiveSpec) -> dict:
     }
 
 
-def _warm_setting(eff: EffectiveSpec) -> dict:
+def _aot_setting(eff: EffectiveSpec) -> dict:
     if not eff.spec.warm:
         return {}
-    from edgevllm.builder.warm import warm_plan
+    from edgevllm.builder.aot import aot_plan
 
-    plan = warm_plan(eff.spec.warm)
+    plan = aot_plan(eff.spec.warm)
     return {"warm": {"config": plan["config"], "modules": [m["name"] for m in plan["modules"]]}}
 
 
@@ -207,17 +207,17 @@ def checks_or_skip(
 
 
 def outcome_labels(record: dict | None, verify: dict, probe: dict,
-                   warm: dict | None = None) -> dict[str, str]:
-    """What is only known once the image is built and checked (added config-only); ``warm``:
-    the FlashInfer modules --warm built in (builder/warm.py ``warm_summary``)."""
+                   aot: dict | None = None) -> dict[str, str]:
+    """What is only known once the image is built and checked (added config-only); ``aot``:
+    the FlashInfer AOT modules --warm built in (builder/aot.py ``aot_summary``)."""
     compact = (",", ":")
     found = {
         labels.MODS: json.dumps(_mods_summary(record), separators=compact),
         labels.VERIFY: json.dumps(verify, separators=compact),
         labels.PROBE: json.dumps(probe, separators=compact),
     }
-    if warm is not None:
-        found[labels.WARM] = json.dumps(warm, separators=compact)
+    if aot is not None:
+        found[labels.AOT] = json.dumps(aot, separators=compact)
     return found
 
 

@@ -44,7 +44,7 @@ from edgevllm.builder.steps import (
 from edgevllm.builder.wheelcache import share
 from edgevllm.common import console
 from edgevllm.common.errors import BuildError
-from edgevllm.common.labels import CCACHE_REMOTE_SECRET, WARM_RECORD
+from edgevllm.common.labels import AOT_RECORD, CCACHE_REMOTE_SECRET
 from edgevllm.containers.docker import BuildOptions, DockerEngine
 from edgevllm.specs.buildspec import EffectiveSpec
 from edgevllm.specs.lock import Lock, image_tag, label_value, write_lock
@@ -83,9 +83,9 @@ def run(job: Job, build: PreparedBuild) -> BuildResult:
                                           labels=static_labels(build.eff, lock, tag)),
                              build.runtime_what)
     layers = layer_report(engine, candidate, build.eff)
-    warm = read_warm(runner, build.eff, candidate)
+    aot = read_aot(runner, build.eff, candidate)
     record, verify, probe, image_id = check_and_tag(job, build, lock, runner, candidate, tags,
-                                                    warm)
+                                                    aot)
     # Written once the image is tagged: a build that stopped (an engine gone) leaves no lock.
     lock_file = write_lock(lock, job.ws.root / f"{tag}.lock.json")
     copy_lock_beside(lock_file, job.ws.root / "latest.lock.json")
@@ -94,7 +94,7 @@ def run(job: Job, build: PreparedBuild) -> BuildResult:
                          log_path=runner.log_path, wheels_dir=build.wheelhouse or wheels,
                          compiled=exported and build.compiles, mods_record=record,
                          verify=verify, probe=probe, compile_cache=cache, layers=layers,
-                         image_seconds=round(image_build.elapsed(), 1), warm=warm,
+                         image_seconds=round(image_build.elapsed(), 1), aot=aot,
                          wheel_cache=shared)
     if build.eff.spec.publish_cache:
         result.publish_cache = prime_publish_cache(engine, result.image)
@@ -139,24 +139,24 @@ def compile_cache_report(runner: BuildRunner, eff: EffectiveSpec) -> dict | None
     return summary
 
 
-def read_warm(runner: BuildRunner, eff: EffectiveSpec, candidate: str) -> dict | None:
-    """The warm step's record (--warm), printed; None without one."""
+def read_aot(runner: BuildRunner, eff: EffectiveSpec, candidate: str) -> dict | None:
+    """The AOT step's record (--warm), printed; None without one."""
     if not eff.spec.warm:
         return None
-    from edgevllm.builder.warm import describe_warm, warm_summary
+    from edgevllm.builder.aot import aot_summary, describe_aot
 
-    summary = warm_summary(read_image_record(runner.engine, candidate, WARM_RECORD))
+    summary = aot_summary(read_image_record(runner.engine, candidate, AOT_RECORD))
     if summary is None:
-        raise BuildError(f"{candidate}: the warm step left no record at {WARM_RECORD}")
-    for line in describe_warm(summary):
+        raise BuildError(f"{candidate}: the FlashInfer AOT step left no record at {AOT_RECORD}")
+    for line in describe_aot(summary):
         console.info(f"  {line}")
     return summary
 
 
 def check_and_tag(job: Job, build: PreparedBuild, lock: Lock, runner: BuildRunner,
                   candidate: str, tags: list[str],
-                  warm: dict | None = None) -> tuple[dict | None, dict, dict, str]:
-    """Mods record, checks, outcome labels (and the warm record's) and the final tags on the
+                  aot: dict | None = None) -> tuple[dict | None, dict, dict, str]:
+    """Mods record, checks, outcome labels (and the AOT record's) and the final tags on the
     candidate image → (mods record, verify summary, probe summary, image id)."""
     engine, eff = runner.engine, build.eff
     record = read_mods_record(engine, candidate)
@@ -165,7 +165,7 @@ def check_and_tag(job: Job, build: PreparedBuild, lock: Lock, runner: BuildRunne
     if verdict is not None and lock.kernel_plan:
         verify["plan"] = plan_against_binaries(lock, verdict)
     image_id = relabel(runner, engine, candidate,
-                       outcome_labels(record, verify, probe, warm) | build.labels, tags,
+                       outcome_labels(record, verify, probe, aot) | build.labels, tags,
                        eff.platform, job.ws.context)
     engine.remove_image(candidate)
     return record, verify, probe, image_id

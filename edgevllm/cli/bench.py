@@ -10,7 +10,7 @@ from invoke import Exit
 from edgevllm.cli._common import cli_task
 from edgevllm.common import console
 from edgevllm.common.errors import BenchError, ConfigError
-from edgevllm.common.grammar import flag_float, flag_int, flag_port
+from edgevllm.common.grammar import flag_float, flag_int, flag_lengths, flag_port
 from edgevllm.common.kv import split_csv
 from edgevllm.containers.docker import DockerEngine
 
@@ -47,19 +47,6 @@ def _ints(text: str, flag: str) -> list[int]:
     if not values:
         raise ConfigError(f"{flag} '{text}': give positive whole numbers, e.g. 1,2,4")
     return [flag_int(v, flag, 1, 100_000) for v in values]
-
-
-def _lengths(text: str) -> list[tuple[int, int]]:
-    out = []
-    for item in split_csv([text]):
-        inp, sep, outp = item.partition(":")
-        if not sep:
-            raise ConfigError(f"--lengths '{item}': write INPUT:OUTPUT tokens, e.g. 1024:128")
-        out.append((flag_int(inp, "--lengths INPUT", 0, 10_000_000),
-                    flag_int(outp, "--lengths OUTPUT", 1, 10_000_000)))
-    if not out:
-        raise ConfigError(f"--lengths '{text}': write INPUT:OUTPUT tokens, e.g. 1024:128")
-    return out
 
 
 def _bandwidth(target: str | None) -> float | None:
@@ -121,7 +108,7 @@ def bench(c, what, model=None, tokenizer=None, client_python="python3",
         return _report([what, *(compare or [])], png)
     url = _server_url(what) if what.startswith(("http://", "https://")) else None
     plan = SweepPlan(concurrency=_ints(str(concurrency), "--concurrency"),
-                     lengths=_lengths(lengths), repeats=flag_int(repeats, "--repeats", 1, 1000),
+                     lengths=flag_lengths(lengths), repeats=flag_int(repeats, "--repeats", 1, 1000),
                      rounds=flag_int(rounds, "--rounds", 1, 100_000),
                      seed=flag_int(seed, "--seed", 0, 2**32 - 1), prompt_file=prompt_file,
                      warmup_prompts=flag_int(warmup, "--warmup", 0, 100_000),

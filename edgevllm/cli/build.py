@@ -16,7 +16,7 @@ def spec_from_flags(values: dict, verify: bool = True):
     from edgevllm.specs.buildspec import load_spec, lock_overrides, spec_from_dict
     from edgevllm.specs.lock import read_lock
 
-    overrides = spec_overrides(_with_warm_config(_with_mod_names(values)))
+    overrides = spec_overrides(_with_aot_config(_with_mod_names(values)))
     if not verify:
         overrides["verify"] = False
     target, spec, lock = values.get("target"), values.get("spec"), values.get("lock")
@@ -53,7 +53,7 @@ def _with_mod_names(values: dict) -> dict:
     return {**values, "add_mod": names}
 
 
-def _with_warm_config(values: dict) -> dict:
+def _with_aot_config(values: dict) -> dict:
     """``--warm recipe:NAME`` → the recipe's model's config.json in the local Hugging Face cache;
     ``--warm PATH`` → that file, absolute (the spec is read from elsewhere than the shell)."""
     warm = values.get("warm")
@@ -67,7 +67,7 @@ def _with_warm_config(values: dict) -> dict:
         path = Path(warm).expanduser().absolute()
     if not path.is_file():
         raise ConfigError(f"--warm {warm}: {path} is not a file; give a model's config.json")
-    from edgevllm.builder.warmlist import read_config
+    from edgevllm.builder.aotlist import read_config
 
     read_config(path)  # a broken config is one line here, before preflight and any download
     return {**values, "warm": str(path)}

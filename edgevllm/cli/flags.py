@@ -205,7 +205,7 @@ BUILD_FLAGS: tuple[Flag, ...] = (
         ),
         Flag(
             "warm",
-            "build FlashInfer's modules that vLLM asks for one model into the image: its "
+            "build FlashInfer's AOT modules that vLLM asks for one model into the image: its "
             "config.json, or recipe:NAME (the recipe's model, from the local Hugging Face cache)",
             "warm",
         ),

@@ -45,18 +45,6 @@ _SERVE_HELP = {
 _SERVE_USAGE = "inv serve RECIPE [--options] [-- EXTRA VLLM ARGS...]"
 
 
-def _rendered(recipe: str, sets, target, clustered: bool = False,
-              extra_args: list[str] | None = None):
-    from edgevllm.serve.recipe.load import load_recipe, parse_sets, render
-
-    overrides = parse_sets(split_csv_keep(sets))
-    if target:
-        overrides["target"] = target
-    loaded = load_recipe(recipe)
-    clustered = clustered and loaded.recipe.topology.mode == "solo"
-    return render(loaded, overrides, clustered=clustered, extra_args=extra_args)
-
-
 def extra_args(c) -> list[str]:
     """The words after ``--``, exactly as the shell passed them (invoke joins them with spaces,
     which would lose the quoting of JSON arguments)."""
@@ -71,11 +59,6 @@ def print_task_help(task: str) -> None:
     from edgevllm.cli import namespace
 
     Program(namespace=namespace(), binary="inv").run(["inv", "--help", task], exit=False)
-
-
-def split_csv_keep(values) -> list[str]:
-    """``--set`` values may contain commas (JSON): keep each flag whole."""
-    return [str(v) for v in values or []]
 
 
 def _recipe_rows(loaded) -> list[dict]:
@@ -130,6 +113,7 @@ def serve(c, recipe=None, set_=None, target=None, dry_run=False, name=None, engi
     """
     from edgevllm.serve import launch as serving
     from edgevllm.serve.cluster import Cluster, ClusterOptions, parse_nodes
+    from edgevllm.serve.recipe.load import render_named
 
     if recipe in (None, "-h", "--help"):
         print_task_help("serve")
@@ -139,7 +123,8 @@ def serve(c, recipe=None, set_=None, target=None, dry_run=False, name=None, engi
     wait = flag_float(wait, "--wait", positive=False)
     gpu_gb = flag_float(gpu_memory_gb, "--gpu-memory-gb", example="40") \
         if gpu_memory_gb is not None else None
-    rendered = _rendered(recipe, set_, target, clustered=bool(nodes), extra_args=extra_args(c))
+    rendered = render_named(recipe, set_, target, clustered=bool(nodes),
+                            extra_args=extra_args(c))
     if gpu_gb is not None:
         rendered.gpu_memory_gb = gpu_gb
     rendered.earlyoom = bool(earlyoom)
@@ -238,8 +223,9 @@ def status(c, engine=None, as_json=False):
 def compose(c, recipe, out, set_=None, target=None):
     """Write a Compose file (service mode: restart policy, health check) for a solo recipe."""
     from edgevllm.serve.launch import write_compose
+    from edgevllm.serve.recipe.load import render_named
 
-    path = write_compose(_rendered(recipe, set_, target), Path(out))
+    path = write_compose(render_named(recipe, set_, target), Path(out))
     console.step(f"wrote {path}: docker compose -f {path} up -d")
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from edgevllm.cli._common import cli_task
 from edgevllm.common import console
 from edgevllm.common.errors import RecipeError
-from edgevllm.common.grammar import ImageRef, check, flag_float, flag_int
+from edgevllm.common.grammar import ImageRef, check, flag_float, flag_int, flag_lengths
 from edgevllm.containers.docker import DockerEngine
 
 _WARM_HELP = {
@@ -35,20 +35,19 @@ def warm(c, recipe, set_=None, target=None, engine=None, out=None, prompts="2", 
     inv warm RECIPE: the bundle (<recipe>-<image id>.jitcache.tar) is what inv serve, inv copy
     --with-caches and inv publish --with-caches take; docs/first-start.md.
     """
-    from edgevllm.cli.bench import _lengths
-    from edgevllm.cli.recipes import _rendered
     from edgevllm.perf.client import PythonRunner
     from edgevllm.perf.warm import DEFAULT_LENGTHS, WarmPlan, warm_recipe
     from edgevllm.serve.cache.bundle import bundles_dir
+    from edgevllm.serve.recipe.load import render_named
 
-    rendered = _rendered(recipe, set_, target)
+    rendered = render_named(recipe, set_, target)
     if image:
         rendered.image = check(ImageRef, image, "--image")
     if rendered.topology.mode != "solo":
         raise RecipeError(f"recipe {rendered.name} is a cluster recipe: warm it on one node "
                           "with its solo form")
     plan = WarmPlan(prompts=flag_int(prompts, "--prompts", 1, 1000),
-                    lengths=_lengths(lengths) if lengths else list(DEFAULT_LENGTHS),
+                    lengths=flag_lengths(lengths) if lengths else list(DEFAULT_LENGTHS),
                     tokenizer=tokenizer, wait_s=flag_float(wait, "--wait"))
     runner_for = (lambda container: PythonRunner(client_python)) if client_python else None
     result = warm_recipe(rendered, DockerEngine.named(engine), Path(out) if out else bundles_dir(),

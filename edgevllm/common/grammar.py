@@ -19,6 +19,7 @@ from typing import Annotated, Any, Callable
 from pydantic import AfterValidator, BeforeValidator, Field, TypeAdapter, ValidationError
 
 from edgevllm.common.errors import ConfigError, EdgeVllmError
+from edgevllm.common.kv import split_csv
 
 # --- regular grammars ------------------------------------------------------------------------
 # POSIX: environment variable names (also build-arg names and ulimit-free keys).
@@ -247,3 +248,17 @@ def flag_float(raw: Any, flag: str, positive: bool = True, example: str = "",
         hint = f", e.g. {flag} {example}" if example else ""
         raise error(f"{flag} '{raw}': expected {kind} number{hint}")
     return value
+
+
+def flag_lengths(raw: str, flag: str = "--lengths") -> list[tuple[int, int]]:
+    """Token lengths as ``INPUT:OUTPUT`` pairs, a comma list (``128:32,1024:16``)."""
+    out = []
+    for item in split_csv([raw]):
+        inp, sep, outp = item.partition(":")
+        if not sep:
+            raise ConfigError(f"{flag} '{item}': write INPUT:OUTPUT tokens, e.g. 1024:128")
+        out.append((flag_int(inp, f"{flag} INPUT", 0, 10_000_000),
+                    flag_int(outp, f"{flag} OUTPUT", 1, 10_000_000)))
+    if not out:
+        raise ConfigError(f"{flag} '{raw}': write INPUT:OUTPUT tokens, e.g. 1024:128")
+    return out

@@ -33,7 +33,8 @@ LOCK_SHA = PREFIX + "lock-sha256"
 MODS = PREFIX + "mods"
 VERIFY = PREFIX + "verify"
 PROBE = PREFIX + "probe"
-WARM = PREFIX + "warm"                 # inv build --warm: the FlashInfer modules built in
+AOT = PREFIX + "warm"                  # inv build --warm: the FlashInfer AOT modules built in
+                                       # (the label keeps its name: images carry it)
 # On containers started by inv serve / cluster / probe.
 RECIPE = PREFIX + "recipe"
 CLUSTER = PREFIX + "cluster"
@@ -50,7 +51,7 @@ HOME = "/opt/edgevllm"
 CONSTRAINTS = HOME + "/constraints.txt"
 MODS_RECORD = HOME + "/mods.json"
 MODS_ENV = HOME + "/mods.env"
-WARM_RECORD = HOME + "/warm.json"      # the warm step's record (builder/warm_inimage.py)
+AOT_RECORD = HOME + "/aot.json"       # the AOT step's record (builder/aot_inimage.py)
 LOCK_FILENAME = "edgevllm.lock.json"        # beside prepared sources, and in the image
 LOCK_FILE = HOME + "/" + LOCK_FILENAME
 VENV = "/opt/venv"
@@ -60,7 +61,7 @@ WHEELHOUSE_MOUNT = "/wheelhouse"  # the "wheelhouse" context: a closure, or --wh
 CMAKE_DEPS_MOUNT = "/src/deps"   # the "cmake-deps" context: what vLLM's CMake would clone
 CMAKE_DEPS_ENV = "edgevllm-deps.env"  # in that context: the *_SRC_DIR overrides, sourced
 MODS_MOUNT = "/edgevllm-mods"
-WARM_MOUNT = "/edgevllm-warm"
+AOT_MOUNT = "/edgevllm-aot"
 TUNE_MOUNT = "/edgevllm-tune"
 SERVE_MOUNT = "/edgevllm-serve"
 # The shared compile cache's URL reaches the compile step only as this BuildKit secret (a file
@@ -97,7 +98,7 @@ def template_values() -> dict[str, dict[str, str]]:
                    "mods_selected": MODS_SELECTED, "mode": MODE},
         "paths": {"home": HOME, "constraints": CONSTRAINTS, "mods_record": MODS_RECORD,
                   "venv": VENV, "wheels_mount": WHEELS_MOUNT, "mods_mount": MODS_MOUNT,
-                  "warm_mount": WARM_MOUNT, "warm_record": WARM_RECORD,
+                  "aot_mount": AOT_MOUNT, "aot_record": AOT_RECORD,
                   "wheelhouse_mount": WHEELHOUSE_MOUNT, "cmake_deps_mount": CMAKE_DEPS_MOUNT,
                   "cmake_deps_env": CMAKE_DEPS_ENV, "ccache_remote": CCACHE_REMOTE_SECRET,
                   "ccache_stats": CCACHE_STATS_MARKER},

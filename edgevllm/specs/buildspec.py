@@ -131,7 +131,7 @@ class BuildSpec(Strict):
     # first `inv publish` assembles cached frames (no docker save). Does not change the image.
     publish_cache: bool = False
     # inv build --warm: a model's config.json; FlashInfer's modules vLLM asks for that model are
-    # built into the image (builder/warm.py, docs/first-start.md).
+    # built into the image (builder/aot.py, docs/first-start.md).
     warm: HostPath | None = None
 
     @field_validator("env", "build_args")

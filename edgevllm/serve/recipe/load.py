@@ -20,6 +20,7 @@ The device's launch defaults (``targets/<target>.yaml`` ``launch:``) are merged 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -194,6 +195,19 @@ def render(loaded: LoadedRecipe | Recipe, overrides: dict[str, object] | None = 
         files=recipe_files_mounts(recipe, base, source),
         gpu_memory_gb=recipe.gpu_memory_gb,
     )
+
+
+def render_named(ref: str, sets: Iterable[object] | None = None, target: str | None = None, *,
+                 clustered: bool = False, extra_args: list[str] | None = None) -> Rendered:
+    """A recipe as the command line names it (a name or a YAML path), rendered with its ``--set``
+    values (each one whole: a value may hold commas, JSON) and ``--target``. ``clustered`` asks a
+    solo recipe for its clustered form; a cluster recipe is clustered already."""
+    overrides = parse_sets([str(v) for v in sets or []])
+    if target:
+        overrides["target"] = target
+    loaded = load_recipe(ref)
+    clustered = clustered and loaded.recipe.topology.mode == "solo"
+    return render(loaded, overrides, clustered=clustered, extra_args=extra_args)
 
 
 def merged_launch(target: str, overrides: LaunchOverrides) -> LaunchDefaults:

@@ -1,7 +1,7 @@
 """``inv build --warm`` end to end on the real vLLM 0.33.0 prebuilt image for spark (the host's
 platform, built as tests/e2e/test_real_vllm_e2e.py builds it, from the same cached closure).
 
-The warm step runs FlashInfer 0.7.2's own JIT inside the image build, with the closure's nvcc
+The AOT step runs FlashInfer 0.7.2's own JIT inside the image build, with the closure's nvcc
 (nvidia-cuda-nvcc wheel), g++ and ninja and no GPU, for the modules vLLM asks for the shipped tiny
 Llama config (tests/fixtures/model-configs/tiny-llama.json, head_dim 64): the FA2 batch-prefill
 module and the sampler. Then:
@@ -15,7 +15,7 @@ module and the sampler. Then:
 
 What stands in: no GPU and no driver here. Loading a module needs no GPU, but each one asks for
 the driver library (libcuda.so.1, as every FlashInfer module does); the container gets a stand-in
-libcuda.so.1 built in the image's own build step (``warm_inimage.link_stub``), mounted over
+libcuda.so.1 built in the image's own build step (``aot_inimage.link_stub``), mounted over
 nothing the image holds. The image is removed at the end of the module.
 """
 
@@ -63,14 +63,14 @@ def warm_build(engine, cli, tmp_path_factory):
 
 
 def test_the_build_records_each_module(warm_build, engine):
-    from edgevllm.builder.warmlist import modules_for_file
+    from edgevllm.builder.aotlist import modules_for_file
 
     result, _, stderr = warm_build
     warm = result["warm"]
     assert [m["name"] for m in warm["modules"]] == modules_for_file(TINY)
     assert warm["arch_list"] == "12.1a" and warm["config"] == "tiny-llama.json"
     assert all(m["bytes"] > 100_000 and len(m["sha256"]) == 64 for m in warm["modules"])
-    assert f"warm: 2 FlashInfer module(s) for 12.1a in {warm['seconds']}s" in stderr
+    assert f"flashinfer aot: 2 module(s) for 12.1a in {warm['seconds']}s" in stderr
     label = engine.image_labels(result["image"])["io.edgevllm.warm"]
     assert json.loads(label) == warm
 

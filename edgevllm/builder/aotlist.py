@@ -2,7 +2,7 @@
 
 The list is derived from vLLM 0.33.0's own code (the sdist on PyPI) and named the way FlashInfer
 0.7.2 names its JIT modules (``flashinfer/jit/attention/modules.py``, ``flashinfer/jit/*.py``), so
-that a warm step can build exactly these into the image's FlashInfer cache:
+that the AOT step (``inv build --warm``) can build exactly these into the image's FlashInfer cache:
 
 - **attention** (``vllm/v1/attention/backends/flashinfer.py``): prefill plans
   ``BatchPrefillWithPagedKVCacheWrapper`` / ``...RaggedKVCacheWrapper`` with ``backend="auto"``
@@ -56,10 +56,10 @@ class AttentionShape:
 
 
 @dataclass(frozen=True)
-class WarmModule:
+class AotModule:
     """One FlashInfer JIT module and the arguments of the FlashInfer function that makes its
     JitSpec (``kind``: ``batch_prefill`` → ``_gen_batch_prefill_primary_module``, ``sampling``
-    → ``gen_sampling_module``); the warm step checks that FlashInfer names it ``name``."""
+    → ``gen_sampling_module``); the AOT step checks that FlashInfer names it ``name``."""
 
     name: str
     kind: str
@@ -107,8 +107,8 @@ def batch_prefill_uri(shape: AttentionShape, kv_dtype: str) -> str:
             f"use_logits_cap_{shape.logits_soft_cap}_f16qk_False")
 
 
-def warm_modules(config: dict, kv_cache_dtype: str = "auto", sampler: bool = True,
-                 source: str = "config.json") -> list[WarmModule]:
+def aot_modules(config: dict, kv_cache_dtype: str = "auto", sampler: bool = True,
+                 source: str = "config.json") -> list[AotModule]:
     """The FlashInfer JIT modules vLLM 0.33.0 loads for this model (see the module doc)."""
     if kv_cache_dtype not in _KV_CACHE:
         raise ConfigError(f"kv_cache_dtype {kv_cache_dtype!r}: one of {', '.join(_KV_CACHE)}")
@@ -118,17 +118,17 @@ def warm_modules(config: dict, kv_cache_dtype: str = "auto", sampler: bool = Tru
                           f"{', '.join(map(str, SUPPORTED_HEAD_SIZES))}; vLLM picks another "
                           "attention backend for this model")
     kv = _KV_CACHE[kv_cache_dtype] or shape.dtype
-    attention = WarmModule(
+    attention = AotModule(
         name=batch_prefill_uri(shape, kv) + EQUAL_STRIDE_SUFFIX, kind="batch_prefill",
         dtype_q=TORCH_DTYPES[shape.dtype], dtype_kv=TORCH_DTYPES[kv], head_dim=shape.head_dim,
         sliding_window=shape.sliding_window, logits_soft_cap=shape.logits_soft_cap)
-    return [attention] + ([WarmModule(name="sampling", kind="sampling")] if sampler else [])
+    return [attention] + ([AotModule(name="sampling", kind="sampling")] if sampler else [])
 
 
 def flashinfer_modules(config: dict, kv_cache_dtype: str = "auto", sampler: bool = True,
                        source: str = "config.json") -> list[str]:
-    """The names of ``warm_modules``: FlashInfer's folder and library names for them."""
-    return [m.name for m in warm_modules(config, kv_cache_dtype, sampler, source)]
+    """The names of ``aot_modules``: FlashInfer's folder and library names for them."""
+    return [m.name for m in aot_modules(config, kv_cache_dtype, sampler, source)]
 
 
 def read_config(path: Path | str) -> dict:

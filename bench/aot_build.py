@@ -2,18 +2,18 @@
 """What ``--warm`` adds to a build, against the same build without it, in the same process.
 
 The build is the real vLLM 0.33.0 prebuilt image for spark on linux/amd64 (the closure resolved
-with uv and cached in the wheelhouse, as tests/e2e/test_warm_e2e.py builds it):
+with uv and cached in the wheelhouse, as tests/e2e/test_aot_e2e.py builds it):
 
 0. prime: the build without --warm and without checks, untimed, so that both timed builds find
           the closure's layers in BuildKit's cache (seconds when they already are);
 1. plain: the build without --warm;
 2. warm:  the same build with --warm and the shipped tiny Llama config (head_dim 64: the FA2
           batch-prefill module and the sampler), under a new file name each run, so the plan
-          differs and the warm step really runs FlashInfer's JIT (nothing is reused).
+          differs and the AOT step really runs FlashInfer's JIT (nothing is reused).
 
-Prints both wall times, the ratio warm/plain, and the warm step's own seconds (its record).
+Prints both wall times, the ratio warm/plain, and the AOT step's own seconds (its record).
 
-    python bench/warm_build.py [--config PATH] [--no-verify]
+    python bench/aot_build.py [--config PATH] [--no-verify]
 """
 
 from __future__ import annotations
@@ -76,13 +76,13 @@ def main() -> int:
         warm, warm_s = timed_build(dict(fields, warm=str(config)), tmp / "warm", engine)
         for result in (plain, warm):
             engine.remove_image(result.image, force=True)
-    record = warm.warm or {}
+    record = warm.aot or {}
     megabytes = sum(m["bytes"] for m in record.get("modules", [])) / 1e6
     print("platform             linux/amd64 (target spark, arch 12.1a), vLLM 0.33.0 prebuilt")
     print(f"config               {args.config.name}: "
           + ", ".join(m["name"] for m in record.get("modules", [])))
     print(f"build without --warm {plain_s:8.1f} s")
-    print(f"build with --warm    {warm_s:8.1f} s   (the warm step itself: "
+    print(f"build with --warm    {warm_s:8.1f} s   (the AOT step itself: "
           f"{record.get('seconds')} s, {megabytes:.1f} MB of modules)")
     print(f"ratio warm/plain     {warm_s / plain_s:8.2f}")
     return 0

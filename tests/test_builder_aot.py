@@ -1,6 +1,6 @@
-"""inv build --warm: the plan staged as a build context (module names as data, never Dockerfile
-text), the template's warm step for the target's arch, inv render showing both, the record's
-summary, and bad input. The step's in-image run is tests/e2e/test_warm_e2e.py."""
+"""inv build --warm (FlashInfer AOT modules): the plan staged as a build context (module names as
+data, never Dockerfile text), the template's AOT step for the target's arch, inv render showing
+both, the record's summary, and bad input. The step's in-image run is tests/e2e/test_aot_e2e.py."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from edgevllm.builder.aot import aot_plan, aot_summary, describe_aot, stage_aot
 from edgevllm.builder.render import render_dockerfile
-from edgevllm.builder.warm import describe_warm, stage_warm, warm_plan, warm_summary
 from edgevllm.common.errors import ConfigError
 from edgevllm.specs.buildspec import load_spec, resolve
 
@@ -22,40 +22,40 @@ PRIMARY = ("batch_prefill_with_kv_cache_dtype_q_bf16_dtype_kv_bf16_dtype_o_bf16_
 
 
 def test_stage_writes_the_script_and_the_plan(tmp_path):
-    names = stage_warm(str(TINY), tmp_path / "ctx")
+    names = stage_aot(str(TINY), tmp_path / "ctx")
     assert names == [PRIMARY, "sampling"]
     plan = json.loads((tmp_path / "ctx" / "plan.json").read_text())
     assert plan["config"] == "tiny-llama.json"
     assert plan["modules"][0] == {"name": PRIMARY, "kind": "batch_prefill", "dtype_q": "bfloat16",
                                   "dtype_kv": "bfloat16", "head_dim": 64,
                                   "sliding_window": False, "logits_soft_cap": False}
-    script = (tmp_path / "ctx" / "warm_inimage.py").read_text()
+    script = (tmp_path / "ctx" / "aot_inimage.py").read_text()
     assert "_gen_batch_prefill_primary_module" in script and "import edgevllm" not in script
 
 
 @pytest.mark.parametrize("target,arch", [("spark", "12.1a"), ("thor", "11.0a")])
-def test_the_warm_step_builds_for_the_targets_arch_after_the_mods(target, arch):
+def test_the_aot_step_builds_for_the_targets_arch_after_the_mods(target, arch):
     spec = load_spec(target, overrides={"mode": "prebuilt", "vllm_wheel": "0.33.0",
                                         "warm": str(TINY)})
     text = render_dockerfile(resolve(spec))
-    step = text.index("warm_inimage.py")
+    step = text.index("aot_inimage.py")
     assert text.index("applier.py apply") < step < text.index("COPY --from=edgevllm-meta")
     assert f'FLASHINFER_CUDA_ARCH_LIST="{arch}"' in text[text.rindex("RUN", 0, step):step]
-    assert "from=edgevllm-warm,target=/edgevllm-warm" in text
-    assert "--record /opt/edgevllm/warm.json" in text
+    assert "from=edgevllm-aot,target=/edgevllm-aot" in text
+    assert "--record /opt/edgevllm/aot.json" in text
     assert "batch_prefill" not in text  # the modules are plan.json's data, not Dockerfile text
     plain = render_dockerfile(resolve(load_spec(target, overrides={"mode": "prebuilt",
                                                                    "vllm_wheel": "0.33.0"})))
-    assert "warm_inimage.py" not in plain and "edgevllm-warm" not in plain
+    assert "aot_inimage.py" not in plain and "edgevllm-aot" not in plain
 
 
-def test_render_task_stages_the_warm_context(cli, tmp_path):
+def test_render_task_stages_the_aot_context(cli, tmp_path):
     code, _, stderr = cli("render", "--target", "spark", "--vllm-wheel", "0.33.0", "--warm",
                           str(TINY), "--out", str(tmp_path / "r"))
     assert code == 0, stderr
     plan = json.loads((tmp_path / "r" / "build-plan.json").read_text())
-    assert plan["contexts"]["edgevllm-warm"].rstrip("/").endswith("edgevllm-warm")
-    staged = json.loads((tmp_path / "r" / "edgevllm-warm" / "plan.json").read_text())
+    assert plan["contexts"]["edgevllm-aot"].rstrip("/").endswith("edgevllm-aot")
+    staged = json.loads((tmp_path / "r" / "edgevllm-aot" / "plan.json").read_text())
     assert [m["name"] for m in staged["modules"]] == [PRIMARY, "sampling"]
 
 
@@ -95,19 +95,19 @@ def test_recipe_model_config_comes_from_the_local_hf_cache(cli, tmp_path):
     code, _, stderr = cli("render", "--target", recipe.targets[0], "--warm",
                           f"recipe:{recipe.name}", "--out", str(tmp_path / "r"), env=env)
     assert code == 0, stderr
-    staged = json.loads((tmp_path / "r" / "edgevllm-warm" / "plan.json").read_text())
+    staged = json.loads((tmp_path / "r" / "edgevllm-aot" / "plan.json").read_text())
     assert staged["modules"][0]["name"] == PRIMARY
 
 
 def test_a_config_outside_flashinfers_names_is_refused(tmp_path, monkeypatch):
-    import edgevllm.builder.warm as warm
-    from edgevllm.builder.warmlist import WarmModule
+    import edgevllm.builder.aot as aot
+    from edgevllm.builder.aotlist import AotModule
 
-    # Stands in for a future warm list whose names leave FlashInfer's grammar.
-    monkeypatch.setattr(warm, "warm_modules",
-                        lambda *a, **k: [WarmModule(name="x; rm -rf /", kind="sampling")])
+    # Stands in for a future AOT list whose names leave FlashInfer's grammar.
+    monkeypatch.setattr(aot, "aot_modules",
+                        lambda *a, **k: [AotModule(name="x; rm -rf /", kind="sampling")])
     with pytest.raises(ConfigError, match="not a FlashInfer module name"):
-        warm_plan(str(TINY))
+        aot_plan(str(TINY))
 
 
 def test_summary_of_the_in_image_record():
@@ -115,13 +115,13 @@ def test_summary_of_the_in_image_record():
               "seconds": 412.5, "toolchain": {"notes": ["nvcc 13.5 with CUDA 13.0 headers"]},
               "modules": [{"name": "sampling", "path": "/x/sampling.so", "bytes": 2_500_000,
                            "sha256": "ab" * 32}]}
-    summary = warm_summary(record)
+    summary = aot_summary(record)
     assert summary["modules"] == [{"name": "sampling", "bytes": 2_500_000, "sha256": "ab" * 32}]
-    lines = describe_warm(summary)
-    assert lines[0] == "warm: 1 FlashInfer module(s) for 12.1a in 412.5s (from tiny-llama.json)"
+    lines = describe_aot(summary)
+    assert lines[0] == "flashinfer aot: 1 module(s) for 12.1a in 412.5s (from tiny-llama.json)"
     assert "sampling: 2.5 MB, sha256 abababababababab" in lines[1]
     assert lines[2] == "  note: nvcc 13.5 with CUDA 13.0 headers"
-    assert warm_summary(None) is None and describe_warm(None) == []
+    assert aot_summary(None) is None and describe_aot(None) == []
 
 
 def test_the_lock_records_the_warm_modules_so_a_warmed_image_gets_its_own_tag():

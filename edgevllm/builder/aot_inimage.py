@@ -1,6 +1,7 @@
-"""The warm step, inside the image at build time (``inv build --warm``; docs/first-start.md).
+"""The FlashInfer AOT step, inside the image at build time (``inv build --warm``;
+docs/first-start.md).
 
-FlashInfer's own JIT builds the modules that plan.json names (``builder/warmlist.py`` chose them
+FlashInfer's own JIT builds the modules that plan.json names (``builder/aotlist.py`` chose them
 from a model's config.json), with the image's nvcc, g++ and ninja and no GPU, for
 ``FLASHINFER_CUDA_ARCH_LIST``. Each module's library is then installed where FlashInfer 0.7.2
 looks for prebuilt (AOT) modules before it would compile anything:
@@ -38,7 +39,7 @@ import time
 
 
 def fail(message):
-    print(f"edgevllm warm: error: {message}", file=sys.stderr)
+    print(f"edgevllm aot: error: {message}", file=sys.stderr)
     sys.exit(1)
 
 
@@ -75,7 +76,7 @@ def link_stub(work):
     os.makedirs(folder, exist_ok=True)
     source = os.path.join(folder, "stub.c")
     with open(source, "w") as out:
-        out.write("/* edgevllm warm: link-time stand-in for libcuda.so.1 */\n")
+        out.write("/* edgevllm aot: link-time stand-in for libcuda.so.1 */\n")
     cc = os.environ.get("CC", "cc")
     subprocess.run([cc, "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", source, "-o",
                     os.path.join(folder, "libcuda.so")], check=True)
@@ -88,7 +89,7 @@ def toolchain(cuda_home, work):
     found = {"cuda_home": os.path.realpath(cuda_home), "nvcc": nvcc_release(cuda_home),
              "headers": headers_release(cuda_home), "notes": []}
     if found["nvcc"] is None:
-        fail(f"no nvcc under {cuda_home} (CUDA_HOME): the warm step builds FlashInfer's modules "
+        fail(f"no nvcc under {cuda_home} (CUDA_HOME): the AOT step builds FlashInfer's modules "
              "with the image's CUDA compiler")
     cuda_flags, ld_flags = [], []
     if found["headers"] and found["headers"] != found["nvcc"]:
@@ -166,7 +167,7 @@ def build(plan, work):
 
 
 def main(argv):
-    parser = argparse.ArgumentParser(prog="edgevllm-warm")
+    parser = argparse.ArgumentParser(prog="edgevllm-aot")
     parser.add_argument("--plan", required=True)
     parser.add_argument("--record", required=True)
     args = parser.parse_args(argv)
@@ -175,7 +176,7 @@ def main(argv):
     arch_list = os.environ.get("FLASHINFER_CUDA_ARCH_LIST")
     if not arch_list:
         fail("FLASHINFER_CUDA_ARCH_LIST is not set: the arch to build for comes from the target")
-    work = tempfile.mkdtemp(prefix="edgevllm-warm-")
+    work = tempfile.mkdtemp(prefix="edgevllm-aot-")
     try:
         # FlashInfer reads these when it is imported: its workspace is the temporary folder.
         os.environ["FLASHINFER_WORKSPACE_BASE"] = work
@@ -193,9 +194,9 @@ def main(argv):
     record.update({"arch_list": arch_list, "flashinfer": flashinfer.__version__,
                    "toolchain": found, "config": plan.get("config", "")})
     for module in record["modules"]:
-        print(f"edgevllm warm: {module['name']}: {module['bytes']} bytes, "
+        print(f"edgevllm aot: {module['name']}: {module['bytes']} bytes, "
               f"sha256 {module['sha256'][:16]}")
-    print(f"edgevllm warm: {len(record['modules'])} module(s) for {arch_list} in "
+    print(f"edgevllm aot: {len(record['modules'])} module(s) for {arch_list} in "
           f"{record['seconds']}s")
     os.makedirs(os.path.dirname(args.record), exist_ok=True)
     with open(args.record + ".partial", "w") as out:

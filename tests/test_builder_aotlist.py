@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from edgevllm.builder.warmlist import (
+from edgevllm.builder.aotlist import (
+    aot_modules,
     attention_shape,
     flashinfer_modules,
     modules_for_file,
-    warm_modules,
 )
 from edgevllm.common.errors import ConfigError
 
@@ -46,8 +46,8 @@ def test_kv_cache_dtype_window_soft_cap_and_sampler_change_the_list():
 
 
 def test_modules_carry_flashinfers_arguments():
-    """The warm step calls FlashInfer's own JitSpec makers with these (torch dtype names)."""
-    attention, sampling = warm_modules(qwen3(), kv_cache_dtype="fp8")
+    """The AOT step calls FlashInfer's own JitSpec makers with these (torch dtype names)."""
+    attention, sampling = aot_modules(qwen3(), kv_cache_dtype="fp8")
     assert (attention.kind, attention.dtype_q, attention.dtype_kv, attention.head_dim) == (
         "batch_prefill", "bfloat16", "float8_e4m3fn", 128)
     assert sampling.to_dict()["kind"] == "sampling"
