@@ -163,3 +163,20 @@ def test_every_daemon_call_has_a_deadline(monkeypatch):
 def test_engine_named_by_a_flag(spec, context, host):
     engine = DockerEngine.named(spec)
     assert (engine.context, engine.host) == (context, host)
+
+
+def test_the_engine_is_one_face_over_its_nouns_and_each_call_lives_in_one():
+    """``DockerEngine`` adds only ``named``; every call is defined by one noun (daemon, images,
+    containers, networks, buildx, registry), each standing on the daemon alone."""
+    from edgevllm.containers import buildx, container, daemon, images, networks, registry
+
+    nouns = [images.Images, container.Containers, networks.Networks, buildx.Buildx,
+             registry.Registry]
+    assert all(noun.__bases__ == (daemon.Daemon,) for noun in nouns)
+    owner: dict[str, str] = {}
+    for noun in [daemon.Daemon, *nouns]:
+        for name in (n for n in vars(noun) if not n.startswith("__")):
+            assert name not in owner, f"{name}: in {owner[name]} and {noun.__name__}"
+            owner[name] = noun.__name__
+    assert {n for n in vars(DockerEngine) if not n.startswith("__")} == {"named"}
+    assert all(hasattr(DockerEngine, name) for name in owner)
