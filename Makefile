@@ -42,7 +42,7 @@ test-needs:
 test-fast: venv
 	$(BIN)/python -m pytest -m "not e2e" -q $(PYTEST_ARGS)
 
-# ruff (pyflakes, isort, bugbear, 100 columns) and mypy on every package.
+# ruff (pyflakes, isort, bugbear, 100 columns) and mypy on every package, tests/ and bench/.
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/mypy

@@ -66,8 +66,8 @@ def main() -> int:
     os.environ.setdefault("EDGEVLLM_MIN_DISK_GB", "8")
     engine = DockerEngine()
     fields = spec_fields(trixie_python_image(engine, "amd64"), not args.no_verify)
-    with tempfile.TemporaryDirectory(prefix="edgevllm-bench-warm-") as tmp:
-        tmp = Path(tmp)
+    with tempfile.TemporaryDirectory(prefix="edgevllm-bench-aot-") as tmp_name:
+        tmp = Path(tmp_name)
         config = tmp / f"{args.config.stem}-{uuid.uuid4().hex[:8]}.json"  # a plan not yet built
         shutil.copyfile(args.config, config)
         prime, _ = timed_build(dict(fields, verify=False), tmp / "prime", engine)

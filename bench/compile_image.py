@@ -77,7 +77,7 @@ def row_of(which: str, result, engine, seconds: float) -> dict:
             "layers": layers.get("layers", [])}
 
 
-def prebuilt(args, engine, images, out: Path) -> tuple[dict, object]:
+def prebuilt(args, engine, images: tuple[str, str, str], out: Path) -> tuple[dict, object]:
     """The baseline, and the released vLLM wheel's pin from its lock."""
     from edgevllm.builder.pipeline import build
     from edgevllm.sources.wheels import Closure
@@ -95,7 +95,7 @@ def prebuilt(args, engine, images, out: Path) -> tuple[dict, object]:
     return row, pin
 
 
-def compile_spec(args, images, upstream):
+def compile_spec(args, images: tuple[str, str, str], upstream):
     from edgevllm.specs.buildspec import spec_from_dict
 
     return spec_from_dict({**common_spec(args, *images, "compile"),

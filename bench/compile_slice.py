@@ -59,6 +59,7 @@ def prepare(target, ref: str, out: Path):
     skipped = patches_skipped(target)
     for patch in load_patches():
         if target.name in patch.manifest.targets and patch.name not in skipped:
+            assert prepared.tree_dir is not None
             outcome = apply_patch(patch, prepared.tree_dir, prepared.version)
             print(f"patch {patch.name}: {outcome['outcome']}")
     return prepared

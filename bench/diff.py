@@ -47,7 +47,7 @@ def median_time(fn, repeat: int) -> float:
 
 def run_diff(engine: DockerEngine, a: str, b: str, installed: bool) -> None:
     sides = [read_facts(ref, engine) for ref in (a, b)]
-    extra = {}
+    extra: dict[str, tuple[dict | None, dict | None]] = {}
     if installed:
         found = [{d["name"]: d["version"] for d in installed_distributions(engine, ref)}
                  for ref in (a, b)]
@@ -58,6 +58,7 @@ def run_diff(engine: DockerEngine, a: str, b: str, installed: bool) -> None:
 def save_sha256(image: str) -> int:
     digest, total = hashlib.sha256(), 0
     with subprocess.Popen(["docker", "save", image], stdout=subprocess.PIPE) as proc:
+        assert proc.stdout is not None
         while block := proc.stdout.read(1 << 20):
             digest.update(block)
             total += len(block)

@@ -159,7 +159,7 @@ def main() -> int:
     base, twin, python = base_images(args, engine)
     run = uuid.uuid4().hex[:8]
     images = (salted(engine, base, run, "target"), salted(engine, twin, run, "build"), python)
-    rows = []
+    rows: list[dict] = []
     try:
         with tempfile.TemporaryDirectory(prefix="edgevllm-real-") as tmp:
             os.environ["EDGEVLLM_CACHE"] = str(Path(tmp) / "cache")   # cold: a new wheelhouse

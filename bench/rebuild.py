@@ -43,8 +43,8 @@ def main() -> int:
     engine = DockerEngine()
     base = cuda_image(engine, args.arch)
     target = "thor" if args.arch == "arm64" else "spark"
-    with tempfile.TemporaryDirectory(prefix="edgevllm-bench-") as tmp:
-        tmp = Path(tmp)
+    with tempfile.TemporaryDirectory(prefix="edgevllm-bench-") as tmp_name:
+        tmp = Path(tmp_name)
         upstream = make_upstream_repo(tmp, FIXTURE_TREE)
         salt = (FIXTURE_TREE / KERNELS).read_text() + f"\n// bench salt {uuid.uuid4()}\n"
         commit_to_branch(upstream, "main", {KERNELS: salt}, "bench: a tree the cache has not seen")

@@ -52,9 +52,7 @@ def main() -> int:
         upstream = make_upstream_repo(tmp, FIXTURE_TREE)
         salt = (FIXTURE_TREE / KERNELS).read_text() + f"\n// bench salt {uuid.uuid4()}\n"
         commit_to_branch(upstream, "main", {KERNELS: salt}, "bench: a tree no cache has seen")
-        wheelhouse = tmp / "wheelhouse"
-        wheelhouse.mkdir()
-        spec = hermetic_spec(target, base, upstream, wheelhouse, platform=f"linux/{args.arch}",
+        spec = hermetic_spec(target, base, upstream, platform=f"linux/{args.arch}",
                              mods=[], verify=False, image_repo="edgevllm-bench/second-builder",
                              rerun_steps=True)
         spec["vllm"]["ref"] = "main"

@@ -116,6 +116,7 @@ def test_summary_of_the_in_image_record():
               "modules": [{"name": "sampling", "path": "/x/sampling.so", "bytes": 2_500_000,
                            "sha256": "ab" * 32}]}
     summary = aot_summary(record)
+    assert summary is not None
     assert summary["modules"] == [{"name": "sampling", "bytes": 2_500_000, "sha256": "ab" * 32}]
     lines = describe_aot(summary)
     assert lines[0] == "flashinfer aot: 1 module(s) for 12.1a in 412.5s (from tiny-llama.json)"

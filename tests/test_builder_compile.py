@@ -25,6 +25,7 @@ from edgevllm.sources.buildreqs import read_build_layout, read_requirement_tree
 from edgevllm.sources.wheels import Closure, ClosureError, WheelPin
 from edgevllm.specs.buildspec import load_spec, resolve
 from edgevllm.specs.lock import ClosureLock, Lock, canonical_json, lock_hash
+from support.checks import present
 
 FAKE_VLLM = Path(__file__).parent / "e2e" / "fixtures" / "fake-vllm"
 NO_TORCH_INDEX = {"version": "2.14.0", "index_url": None}   # torch's index is not reachable here
@@ -92,8 +93,8 @@ def test_resolved_for_the_target_every_wheel_by_hash(tmp_path):
     names = {p.name for p in closure.pins}
     assert {"requests", "urllib3", "certifi", "uv"} <= names
     assert all(re.fullmatch(r"[0-9a-f]{64}", p.sha256) for p in closure.pins)
-    assert closure.pin("uv").filename.endswith("x86_64.whl") or "x86_64" in closure.pin(
-        "uv").filename
+    uv = present(closure.pin("uv"))
+    assert uv.filename.endswith("x86_64.whl") or "x86_64" in uv.filename
 
 
 def test_a_conflict_names_the_package_and_the_tree_file_that_asks(tmp_path):
@@ -125,6 +126,7 @@ def test_a_lock_rebuild_resolves_nothing(monkeypatch):
                   closure=ClosureLock(**_closure("torch", "uv").to_dict()))
     closure = compile_closure(compile_eff(torch=NO_TORCH_INDEX), read_build_layout(FAKE_VLLM),
                               locked, [])
+    assert locked.closure is not None
     assert [p.sha256 for p in closure.pins] == [w.sha256 for w in locked.closure.wheels]
 
 

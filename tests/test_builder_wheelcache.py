@@ -140,6 +140,7 @@ def test_a_compile_lock_rebuild_stops_on_a_refused_artifact_unless_compile_says_
     build = compile_mode.prepare(job)
     assert build.compile_key == first.compile_key  # the rebuild's key is the build's
     key = build.compile_key
+    assert key is not None
     sent = publish(run.ref, key, run.wheels)
     blob = blob_file(run.storage, sent.wheels[0].sha256)
     data = blob.read_bytes()

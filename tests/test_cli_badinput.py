@@ -265,4 +265,5 @@ def test_every_task_refuses_an_unknown_flag(task, workdir, capsys):
     before = _tree(workdir)
     with pytest.raises(SystemExit) as exc:
         program().run(["edgevllm", task, "--no-such-flag"])
+    assert isinstance(exc.value.code, int), exc.value.code
     _check(exc.value.code, capsys.readouterr().err, 2, "'--no-such-flag'", before, workdir)

@@ -20,10 +20,13 @@ def test_unknown_target(cli):
 def test_malformed_and_unknown_field_spec(cli, tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("target: thor\nvllm: {ref: [v1\n")
-    assert_one_line(*cli("build", "--spec", str(bad))[::2], 2, "bad.yaml: line")
+    code, _, stderr = cli("build", "--spec", str(bad))
+    assert_one_line(code, stderr, 2, "bad.yaml: line")
     bad.write_text("target: thor\nmax_jobz: 2\n")
+    code, _, stderr = cli("build", "--spec", str(bad))
     assert_one_line(
-        *cli("build", "--spec", str(bad))[::2],
+        code,
+        stderr,
         2,
         "unknown field 'max_jobz' (did you mean 'max_jobs'?)",
     )

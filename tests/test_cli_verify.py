@@ -25,10 +25,16 @@ def signed(tmp_path, monkeypatch):
     supplychain.write_sbom(make_view(), stem)
     supplychain.sign(make_view(), stem, private)
     seen: list[tuple[str, str]] = []
-    monkeypatch.setattr(supplychain, "view_of_image",
-                        lambda engine, ref: seen.append(("image", ref)) or make_view())
-    monkeypatch.setattr(supplychain, "view_of_tarball",
-                        lambda path: seen.append(("tarball", str(path))) or make_view())
+    def of_image(engine, ref):
+        seen.append(("image", ref))
+        return make_view()
+
+    def of_tarball(path):
+        seen.append(("tarball", str(path)))
+        return make_view()
+
+    monkeypatch.setattr(supplychain, "view_of_image", of_image)
+    monkeypatch.setattr(supplychain, "view_of_tarball", of_tarball)
     return stem, public, seen
 
 

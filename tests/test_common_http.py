@@ -59,15 +59,16 @@ class Recorder(http.server.BaseHTTPRequestHandler):
 @contextmanager
 def server(redirect_to: str = "", folder: Path | None = None,
            tls: ssl.SSLContext | None = None) -> Iterator[tuple[int, list[dict]]]:
+    seen: list[dict] = []
     handler = type("Handler", (Recorder,), {"redirect_to": redirect_to, "folder": folder,
-                                            "seen": []})
+                                            "seen": seen})
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     if tls is not None:
         httpd.socket = tls.wrap_socket(httpd.socket, server_side=True)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     try:
-        yield httpd.server_address[1], handler.seen
+        yield httpd.server_address[1], seen
     finally:
         httpd.shutdown()
         httpd.server_close()

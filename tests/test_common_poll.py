@@ -9,13 +9,13 @@ from edgevllm.common.poll import poll
 
 def test_returns_the_first_answer():
     answers = iter([None, None, "ready"])
-    slept = []
+    slept: list[float] = []
     assert poll(lambda: next(answers), 10, 0.5, sleep=slept.append) == "ready"
     assert slept == [0.5, 0.5]
 
 
 def test_gives_none_at_the_deadline_without_oversleeping():
-    slept = []
+    slept: list[float] = []
     assert poll(lambda: None, 0.0, 5, sleep=slept.append) is None
     assert slept == []
 

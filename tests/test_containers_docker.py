@@ -18,6 +18,7 @@ from edgevllm.common.errors import (
 )
 from edgevllm.containers import host
 from edgevllm.containers.docker import BuildOptions, DockerEngine, RunOptions
+from support.checks import present
 
 
 def test_run_argv_keeps_secret_values_out():
@@ -116,7 +117,7 @@ def test_the_registered_qemu_version_is_read_from_its_binary():
     banner = subprocess.run(
         [os.path.realpath(interpreter), "--version"], capture_output=True, text=True
     ).stdout
-    major, minor = host.emulator_version(foreign_platform())
+    major, minor = present(host.emulator_version(foreign_platform()))
     assert f"version {major}.{minor}." in banner
 
 

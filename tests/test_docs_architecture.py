@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from support.checks import present
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "edgevllm"
 DOC = ROOT / "docs" / "architecture.md"
@@ -53,7 +55,8 @@ def test_every_owner_row_names_real_code_and_a_real_test(rule, owner, held_by):
         else:
             assert current is not None, f"{rule}: '{token}' names no module first"
             assert token in defined_names(current), f"{rule}: {current.name} defines no {token}"
-    test_file, _, test_name = re.fullmatch(r"`([^`]+)`", held_by).group(1).partition("::")
+    quoted = present(re.fullmatch(r"`([^`]+)`", held_by), held_by)
+    test_file, _, test_name = quoted.group(1).partition("::")
     path = ROOT / test_file
     assert path.is_file(), f"{rule}: no test file {test_file}"
     assert test_name in defined_names(path), f"{rule}: {test_file} has no {test_name}"

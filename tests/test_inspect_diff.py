@@ -53,6 +53,7 @@ def test_a_byte_code_base_pinned_by_digest_is_a_changed_build_input():
 
 def test_added_and_removed_wheels():
     old, new = make_lock(), make_lock()
+    assert new.closure is not None
     new.closure.wheels = [w for w in new.closure.wheels if w.name != "idna"]
     result = compare(Facts("a", "lock", lock=old), Facts("b", "lock", lock=new))
     assert result["sections"]["wheels"] == {"removed": {"idna": {

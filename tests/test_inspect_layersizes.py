@@ -79,7 +79,7 @@ def test_a_docker_save_archive_gives_each_layer_its_step_and_shadowed_bytes():
                  "opt/venv/a.py": b"y" * 40})
     tree = gzip.compress(_tar({"opt/venv/": None, "opt/venv/vllm.so": b"z" * 300}))
     mods = _tar({"opt/venv/.wh.a.py": b""})
-    history = [{"created_by": "RUN install the release"}, {"created_by": "ENV A=1",
+    history: list[dict] = [{"created_by": "RUN install the release"}, {"created_by": "ENV A=1",
                                                            "empty_layer": True},
                {"created_by": "RUN install the tree"}, {"created_by": "RUN mods"}]
     layers = layers_of_save(io.BytesIO(docker_save([base, tree, mods], history)), "test")

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from edgevllm.common.errors import EdgeVllmError, VerifyError
 from edgevllm.inspect import dsse, inimage_dists, provenance, sbom
 from edgevllm.inspect.offline import read_archive
+from support.checks import present
 from support.fake_rootfs import (
     INSTALLED,
     OS_RELEASE,
@@ -55,7 +56,7 @@ def test_an_archive_with_its_bytes_mutated(data):
 
 def _members(data: bytes) -> dict[str, bytes]:
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-        return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+        return {m.name: present(tar.extractfile(m)).read() for m in tar.getmembers() if m.isfile()}
 
 
 SEED_FILES = _members(ARCHIVE)

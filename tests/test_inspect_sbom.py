@@ -196,6 +196,7 @@ def test_not_an_sbom():
 
 def test_lock_names_match_distributions_by_their_canonical_name():
     lock = make_lock()
+    assert lock.closure is not None
     lock.closure.wheels[0].name = "Six"  # as a resolver may write it
     doc = document(lock)
     six = next(c for c in doc["components"] if c["name"] == "six")

@@ -49,15 +49,16 @@ def module_name(path: Path) -> str:
 def imports_of(path: Path, modules: set[str]) -> set[str]:
     """Every edgevllm module this file imports (at any depth: lazy imports count too).
     ``from edgevllm.pkg import mod`` is an edge to ``edgevllm.pkg.mod`` alone."""
-    found = set()
+    found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.level:
             raise AssertionError(f"{path}: relative import; write 'from edgevllm.… import …'")
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("edgevllm"):
-            names = {f"{node.module}.{a.name}" for a in node.names}
-            found |= (names & modules) or {node.module}
+            module = node.module or ""
+            names = {f"{module}.{a.name}" for a in node.names}
+            found |= (names & modules) or {module}
             if names - modules:
-                found.add(node.module)
+                found.add(module)
         elif isinstance(node, ast.Import):
             found.update(a.name for a in node.names if a.name.startswith("edgevllm"))
     return found

@@ -112,6 +112,7 @@ def test_gb10_442_applied_then_unchanged_and_op_accepts_sm121a(cutlass_442, tmp_
     rc, record, stdout, _ = stage_and_apply(
         ["cutlass-dsl-gb10"], "spark", site, tmp_path, cu13_links()
     )
+    assert record is not None
     mod = outcome(record, "cutlass-dsl-gb10")
     assert rc == 0 and mod["outcome"] == "applied", mod
     assert step_outcomes(mod) == ["applied", "applied", "applied", "passed"]
@@ -129,7 +130,8 @@ def test_gb10_442_applied_then_unchanged_and_op_accepts_sm121a(cutlass_442, tmp_
 
     snapshot = {p: p.stat().st_mtime_ns for p in site.rglob("*.py")}
     rc, record, _, _ = stage_and_apply(["cutlass-dsl-gb10"], "spark", site, tmp_path, cu13_links())
-    assert rc == 0 and outcome(record, "cutlass-dsl-gb10")["outcome"] == "already-applied"
+    assert rc == 0 and record is not None
+    assert outcome(record, "cutlass-dsl-gb10")["outcome"] == "already-applied"
     assert snapshot == {p: p.stat().st_mtime_ns for p in site.rglob("*.py")}
 
 
@@ -148,6 +150,7 @@ def test_gb10_442_altered_file_fails_naming_mod_version_file_anchor(cutlass_442,
     rc, record, _, stderr = stage_and_apply(
         ["cutlass-dsl-gb10"], "spark", site, tmp_path, cu13_links()
     )
+    assert record is not None
     mod = outcome(record, "cutlass-dsl-gb10")
     assert rc == 1 and mod["outcome"] == "failed"
     line = stderr.strip().splitlines()[-1]
@@ -161,6 +164,7 @@ def test_gb10_450_not_applicable_names_version(cutlass_450, tmp_path):
     site = working_copy(cutlass_450, tmp_path / "site")
     assert probe(site, GB10_PROBE, "sm_121a").stdout.strip() == "accepted"  # upstream fixed it
     rc, record, _, _ = stage_and_apply(["cutlass-dsl-gb10"], "spark", site, tmp_path)
+    assert record is not None
     mod = outcome(record, "cutlass-dsl-gb10")
     assert rc == 0 and mod["outcome"] == "not-applicable"
     assert "nvidia-cutlass-dsl 4.5.0 is outside <4.5" in mod["detail"]
@@ -170,6 +174,7 @@ def test_thor_450_applied_unchanged_and_ops_accept_sm110a(cutlass_450, tmp_path)
     site = working_copy(cutlass_450, tmp_path / "site")
     assert "expects arch to be one of" in probe(site, THOR_PROBE, "sm_110a").stderr
     rc, record, _, _ = stage_and_apply(["cutlass-dsl-thor"], "thor", site, tmp_path)
+    assert record is not None
     mod = outcome(record, "cutlass-dsl-thor")
     assert rc == 0 and mod["outcome"] == "applied", mod
     # no libs-base installed: the overlap step does not apply, and says why
@@ -177,6 +182,7 @@ def test_thor_450_applied_unchanged_and_ops_accept_sm110a(cutlass_450, tmp_path)
     assert "nvidia-cutlass-dsl-libs-base is not installed" in mod["steps"][0]["detail"]
     assert probe(site, THOR_PROBE, "sm_110a").stdout.strip() == "accepted"
     rc, record, _, _ = stage_and_apply(["cutlass-dsl-thor"], "thor", site, tmp_path)
+    assert record is not None
     assert outcome(record, "cutlass-dsl-thor")["outcome"] == "already-applied"
 
 
@@ -185,6 +191,7 @@ def test_thor_442_applied_with_overlap(cutlass_442, tmp_path):
     site = working_copy(cutlass_442, tmp_path / "site")
     assert "got Arch.sm_101a" in probe(site, THOR_PROBE, "sm_110a").stderr
     rc, record, _, _ = stage_and_apply(["cutlass-dsl-thor"], "thor", site, tmp_path, cu13_links())
+    assert record is not None
     mod = outcome(record, "cutlass-dsl-thor")
     assert rc == 0 and step_outcomes(mod)[:3] == ["applied", "applied", "applied"], mod
     assert probe(site, THOR_PROBE, "sm_110a").stdout.strip() == "accepted"
@@ -198,6 +205,7 @@ def _class_list(path: Path, cls: str, attr: str) -> list[str]:
         for n in node.body
         if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == attr
     )
+    assert isinstance(assign.value, (ast.List, ast.Tuple)), f"{cls}.{attr} is no list"
     return [ast.unparse(e) for e in assign.value.elts]
 
 
@@ -208,6 +216,7 @@ def test_thor_460_not_applicable_and_upstream_admits_sm110a(cutlass_460, tmp_pat
     assert "Arch.sm_110a" in _class_list(mma, "BlockScaledMmaOp", "admissible_archs")
     assert "Arch.sm_110f" in mma_file(site, "tcgen05/copy.py").read_text()
     rc, record, _, _ = stage_and_apply(["cutlass-dsl-thor"], "thor", site, tmp_path)
+    assert record is not None
     mod = outcome(record, "cutlass-dsl-thor")
     assert rc == 0 and mod["outcome"] == "not-applicable"
     assert mod["detail"] == "nvidia-cutlass-dsl 4.6.0 is outside >=4.4,<4.6"
@@ -231,6 +240,7 @@ def test_gb10_460_not_applicable_and_files_found_in_new_layout(cutlass_460, tmp_
     assert path == site / "nvidia_cutlass_dsl/dsl_packages/cutlass/cute/nvgpu/warp/mma.py"
     assert "Arch.sm_121a" in _class_list(path, "MmaSM120BlockScaledOp", "admissible_archs")
     rc, record, _, _ = stage_and_apply(["cutlass-dsl-gb10"], "spark", site, tmp_path)
+    assert record is not None
     mod = outcome(record, "cutlass-dsl-gb10")
     assert rc == 0 and mod["outcome"] == "not-applicable"
     assert mod["detail"] == "nvidia-cutlass-dsl 4.6.0 is outside >=4.4,<4.6"

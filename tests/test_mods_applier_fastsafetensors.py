@@ -48,6 +48,7 @@ def test_installs_links_cudart_and_rerun_changes_nothing(runtime_site, tmp_path)
     assert (libdir / "libcudart.so.13").is_file() and not (libdir / "libcudart.so").exists()
     links = ["--pip-find-links", str(wheel("fastsafetensors==0.5.0").parent)]
     rc, record, _, stderr = stage_and_apply(["fastsafetensors"], "thor", site, tmp_path, links)
+    assert record is not None
     mod = outcome(record, "fastsafetensors")
     assert rc == 0 and mod["outcome"] == "applied", (mod, stderr)
     install, link, env, verify = mod["steps"]
@@ -63,7 +64,7 @@ def test_installs_links_cudart_and_rerun_changes_nothing(runtime_site, tmp_path)
     assert f"calling init: {libdir}/libcudart.so" in trace
 
     rc, record, _, _ = stage_and_apply(["fastsafetensors"], "thor", site, tmp_path, links)
-    assert outcome(record, "fastsafetensors")["outcome"] == "already-applied"
+    assert record is not None and outcome(record, "fastsafetensors")["outcome"] == "already-applied"
 
 
 def test_without_any_cudart_it_fails(tmp_path):

@@ -43,6 +43,7 @@ def test_applied_then_unchanged_and_gate_admits_sm121(version, name, tmp_path):
     path = kernel_file(site)
     assert path.name == name and gate_rejects(path, "sm_121")
     rc, record, _, _ = stage_and_apply(["flashinfer-sm121"], "spark", site, tmp_path)
+    assert record is not None
     mod = outcome(record, "flashinfer-sm121")
     assert rc == 0 and mod["outcome"] == "applied", mod
     # exactly one of the two file-name steps applies, the other names the version it skips
@@ -51,6 +52,7 @@ def test_applied_then_unchanged_and_gate_admits_sm121(version, name, tmp_path):
     assert not gate_rejects(path, "sm_121") and gate_rejects(path, "sm_100")
     before = path.read_bytes()
     rc, record, _, _ = stage_and_apply(["flashinfer-sm121"], "spark", site, tmp_path)
+    assert record is not None
     assert outcome(record, "flashinfer-sm121")["outcome"] == "already-applied"
     assert path.read_bytes() == before
 
@@ -62,6 +64,7 @@ def test_not_applicable_where_upstream_fixed(version, tmp_path):
     if version == "0.6.12":
         assert not gate_rejects(path, "sm_121")  # upstream admits sm_121 itself
     rc, record, _, _ = stage_and_apply(["flashinfer-sm121"], "spark", site, tmp_path)
+    assert record is not None
     mod = outcome(record, "flashinfer-sm121")
     assert rc == 0 and mod["outcome"] == "not-applicable"
     assert mod["detail"] == f"flashinfer-python {version} is outside >=0.6.9,<0.6.12"
@@ -74,6 +77,7 @@ def test_altered_file_fails(tmp_path):
     path.unlink()
     path.write_text(text)
     rc, record, _, stderr = stage_and_apply(["flashinfer-sm121"], "spark", site, tmp_path)
+    assert record is not None
     mod = outcome(record, "flashinfer-sm121")
     assert rc == 1 and mod["outcome"] == "failed"
     assert mod["detail"].startswith("mod flashinfer-sm121: flashinfer-python 0.6.11: file ")

@@ -360,6 +360,7 @@ def test_fused_moe_configs_installed_and_verified(tmp_path):
     site = tmp_path / "site"
     site.mkdir()
     rc, record, _, _ = stage_and_apply([], "thor", site, tmp_path)
+    assert record is not None
     mod = outcome(record, "fused-moe-configs")
     assert rc == 0 and mod["outcome"] == "applied"
     assert sorted(p.name for p in dest.iterdir()) == [
@@ -368,6 +369,7 @@ def test_fused_moe_configs_installed_and_verified(tmp_path):
     ]
     assert mod["steps"][2]["detail"] == f"2 fused-MoE config(s) in {dest}"
     rc, record, _, _ = stage_and_apply([], "thor", site, tmp_path)
+    assert record is not None
     assert outcome(record, "fused-moe-configs")["outcome"] == "already-applied"
 
 

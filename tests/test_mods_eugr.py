@@ -14,7 +14,7 @@ import yaml
 
 from edgevllm.common.errors import ManifestError, ModFailedError
 from edgevllm.common.paths import user_data_dir
-from edgevllm.mods.catalog import apply_to_environment, load_mod
+from edgevllm.mods.catalog import ScriptStep, apply_to_environment, load_mod
 from edgevllm.mods.eugr import import_eugr_mod, mod_name
 
 MODS = Path(__file__).parent / "fixtures" / "eugr-recipes" / "mods"
@@ -57,7 +57,8 @@ def test_renamed_copy_lands_in_the_workspace(tmp_path):
 def test_download_is_served_from_the_pinned_file_without_network(tmp_path):
     name = imported(MODS / "plugin-download", tmp_path / "ws")
     mod = load_mod(user_data_dir("mods") / name)
-    assert mod.manifest.steps[0].downloads[0].url == URL
+    step = mod.manifest.steps[0]
+    assert isinstance(step, ScriptStep) and step.downloads[0].url == URL
     apply(name, tmp_path)
     assert (tmp_path / "ws" / "plugin_parser.py").read_bytes() == PLUGIN
     # A changed download no longer matches its pin: the mod does not load.

@@ -16,6 +16,7 @@ import pytest
 
 from edgevllm.common.errors import ManifestError, ModFailedError
 from edgevllm.mods.patches import apply_source_patches
+from support.checks import present
 from support.sdists import pypi_sdist, sdist_members
 
 FILES = ["CMakeLists.txt", "cmake/utils.cmake"]
@@ -44,7 +45,7 @@ def intersect(tree: Path, supported: str, requested: str = "12.1a") -> str:
                       'message(STATUS "RESULT=${OUT}")\n')
     proc = subprocess.run(["cmake", "-P", str(script)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    return re.search(r"RESULT=(\S*)", proc.stdout + proc.stderr).group(1)
+    return present(re.search(r"RESULT=(\S*)", proc.stdout + proc.stderr), "RESULT=").group(1)
 
 
 def test_applied_then_unchanged_and_121a_survives(tree):

@@ -11,6 +11,7 @@ is here. The real end-to-end images are probed by the build tests (tests/e2e).
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -24,12 +25,13 @@ from edgevllm.probe.level1 import (
     mod_records,
     recorded_first_start,
 )
+from support.checks import check_of, present
 
 FIXTURE_ENV = {"EDGEVLLM_PROBE_FIXTURE": "expected"}
 
 
 def spark(**overrides) -> ProbeTarget:
-    fields = dict(name="spark", cuda_arch="12.1a", device_name="NVIDIA GB10",
+    fields: dict[str, Any] = dict(name="spark", cuda_arch="12.1a", device_name="NVIDIA GB10",
                   runtime_env=dict(FIXTURE_ENV), required_imports=["vllm", "torch"])
     fields.update(overrides)
     return ProbeTarget(**fields)
@@ -58,6 +60,7 @@ def test_load_errors_are_classified():
     assert classify_load_error(no_driver, None)[0] == "warn"
     symbol = "ImportError: /x/_C.abi3.so: undefined symbol: cuPointerGetAttribute"
     status, message, remedy = classify_load_error(symbol, None)
+    assert remedy is not None
     assert status == "fail" and "cuPointerGetAttribute" in message and "LD_PRELOAD" in remedy
     preloaded = "/usr/lib/aarch64-linux-gnu/nvidia/libcuda.so.1"
     assert classify_load_error(symbol, preloaded)[0] == "warn"
@@ -83,25 +86,26 @@ def test_mods_judgement():
     judge_mods(ok, facts_with({"mods": [{"name": "a", "outcome": "already_applied"},
                                         {"name": "b", "outcome": "not-applicable"}]}),
                {"io.edgevllm.mods-selected": "a,b"})
-    assert ok.get("mods-record").status == "pass"
+    assert check_of(ok, "mods-record").status == "pass"
     unknown = ProbeResult("img", "spark", 1)
     judge_mods(unknown, facts_with([{"name": "a", "outcome": "skipped"}]), {})
-    assert unknown.get("mods-record").status == "fail" and "a=skipped" in unknown.checks[0].message
+    assert check_of(unknown, "mods-record").status == "fail"
+    assert "a=skipped" in unknown.checks[0].message
     none_selected = ProbeResult("img", "spark", 1)
     judge_mods(none_selected, facts_with(exists=False), {"io.edgevllm.mods-selected": ""})
-    assert none_selected.get("mods-record").status == "pass"
+    assert check_of(none_selected, "mods-record").status == "pass"
     missing = ProbeResult("img", "spark", 1)
     judge_mods(missing, facts_with(exists=False), {"io.edgevllm.mods-selected": "a"})
-    assert missing.get("mods-record").status == "fail"
+    assert check_of(missing, "mods-record").status == "fail"
     unlabelled = ProbeResult("img", "spark", 1)
     judge_mods(unlabelled, facts_with(exists=False), {})
-    assert unlabelled.get("mods-record").status == "fail"
+    assert check_of(unlabelled, "mods-record").status == "fail"
 
 
 def test_env_judgement_names_each_problem():
     result = ProbeResult("img", "thor", 1)
     judge_env(result, {"env": {"A": "1", "B": "x"}}, {"A": "1", "B": "y", "C": "z"})
-    check = result.get("runtime-env")
+    check = check_of(result, "runtime-env")
     assert check.status == "fail"
     assert "B='x' (want 'y')" in check.message and "C unset" in check.message
 
@@ -138,13 +142,13 @@ def test_first_start_from_the_verify_record_and_the_image_facts():
     assert recorded_first_start(label) == record
     assert recorded_first_start({"io.edgevllm.verify": "not json"}) is None
     assert recorded_first_start({}) is None
-    facts = {"flashinfer_kernels": {"packages": {"flashinfer-python": "0.7.2",
+    facts: dict[str, Any] = {"flashinfer_kernels": {"packages": {"flashinfer-python": "0.7.2",
                                                  "flashinfer-cubin": None},
                                     "jit_cache_modules": 3},
              "env": {"CUDA_CACHE_PATH": "/root/.nv/ComputeCache"}}
     result = ProbeResult(image="img", target="spark", level=1)
     judge_first_start(result, facts, record)
-    check = result.get("first-start")
+    check = check_of(result, "first-start")
     assert check.status == "pass"
     assert check.message == ("83 PTX-only units (716.2 MB PTX) for the driver's JIT; FlashInfer "
                              "jit (no prebuilt packages; 3 modules already in its JIT cache); "
@@ -152,7 +156,7 @@ def test_first_start_from_the_verify_record_and_the_image_facts():
     result = ProbeResult(image="img", target="spark", level=1)
     facts["flashinfer_kernels"]["packages"]["flashinfer-cubin"] = "0.7.2"
     judge_first_start(result, {**facts, "env": {}}, None)
-    message = result.get("first-start").message
+    message = check_of(result, "first-start").message
     assert message.startswith("PTX-only units not measured (no verify record")
     assert "FlashInfer not judged (flashinfer-cubin 0.7.2;" in message
     assert "cache env: none set in the image" in message
@@ -167,6 +171,7 @@ def test_in_image_flashinfer_facts_read_packages_and_the_jit_cache(tmp_path, mon
 
     spec = importlib.util.spec_from_file_location("inimage_check", level1.__file__.replace(
         "level1.py", "inimage_check.py"))
+    assert spec is not None and spec.loader is not None
     check = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(check)
     site = tmp_path / "site"
@@ -218,12 +223,12 @@ def test_good_image_passes(engine, images):
     assert statuses["vllm-ext:_C_stable_libtorch.abi3.so"] == "pass"
     assert statuses["vllm-ext:vllm_flash_attn/_vllm_fa2_C.abi3.so"] == "pass"
     assert statuses["vllm-ext:cumem_allocator.abi3.so"] == "warn"  # needs libcuda: off-device
-    assert statuses["torch-arch"] == "pass" and "sm_121a" in result.get("torch-arch").message
+    assert statuses["torch-arch"] == "pass" and "sm_121a" in check_of(result, "torch-arch").message
     for check_id in ("torch-cuda", "mods-record", "runtime-env", "lock"):
         assert statuses[check_id] == "pass", check_id
-    assert result.get("import:vllm").detail["version"] == "0.33.0+standin"
+    assert check_of(result, "import:vllm").detail["version"] == "0.33.0+standin"
     assert result.facts["image_id"].startswith("sha256:")
-    first = result.get("first-start")  # no verify label, no FlashInfer in the fixture
+    first = check_of(result, "first-start")  # no verify label, no FlashInfer in the fixture
     assert first.status == "pass" and first.message.startswith("PTX-only units not measured")
     assert leftover_containers(engine) == []
 
@@ -235,8 +240,8 @@ def test_good_image_fails_for_the_wrong_target_arch_env_and_required_components(
     result = probe_level1(engine, images["good"], thor, required=["vllm", "flashinfer"])
     failed = {c.id for c in result.by_status("fail")}
     assert failed == {"import:flashinfer", "torch-arch", "runtime-env"}, result.render()
-    assert "11.0a" in result.get("torch-arch").message
-    assert "want 'other'" in result.get("runtime-env").message
+    assert "11.0a" in check_of(result, "torch-arch").message
+    assert "want 'other'" in check_of(result, "runtime-env").message
 
 
 @pytest.mark.e2e
@@ -245,13 +250,13 @@ def test_bad_image_fails_with_each_reason(engine, images):
     statuses = {c.id: c.status for c in result.checks}
     assert not result.passed
     assert statuses["vllm-ext:_C.abi3.so"] == "pass"
-    assert "SIGSEGV" in result.get("vllm-ext:_crash_C.abi3.so").message
+    assert "SIGSEGV" in check_of(result, "vllm-ext:_crash_C.abi3.so").message
     assert statuses["vllm-ext:_crash_C.abi3.so"] == "fail"
     # the crash of one extension does not hide the next one
-    moe = result.get("vllm-ext:_moe_C.abi3.so")
+    moe = check_of(result, "vllm-ext:_moe_C.abi3.so")
     assert moe.status == "fail" and "cuPointerGetAttribute" in moe.message
-    assert statuses["torch-cuda"] == "fail" and "CPU-only" in result.get("torch-cuda").message
-    mods = result.get("mods-record")
+    assert statuses["torch-cuda"] == "fail" and "CPU-only" in check_of(result, "torch-cuda").message
+    mods = check_of(result, "mods-record")
     assert mods.status == "fail"
     assert "cutlass-dsl-arch=failed" in mods.message
     assert "fastsafetensors=not-recorded" in mods.message
@@ -320,10 +325,11 @@ def test_torch_cuda_major_must_match_the_target():
     facts = {"torch": {"version": "2.14.0+cu128", "cuda": "12.8", "arch_list": ["sm_121a"]}}
     wrong = ProbeResult("img", "spark", 1)
     judge_torch(wrong, facts, spark(cuda_version="13.0.2"))
-    check = wrong.get("torch-cuda")
+    check = check_of(wrong, "torch-cuda")
+    assert check.remedy is not None
     assert check.status == "fail" and "CUDA 12.8" in check.message and "cu130" in check.remedy
     assert wrong.get("torch-arch") is None
     right = ProbeResult("img", "spark", 1)
     judge_torch(right, {"torch": dict(facts["torch"], cuda="13.0")}, spark(cuda_version="13.0.2"))
-    assert right.get("torch-cuda").status == right.get("torch-arch").status == "pass"
-    assert probe_target("spark").cuda_version.startswith("13.")
+    assert check_of(right, "torch-cuda").status == check_of(right, "torch-arch").status == "pass"
+    assert present(probe_target("spark").cuda_version).startswith("13.")

@@ -15,10 +15,12 @@ import json
 import signal
 import time
 import uuid
+from typing import Any
 
 import pytest
 
 from edgevllm.probe import ProbeTarget, ServeSettings, probe_level2
+from support.checks import check_of
 from support.probe_images import probe_cli
 
 pytestmark = pytest.mark.e2e
@@ -39,7 +41,7 @@ def image(engine):
 
 
 def thor(**overrides) -> ProbeTarget:
-    fields = dict(name="thor", cuda_arch="11.0a", device_name="NVIDIA Thor",
+    fields: dict[str, Any] = dict(name="thor", cuda_arch="11.0a", device_name="NVIDIA Thor",
                   runtime_env={"VLLM_TARGET_DEVICE": "cuda"}, level2_model="Qwen/Qwen3-0.6B",
                   serve_args=["--max-model-len", "4096", "--enforce-eager"])
     fields.update(overrides)
@@ -65,8 +67,8 @@ def test_healthy_server_passes_and_is_removed(engine, image):
                           settings=settings(FAKE_VLLM_STARTUP_S="2"))
     assert result.passed, result.render()
     assert [c.id for c in result.checks] == ["health", "models", "chat", "log-signatures"]
-    assert result.get("models").message == "serves Qwen/Qwen3-0.6B"
-    assert "Hello." in result.get("chat").message
+    assert check_of(result, "models").message == "serves Qwen/Qwen3-0.6B"
+    assert "Hello." in check_of(result, "chat").message
     # the target's serve flags reached `vllm serve`, its runtime env the container
     started = next(line for line in result.log_tail if "serving" in line)
     assert "'--max-model-len', '4096', '--enforce-eager'" in started
@@ -91,11 +93,12 @@ def test_known_bad_line_fails_with_explanation_and_remedy(engine, image):
     result = probe_level2(engine, image, thor(), timeout=120, container_name=container,
                           settings=settings(FAKE_VLLM_LOG=f"{MOE_LINE}\n{FP4_LINE}"))
     assert not result.passed
-    assert result.get("chat").status == "pass"  # it served, but the log says it is wrong
-    moe = result.get("signature:moe-default-config")
+    assert check_of(result, "chat").status == "pass"  # it served, but the log says it is wrong
+    moe = check_of(result, "signature:moe-default-config")
     assert moe.status == "fail" and "fused-MoE" in moe.message
+    assert moe.remedy is not None
     assert "fused-MoE config mod" in moe.remedy and moe.detail["line"] == MOE_LINE
-    assert result.get("signature:no-native-fp4").status == "warn"
+    assert check_of(result, "signature:no-native-fp4").status == "warn"
     assert result.summary() == "level2 fail: signature:moe-default-config"
     assert "remedy: enable the fused-MoE config mod" in result.render()
     assert gone(engine, container)
@@ -106,8 +109,8 @@ def test_never_healthy_times_out_and_the_container_is_removed(engine, image):
     result = probe_level2(engine, image, thor(), timeout=3, container_name=container,
                           settings=settings(FAKE_VLLM_NEVER_HEALTHY="1"))
     assert not result.passed
-    assert result.get("health").status == "fail"
-    assert "no healthy /health within 3s" in result.get("health").message
+    assert check_of(result, "health").status == "fail"
+    assert "no healthy /health within 3s" in check_of(result, "health").message
     assert result.get("models") is None
     assert gone(engine, container)
 
@@ -118,11 +121,12 @@ def test_early_exit_fails_fast_with_the_log_tail(engine, image):
     # a long deadline: the probe must notice the exit, not wait for the timeout
     result = probe_level2(engine, image, thor(), timeout=3600, container_name=container,
                           settings=settings(FAKE_VLLM_LOG=line, FAKE_VLLM_EXIT_CODE="1"))
-    start = result.get("server-start")
+    start = check_of(result, "server-start")
     assert start.status == "fail" and "exited with code 1" in start.message
     assert result.get("health") is None
     assert line in result.log_tail
-    sig = result.get("signature:unsupported-speculative-method")
+    sig = check_of(result, "signature:unsupported-speculative-method")
+    assert sig.remedy is not None
     assert sig.status == "fail" and "num_nextn_predict_layers" in sig.remedy
     assert gone(engine, container)
 
@@ -132,10 +136,11 @@ def test_stop_signature_ends_the_wait_early(engine, image):
     line = "INFO gpu_worker.py:448] Estimated CUDA graph memory: -35.63 GiB total"
     result = probe_level2(engine, image, thor(), timeout=3600, container_name=container,
                           settings=settings(FAKE_VLLM_LOG=line, FAKE_VLLM_NEVER_HEALTHY="1"))
-    start = result.get("server-start")
+    start = check_of(result, "server-start")
     assert start.status == "fail" and "negative-cuda-graph-memory" in start.message
+    assert start.remedy is not None
     assert "--kv-cache-memory-bytes" in start.remedy
-    assert result.get("signature:negative-cuda-graph-memory").status == "fail"
+    assert check_of(result, "signature:negative-cuda-graph-memory").status == "fail"
     assert gone(engine, container)
 
 
@@ -143,8 +148,8 @@ def test_failing_chat_completion_fails(engine, image):
     container = name()
     result = probe_level2(engine, image, thor(), timeout=120, container_name=container,
                           settings=settings(FAKE_VLLM_CHAT_STATUS="500"))
-    assert result.get("models").status == "pass"
-    chat = result.get("chat")
+    assert check_of(result, "models").status == "pass"
+    chat = check_of(result, "chat")
     assert chat.status == "fail" and "status 500" in chat.message
     assert gone(engine, container)
 

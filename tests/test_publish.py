@@ -27,6 +27,7 @@ from edgevllm.common.errors import ConfigError, IntegrityError, PublishError
 from edgevllm.containers.docker import DockerEngine
 from edgevllm.image.publish import PublishOptions, default_name, load, parse_size, publish
 from edgevllm.image.tarball import open_tarball
+from support.checks import present
 from support.platforms import native_platform
 from support.publish_images import (
     LOCK,
@@ -346,7 +347,8 @@ def test_ctrl_c_during_publish_leaves_nothing(python_image_native, tmp_path, lay
             break
         time.sleep(0.05)
     assert proc.poll() is None, (
-        f"publish ended before it could be interrupted: {proc.stderr.read()}"
+        "publish ended before it could be interrupted: "
+        + present(proc.stderr).read().decode(errors="replace")
     )
     os.killpg(proc.pid, signal.SIGINT)  # to publish and its `docker save` child alike
     _, err = proc.communicate(timeout=120)
@@ -387,7 +389,7 @@ def _members(manifest: Path) -> dict[str, bytes]:
 
     with open_tarball(manifest).tar_stream() as stream:
         with tarfile.open(fileobj=stream, mode="r|") as tar:
-            return {m.name: tar.extractfile(m).read() for m in tar if m.isfile()}
+            return {m.name: present(tar.extractfile(m)).read() for m in tar if m.isfile()}
 
 
 def test_republish_reads_no_docker_save_and_writes_the_same_bytes(
@@ -404,6 +406,7 @@ def test_republish_reads_no_docker_save_and_writes_the_same_bytes(
         NoSaveEngine(), PublishOptions(image=image, out_dir=tmp_path / "b", layer_cache=cache)
     )
     layers = len(set(engine.image_inspect(image)["RootFS"]["Layers"]))
+    assert cold.layers is not None and warm.layers is not None
     assert cold.layers.saved and cold.layers.compressed_layers == layers
     assert not warm.layers.saved and warm.layers.cached_layers == layers
     assert _stream_bytes(warm) == _stream_bytes(cold)
@@ -445,6 +448,7 @@ def test_an_image_sharing_layers_compresses_only_its_own(engine, image, tmp_path
             engine, PublishOptions(image=derived, out_dir=tmp_path / "derived", layer_cache=cache)
         )
         shared = len(set(engine.image_inspect(image)["RootFS"]["Layers"]))
+        assert result.layers is not None
         assert (result.layers.cached_layers, result.layers.compressed_layers) == (shared, 1)
         image_id = engine.image_id(derived)
         _removed(engine, image_id)
@@ -463,6 +467,7 @@ def test_a_corrupt_cache_entry_is_evicted_and_compressed_again(engine, image, tm
     data[len(data) // 2] ^= 0x10
     blob.write_bytes(bytes(data))
     again = publish(engine, PublishOptions(image=image, out_dir=tmp_path / "b", layer_cache=cache))
+    assert again.layers is not None
     assert again.layers.compressed_layers == 1 and again.layers.cached_layers == 2
     assert _stream_bytes(again) == _stream_bytes(first), "the set must not carry the bad bytes"
     assert blob.read_bytes() != bytes(data), "the entry is written afresh"
@@ -476,6 +481,7 @@ def test_prime_cache_makes_the_first_publish_warm(engine, image, cli, tmp_path):
     result = publish(
         NoSaveEngine(), PublishOptions(image=image, out_dir=tmp_path / "out", layer_cache=cache)
     )
+    assert result.layers is not None
     assert not result.layers.saved
 
 
@@ -595,6 +601,7 @@ def test_cold_publish_from_the_layer_store_runs_no_docker_save(engine, image, tm
         NoSaveEngine(),
         PublishOptions(image=image, out_dir=tmp_path / "store", layer_cache=tmp_path / "c2"),
     )
+    assert via_save.layers is not None and via_store.layers is not None
     assert via_save.layers.saved and not via_store.layers.saved and via_store.layers.from_store
     assert via_store.layers.compressed_layers == via_save.layers.compressed_layers > 0
     assert _stream_bytes(via_store) == _stream_bytes(via_save)
@@ -615,6 +622,7 @@ def test_a_layer_store_giving_other_bytes_falls_back_to_docker_save(
     monkeypatch.setattr(LocalLayerStore, "tar_blocks", flipped)
     cache = tmp_path / "cache"
     result = publish(engine, PublishOptions(image=image, out_dir=tmp_path / "a", layer_cache=cache))
+    assert result.layers is not None
     assert result.layers.saved and not result.layers.from_store
     image_id = engine.image_id(image)
     _removed(engine, image_id)

@@ -22,6 +22,7 @@ from edgevllm.image.registry import (
     remote_manifest,
 )
 from edgevllm.specs.lock import image_tag, parse_lock
+from support.checks import present
 from support.publish_images import LOCK, remove_everything, unique_image
 from support.registry import free_port
 
@@ -89,7 +90,7 @@ def test_same_image_from_another_machine_is_recognised(engine, registry, images)
     """No RepoDigest locally (as after a load from a tarball): the config digest decides."""
     image = images("elsewhere")
     push(engine, image, registry, tag="v1", repo="elsewhere")
-    raw = remote_manifest(engine, f"{registry}/elsewhere:v1")
+    raw = present(remote_manifest(engine, f"{registry}/elsewhere:v1"))
     inspect = {**engine.image_inspect(image), "RepoDigests": []}
     assert holds_image(engine, f"{registry}/elsewhere", raw, inspect)
     other = {**inspect, "Id": "sha256:" + "1" * 64}
@@ -106,14 +107,14 @@ def test_immutable_tag_is_never_overwritten(engine, registry, images, cli):
     assert code == 10, err
     assert "already exists with digest" in err and "never overwritten" in err
     assert "Traceback" not in err and out == ""
-    held = remote_manifest(engine, f"{registry}/clash:v1")
+    held = present(remote_manifest(engine, f"{registry}/clash:v1"))
     assert "sha256:" + hashlib.sha256(held).hexdigest() == pushed.immutable.digest
 
 
 def test_moving_tags_follow_the_latest_image(engine, registry, images):
     old = push(engine, images("moving"), registry, tag="a1", moving_tags=["latest-x"], repo="mv")
     new = push(engine, images("moving"), registry, tag="a2", moving_tags=["latest-x"], repo="mv")
-    held = remote_manifest(engine, f"{registry}/mv:latest-x")
+    held = present(remote_manifest(engine, f"{registry}/mv:latest-x"))
     assert "sha256:" + hashlib.sha256(held).hexdigest() == new.moving[0].digest
     assert new.moving[0].digest != old.moving[0].digest
 
@@ -140,6 +141,6 @@ def test_unreachable_registry_is_an_error_not_a_free_tag(engine, images):
 def test_http_api_fallback_reads_the_same_manifest(engine, registry, images):
     """Without buildx the registry's HTTP API v2 is asked (anonymously) instead."""
     pushed = push(engine, images("http"), registry, tag="h1", repo="http")
-    raw = _http_manifest(f"{registry}/http:h1")
+    raw = present(_http_manifest(f"{registry}/http:h1"))
     assert "sha256:" + hashlib.sha256(raw).hexdigest() == pushed.immutable.digest
     assert _http_manifest(f"{registry}/http:absent") is None

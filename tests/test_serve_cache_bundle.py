@@ -28,6 +28,7 @@ from edgevllm.serve.cache.bundle import (
     seed_stream,
 )
 from edgevllm.serve.cache.harvest import bundle_folder
+from support.checks import present
 from support.cuda_libs import nvcc_cubin, nvcc_libs
 
 IMAGE = "sha256:" + "ab" * 32
@@ -84,7 +85,7 @@ def _rewrite(bundle: Path, change) -> Path:
     out = bundle.with_name("changed.jitcache.tar")
     with tarfile.open(bundle) as src, tarfile.open(out, "w") as dst:
         for member in src.getmembers():
-            data = src.extractfile(member).read()
+            data = present(src.extractfile(member)).read()
             for name, body in change(member.name, data):
                 info = tarfile.TarInfo(name)
                 info.size = len(body)
@@ -194,7 +195,7 @@ def test_seed_stream_puts_each_file_at_its_container_path(bundle, tmp_path):
     out.seek(0)
     with tarfile.open(fileobj=out) as tar:
         names = sorted(tar.getnames())
-        cubin = tar.extractfile("root/.triton/cache/k1/scale.cubin").read()
+        cubin = present(tar.extractfile("root/.triton/cache/k1/scale.cubin")).read()
     assert names == ["cache/fi/121a/sampling/sampling.so", "root/.triton/cache/k1/scale.cubin"]
     assert cubin == nvcc_cubin("121a").read_bytes()
 

@@ -233,7 +233,7 @@ def test_folder_import_goes_to_the_users_recipe_folder_and_lists_both_forms(tmp_
     assert sorted(p.stem for p in folder.glob("*.yaml")) == NAMES
     code, stdout, stderr = cli("recipes", "--as-json", env=env)
     assert code == 0, stderr
-    forms = {}
+    forms: dict[str, list[str]] = {}
     for row in json.loads(stdout):
         forms.setdefault(row["name"], []).append(row["topology"])
     assert forms["4x-spark-cluster-big-moe"] == ["torchx4"]
@@ -306,6 +306,7 @@ def test_import_file_defaults_to_the_users_recipe_folder(user_config_home):
     result = import_file(RECIPES / "4x-spark-cluster" / "big-moe.yaml", force=True)
     assert result.path == user_config_home / "edgevllm/recipes/4x-spark-cluster-big-moe.yaml"
     assert load_recipe("4x-spark-cluster/big-moe").recipe.topology.nodes == 4
+    assert result.path is not None
     result.path.unlink()
 
 

@@ -37,6 +37,7 @@ def imported(monkeypatch, user_config_home):
             monkeypatch.setenv(key, value)
         result = import_file(RECIPES / "download-mod.yaml", force=True)
     yield result
+    assert result.path is not None
     result.path.unlink()
 
 
@@ -89,6 +90,7 @@ def test_render_recipe_bakes_the_mod_and_pins_instanttensor(imported, tmp_path, 
 def picked(user_config_home):
     result = import_file(RECIPES / "picked-prs.yaml", force=True)
     yield result
+    assert result.path is not None
     result.path.unlink()
 
 

@@ -49,6 +49,7 @@ def test_dry_run_of_every_shipped_recipe(loaded, target, monkeypatch):
     line = serve(rendered, DockerEngine(), dry_run=True)
     argv = shlex.split(line)
     assert argv[:5] == ["docker", "run", "-d", "--name", f"edgevllm-{loaded.name}"]
+    assert rendered.image is not None
     image_at = argv.index(rendered.image)
     # Everything after the image is the serve command, one argv element per argument.
     assert argv[image_at + 1:] == rendered.command

@@ -81,6 +81,7 @@ def test_resolve_picks_the_target_platform_wheel_with_overrides_and_hashes():
     closure = resolve_closure(["requests==2.32.3", "pyyaml==6.0.2"], platform=ARM,
                               python_version="3.12", overrides=["urllib3==2.2.3"])
     pyyaml, urllib3 = closure.pin("pyyaml"), closure.pin("urllib3")
+    assert pyyaml is not None and urllib3 is not None
     assert "cp312" in pyyaml.filename and "aarch64" in pyyaml.filename
     assert urllib3.version == "2.2.3" and closure.overrides == ["urllib3==2.2.3"]
     assert {p.name for p in closure.pins} >= {"requests", "idna", "certifi", "charset-normalizer"}
@@ -206,6 +207,7 @@ def test_ctrl_c_during_a_download_leaves_no_partial_wheel(tmp_path):
     """)
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     try:
+        assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "start"
         deadline = time.time() + 30
         while time.time() < deadline and not list((tmp_path / "cache").rglob(".*part*")):

@@ -8,6 +8,7 @@ import pytest
 from edgevllm.common.errors import UnknownTargetError
 from edgevllm.specs import cuda
 from edgevllm.specs.targets import all_targets, resolve_cuda_target
+from support.checks import present
 from support.cuda_libs import nvcc_lib
 
 SMS = (75, 80, 86, 87, 89, 90, 100, 103, 110, 120, 121)
@@ -37,7 +38,8 @@ def test_every_target_is_pinned():
 @pytest.mark.parametrize("code", ALL_CODES)
 def test_level_of_every_variant_on_every_target(target, code):
     _, device = resolve_cuda_target(target)
-    assert cuda.level(cuda.parse_code(code), device) == PINNED[target].get(code, "none")
+    level = cuda.level(present(cuda.parse_code(code), code), device)
+    assert level == PINNED[target].get(code, "none")
 
 
 @pytest.mark.parametrize("text", ["sm_121a", "121a", "12.1a", "12.1", "SM_121", "compute_121f"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 import pytest
 
@@ -49,7 +50,7 @@ def sample_lock(**overrides) -> Lock:
         tree=SHA_C,
         version="0.20.1",
     )
-    fields = dict(
+    fields: dict[str, Any] = dict(
         target="spark",
         created_at="2026-11-22T00:00:00Z",
         base_images={
@@ -111,6 +112,7 @@ def test_hash_and_tag_follow_every_input(change):
 def test_hash_follows_a_moved_pick_head():
     lock = sample_lock()
     moved = lock.model_copy(deep=True)
+    assert moved.vllm is not None
     moved.vllm.picks[0].head_sha = SHA_A
     assert lock_hash(moved) != lock_hash(lock)
 
@@ -121,6 +123,7 @@ def test_image_tag_is_deterministic_and_valid():
     assert tag == f"0.20.1-spark-{lock_hash(lock)[:12]}"
     assert image_tag(Lock.model_validate_json(label_value(lock))) == tag
     odd = sample_lock(target=None)
+    assert odd.vllm is not None
     odd.vllm.version = "0.20.1+5.gabcdef012345"
     assert DOCKER_TAG.match(image_tag(odd)) and image_tag(odd).startswith(
         "0.20.1-5.gabcdef012345-any-"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from edgevllm.cli.flags import BUILD_FLAGS, spec_overrides
@@ -93,6 +95,7 @@ def test_flashinfer_from_source_takes_pr_and_picks():
     )
     eff = resolve(load_spec("spark", overrides=overrides))
     source = eff.spec.flashinfer.source
+    assert source is not None
     assert (source.pr, source.cherry_picks) == (123, ["456"])
     assert source.repo.endswith("flashinfer-ai/flashinfer.git")
     assert "flashinfer-python" not in eff.packages  # built from source, not installed from PyPI
@@ -121,7 +124,7 @@ def test_every_flag_with_a_field_names_a_real_spec_field():
     for flag in BUILD_FLAGS:
         if flag.field is None:
             continue
-        model = BuildSpec
+        model: Any = BuildSpec
         for part in flag.field.split("."):
             assert part in model.model_fields, f"{flag.option} → {flag.field}: no field '{part}'"
             annotation = model.model_fields[part].annotation

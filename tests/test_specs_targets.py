@@ -26,6 +26,7 @@ def test_shipped_targets_carry_device_facts():
         assert target.platform == "linux/arm64"
         assert target.cuda_version.startswith("13.0")
         assert target.images.build.startswith("nvcr.io/nvidia/cuda:13.0")
+        assert target.torch.index_url is not None
         assert target.torch.index_url.endswith("/cu130")
     assert "flashinfer-cubin" in thor.forbidden_packages
     assert {t.name for t in all_targets()} >= {"thor", "spark"}

@@ -13,6 +13,7 @@ import pytest
 
 from edgevllm.common.errors import NotATarballError
 from edgevllm.verify.archive import config_name, entry_kind, layer_order, read_image, stack
+from support.checks import present
 from support.fake_rootfs import tar_of
 
 
@@ -53,8 +54,8 @@ def _content(tar, member, path):
 def test_layers_stack_with_whiteouts_and_opaque_folders(archive):
     found = read_image(io.BytesIO(archive), "img", _content, hashed=True)
     assert stack(found, "img") == {"etc/a": b"a2", "opt/x/2": b"2", "opt/y": b"y"}
-    assert found.json_blobs[config_name(found)] == CONFIG
-    diff_ids = [found.layers[name].sha256 for name in layer_order(found, "img")]
+    assert found.json_blobs[present(config_name(found))] == CONFIG
+    diff_ids = [found.layers[name].sha256 for name in present(layer_order(found, "img"))]
     assert diff_ids == json.loads(CONFIG)["rootfs"]["diff_ids"]  # the gzip layer's too
 
 

@@ -71,7 +71,7 @@ def test_relocatable_object_uses_relfatbin():
 
 def test_two_translation_units_are_two_containers():
     report = scan_file(nvcc_libs()["mixed_tu"])
-    by_container = {}
+    by_container: dict[int, set[str]] = {}
     for entry in report.entries:
         by_container.setdefault(entry.container, set()).add(entry.arch)
     assert {"sm_121a", "sm_110a"} in by_container.values()

@@ -38,7 +38,7 @@ def _one_line(proc: subprocess.CompletedProcess, code: int) -> str:
     return lines[0]
 
 
-def _cli_with_peak(*args: str, env: dict | None = None, prefix: tuple = ()):
+def _cli_with_peak(*args: str | Path, env: dict | None = None, prefix: tuple = ()):
     """The verify CLI in a child; returns (process, its peak resident memory in MiB). VmHWM is
     this process image's own high-water mark (ru_maxrss would carry the forking parent's)."""
     code = ("import sys\nfrom edgevllm.cli import main\n"

@@ -26,6 +26,7 @@ import zstandard
 from edgevllm.common.errors import ArchGateFailed, ImageNotFoundError, IntegrityError
 from edgevllm.containers.docker import BuildOptions, DockerEngine
 from edgevllm.verify import scan_image, scan_tarball, verify, verify_image
+from support.checks import present
 from support.cuda_libs import aarch64_cuda_lib, cuobjdump_binary, nvcc_libs
 
 pytestmark = pytest.mark.e2e  # builds and saves images on the real Docker engine
@@ -193,9 +194,9 @@ def test_damaged_parts_fail_as_inv_load_fails(image, tmp_path, fault, needle):
 
 def _layer_blobs(saved: Path) -> tuple[list[str], dict[str, bytes]]:
     with tarfile.open(saved) as tar:
-        manifest = json.load(tar.extractfile("manifest.json"))
+        manifest = json.load(present(tar.extractfile("manifest.json")))
         layers = manifest[0]["Layers"]
-        return layers, {name: tar.extractfile(name).read() for name in layers}
+        return layers, {name: present(tar.extractfile(name)).read() for name in layers}
 
 
 def _plain(blob: bytes) -> bytes:

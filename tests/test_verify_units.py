@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,6 +17,7 @@ from edgevllm.verify.diff import diff_sources
 from edgevllm.verify.library import inspect_buffer
 from edgevllm.verify.policy import anchors
 from edgevllm.verify.report import level_cell
+from support.checks import present
 from support.cuda_libs import compressed_libs, nvcc_libs
 
 THOR, SPARK = CudaArch(11, 0), CudaArch(12, 1)
@@ -36,7 +38,7 @@ def test_compressed_entries_are_read_and_checked(mode):
 def test_kernel_names_come_out_of_compressed_cubins(mode):
     data = compressed_libs()[mode].read_bytes()
     report = inspect_buffer("lib.so", data, CudaArch(9, 0))  # nothing runs on 9.0: all named
-    names = [name for kernels in report.unit_kernels.values() for name in kernels]
+    names = [name for kernels in report.unit_kernels.values() for name in present(kernels)]
     assert {"_Z5scalePff", "_Z5shiftPff", "_Z6squarePf"} <= set(names)
 
 
@@ -138,7 +140,8 @@ def test_an_empty_layer_is_stacked_not_missing():
     empty = tar_of({})
     assert not any(empty)  # only zero blocks: no ustar header to recognise it by
     layers = {"blobs/sha256/a": tar_of({"etc/hostname": b"x\n"}), "blobs/sha256/e": empty}
-    manifest = [{"Config": "c.json", "Layers": ["blobs/sha256/a", "blobs/sha256/e"]}]
+    manifest: list[dict[str, Any]] = [{"Config": "c.json",
+                                       "Layers": ["blobs/sha256/a", "blobs/sha256/e"]}]
     archive = tar_of({**layers, "manifest.json": json.dumps(manifest).encode()})
     assert scan_tar_stream(io.BytesIO(archive), "test") == []
     manifest[0]["Layers"].append("blobs/sha256/gone")

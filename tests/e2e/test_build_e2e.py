@@ -23,6 +23,7 @@ import pytest
 
 from e2e.conftest import PR_BROKEN, PR_MARKER, hermetic_spec, write_spec
 from edgevllm.image.publish import PublishOptions, publish
+from support.checks import present
 from support.platforms import foreign_arch, foreign_platform, native_platform
 from support.publish_images import NoSaveEngine
 
@@ -175,6 +176,7 @@ def test_thor_labels_lock_and_mods_record(thor_build, engine):
     lock = read_lock(result["lock"])
     assert labels["io.edgevllm.target"] == "thor"
     assert labels["io.edgevllm.arch-list"] == "11.0a"
+    assert lock.vllm is not None
     assert labels["org.opencontainers.image.revision"] == lock.vllm.commit
     assert labels["io.edgevllm.prs"] == str(PR_MARKER)
     assert [p.pr for p in lock.vllm.picks] == [PR_MARKER]
@@ -205,6 +207,7 @@ def test_spark_sm121a_rebuild_and_lock(spark_spec, engine, tmp_path, cli):
 
     first = build(spec_from_dict(spark_spec), tmp_path, engine)
     assert sass_of(scan_image(engine, first.image), "vllm/_C.abi3.so") == {"sm_121a"}
+    assert first.layers is not None and first.verify is not None
     assert first.layers["shadowed_bytes"] == 0, shadowing(first.layers)
     # The kernel plan (the preflight, from the tree's own CMake) is in the lock and agrees with
     # what verify found in the built library.
@@ -215,10 +218,12 @@ def test_spark_sm121a_rebuild_and_lock(spark_spec, engine, tmp_path, cli):
     # resolved for the target, every wheel by sha256; the build tools too.
     assert planned.mode == "compile" and planned.closure is not None
     assert {"packaging", "uv"} <= {w.name for w in planned.closure.wheels}
+    assert planned.build_closure is not None
     assert {"setuptools", "wheel"} <= {w.name for w in planned.build_closure.wheels}
     assert all(len(w.sha256) == 64 for w in planned.closure.wheels)
     # The shared tail writes the image's SBOM beside its lock.
     sbom = first.lock_path.with_name(first.lock_path.name.replace(".lock.json", ".sbom.cdx.json"))
+    assert first.supply_chain is not None
     assert first.supply_chain["sbom"] == str(sbom) and sbom.is_file()
 
     changed = build(spec_from_dict({**spark_spec, "env": {"EDGEVLLM_TEST": "2"}}), tmp_path, engine)
@@ -258,7 +263,8 @@ def test_spark_sm121a_rebuild_and_lock(spark_spec, engine, tmp_path, cli):
     code, _, err = cli("verify-supply-chain", "--image", first.tags[0], "--lock",
                        str(relocked_path), "--key", str(public))
     assert code == 0, err
-    assert relocked.vllm.tree == read_lock(first.lock_path).vllm.tree
+    assert relocked.vllm is not None
+    assert relocked.vllm.tree == present(read_lock(first.lock_path).vllm).tree
     assert stdout.strip() == first.tags[0]
     # --publish-cache: the layers are compressed at build time, so the first publish of the
     # image assembles cached frames and never calls docker save.
@@ -271,6 +277,7 @@ def test_spark_sm121a_rebuild_and_lock(spark_spec, engine, tmp_path, cli):
             image=first.tags[0], out_dir=tmp_path / "pub", layer_cache=tmp_path / "layers"
         ),
     )
+    assert published.layers is not None
     assert not published.layers.saved and published.layers.compressed_layers == 0
 
 
@@ -399,6 +406,7 @@ def test_flashinfer_built_from_source_is_locked_and_native(
         lock.flashinfer.tree == fake_flashinfer_upstream.git("rev-parse", "v0.1.0^{tree}").strip()
     )
     assert sass_of(scan_image(engine, result.image), "flashinfer/_kernels.abi3.so") == {"sm_121a"}
+    assert result.verify is not None and result.probe is not None
     assert result.verify["passed"] is True and result.probe["passed"] is True
     engine.remove_image(result.image, force=True)
 

@@ -61,7 +61,7 @@ def torch_nvcc_flags(wheel: Path) -> list[str]:
         source = zf.read("torch/utils/cpp_extension.py").decode()
     for node in ast.parse(source).body:
         name = getattr(node.targets[0], "id", "") if isinstance(node, ast.Assign) else ""
-        if name == "COMMON_NVCC_FLAGS":
+        if name == "COMMON_NVCC_FLAGS" and isinstance(node, ast.Assign):
             return ast.literal_eval(node.value)
     raise AssertionError("COMMON_NVCC_FLAGS not found in torch/utils/cpp_extension.py")
 
@@ -96,6 +96,7 @@ def prepared_tree(upstream, dest: Path, target: str, patched: bool) -> Path:
     request = SourceRequest.from_cli("vllm", upstream.url, "v0.33.0")
     prepared = prepare_sources(request, dest)
     assert prepared.version == "0.33.0"
+    assert prepared.tree_dir is not None
     if patched:
         outcomes = apply_source_patches(prepared.tree_dir, target, prepared.version)
         assert [o["outcome"] for o in outcomes] in ([], ["applied"])

@@ -46,8 +46,8 @@ def test_diff_names_exactly_the_wheel_and_the_mod(variants, cli):
 
 def test_diff_never_runs_docker_save(variants):
     engine = NoSaveEngine()
-    sides = [read_facts(ref, engine) for ref in variants]
-    assert set(compare(*sides)["sections"]) == {"wheels", "mods"}
+    old, new = (read_facts(ref, engine) for ref in variants)
+    assert set(compare(old, new)["sections"]) == {"wheels", "mods"}
 
 
 def test_online_sbom_sign_verify_and_tampers(variants, cli, tmp_path):

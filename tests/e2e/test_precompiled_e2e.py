@@ -116,7 +116,9 @@ def test_lock_records_mode_wheel_hash_and_release(precompiled_build):
 
     result, _, _ = precompiled_build
     lock = read_lock(result["lock"])
+    assert lock.closure is not None and lock.build_closure is not None
     wheel = lock.closure.wheel("vllm")
+    assert wheel is not None and lock.kernels_from is not None and lock.vllm is not None
     assert lock.mode == "precompiled" and wheel.version == VLLM
     assert lock.kernels_from.release == VLLM and lock.kernels_from.release_tag == "v0.33.0"
     assert lock.kernels_from.sha256 == wheel.sha256 and lock.kernels_from.wheel == wheel.filename
@@ -143,6 +145,7 @@ def test_kernel_libraries_are_byte_identical_to_the_release_wheel(precompiled_bu
 
     result, _, _ = precompiled_build
     kernels = read_lock(result["lock"]).kernels_from
+    assert kernels is not None
     wheel = next(Path(test_cache_dir("edgevllm-cache")).glob(
         f"wheelhouse/sha256/{kernels.sha256}/{kernels.wheel}"))
     with zipfile.ZipFile(wheel) as archive:
@@ -167,6 +170,7 @@ def test_labels_say_precompiled_and_name_the_release_wheel(precompiled_build, en
     lock = read_lock(result["lock"])
     found = engine.image_labels(result["image"])
     assert found[labels.MODE] == "precompiled"
+    assert lock.kernels_from is not None and lock.vllm is not None
     assert found[labels.VLLM_WHEEL_SHA] == lock.kernels_from.sha256
     assert found["org.opencontainers.image.version"] == lock.vllm.version  # the tree's
 

@@ -114,6 +114,7 @@ def test_lock_records_instanttensor_by_sha256(recipe_build):
 
     result, _ = recipe_build
     lock = read_lock(result["lock"])
+    assert lock.closure is not None
     wheel = next(w for w in lock.closure.wheels if w.name == "instanttensor")
     assert wheel.version == "0.2.2" and "aarch64" in wheel.filename
     real = pypi_download("instanttensor==0.2.2", ["manylinux_2_28_aarch64"], "3.11")

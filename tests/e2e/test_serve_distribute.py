@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from pathlib import Path
 
 import pytest
 
@@ -77,7 +78,7 @@ def test_model_fetch_resumes_and_copies_to_nodes_without_the_token(engine, nodes
                              "--token-env", "EDGEVLLM_FETCH_TOKEN", env=env)
         assert code == 0, err
         [done] = sync_model(folder, [SshNode.parse(nodes.urls()[0])],
-                            str(hub_folder(remote, "org/tiny-model")))
+                            str(hub_folder(Path(remote), "org/tiny-model")))
         assert done.status == "copied", done.detail
         code, out2, err2 = cli("model-fetch", "org/tiny-model", "--hf-cache", str(cache),
                                "--token-env", "EDGEVLLM_FETCH_TOKEN", "--remote-cache", remote,

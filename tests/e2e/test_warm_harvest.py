@@ -30,6 +30,7 @@ from edgevllm.serve.cache.bundle import bundle_name, bundles_dir, read_manifest
 from edgevllm.serve.launch import jit_folder, serve, stop
 from edgevllm.serve.recipe.load import load_recipe, render
 from support.bench_server import BenchServer, ServerConfig
+from support.checks import present
 from support.cuda_libs import nvcc_cubin, nvcc_libs
 from support.tiny_tokenizer import make_tokenizer
 from support.vllm_client import client_python
@@ -86,7 +87,7 @@ def _cli(*argv: str, **extra_env: str) -> subprocess.CompletedProcess:
 def _rewrite(bundle: Path, out: Path, change) -> Path:
     with tarfile.open(bundle) as src, tarfile.open(out, "w") as dst:
         for member in src.getmembers():
-            data = change(member.name, src.extractfile(member).read())
+            data = change(member.name, present(src.extractfile(member)).read())
             info = tarfile.TarInfo(member.name)
             info.size = len(data)
             dst.addfile(info, io.BytesIO(data))

@@ -8,6 +8,7 @@ import hashlib
 import io
 import json
 import tarfile
+from collections.abc import Sequence
 from pathlib import Path
 
 SITE = "usr/lib/python3/dist-packages"
@@ -69,7 +70,7 @@ def final_files() -> dict[str, bytes]:
     return {**files, **LAYER2_FILES}
 
 
-def tar_of(entries: dict[str, bytes], whiteouts: list[str] = ()) -> bytes:
+def tar_of(entries: dict[str, bytes], whiteouts: Sequence[str] = ()) -> bytes:
     """A plain tar of regular files (and empty whiteout markers), in order."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as tar:

@@ -31,7 +31,7 @@ TORCH_INIT = '__version__ = "2.14.0+standin"\nfrom . import _C, cuda, version  #
 TORCH_CUDA = "def get_arch_list():\n    return []\n\n\ndef is_available():\n    return False\n"
 
 # Each variant: what goes into the image. exts: "<name under vllm/> [gcc flags]".
-VARIANTS = {
+VARIANTS: dict[str, dict] = {
     "good": {
         "torch_cuda": "13.0",
         "torch_arch_flags": "sm_80 sm_90 sm_120 sm_121a",

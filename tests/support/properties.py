@@ -91,7 +91,7 @@ def replaced_field(draw, document: dict) -> dict:
     import copy
 
     doc = copy.deepcopy(document)
-    node = doc
+    node: dict | list = doc
     while True:
         keys = list(node) if isinstance(node, dict) else list(range(len(node)))
         if not keys:

@@ -17,6 +17,8 @@ from urllib.parse import urljoin
 
 import requests
 
+from support.checks import present
+
 from .downloads import DownloadFailed, file_lock, test_cache_dir
 
 
@@ -72,7 +74,7 @@ def sdist_members(sdist: Path, members: list[str], dest: Path) -> Path:
         top = tar.getmembers()[0].name.split("/")[0]
         for member in members:
             info = tar.getmember(f"{top}/{member}")
-            data = tar.extractfile(info).read()
+            data = present(tar.extractfile(info)).read()
             out = dest / member
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_bytes(data)
@@ -90,7 +92,7 @@ def sdist_tree(sdist: Path, prefixes: list[str], dest: Path) -> Path:
                 continue
             out = dest / rel
             out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_bytes(tar.extractfile(info).read())
+            out.write_bytes(present(tar.extractfile(info)).read())
     return dest
 
 
@@ -112,8 +114,10 @@ def sdist_tree_cached(name: str, version: str, prefixes: list[str]) -> Path:
 def extract_all(tar: tarfile.TarFile, dest: Path) -> None:
     """Extract a whole archive, with the "data" filter where Python has one (3.12, 3.11.4; Debian
     12's 3.11.2 has none)."""
-    safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
-    tar.extractall(dest, **safe)
+    if hasattr(tarfile, "data_filter"):
+        tar.extractall(dest, filter="data")
+    else:
+        tar.extractall(dest)
 
 
 def release_upstream(root: Path, name: str, version: str):
