@@ -14,7 +14,7 @@ from pathlib import Path
 
 from edgevllm.cli._common import cli_task
 from edgevllm.cli.flags import SOURCE_FLAGS, SPEC_FLAGS, help_for, iterable_for, param, signature
-from edgevllm.common.errors import ConfigError
+from edgevllm.common.errors import ConfigError, EdgeVllmError
 
 PLAN_FLAGS = SPEC_FLAGS + tuple(f for f in SOURCE_FLAGS if not f.name.startswith("flashinfer"))
 
@@ -47,7 +47,12 @@ def plan(c, **values):
     options = TreeOptions(cmake_deps=False, check_plan=False, layout=False, given=given,
                           flashinfer=False)
     with tempfile.TemporaryDirectory(prefix="edgevllm-plan-") as tmp:
-        tree = prepare_tree(eff, Path(tmp), locked, options)
+        try:
+            tree = prepare_tree(eff, Path(tmp), locked, options)
+        except EdgeVllmError as exc:  # name the user's folder, not the patched copy
+            if given is not None:
+                exc.message = exc.message.replace(str(Path(tmp) / "vllm"), str(given))
+            raise
         vllm = tree.vllm
         title = str(given) if given else f"vllm {vllm.version} ({vllm.commit[:12]})"
     kernel_plan = tree.kernel_plan

@@ -66,6 +66,10 @@ class DockerUnavailableError(MissingToolError):
     pass
 
 
+class SandboxMissingError(MissingToolError):
+    """No sandbox (bubblewrap) on this host: code from others (a tree's CMake) is refused."""
+
+
 class BinfmtMissingError(MissingToolError):
     pass
 

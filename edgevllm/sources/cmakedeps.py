@@ -19,6 +19,7 @@ import shlex
 from pathlib import Path
 
 from edgevllm.common.errors import LockError, RefNotFoundError, SourceError
+from edgevllm.common.foreign import git_ref, path_inside, plain_name, remote_repository
 from edgevllm.common.fsutil import atomic_dir
 from edgevllm.common.labels import CMAKE_DEPS_ENV, CMAKE_DEPS_MOUNT
 from edgevllm.sources.cherrypick import tree_of
@@ -31,7 +32,19 @@ ENV_FILE = CMAKE_DEPS_ENV
 MOUNT_POINT = CMAKE_DEPS_MOUNT   # where the build stage mounts the "cmake-deps" context
 
 
+def _check_names(dep: CMakeDep) -> None:
+    """The tree names the folder, the repository and the ref: each passes the one check for
+    names from others (``common/foreign.py``) before it becomes a path or a git argument."""
+    where = f"CMake dependency ({dep.file}:{dep.line})"
+    plain_name(dep.name, what=f"{where} name", error=SourceError)
+    if dep.repo:
+        remote_repository(dep.repo, what=f"{where} {dep.name}", error=SourceError)
+    if dep.tag:
+        git_ref(dep.tag, what=f"{where} {dep.name} GIT_TAG", error=SourceError)
+
+
 def _check_lockable(dep: CMakeDep) -> None:
+    _check_names(dep)
     if not dep.repo:
         raise SourceError(f"CMake dependency {dep.name} ({dep.file}:{dep.line}) is a download "
                           f"({dep.url or 'no URL'}), not a git repository; the build cannot "
@@ -91,10 +104,14 @@ def fetch_cmake_deps(deps: list[CMakeDep], dest: Path | str,
     lock entry the tree no longer declares is ignored (the tree decides what it needs).
     """
     records: dict[str, CMakeDepLock] = {}
+    for dep in deps:  # every name checked before the first fetch
+        _check_lockable(dep)
     with atomic_dir(dest) as tmp:
         for dep in deps:
             pinned = (locked or {}).get(dep.name)
-            records[dep.name] = fetch_one(dep, tmp / dep.name, pinned, cache_root)
+            folder = path_inside(tmp, dep.name, what=f"CMake dependency {dep.name}",
+                                 error=SourceError)
+            records[dep.name] = fetch_one(dep, folder, pinned, cache_root)
         (tmp / ENV_FILE).write_text(env_file_text(records))
     return records
 

@@ -178,15 +178,28 @@ def check_tree_cmake(tree: Path, files: dict[str, str], builtins: frozenset[str]
 def _check_call(rel: str, call: Call, defined: set[str], builtins: frozenset[str]) -> None:
     where = f"{rel}:{call.line}"
     if call.name in _DEFINERS:
-        name = call.first_arg.lower()
-        if name.startswith("_ev") or (name in builtins and name not in PRELUDE_COMMANDS):
-            raise PlanError(f"{where}: the tree redefines '{call.first_arg}' (a CMake command); "
-                            "the kernel plan does not evaluate a tree that replaces CMake commands")
+        _check_definition(where, call, builtins)
         return
     if call.name in ALLOWED or (call.name in defined and not call.name.startswith("_ev")):
         return
     raise PlanError(f"{where}: '{call.name}' is not allowed while the kernel plan evaluates a "
                     "tree's CMake (it can run programs or reach the host); see docs/security.md")
+
+
+def _check_definition(where: str, call: Call, builtins: frozenset[str]) -> None:
+    """A function or macro of the tree: a literal name (``function(${N})`` could name anything
+    at run time), not a CMake command, not a prelude helper, and not the ``_<command>`` under
+    which CMake keeps a replaced command (defining ``_execute_process`` after a call, or in an
+    ``if(FALSE)`` branch, made a call to it reach CMake's own)."""
+    name = call.first_arg.lower()
+    if not _IDENT.fullmatch(call.first_arg):
+        raise PlanError(f"{where}: the tree defines a {call.name} named '{call.first_arg[:60]}', "
+                        "not a plain name; the kernel plan evaluates only literal definitions")
+    bare = name.lstrip("_")
+    if (name.startswith("_ev") or (name in builtins and name not in PRELUDE_COMMANDS)
+            or (bare != name and (bare in builtins or bare in ALLOWED))):
+        raise PlanError(f"{where}: the tree redefines '{call.first_arg}' (a CMake command); "
+                        "the kernel plan does not evaluate a tree that replaces CMake commands")
 
 
 def cmake_builtins(cmake: str) -> frozenset[str]:

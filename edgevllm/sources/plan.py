@@ -27,11 +27,12 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 
+from edgevllm.common.bounded import Finished, Limits, MiB, run_bounded
 from edgevllm.common.errors import MissingToolError, PlanError, PlanGapError
+from edgevllm.common.sandbox import require_sandbox, sandboxed_argv, seccomp_fd
 from edgevllm.sources import cmakeguard
 from edgevllm.sources.kernelplan import ArchGroup, CMakeDep, Extension, KernelPlan
 from edgevllm.sources.plan_record import parse_record
@@ -51,7 +52,8 @@ _CALL = re.compile(r"^([ \t]*)(" + "|".join(_RENAMED) + r")[ \t]*\(", re.M | re.
 DEFAULT_TORCH_NVCC_FLAGS = ["-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__",
                             "-D__CUDA_NO_BFLOAT16_CONVERSIONS__", "-D__CUDA_NO_HALF2_OPERATORS__",
                             "--expt-relaxed-constexpr"]
-_TIMEOUT_S = 120
+# What evaluating one tree may take: vLLM 0.33.0's CMake needs about 0.3 s and 15 MiB.
+LIMITS = Limits(seconds=120, memory=512 * MiB, output=4 * MiB, file_size=64 * MiB)
 
 
 # --- inputs ---------------------------------------------------------------------------------------
@@ -74,8 +76,9 @@ def torch_gencode_flags(arch_list: str) -> str:
 
 
 def _shadow_tree(tree: Path, dest: Path, files: dict[str, str]) -> None:
-    """A copy of the CMake files with a few calls renamed (same line numbers); the rest linked."""
-    for entry in tree.iterdir():
+    """A copy of the CMake files with a few calls renamed (same line numbers); the rest linked
+    (to the tree's real path: the sandbox binds it there, read-only)."""
+    for entry in tree.resolve().iterdir():
         if entry.name in ("CMakeLists.txt", "cmake"):
             continue
         os.symlink(entry, dest / entry.name)
@@ -93,6 +96,29 @@ def _renamer(relpath: str):
 
 
 # --- running --------------------------------------------------------------------------------------
+def _run_sandboxed(bwrap: str, argv: list[str], *, tree: Path, root: Path, fixed: Path,
+                   scratch: Path, shadow: Path) -> Finished:
+    """cmake in the sandbox: the tree and CMake's modules read-only, the prelude read-only, the
+    shadow copy and the record writable; no network, no new process, bounded (LIMITS)."""
+    fd = seccomp_fd()
+    try:
+        wrapped = sandboxed_argv(bwrap, argv, read_only=[tree, root, fixed], writable=[scratch],
+                                 cwd=shadow, seccomp_fd=fd)
+        return run_bounded(wrapped, LIMITS, what=f"{tree}: evaluating the kernel plan (cmake)",
+                           error=PlanError, env=cmakeguard.cmake_env(), pass_fds=[fd])
+    finally:
+        os.close(fd)
+
+
+def _read_record(tree: Path, record: Path) -> list[str]:
+    """The record's lines: data the tree's CMake could have written anything into."""
+    try:
+        return record.read_text(errors="replace").splitlines()
+    except OSError as exc:
+        raise PlanError(f"{tree}: the kernel plan's record cannot be read ({exc.strerror})") \
+            from None
+
+
 def evaluate_plan(tree: Path | str, arch_list: str, *, cuda_version: str, device_arch: str,
                   torch_version: str = "", torch_nvcc_flags: list[str] | None = None,
                   python_version: str = "3.12", nvcc_threads: int = 1) -> KernelPlan:
@@ -109,32 +135,34 @@ def evaluate_plan(tree: Path | str, arch_list: str, *, cuda_version: str, device
     gencode = torch_gencode_flags(arch_list)
     files = cmakeguard.tree_cmake_files(tree)
     builtins = cmakeguard.cmake_builtins(cmake)
-    cmakeguard.check_tree_cmake(tree, files, builtins)  # before anything of the tree runs
+    cmakeguard.check_tree_cmake(tree, files, builtins)  # the first line: before anything runs
+    bwrap = require_sandbox("the kernel plan (a tree's CMake)")  # the guarantee: docs/security.md
     with tempfile.TemporaryDirectory(prefix="edgevllm-plan-") as tmp:
-        shadow = Path(tmp) / "tree"
-        shadow.mkdir()
+        fixed, scratch = Path(tmp) / "fixed", Path(tmp) / "scratch"
+        shadow = scratch / "tree"
+        shadow.mkdir(parents=True)
+        fixed.mkdir()
         _shadow_tree(tree, shadow, files)
-        record = Path(tmp) / "record.txt"
+        record = scratch / "record.txt"
         record.write_text("")
-        prelude = Path(tmp) / "prelude.cmake"
+        overrides = fixed / "overrides.cmake"
+        shutil.copyfile(OVERRIDES, overrides)
+        prelude = fixed / "prelude.cmake"
+        root = cmakeguard.cmake_root(cmake)
         prelude.write_text(cmakeguard.guarded_prelude(
-            PRELUDE.read_text(), record=record, shadow=shadow, tree=tree, overrides=OVERRIDES,
-            root=cmakeguard.cmake_root(cmake), builtins=builtins))
+            PRELUDE.read_text(), record=record, shadow=shadow, tree=tree, overrides=overrides,
+            root=root, builtins=builtins))
         defs = {"_EV_TREE": shadow,
                 "_EV_CUDA_VERSION": cuda_version, "_EV_TORCH_VERSION": torch_version,
                 "_EV_GENCODE": gencode, "_EV_PYTHON_VERSION": python_version,
                 "_EV_NVCC_THREADS": nvcc_threads,
                 "_EV_TORCH_NVCC_FLAGS": ";".join(torch_nvcc_flags or DEFAULT_TORCH_NVCC_FLAGS)}
         argv = [cmake] + [f"-D{k}={v}" for k, v in defs.items()] + ["-P", str(prelude)]
-        try:
-            proc = subprocess.run(argv, cwd=shadow, capture_output=True, text=True,
-                                  timeout=_TIMEOUT_S, env=cmakeguard.cmake_env())
-        except subprocess.TimeoutExpired:
-            raise PlanError(f"{tree}/CMakeLists.txt: evaluating the kernel plan took over "
-                            f"{_TIMEOUT_S}s; the tree's CMake loops or waits") from None
-        lines = record.read_text().splitlines()
+        proc = _run_sandboxed(bwrap, argv, tree=tree, root=root, fixed=fixed, scratch=scratch,
+                              shadow=shadow)
+        lines = _read_record(tree, record)
         if proc.returncode != 0 or "DONE" not in lines:
-            raise PlanError(_failure(tree, shadow, proc.stderr))
+            raise PlanError(_failure(tree, shadow, proc.text("stderr")))
         plan = parse_record(lines, str(shadow), arch_list, device_arch, cuda_version)
     own = [e for e in plan.errors if not _in_external_project(e)]
     if own:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from edgevllm.common.errors import PlanError
+from edgevllm.common.foreign import path_inside
 from edgevllm.sources.kernelplan import ArchGroup, CMakeDep, Extension, KernelPlan
 from edgevllm.specs.cuda import arch_kind, best_kind
 
@@ -64,7 +66,7 @@ def _add_group(plan: KernelPlan, fields: list[str], shadow: str, device: str,
     where, name, src, _tgt, res = (fields + [""] * 5)[:5]
     file, line = _where(where)
     if name.startswith("_"):  # a helper's local variable: name the group after the helper
-        name = f"{_enclosing_function(Path(shadow) / file, line) or name}()"
+        name = f"{_enclosing_function(_tree_file(shadow, file), line) or name}()"
     seen[name] = seen.get(name, 0) + 1
     key = name if seen[name] == 1 else f"{name}#{seen[name]}"
     if seen[name] == 2:  # the first one gets its number too, so that keys do not shift
@@ -108,8 +110,19 @@ def _name_words(name: str) -> set[str]:
     return set(re.findall(r"[a-z0-9]+", name.lower().replace("_archs", ""))) - {"archs"}
 
 
-def _enclosing_function(path: Path, line: int) -> str | None:
+def _tree_file(shadow: str, file: str) -> Path | None:
+    """The record's file inside the evaluated copy; None for one outside it (the record is data
+    the tree's CMake could have written: it names no host file to read)."""
+    try:
+        return path_inside(Path(shadow), file, what="the kernel plan's record", error=PlanError)
+    except PlanError:
+        return None
+
+
+def _enclosing_function(path: Path | None, line: int) -> str | None:
     """The ``function(NAME`` around ``line`` in a CMake file (for results kept in a local var)."""
+    if path is None:
+        return None
     try:
         lines = path.read_text(errors="replace").splitlines()[:line]
     except OSError:
@@ -185,11 +198,13 @@ def _add_dep(plan: KernelPlan, fields: list[str], shadow: str) -> None:
     if any(d.name == name for d in plan.deps):
         return
     plan.deps.append(CMakeDep(name=name, repo=repo, tag=tag, file=file, line=line,
-                              env_var=_override_var(Path(shadow) / file, line), url=url))
+                              env_var=_override_var(_tree_file(shadow, file), line), url=url))
 
 
-def _override_var(path: Path, line: int) -> str | None:
+def _override_var(path: Path | None, line: int) -> str | None:
     """The nearest ``ENV{..._SRC_DIR}`` the file reads above the clone: the tree's override."""
+    if path is None:
+        return None
     try:
         lines = path.read_text(errors="replace").splitlines()[:line]
     except OSError:
