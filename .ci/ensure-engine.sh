@@ -18,6 +18,7 @@ if [ "$os_id" = ubuntu ]; then
   exit 3
 fi
 if docker info >/dev/null 2>&1 && docker buildx version >/dev/null 2>&1 \
+   && command -v bwrap >/dev/null 2>&1 \
    && [ -e /proc/sys/fs/binfmt_misc/qemu-aarch64 -o "$(uname -m)" = aarch64 ]; then
   exit 0
 fi
@@ -25,6 +26,7 @@ if [ "$(id -u)" = 0 ] && [ "$os_id" = debian ]; then
   exec bash "$here/install-engine.sh"
 fi
 echo "edgevllm needs Docker with buildx (and qemu-user-static + binfmt to build linux/arm64 on x86)." >&2
-echo "Install them (Debian: apt-get install docker.io docker-buildx qemu-user-static binfmt-support)," >&2
+echo "and bubblewrap (the sandbox a tree's CMake runs in)." >&2
+echo "Install them (Debian: apt-get install docker.io docker-buildx qemu-user-static binfmt-support bubblewrap)," >&2
 echo "start the daemon, and make sure 'docker info' works for this user; or run as root on Debian: sudo bash .ci/install-engine.sh" >&2
 exit 3

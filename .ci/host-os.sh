@@ -31,6 +31,11 @@ ubuntu_device_check() {
       missing=1
     fi
   fi
+  if ! command -v bwrap >/dev/null 2>&1; then
+    echo "missing: bubblewrap (the sandbox a tree's CMake runs in, docs/security.md):" \
+         "sudo apt-get install bubblewrap" >&2
+    missing=1
+  fi
   py=$(python3 -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")' 2>/dev/null || echo 3)
   if ! python3 -c 'import ensurepip' >/dev/null 2>&1; then
     echo "missing: python3 -m venv: sudo apt-get install python${py}-venv" >&2

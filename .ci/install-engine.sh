@@ -2,7 +2,7 @@
 # Installs what the end-to-end tests need on a Debian host, idempotently:
 # the Docker engine + buildx from trixie (low pin), qemu-user-static + binfmt for linux/arm64,
 # debootstrap for the locally built base images, Debian's docker-registry, and redis-server
-# (the shared compile cache test).
+# (the shared compile cache test), bubblewrap (the sandbox of the kernel plan).
 # Starts dockerd (no iptables) and the arm64 binfmt handler. Safe to run again.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
@@ -46,7 +46,8 @@ SRC
 need_pkgs=()
 dpkg -s docker.io >/dev/null 2>&1 || need_pkgs+=(docker.io/trixie docker-cli/trixie docker-buildx/trixie)
 dpkg -s docker-compose >/dev/null 2>&1 || need_pkgs+=(docker-compose/trixie)
-for p in binfmt-support debootstrap docker-registry zstd rsync openssh-client redis-server; do
+# bubblewrap: the sandbox a tree's CMake runs in (the kernel plan, docs/security.md).
+for p in binfmt-support debootstrap docker-registry zstd rsync openssh-client redis-server bubblewrap; do
   dpkg -s "$p" >/dev/null 2>&1 || need_pkgs+=("$p")
 done
 # qemu >= 8, from trixie where the host's is older: bookworm's qemu 7.2 emulates Python about 4x

@@ -34,9 +34,10 @@ if [ ! -f "$keyring" ]; then
   missing+=("Debian's archive keyring (debootstrap checks the Debian test bases with it):\
  $install debian-archive-keyring")
 fi
-# program → package: the base images (debootstrap), the registry, cluster and cache tests.
+# program → package: the base images (debootstrap), the registry, cluster and cache tests, the
+# sandbox a tree's CMake runs in (bwrap).
 for pair in debootstrap:debootstrap rsync:rsync ssh:openssh-client zstd:zstd \
-            redis-server:redis-server docker-registry:docker-registry; do
+            redis-server:redis-server docker-registry:docker-registry bwrap:bubblewrap; do
   program=${pair%%:*} package=${pair#*:}
   if ! command -v "$program" >/dev/null 2>&1 && [ ! -x "/usr/sbin/$program" ] \
      && [ ! -x "/usr/bin/$program" ]; then

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from edgevllm.common.bounded import MiB, Limits, run_bounded
+from edgevllm.common.bounded import Limits, MiB, run_bounded
 from edgevllm.common.errors import PlanError, SourceError
 
 PY = sys.executable

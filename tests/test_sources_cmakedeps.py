@@ -61,7 +61,8 @@ def offline_world(real_tree, tmp_path):
     for dep in deps:
         if dep.name != "cutlass":
             upstreams[dep.name] = _stand_in(tmp_path, dep.name, {"README": f"{dep.name}\n"})
-    add_submodule(upstreams["vllm-flash-attn"], "csrc/cutlass", cutlass)  # as upstream FA has
+    # As upstream FA has (its .gitmodules names a remote: here beside it on the git daemon).
+    add_submodule(upstreams["vllm-flash-attn"], "csrc/cutlass", cutlass, url="../cutlass.git")
     for name, tag in TAGGED.items():
         upstreams[name].git("update-ref", f"refs/tags/{tag}", upstreams[name].git("rev-parse",
                                                                                   "main"))
@@ -168,3 +169,60 @@ def test_a_clone_without_an_override_cannot_be_offline(tmp_path):
     with pytest.raises(SourceError, match=r"newdep \(cmake/external_projects/new.cmake:7\) has no "
                                           r"\*_SRC_DIR override"):
         fetch_cmake_deps([dep], tmp_path / "deps")
+
+
+# --- names and repositories from the tree (common/foreign.py) ------------------------------------
+HOSTILE_DEPS = [
+    ("../../x", "https://example.invalid/x.git", "v1", "is not a plain name"),
+    ("/abs", "https://example.invalid/x.git", "v1", "is not a plain name"),
+    ("..", "https://example.invalid/x.git", "v1", "is not a plain name"),
+    ("x", "file:///root/private.git", "v1", "is not a remote URL"),
+    ("x", "/home/me/private", "v1", "is not a remote URL"),
+    ("x", "../sibling", "v1", "is not a remote URL"),
+    ("x", "ext::sh -c touch% /tmp/owned", "v1", "is not a remote URL"),
+    ("x", "https://example.invalid/x.git", "--upload-pack=touch /tmp/owned", "GIT_TAG"),
+]
+
+
+@pytest.mark.parametrize("name,repo,tag,words", HOSTILE_DEPS)
+def test_a_hostile_dependency_is_one_line_before_anything_is_fetched_or_written(
+        name, repo, tag, words, git_cache, tmp_path):  # noqa: F811
+    dep = CMakeDep(name=name, repo=repo, tag=tag, file="cmake/x.cmake", line=3,
+                   env_var="X_SRC_DIR")
+    dest = tmp_path / "build" / "deps"
+    dest.parent.mkdir()
+    with pytest.raises(SourceError, match=re.escape(words)) as info:
+        fetch_cmake_deps([dep], dest)
+    assert "\n" not in str(info.value) and "cmake/x.cmake:3" in str(info.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["build"]
+    assert list((tmp_path / "build").iterdir()) == [] and not git_cache.exists()
+
+
+def test_a_tree_declaring_a_dependency_named_like_a_path_is_refused(tmp_path, git_cache):  # noqa: F811
+    tree = tmp_path / "tree"
+    (tree / "cmake").mkdir(parents=True)
+    (tree / "CMakeLists.txt").write_text(
+        'cmake_minimum_required(VERSION 3.26)\ninclude(FetchContent)\n'
+        'if(DEFINED ENV{X_SRC_DIR})\nendif()\n'
+        'FetchContent_Declare(../../escaped GIT_REPOSITORY https://example.invalid/x.git '
+        'GIT_TAG v1)\n')
+    deps = plan(tree).deps
+    assert [d.name for d in deps] == ["../../escaped"]
+    with pytest.raises(SourceError, match=r"\(CMakeLists.txt:5\) name: '../../escaped' is not a "
+                                          "plain name"):
+        fetch_cmake_deps(deps, tmp_path / "out" / "deps")
+    assert not (tmp_path / "escaped").exists() and not (tmp_path / "out").exists()
+
+
+def test_a_remote_dependency_names_no_submodule_on_the_host(git_cache, tmp_path):  # noqa: F811
+    private = make_upstream_repo(tmp_path / "host", name="private.git")
+    served = _stand_in(tmp_path, "dep", {"README": "dep\n"})
+    for url in (private.url, f"file://{private.url}"):
+        add_submodule(served, "vendored", private, url=url)
+        with git_daemon(tmp_path / "repos") as base:
+            dep = CMakeDep(name="dep", repo=f"{base}/dep.git", tag="main", file="f", line=1,
+                           env_var="DEP_SRC_DIR")
+            with pytest.raises(SourceError, match="submodule vendored: repository .* is not a "
+                                                  "remote URL") as info:
+                fetch_cmake_deps([dep], tmp_path / "deps")
+        assert "\n" not in str(info.value) and not (tmp_path / "deps").exists()

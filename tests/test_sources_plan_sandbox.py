@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from edgevllm.common.bounded import MiB, Limits, run_bounded
+from edgevllm.common.bounded import Limits, MiB, run_bounded
 from edgevllm.common.errors import PlanError, SandboxMissingError
 from edgevllm.sources import cmakeguard, plan
 from edgevllm.sources.plan import evaluate_plan

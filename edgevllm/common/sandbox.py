@@ -118,7 +118,7 @@ def sandboxed_argv(bwrap: str, argv: Sequence[str], *, read_only: Sequence[Path]
     if not program.is_absolute():
         raise ValueError(f"{program}: the sandbox runs a program by its absolute path")
     real = program.resolve()
-    args = [bwrap, "--unshare-all", "--die-with-parent", "--new-session",
+    args = [bwrap, "--unshare-all", "--as-pid-1", "--die-with-parent", "--new-session",
             "--cap-drop", "ALL", "--dev", "/dev"]
     args += _binds(["--ro-bind"], [Path(p) for p in _SYSTEM])
     args += ["--ro-bind", str(real), str(program)]

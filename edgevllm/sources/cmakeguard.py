@@ -10,6 +10,9 @@ commands that run programs or write files outside a recorder (``exec_program``, 
 ``load_command``, ``write_file``, ``make_directory``, ``try_run``...). A tree may not redefine a
 CMake command or the prelude's ``_ev_*`` helpers. At run time the prelude refuses the same commands
 again (``refused_builtins``); ``include`` reaches only the scanned files and CMake's own modules.
+A definition named ``_<command>`` (CMake's name for a replaced original) or by a computed name
+(``function(${N})``) is refused too. This is the first line, not the guarantee: cmake then runs
+in the sandbox (``common/sandbox.py``, docs/security.md) whatever got past it.
 """
 
 from __future__ import annotations

@@ -5,6 +5,9 @@ includes: ``cmake/utils.cmake``, ``cmake/external_projects/*.cmake``) in ``cmake
 ``plan_prelude.cmake``: commands that need a real configure record what they are given and do
 nothing else, so the tree's own ``cuda_archs_loose_intersection`` and CUDA-version branches decide.
 Nothing is copied from a particular vLLM release: a PR or a fork is evaluated the same way.
+The tree's CMake is code from others: after the scanner (``cmakeguard``) has read it, cmake runs
+in the sandbox (``common/sandbox.py``: bubblewrap, no network, no new process, the tree
+read-only) within ``LIMITS`` (``common/bounded.py``), or not at all (docs/security.md).
 
 The result (``KernelPlan``) lists every arch group (one ``cuda_archs_loose_intersection`` call that
 ran: file, line, requested list, result, kind), every extension with the arches its CUDA sources

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Optional
 
 from edgevllm.common.errors import LockError, RefNotFoundError, SourceError
+from edgevllm.common.foreign import remote_repository
 from edgevllm.common.fsutil import atomic_dir, output_dir
 from edgevllm.sources.cherrypick import (
     EMPTY_TREE,
@@ -248,6 +249,8 @@ def export_source(
             raise SourceError(
                 f"{where} has no URL in .gitmodules of {commit[:12]}; fix .gitmodules in the source"
             )
+        if not _is_local(mirror.url):  # a remote tree names no folder or file:// of the host
+            remote_repository(urls[path], what=where, error=SourceError)
         sub = GitMirror(urls[path], cache_root)
         with sub.locked():
             try:
@@ -263,6 +266,11 @@ def export_source(
                 export_source(sub, sha, dest / path, cache_root, f"{prefix}{path}/", depth + 1)
             )
     return recorded
+
+
+def _is_local(url: str) -> bool:
+    """A repository the user named on this machine (its relative submodules are local too)."""
+    return url.startswith("/") or url.lower().startswith("file://")
 
 
 def summarize(prepared: PreparedSource) -> list[str]:
