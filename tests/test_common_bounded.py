@@ -64,3 +64,19 @@ def test_input_reaches_the_child_and_a_missing_program_is_the_callers_to_name():
     with pytest.raises(FileNotFoundError):
         run_bounded(["/nonexistent/tool"], Limits(), what="tool", error=SourceError)
     assert os.getpid()  # this process keeps its own limits
+
+
+def test_git_reads_others_objects_through_the_runner(tmp_path, monkeypatch):
+    """sources/gitcache.py runs every git call here: a blob past the output bound (a PR's file, a
+    fork's object) is one line of SourceError, not a process that fills memory."""
+    from edgevllm.sources import gitcache
+
+    repo = tmp_path / "repo.git"
+    gitcache.git(["init", "--bare", "-q", str(repo)])
+    sha = gitcache.out(gitcache.git(["hash-object", "-w", "--stdin"], git_dir=repo,
+                                    input=os.urandom(2 * MiB)))
+    assert len(gitcache.git(["cat-file", "blob", sha], git_dir=repo).stdout) == 2 * MiB
+    monkeypatch.setattr(gitcache, "GIT_LIMITS", Limits(memory=None, output=1 * MiB))
+    with pytest.raises(SourceError, match=r"git cat-file blob: stopped after printing more than "
+                                          r"1 MiB \(the output limit\)"):
+        gitcache.git(["cat-file", "blob", sha], git_dir=repo)

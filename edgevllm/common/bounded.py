@@ -39,7 +39,7 @@ class Limits:
     memory: int | None = 512 * MiB
     output: int = 16 * MiB          # per stream, what the child may print
     file_size: int | None = 64 * MiB  # RLIMIT_FSIZE: the largest file it may write
-    open_files: int = 256
+    open_files: int | None = 256     # None: the parent's (git opens one file per pack)
 
 
 @dataclass
@@ -57,7 +57,9 @@ class Finished:
 
 def _set_limits(limits: Limits) -> None:
     """Runs in the child between fork and exec: only async-signal-safe calls (setrlimit)."""
-    pairs = [(resource.RLIMIT_CORE, 0), (resource.RLIMIT_NOFILE, limits.open_files)]
+    pairs = [(resource.RLIMIT_CORE, 0)]
+    if limits.open_files is not None:
+        pairs.append((resource.RLIMIT_NOFILE, limits.open_files))
     if limits.memory is not None:
         pairs.append((resource.RLIMIT_AS, limits.memory))
     if limits.file_size is not None:
@@ -66,6 +68,11 @@ def _set_limits(limits: Limits) -> None:
         soft, hard = resource.getrlimit(kind)
         top = value if hard == resource.RLIM_INFINITY else min(value, hard)
         resource.setrlimit(kind, (top, top))
+
+
+def _has_rlimits(limits: Limits) -> bool:
+    """Whether the child needs limits set before exec (without, Python may use vfork: faster)."""
+    return any(v is not None for v in (limits.memory, limits.file_size, limits.open_files))
 
 
 def _kill_group(pid: int) -> None:
@@ -134,7 +141,8 @@ def _start_and_wait(argv: list[str], limits: Limits, *, cwd, env, input,
     proc = subprocess.Popen(
         argv, cwd=cwd, env=env, stdin=subprocess.PIPE if input is not None else
         subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        start_new_session=True, pass_fds=tuple(pass_fds), preexec_fn=lambda: _set_limits(limits))
+        start_new_session=True, pass_fds=tuple(pass_fds),
+        preexec_fn=(lambda: _set_limits(limits)) if _has_rlimits(limits) else None)
     stop = threading.Event()
     readers = [_Reader(proc.stdout, limits.output, proc.pid, stop),
                _Reader(proc.stderr, limits.output, proc.pid, stop)]

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Iterator
 
 from edgevllm.common import paths
+from edgevllm.common.bounded import Limits, MiB, run_bounded
 from edgevllm.common.errors import MissingToolError, RefNotFoundError, SourceError
 from edgevllm.specs.refs import display_repo, is_full_sha, looks_like_sha, normalize_repo, repo_key
 
@@ -38,6 +39,13 @@ _MISSING_MARKERS = (
 
 
 # --- running git ---------------------------------------------------------------------------------
+# git reads others' repositories (a fork's objects, a PR's blobs, a server's answers) through the
+# one bounded runner: a server that trickles or a blob that floods stops with one line. No
+# address-space limit: git maps pack files and makes a thread arena per core, which a limit
+# that fits a small host would break on a large one.
+GIT_LIMITS = Limits(seconds=3600, memory=None, output=256 * MiB, file_size=None, open_files=None)
+
+
 def _git_env() -> dict[str, str]:
     env = dict(os.environ)
     # Never wait for a password, never let the user's config change diffs or merges.
@@ -85,10 +93,13 @@ def git(
         cmd += ["--git-dir", str(git_dir)]
     full_env = _git_env()
     full_env.update(env or {})
+    argv = cmd + list(args)
     try:
-        proc = subprocess.run(cmd + list(args), input=input, capture_output=True, env=full_env)
+        done = run_bounded(argv, GIT_LIMITS, what=f"git {' '.join(args[:2])}", error=SourceError,
+                           env=full_env, input=input)
     except FileNotFoundError:
         raise MissingToolError("git: not found; install git (apt-get install git)") from None
+    proc = subprocess.CompletedProcess(argv, done.returncode, done.stdout, done.stderr)
     if check and proc.returncode != 0:
         raise SourceError(f"git {' '.join(args[:2])} failed: {last_line(proc.stderr)}")
     return proc
