@@ -35,6 +35,12 @@ ubuntu_device_check() {
     echo "missing: bubblewrap (the sandbox a tree's CMake runs in, docs/security.md):" \
          "sudo apt-get install bubblewrap" >&2
     missing=1
+  elif ! bwrap --unshare-all --ro-bind / / true >/dev/null 2>&1; then
+    echo "missing: a user namespace for bwrap (Ubuntu's AppArmor restriction): sudo apt-get" \
+         "install apparmor-profiles; sudo install -m 0644" \
+         "/usr/share/apparmor/extra-profiles/bwrap-userns-restrict /etc/apparmor.d/;" \
+         "sudo apparmor_parser -r /etc/apparmor.d/bwrap-userns-restrict" >&2
+    missing=1
   fi
   py=$(python3 -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")' 2>/dev/null || echo 3)
   if ! python3 -c 'import ensurepip' >/dev/null 2>&1; then

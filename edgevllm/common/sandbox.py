@@ -91,9 +91,9 @@ def require_sandbox(what: str) -> str:
         reason = (probe.stderr.strip().splitlines() or ["no message"])[-1][:200]
         raise SandboxMissingError(
             f"{what} runs code from others only in a sandbox, and bwrap cannot make one here "
-            f"({reason}); allow unprivileged user namespaces (sysctl "
-            "kernel.unprivileged_userns_clone=1, or on Ubuntu an AppArmor profile for bwrap: "
-            "docs/security.md) or run as root")
+            f"({reason}); let bwrap make user namespaces (Ubuntu 24.04: sudo apt-get install "
+            "apparmor-profiles, then load /usr/share/apparmor/extra-profiles/"
+            "bwrap-userns-restrict; docs/security.md 'A host without it') or run as root")
     return bwrap
 
 
