@@ -162,6 +162,7 @@ def test_the_memory_bomb_is_one_line_within_the_limit(tmp_path):
     message = done.text("stderr").strip()
     assert done.returncode == 5 and "\n" not in message, message
     assert "memory limit (512 MiB" in message
+    assert plan.LIMITS.memory is not None
     assert done.peak_rss < plan.LIMITS.memory + 64 * MiB, done.peak_rss >> 20
 
 
