@@ -42,7 +42,7 @@ from edgevllm.common.grammar import (
     Version,
 )
 from edgevllm.common.schema import parse_model
-from edgevllm.common.secrets import HOW_TO_PASS, check_no_secrets, token_kind
+from edgevllm.common.secrets import HOW_TO_PASS, check_no_secrets, redact, token_kind
 
 SCHEMA_VERSION = 1
 LOCK_FILENAME = labels.LOCK_FILENAME
@@ -206,6 +206,11 @@ class Lock(_Model):
     # redacted. Not hashed: a cache only speeds a compile, it never changes the image.
     compile_cache: Optional[str] = None
 
+    @field_validator("compile_cache")
+    @classmethod
+    def _redacted(cls, value: Optional[str]) -> Optional[str]:
+        return redact(value) if value else value  # a password, |bearer-token=: never in a lock
+
     @field_validator("build_args")
     @classmethod
     def _no_secrets(cls, value: dict[str, str]) -> dict[str, str]:
@@ -266,7 +271,7 @@ def image_tag(lock: Lock) -> str:
 
 def label_value(lock: Lock) -> str:
     """Compact JSON for the image label (full lock, created_at included)."""
-    return json.dumps(lock.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return redact(json.dumps(lock.model_dump(mode="json"), sort_keys=True, separators=(",", ":")))
 
 
 def lock_to_text(lock: Lock, path: Path | str | None = None) -> str:
