@@ -133,3 +133,34 @@ def test_roofline_sends_the_token_to_the_hub_only(tmp_path, monkeypatch):
     assert hub_seen and all(s["auth"] == f"Bearer {TOKEN}" for s in hub_seen)
     assert cdn_seen and all(s["auth"] is None for s in cdn_seen)
 
+
+
+@pytest.mark.parametrize(("url", "origin", "carries"), [
+    ("https://reg.lan:5000/v2/x", "https://reg.lan:5000/", True),
+    ("https://REG.lan:5000/v2/x", "https://reg.lan:5000/", True),
+    ("https://reg.lan/v2/x", "https://reg.lan:443/", True),
+    ("http://127.0.0.1:5000/v2/x", "http://127.0.0.1:5000/", True),
+    ("http://localhost:5000/v2/x", "http://localhost:5000/", True),
+    ("http://[::1]:5000/v2/x", "http://[::1]:5000/", True),
+    ("https://reg.lan:5001/v2/x", "https://reg.lan:5000/", False),   # another port
+    ("https://blobs.example/v2/x", "https://reg.lan/", False),       # another host
+    ("http://reg.lan/v2/x", "https://reg.lan/", False),              # another scheme
+    ("http://reg.lan:5000/v2/x", "http://reg.lan:5000/", False),     # clear text off loopback
+    ("http://10.0.0.7:5000/v2/x", "http://10.0.0.7:5000/", False),
+    ("https://reg.lan:99999/v2/x", "https://reg.lan:99999/", False),  # no such port
+])
+def test_a_credential_is_attached_to_its_own_origin_only(url, origin, carries):
+    from edgevllm.common.http import _origin, may_carry_credential
+
+    assert may_carry_credential(url, _origin(origin)) is carries
+
+
+def test_a_session_drops_a_credential_set_for_another_origin():
+    """Whoever set the header, the bound session sends it to its origin only: a recorder on
+    another loopback port (another origin) gets the request without it."""
+    with server() as (port, seen):
+        session = credential_session(f"http://127.0.0.1:{port + 1}/")
+        session.get(f"http://127.0.0.1:{port}/file", headers=bearer(TOKEN), timeout=10)
+        first = credential_session()
+        first.get(f"http://127.0.0.1:{port}/file", headers=bearer(TOKEN), timeout=10)
+    assert [s["auth"] for s in seen] == [None, f"Bearer {TOKEN}"]

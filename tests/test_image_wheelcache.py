@@ -6,11 +6,17 @@ that does not match the layers, an image that is not an artifact). A refusal lea
 from __future__ import annotations
 
 import hashlib
+import http.server
 import json
 import shutil
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
+import requests
 
 from edgevllm.common.errors import ConfigError, RegistryError, WheelCacheError
 from edgevllm.image import registry as api
@@ -201,3 +207,78 @@ def test_a_registry_that_asks_for_a_login_gets_dockers_and_nothing_shows_it(
         assert password not in repr(sent) + repr(got)
         written = [p.read_bytes() for p in (tmp_path / "got").iterdir()]
         assert not [b for b in written if password.encode() in b]
+
+
+class _Forward(http.server.BaseHTTPRequestHandler):
+    """A registry's front: forwards every request to the real registry ``upstream`` and points
+    an upload's ``Location`` at ``elsewhere`` (another origin: another loopback port stands in
+    for another host). ``seen`` records what reached ``elsewhere``."""
+
+    upstream = elsewhere = ""
+    seen: list[dict] = []
+
+    def _handle(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.server.server_address[1] == int(self.elsewhere.rsplit(":", 1)[1]):
+            self.seen.append({"path": self.path, "headers": dict(self.headers), "body": body})
+            self.send_response(201)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host",)}
+        answer = requests.request(self.command, f"http://{self.upstream}{self.path}",
+                                  headers=headers, data=body, allow_redirects=False, timeout=30)
+        self.send_response(answer.status_code)
+        for key, value in answer.headers.items():
+            if key.lower() == "location" and "/blobs/uploads/" in value:
+                value = f"http://{self.elsewhere}{urlsplit(value).path}?{urlsplit(value).query}"
+            if key.lower() not in ("content-length", "transfer-encoding", "connection"):
+                self.send_header(key, value)
+        self.send_header("Content-Length", str(len(answer.content)))
+        self.end_headers()
+        self.wfile.write(answer.content if self.command != "HEAD" else b"")
+
+    do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = _handle  # noqa: N815 (http.server's names)
+
+    def log_message(self, *args):
+        pass
+
+
+@contextmanager
+def _serving(handler: type) -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_docker_s_login_goes_to_the_registry_s_origin_only(wheels, tmp_path, monkeypatch):
+    """The real registry asks for a login (htpasswd); its front names an upload Location on
+    another origin (another loopback port). The login reaches the registry and never the other
+    origin: the upload there arrives without Authorization and without the password."""
+    import base64
+
+    from edgevllm.image import registry as registry_module
+
+    password = "pw-" + hashlib.sha256(str(tmp_path).encode()).hexdigest()[:12]
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "docker"))
+    monkeypatch.setattr(registry_module, "_LOGINS", {})
+    _Forward.seen = []
+    with local_registry_storage(("builder", password)) as (upstream, _storage), \
+            _serving(_Forward) as front, _serving(_Forward) as elsewhere:
+        _Forward.upstream, _Forward.elsewhere = upstream, elsewhere
+        (tmp_path / "docker").mkdir()
+        auth = base64.b64encode(f"builder:{password}".encode()).decode()
+        (tmp_path / "docker" / "config.json").write_text(
+            json.dumps({"auths": {front: {"auth": auth}}}))
+        with pytest.raises(RegistryError):  # the stand-in stores nothing: the manifest fails
+            publish(f"{front}/wheelcache25/origin", KEY, wheels)
+    assert _Forward.seen, "the upload never went to the Location's origin"
+    for request in _Forward.seen:
+        assert "Authorization" not in request["headers"]
+        assert password not in json.dumps(request["headers"])
+        assert auth.encode() not in request["body"] and password.encode() not in request["body"]

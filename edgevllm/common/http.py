@@ -1,14 +1,17 @@
-"""HTTP with a credential: the token goes to the host it was meant for, never further.
+"""HTTP with a credential: the token goes to the origin it was meant for, never further.
 
-Every edgevllm request that carries ``Authorization`` goes through ``credential_session``: a
-``requests`` session whose redirects drop the header when the scheme, host or port changes (a Hub
-download redirects to a CDN; a hostile or compromised server could redirect anywhere) and that
-refuses a redirect from https to plain http outright, so neither the token nor the data travels
-in clear text. urllib, which copies headers onto every redirect, is not used for these requests.
+Every edgevllm request that carries ``Authorization`` goes through ``credential_session``, the
+one place a credential is attached: a ``requests`` session bound to the credential's origin
+(scheme, host, port; given, else the first request's). ``send`` drops the header from any request
+to another origin (an upload ``Location`` a registry names, a redirect to a CDN) and from any
+request in plain http off loopback, whoever set it; redirects drop it too, and a redirect from
+https to plain http is refused outright, so neither the token nor the data travels in clear text.
+urllib, which copies headers onto every redirect, is not used for these requests.
 """
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -23,12 +26,50 @@ class InsecureRedirect(requests.exceptions.RequestException):
 
 def _origin(url: str) -> tuple[str, str, int | None]:
     parts = urlsplit(url)
-    return parts.scheme, (parts.hostname or "").lower(), parts.port or _DEFAULT_PORTS.get(
-        parts.scheme)
+    try:
+        port = parts.port
+    except ValueError:  # a port out of range: an origin nothing matches
+        return parts.scheme.lower(), "", -1
+    scheme = parts.scheme.lower()
+    return scheme, (parts.hostname or "").lower(), port or _DEFAULT_PORTS.get(scheme)
+
+
+def is_loopback(host: str) -> bool:
+    """``localhost``, 127.0.0.0/8 or ::1 (with or without a port or brackets)."""
+    bare = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+    bare = bare.strip("[]").lower()
+    if bare == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(bare).is_loopback
+    except ValueError:
+        return False
+
+
+def may_carry_credential(url: str, origin: tuple[str, str, int | None]) -> bool:
+    """Whether a request to ``url`` may carry the credential of ``origin``: the same scheme,
+    host and port, and https unless the host is loopback."""
+    found = _origin(url)
+    if found != origin or not found[1]:
+        return False
+    return found[0] == "https" or (found[0] == "http" and is_loopback(found[1]))
 
 
 class CredentialSession(requests.Session):
-    """requests, with the redirect rules above checked here rather than left to a version."""
+    """requests, with the origin and redirect rules above checked here rather than left to a
+    version."""
+
+    def __init__(self, origin: str | None = None) -> None:
+        super().__init__()
+        self.credential_origin = _origin(origin) if origin else None
+
+    def send(self, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:
+        url = request.url or ""
+        if self.credential_origin is None:
+            self.credential_origin = _origin(url)
+        if not may_carry_credential(url, self.credential_origin):
+            request.headers.pop("Authorization", None)
+        return super().send(request, **kwargs)
 
     def rebuild_auth(self, prepared_request: requests.PreparedRequest,
                      response: requests.Response) -> None:
@@ -41,8 +82,10 @@ class CredentialSession(requests.Session):
         super().rebuild_auth(prepared_request, response)
 
 
-def credential_session() -> CredentialSession:
-    return CredentialSession()
+def credential_session(origin: str | None = None) -> CredentialSession:
+    """A session whose credential goes to ``origin`` (a URL; its path is ignored) only; without
+    one, to the origin of its first request."""
+    return CredentialSession(origin)
 
 
 def bearer(token: str | None) -> dict[str, Any]:

@@ -192,8 +192,9 @@ def _send(method: str, url: str, host: str, headers: dict, login: str | None,
     from edgevllm.common.http import credential_session
 
     sent = headers | ({"Authorization": login} if login else {})
-    try:  # a session that drops the login on a redirect to another host (a blob store)
-        return credential_session().request(method, url, headers=sent,
+    origin = f"{'http' if _is_loopback(host) else 'https'}://{host}/"
+    try:  # the login goes to the registry's own origin only (not an upload Location elsewhere)
+        return credential_session(origin).request(method, url, headers=sent,
                                             timeout=kwargs.pop("timeout", 300), **kwargs)
     except requests.RequestException as exc:
         raise RegistryError(

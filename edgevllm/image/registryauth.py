@@ -6,8 +6,8 @@ a token from the realm it names, asked with that login (or anonymously, for publ
 login is docker's: a credential helper (``credHelpers`` / ``credsStore`` in docker's config:
 ``docker-credential-NAME get``) or the ``auths`` entry ``docker login`` writes, in
 ``$DOCKER_CONFIG/config.json`` (else ``~/.docker/config.json``). It goes to the registry's host
-and the realm only (common/http.py drops it on a redirect elsewhere), and is never printed,
-logged or written: no flag, spec field, lock or label takes one.
+and the realm only (common/http.py attaches it to that origin alone, https or loopback), and
+is never printed, logged or written: no flag, spec field, lock or label takes one.
 """
 
 from __future__ import annotations
@@ -86,7 +86,8 @@ def authorization(challenge: str, host: str, repository: str) -> str | None:
     query = {"service": params.get("service", ""),
              "scope": f"repository:{repository}:pull,push"}
     try:
-        response = credential_session().get(realm, params=query, auth=login, timeout=60)
+        response = credential_session(realm).get(realm, params=query, auth=login,
+                                                       timeout=60)
         token = response.json() if response.status_code == 200 else {}
     except (requests.RequestException, ValueError):
         return None
