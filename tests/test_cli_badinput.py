@@ -40,6 +40,8 @@ CASES: list[tuple[list[str], int, str]] = [
     (["bench", "http://127.0.0.1:9", "--concurrency", "0"], 2, "--concurrency"),
     (["bench", "http://127.0.0.1:9", "--lengths", "1024"], 2, "--lengths '1024'"),
     (["bench", "http://127.0.0.1:9", "--seed", "-1"], 2, "--seed"),
+    (["bench", "http://127.0.0.1:9", "--point-timeout", "soon"], 2, "--point-timeout 'soon'"),
+    (["bench", "http://127.0.0.1:9", "--run-timeout", "-5"], 2, "--run-timeout"),
     (["bench", "--report", "nonutf8.json"], 12, "nonutf8.json"),
     (["bench", "--report", "adir"], 12, "adir"),
     (["bench", "--report", "nothere.json"], 2, "nothere.json: no such benchmark record"),

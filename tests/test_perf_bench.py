@@ -7,7 +7,13 @@ tests/e2e/test_bench_client.py: each client start imports vLLM (~15 s), too slow
 from __future__ import annotations
 
 import json
+import socketserver
 import sys
+import threading
+import time
+from contextlib import contextmanager
+
+import pytest
 
 from edgevllm.perf.metrics import summarise
 from edgevllm.perf.record import new_record, save_record
@@ -102,3 +108,65 @@ def test_recipe_expectations_are_met_or_missed_for_their_target(tmp_path):
     assert judge(expectations, slow)[0]["status"] == "missed"
     slow["target"] = "thor"
     assert judge(expectations, slow) == []
+
+
+class _Dribble(socketserver.BaseRequestHandler):
+    """Answers anything with an endless garbage status line, one byte every 0.3 s: each read
+    gets a byte well inside any per-read timeout, so only a deadline for the whole answer ends
+    the wait."""
+
+    def handle(self):
+        try:
+            self.request.sendall(b"HTTP/1.1 200 ")
+            while True:
+                self.request.sendall(b"x")
+                time.sleep(0.3)
+        except OSError:
+            return
+
+
+@contextmanager
+def _dribbling_server():
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Dribble)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_request_has_a_deadline_for_its_whole_answer():
+    from edgevllm.perf.client import http_get
+
+    with _dribbling_server() as url:
+        started = time.monotonic()
+        with pytest.raises(OSError, match="no whole answer within 1s"):
+            http_get(f"{url}/health", 1)
+        waited = time.monotonic() - started
+    assert waited < 30, waited  # not a timing assertion: without the deadline it never returns
+
+
+def test_inv_bench_against_a_server_that_answers_garbage_ends_with_one_line(tmp_path, cli):
+    """/health and /v1/models answered with endless garbage: one error line, a record."""
+    with _dribbling_server() as url:
+        code, _, stderr = cli("bench", url, "--client-python", sys.executable,
+                              "--health-timeout", "2", "--out", str(tmp_path))
+    assert code == 12, stderr
+    errors = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "not healthy after 2s" in errors[0], stderr
+    assert "Traceback" not in stderr
+
+
+def test_the_whole_run_has_a_deadline():
+    """No client run starts once the run's time is spent (each gets what is left of it)."""
+    from edgevllm.common.errors import BenchError
+    from edgevllm.perf.client import ClientArgs, PythonRunner, within
+
+    runner = within(PythonRunner(sys.executable), 0.5)
+    time.sleep(0.6)
+    args = ClientArgs("http://127.0.0.1:9", "m", "m", 1, 1, 8, 8, 0, "/nonexistent", "r.json")
+    with pytest.raises(BenchError, match="past its --run-timeout of 0s"):
+        runner.run(args, 60)

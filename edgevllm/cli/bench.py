@@ -39,6 +39,8 @@ _BENCH_HELP = {
     "wait": "seconds to wait for the recipe's server to be healthy (default 1800)",
     "build": "build the recipe's image if the engine lacks it",
     "health-timeout": "URL: seconds to wait for /health (default 60)",
+    "point-timeout": "seconds one run of the client may take (default 1800)",
+    "run-timeout": "seconds the whole benchmark may take, every run together (default 21600)",
 }
 
 
@@ -97,7 +99,8 @@ def bench(c, what, model=None, tokenizer=None, client_python="python3",
           client_container=None, concurrency="1,2,4,8,16", lengths="1024:128", sweep=None,
           set_=None, repeats="3", rounds="4", seed="0", prompt_file=None, warmup="2",
           target=None, roofline=None, out="out/bench", report=False, compare=None, png=None,
-          engine=None, wait="1800", build=False, health_timeout="60"):
+          engine=None, wait="1800", build=False, health_timeout="60", point_timeout="1800",
+          run_timeout="21600"):
     """Benchmark a recipe's server or a URL with vLLM's own client; --report compares records.
 
     inv bench RECIPE | inv bench http://HOST:PORT | inv bench --report A.json [--compare B.json]
@@ -112,7 +115,9 @@ def bench(c, what, model=None, tokenizer=None, client_python="python3",
                      rounds=flag_int(rounds, "--rounds", 1, 100_000),
                      seed=flag_int(seed, "--seed", 0, 2**32 - 1), prompt_file=prompt_file,
                      warmup_prompts=flag_int(warmup, "--warmup", 0, 100_000),
-                     health_timeout_s=flag_float(health_timeout, "--health-timeout"))
+                     health_timeout_s=flag_float(health_timeout, "--health-timeout"),
+                     point_timeout_s=flag_float(point_timeout, "--point-timeout"),
+                     run_timeout_s=flag_float(run_timeout, "--run-timeout"))
     wait = flag_float(wait, "--wait", positive=False)
     progress = console.step
     if url:

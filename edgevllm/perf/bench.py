@@ -12,6 +12,7 @@ the recipe's expectations judged.
 from __future__ import annotations
 
 import itertools
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable
@@ -20,7 +21,7 @@ from edgevllm.common import labels
 from edgevllm.common.errors import BenchError, RecipeError, RooflineUnknown
 from edgevllm.common.kv import pair_error, split_pair
 from edgevllm.containers.docker import DockerEngine
-from edgevllm.perf.client import ClientRunner, ExecRunner
+from edgevllm.perf.client import ClientRunner, ExecRunner, within
 from edgevllm.perf.expect import judge, parse_expectations
 from edgevllm.perf.record import new_record, record_path, save_record
 from edgevllm.perf.roofline import weights_per_token
@@ -71,7 +72,8 @@ def bench_url(url: str, model: str, tokenizer: str | None, plan: SweepPlan,
         record["device"] = device_facts(runner)
     save_record(record, path)
     server = Server(url.rstrip("/"), model, tokenizer or model, served_model_name)
-    run_sweep(runner, server, plan, record, path, str(out_dir / ".results"), progress)
+    run_sweep(within(runner, plan.run_timeout_s), server, plan, record, path,
+              str(out_dir / ".results"), progress)
     return finish(record, path, [])
 
 
@@ -142,9 +144,11 @@ def bench_recipe(loaded, sets: dict, sweeps: list[str], plan: SweepPlan, engine:
                         plan=_plan_dict(plan), sweep=combos,
                         roofline=roofline_facts(first.model, bandwidth_gbps), runs=[])
     expectations = parse_expectations(loaded.recipe.expect, first.source)
+    ends = time.monotonic() + plan.run_timeout_s  # the whole run, every swept value together
     for combo in combos:
         rendered = render(loaded, {**sets, **combo})
-        if not _bench_one(rendered, combo, engine, plan, record, path, wait_s, build, progress):
+        left = replace(plan, run_timeout_s=max(0.0, ends - time.monotonic()))
+        if not _bench_one(rendered, combo, engine, left, record, path, wait_s, build, progress):
             break
     return finish(record, path, expectations)
 
@@ -170,8 +174,8 @@ def _bench_one(rendered, combo: dict, engine: DockerEngine, plan: SweepPlan, rec
         served = rendered.values.get("served_model_name")
         server = Server(f"http://localhost:{rendered.health_port}", rendered.model,
                         rendered.model, str(served) if served else None, labels=combo)
-        run_sweep(runner, server, replace(plan, health_timeout_s=60), record, path,
-                  RESULT_DIR_IN_CONTAINER, progress)
+        run_sweep(within(runner, plan.run_timeout_s), server, replace(plan, health_timeout_s=60),
+                  record, path, RESULT_DIR_IN_CONTAINER, progress)
     finally:
         _stop(engine, container)
     return record["status"] == "running"

@@ -11,6 +11,10 @@ A ``ClientRunner`` says where that Python runs: ``ExecRunner`` inside the server
 image, one vLLM version for client and server), ``PythonRunner`` with a given interpreter (a test
 venv or a host install). Each run writes its result with ``--save-result`` into a folder of the
 runner and ``read`` returns the JSON text.
+
+Nothing waits without end: each client run has its point timeout, the runs together the whole
+run's (``within``: ``--run-timeout``), and every request edgevllm itself sends (``/health``,
+``/v1/models``) a deadline for the whole answer (``http_get``), not one per read.
 """
 
 from __future__ import annotations
@@ -177,7 +181,91 @@ def _run(argv: list[str], timeout_s: float) -> subprocess.CompletedProcess:
                          "--client-python with a Python that has vLLM installed") from None
     except subprocess.TimeoutExpired:
         raise BenchError(f"vllm bench serve did not finish within {timeout_s:.0f}s: lower "
-                         "--num-prompts or raise --point-timeout") from None
+                         "--rounds or --concurrency, or raise --point-timeout") from None
+
+
+# --- deadlines: every request, and the whole run ----------------------------------------------
+@dataclass
+class Answer:
+    status: int
+    body: bytes
+
+
+def http_get(url: str, timeout_s: float, limit: int = 1 << 20) -> Answer:
+    """GET ``url`` with a deadline for the whole exchange (connect, headers, body), not per
+    read: a server that answers one byte every few seconds, or garbage without end, is cut off
+    at ``timeout_s``; at most ``limit`` bytes of the body are read. OSError or
+    http.client.HTTPException (what urllib raises) when there is no answer in time."""
+    import http.client
+    import threading
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"not an http(s) URL: {url[:120]}")
+    kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    conn = kind(parts.hostname, parts.port, timeout=min(timeout_s, 10))
+    fired = threading.Event()  # the deadline passed: whatever was read is cut short
+    cut = threading.Timer(timeout_s, _shut, [conn, fired])
+    cut.start()
+    try:
+        conn.request("GET", (parts.path or "/") + (f"?{parts.query}" if parts.query else ""))
+        response = conn.getresponse()
+        answer = Answer(response.status, response.read(limit))
+    except (OSError, http.client.HTTPException, ValueError):
+        if not fired.is_set():
+            raise
+        answer = None
+    finally:
+        cut.cancel()
+        conn.close()
+    if answer is None or fired.is_set():
+        raise TimeoutError(f"no whole answer within {timeout_s:g}s")
+    return answer
+
+
+def _shut(conn, fired) -> None:
+    import socket
+
+    fired.set()
+    sock = getattr(conn, "sock", None)
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)  # the blocked read returns: the deadline has passed
+        except OSError:
+            pass
+
+
+@dataclass
+class Deadline:
+    """A runner whose runs together end by ``at`` (time.monotonic()): each run gets what is left
+    of the whole run's time, and none starts after it (``inv bench --run-timeout``)."""
+
+    inner: ClientRunner
+    at: float
+    seconds: float
+
+    @property
+    def where(self) -> str:
+        return self.inner.where
+
+    def run(self, args: ClientArgs, timeout_s: float) -> ClientResult:
+        import time
+
+        left = self.at - time.monotonic()
+        if left <= 1:
+            raise BenchError(f"the benchmark ran past its --run-timeout of {self.seconds:.0f}s; "
+                             "the points measured so far are kept")
+        return self.inner.run(args, min(timeout_s, left))
+
+    def vllm_version(self) -> str | None:
+        return self.inner.vllm_version()
+
+
+def within(runner: ClientRunner, seconds: float) -> Deadline:
+    import time
+
+    return Deadline(runner, time.monotonic() + seconds, seconds)
 
 
 def run_once(runner: ClientRunner, args: ClientArgs, timeout_s: float) -> dict:

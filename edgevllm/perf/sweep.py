@@ -12,13 +12,12 @@ from __future__ import annotations
 import http.client
 import json
 import time
-import urllib.request
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
 from edgevllm.common.errors import BenchError
-from edgevllm.perf.client import ClientArgs, ClientRunner, run_once
+from edgevllm.perf.client import ClientArgs, ClientRunner, http_get, run_once
 from edgevllm.perf.metrics import figures, summarise
 from edgevllm.perf.record import save_record
 
@@ -36,6 +35,7 @@ class SweepPlan:
     warmup_prompts: int = 2
     point_timeout_s: float = 1800
     health_timeout_s: float = 60
+    run_timeout_s: float = 6 * 3600  # every run of the client together (perf/client.within)
 
 
 @dataclass
@@ -54,11 +54,12 @@ def wait_for_health(base_url: str, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     last = "no answer"
     while True:
-        try:
-            with urllib.request.urlopen(f"{base_url}/health", timeout=5) as resp:
-                if resp.status == 200:
-                    return
-                last = f"HTTP {resp.status}"
+        try:  # 5 s for the whole answer: a server that dribbles bytes cannot hold us
+            answer = http_get(f"{base_url}/health", max(1.0, min(5.0, deadline - time.monotonic())),
+                              limit=4096)
+            if answer.status == 200:
+                return
+            last = f"HTTP {answer.status}"
         except (OSError, http.client.HTTPException) as exc:
             last = str(getattr(exc, "reason", exc)) or type(exc).__name__
         except ValueError as exc:  # a URL urllib cannot use (bad port, bad host)
@@ -154,10 +155,9 @@ def _stop(record: dict, record_path: Path, status: str, message: str) -> dict:
 def served_model(base_url: str, health_timeout_s: float) -> str:
     """The first model id ``/v1/models`` lists (what ``--url`` benchmarks without ``--model``)."""
     wait_for_health(base_url, health_timeout_s)
-    try:
-        with urllib.request.urlopen(f"{base_url}/v1/models", timeout=10) as resp:
-            answer = resp.read(1 << 20)  # a model list is small: a server cannot make us read more
-    except (OSError, http.client.HTTPException) as exc:
+    try:  # a model list is small: a server cannot make us read more, nor wait longer
+        answer = http_get(f"{base_url}/v1/models", 10, limit=1 << 20).body
+    except (OSError, http.client.HTTPException, ValueError) as exc:
         raise BenchError(f"{base_url}/v1/models did not answer ({exc}): pass --model") from None
     return first_model_id(answer, base_url)
 
