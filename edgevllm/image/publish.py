@@ -12,7 +12,9 @@ while written, so no uncompressed copy ever touches the disk. Parts are written 
 names and renamed only when the whole set is complete, then ``<name>.manifest.json`` records what
 the set contains, including the zstd window and the memory a decoder needs.
 
-``load``: every part is checked (presence, size, sha256) before a single byte reaches the engine,
+``load``: every part is checked (presence, size, sha256), and the archive whole (exactly one image,
+every member listed and hashed, the manifest's id and tags: image/setcheck.py), before a single
+byte reaches the engine,
 then the parts are decompressed straight into ``docker load``; the loaded image id must be the
 one the manifest names.
 """
@@ -423,6 +425,8 @@ def load(engine: DockerEngine, path: Path | str) -> LoadResult:
         )
     if tarset.format == "zst":
         console.info(decompression_note(tarset))
+    with ByteProgress("check the image archive", tarset.total_size) as progress:
+        tarset.check_contents(progress)  # one whole image, before docker load reads a byte
     loaded = _stream_load(engine, tarset)
     image_id = _check_loaded(engine, tarset, loaded)
     return LoadResult(loaded, image_id, tarset.verifiable, tarset.describe())

@@ -6,6 +6,7 @@ sha256. Readers (``inv load``, ``inv verify --tarball``) go through this module:
 
     tarset = open_tarball(path)         # a manifest, a part, or a bare .tar/.tar.gz/.tar.zst
     tarset.check()                      # presence, size and sha256 of every part, in order
+    tarset.check_contents()             # one image, every member listed and hashed (setcheck)
     with tarset.tar_stream() as tar:    # the uncompressed ``docker save`` stream
         for member in tarfile.open(fileobj=tar, mode="r|"): ...
 
@@ -27,12 +28,15 @@ from typing import IO, Any, Callable, Iterator
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
+from edgevllm.common.archives import read_file
 from edgevllm.common.errors import IntegrityError, MissingInputError
 from edgevllm.common.schema import parse_model
 from edgevllm.common.streams import ByteReader, as_binary_io
 from edgevllm.image.zstdframes import zstd_chunks
 
 SCHEMA_VERSION = 1
+MAX_MANIFEST_BYTES = 16 << 20  # parts, tags and the image's records: real ones under 1 MiB
+MAX_PARTS = 100_000  # parts of at least 1 MiB: a 97 GiB image at the smallest part size
 MANIFEST_SUFFIX = ".manifest.json"
 FORMAT_SUFFIX = {"zst": ".tar.zst", "gz": ".tar.gz", "tar": ".tar"}
 CHUNK = 1 << 20
@@ -80,7 +84,7 @@ class ManifestModel(BaseModel):
 def read_manifest(path: Path) -> ManifestModel:
     """Parse and validate a manifest; one line naming the file and the field on any problem."""
     try:
-        data = json.loads(Path(path).read_text())
+        data = json.loads(read_file(path, MAX_MANIFEST_BYTES, "the manifest", IntegrityError))
     except FileNotFoundError:
         raise MissingInputError(f"{path}: no such file; give the <name>.manifest.json that "
                                 "inv publish wrote") from None
@@ -88,8 +92,15 @@ def read_manifest(path: Path) -> ManifestModel:
         raise IntegrityError(f"{path}: cannot read the manifest ({exc.strerror})") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise IntegrityError(f"{path}: not a JSON manifest ({exc}); re-copy it") from None
+    except RecursionError:
+        raise IntegrityError(f"{path}: nested too deep to be a manifest; re-copy it") from None
     if not isinstance(data, dict):
         raise IntegrityError(f"{path}: not a tarball manifest (expected a JSON object)")
+    parts = data.get("parts")
+    if isinstance(parts, list) and len(parts) > MAX_PARTS:  # before each is validated
+        raise IntegrityError(f"{path}: field 'parts': {len(parts)} parts, over the {MAX_PARTS} a "
+                             "set may have (at least 1 MiB each); the manifest is not inv "
+                             "publish's")
     model = parse_model(ManifestModel, data, str(path), IntegrityError)
     if model.schema_version != SCHEMA_VERSION:
         raise IntegrityError(
@@ -100,9 +111,14 @@ def read_manifest(path: Path) -> ManifestModel:
         raise IntegrityError(f"{path}: field 'format': '{model.format}' is not zst or gz")
     if not model.parts:
         raise IntegrityError(f"{path}: field 'parts': lists no part")
+    seen: set[str] = set()
     for part in model.parts:
         if Path(part.file).name != part.file:
             raise IntegrityError(f"{path}: field 'parts': '{part.file}' is not a plain file name")
+        if part.file in seen:
+            raise IntegrityError(f"{path}: field 'parts': '{part.file}' is listed twice; each "
+                                 "part is read once")
+        seen.add(part.file)
     if sum(p.size for p in model.parts) != model.total_size:
         raise IntegrityError(f"{path}: field 'total_size' does not match the sizes of the parts")
     return model
@@ -133,6 +149,7 @@ class TarballSet:
     manifest_path: Path | None = None
     manifest: ManifestModel | None = None
     checked: bool = field(default=False, repr=False)
+    contents_checked: bool = field(default=False, repr=False)
 
     @property
     def verifiable(self) -> bool:
@@ -194,14 +211,37 @@ class TarballSet:
         finally:
             reader.close()
 
+    def check_contents(self, on_bytes: ByteSink | None = None) -> None:
+        """The archive itself, read once: exactly one image, every member listed and hashed,
+        the manifest's image id and tags (image/setcheck.py); raises ``IntegrityError``."""
+        from edgevllm.image.setcheck import check_archive
+
+        if self.verifiable and not self.checked:
+            self.check()
+        image = self.manifest.image if self.manifest else {}
+        tags = image.get("repo_tags") if self.manifest else None
+        with self._plain_stream(on_bytes) as tar:
+            check_archive(tar, self.describe(), image.get("id") if self.manifest else None,
+                          [t for t in tags if not str(t).startswith("sha256:")]
+                          if isinstance(tags, list) else None)
+        self.contents_checked = True
+
     @contextlib.contextmanager
     def tar_stream(self, on_bytes: ByteSink | None = None) -> Iterator[IO[bytes]]:
         """The uncompressed ``docker save`` tar stream; a corrupt/truncated stream raises.
 
         A set with checksums is checked whole first (unless ``check()`` already ran): no byte of
-        a corrupt part may reach a reader such as ``docker load``."""
+        a corrupt part may reach a reader. What reads the archive as one image (``inv load``,
+        the offline supply-chain check) runs ``check_contents`` first; verify reads root
+        filesystems (``docker export``) and layer files too, and refuses several images itself
+        (verify/archive.py)."""
         if self.verifiable and not self.checked:
             self.check()
+        with self._plain_stream(on_bytes) as tar:
+            yield tar
+
+    @contextlib.contextmanager
+    def _plain_stream(self, on_bytes: ByteSink | None) -> Iterator[IO[bytes]]:
         with self.compressed_stream(on_bytes) as raw:
             reader = _DecompressReader(raw, self.format, self.describe(), self.window_log)
             yield io.BufferedReader(reader, CHUNK)

@@ -19,10 +19,13 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from edgevllm.common.archives import read_file
 from edgevllm.common.errors import ConfigError, SupplyChainError
 from edgevllm.common.fsutil import atomic_write_bytes
 
 IN_TOTO_PAYLOAD = "application/vnd.in-toto+json"
+KEY_LIMIT = 64 << 10  # a PEM Ed25519 key is under 200 bytes
+ENVELOPE_LIMIT = 16 << 20  # a provenance envelope: a few KiB
 
 
 def pae(payload_type: str, payload: bytes) -> bytes:
@@ -50,8 +53,8 @@ def load_public_key(path: Path | str) -> Ed25519PublicKey:
 
 
 def _load(path: Path | str) -> object:
-    try:
-        data = Path(path).read_bytes()
+    try:  # bounded: --key /dev/zero is one line, not all of memory
+        data = read_file(path, KEY_LIMIT, "--key", ConfigError)
     except OSError as exc:
         raise ConfigError(f"--key {path}: cannot read the key file ({exc.strerror})") from None
     loaders: list[Callable[[], object]] = [
@@ -125,10 +128,10 @@ def verify(envelope: dict, public: Ed25519PublicKey, origin: str) -> bytes:
 
 def read_envelope(path: Path | str) -> dict:
     try:
-        data = json.loads(Path(path).read_text())
+        data = json.loads(read_file(path, ENVELOPE_LIMIT, "the provenance", SupplyChainError))
     except OSError as exc:
         raise SupplyChainError(f"{path}: cannot read the provenance ({exc.strerror})") from None
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested thousands deep
         raise SupplyChainError(f"{path}: not JSON; the provenance envelope is damaged") from None
     if not isinstance(data, dict):
         raise SupplyChainError(f"{path}: not a DSSE envelope")

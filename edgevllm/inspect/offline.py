@@ -5,7 +5,7 @@ rules as in the image (``inimage_dists.py``).
 
 The layers are read by verify's one layer reader (``verify/archive.py``); nothing is unpacked to
 disk: only METADATA / RECORD / PKG-INFO files, the dpkg status and os-release are kept in memory,
-each under ``KEPT_LIMIT``.
+each under ``KEPT_LIMIT``, all together under ``ALL_KEPT_LIMIT``.
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ import hashlib
 import json
 import tarfile
 from dataclasses import dataclass
-from typing import IO
+from typing import IO, Callable
 
+from edgevllm.common.archives import read_member
 from edgevllm.common.errors import ResourceLimitError, SupplyChainError
 from edgevllm.inspect.inimage_dists import (
     DPKG_STATUS,
@@ -24,9 +25,10 @@ from edgevllm.inspect.inimage_dists import (
     deb_packages,
     entry,
 )
-from edgevllm.verify.archive import ImageLayers, apply, clean, config_name, read_image, regular
+from edgevllm.verify.archive import ImageLayers, apply, clean, config_name, read_image
 
-KEPT_LIMIT = 64 << 20  # the largest METADATA / RECORD kept (torch's RECORD: under 2 MiB)
+KEPT_LIMIT = 16 << 20  # the largest METADATA / RECORD kept (torch's RECORD: under 2 MiB)
+ALL_KEPT_LIMIT = 128 << 20  # all of them (an image of 400 distributions: about 40 MiB)
 
 
 @dataclass
@@ -51,14 +53,23 @@ def dist_file(path: str) -> bool:
     return name.endswith(".egg-info") and rest in ([], ["PKG-INFO"])
 
 
-def _keep_file(tar: tarfile.TarFile, member: tarfile.TarInfo, path: str) -> bytes | None:
-    if not (dist_file(path) or path == DPKG_STATUS or path in OS_RELEASE):
-        return None
-    if member.size > KEPT_LIMIT:
-        raise ResourceLimitError(f"{path}: declares {member.size} bytes, over the "
-                                 f"{KEPT_LIMIT >> 20} MiB a package's metadata may hold: "
-                                 "the archive is corrupt or hostile")
-    return regular(tar, member).read()
+def _keeper(label: str) -> Callable[[tarfile.TarFile, tarfile.TarInfo, str], bytes | None]:
+    """The layer reader's ``keep``: each METADATA / RECORD / PKG-INFO, the dpkg status and
+    os-release, each under ``KEPT_LIMIT`` and all of them together under ``ALL_KEPT_LIMIT``
+    (25 METADATA files of 64 MiB of zeros are 48 KB compressed)."""
+    kept = [0]
+
+    def keep(tar: tarfile.TarFile, member: tarfile.TarInfo, path: str) -> bytes | None:
+        if not (dist_file(path) or path == DPKG_STATUS or path in OS_RELEASE):
+            return None
+        if kept[0] + member.size > ALL_KEPT_LIMIT:
+            raise ResourceLimitError(f"{label}: its package metadata declares over "
+                                     f"{ALL_KEPT_LIMIT >> 20} MiB in all (at {path}): the "
+                                     "archive is corrupt or hostile")
+        data = read_member(tar, member, KEPT_LIMIT, f"{label}: {path}", ResourceLimitError)
+        kept[0] += len(data)
+        return data
+    return keep
 
 
 def dists_of(files: dict[str, bytes]) -> list[dict]:
@@ -78,7 +89,7 @@ def dists_of(files: dict[str, bytes]) -> list[dict]:
 
 def read_archive(stream: IO[bytes], label: str) -> ImageArchive:
     """The ``docker save`` stream of a published set, checked and read in one pass."""
-    return _assemble(read_image(stream, label, _keep_file, hashed=True), label)
+    return _assemble(read_image(stream, label, _keeper(label), hashed=True), label)
 
 
 def debs_of(files: dict[str, bytes]) -> list[dict]:

@@ -70,6 +70,8 @@ def view_of_tarball(manifest_path: Path) -> ImageView:
                                "inv publish wrote")
     with ByteProgress(f"check {Path(tarset.describe()).name}", tarset.total_size) as progress:
         tarset.check(progress)
+    with ByteProgress("check the image archive", tarset.total_size) as progress:
+        tarset.check_contents(progress)  # exactly the one image the manifest names
     with ByteProgress("read the image archive", tarset.total_size) as progress:
         with tarset.tar_stream(progress) as tar:
             archive = read_archive(tar, str(manifest_path))

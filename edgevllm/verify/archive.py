@@ -17,6 +17,7 @@ import tarfile
 from dataclasses import dataclass, field
 from typing import IO, Any, Callable
 
+from edgevllm.common.archives import BoundedTarInfo, open_tar, walk
 from edgevllm.common.errors import NotATarballError
 from edgevllm.verify.oci import JSON_BLOB_LIMIT, blob_name, oci_layers
 from edgevllm.verify.streams import ParseStream, sniff, unpacked
@@ -62,7 +63,7 @@ def regular(tar: tarfile.TarFile, member: tarfile.TarInfo) -> IO[bytes]:
     return handle
 
 
-class _EndSeen(tarfile.TarInfo):
+class _EndSeen(BoundedTarInfo):
     """Notes on its archive when the end-of-archive block was read: ``tarfile`` takes a stream
     that simply stops between members for a whole archive, and so would a truncated one."""
 
@@ -78,8 +79,8 @@ class _EndSeen(tarfile.TarInfo):
 def read_tar(stream: IO[bytes], label: str, on_member: Callable) -> None:
     """Every member of a tar stream through ``on_member(tar, member)``; raises NotATarballError
     when the archive stops before its end-of-archive block (truncated)."""
-    with tarfile.open(fileobj=stream, mode="r|", tarinfo=_EndSeen) as tar:
-        for member in tar:
+    with open_tar(stream, label, NotATarballError, _EndSeen) as tar:  # the archive gate's rules
+        for member in walk(tar, label, NotATarballError, filesystem=True):
             on_member(tar, member)
         if not getattr(tar, "edgevllm_end_seen", False):
             raise NotATarballError(f"{label}: the tar archive stops before its end (truncated "
@@ -184,6 +185,9 @@ def read_image(stream: IO[bytes], label: str, keep: Keep, hashed: bool = False) 
             raise NotATarballError(f"{label}: not a tar archive (expected .tar, .tar.gz, .tar.zst "
                                    "or split .tar.zst.partNNN from 'inv publish')")
         read_tar(plain, label, lambda tar, member: _outer_member(found, tar, member, keep, hashed))
+    if isinstance(found.manifest, list) and len(found.manifest) > 1:  # a second, unchecked image
+        raise NotATarballError(f"{label}: manifest.json names {len(found.manifest)} images; an "
+                               "archive is read as one image, so one of several is refused")
     return found
 
 

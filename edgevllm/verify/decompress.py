@@ -25,6 +25,9 @@ def _zstd():
 
 
 _PIECE = 1 << 20
+# The most one entry is decompressed to, whole, in memory (to list its kernels): the largest
+# cubin of a real library (libtorch_cuda's, vLLM's) is a few MiB to tens of MiB.
+MAX_UNIT_BYTES = 256 << 20
 
 
 def _zstd_bytes(data, limit: int) -> bytes:
@@ -94,13 +97,20 @@ def payload_bytes(data, compression: str, limit: int):
     """The first ``limit`` bytes of an entry's payload, decompressed as needed (an uncompressed
     payload comes back as a view of ``data``, not a copy). ``limit`` may be a size the entry
     declares: it is held to the library ceiling and to what LZ4 can make of the stored bytes."""
-    from edgevllm.verify.limits import LZ4_RATIO, check_declared
+    from edgevllm.common.errors import ResourceLimitError
+    from edgevllm.verify.limits import LZ4_RATIO, check_declared, human
 
     if compression in ("zstd", "lz4") and limit > 64:
         ratio = LZ4_RATIO if compression == "lz4" else 0
         check_declared(limit, f"a {compression} fatbin entry", len(data), ratio)
-    if compression == "zstd":
-        return _zstd_bytes(data, limit)
-    if compression == "lz4":
-        return lz4_block(data, limit)
-    return memoryview(data)[:limit]
+    if compression not in ("zstd", "lz4"):
+        return memoryview(data)[:limit]
+    # What is decoded is held whole: at most MAX_UNIT_BYTES, whatever the entry declares (zstd
+    # alone inflates 32,768:1, so a 100 KB entry can make 3 GiB).
+    bound = min(limit, MAX_UNIT_BYTES + 1)
+    out = _zstd_bytes(data, bound) if compression == "zstd" else lz4_block(data, bound)
+    if len(out) > MAX_UNIT_BYTES:
+        raise ResourceLimitError(f"a {compression} fatbin entry decompresses to over "
+                                 f"{human(MAX_UNIT_BYTES)}, the most one entry is read whole "
+                                 "to; its kernels are not listed")
+    return out

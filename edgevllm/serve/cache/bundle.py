@@ -24,6 +24,7 @@ from typing import IO, Annotated, Iterator, Literal
 
 from pydantic import Field, field_validator
 
+from edgevllm.common.archives import check_member, forget_members, open_tar
 from edgevllm.common.errors import RecipeError
 from edgevllm.common.grammar import SHA256_DIGEST, SHA256_HEX, ContainerPath
 from edgevllm.common.schema import Strict, parse_json, parse_model
@@ -36,6 +37,7 @@ CACHES = "caches"
 MAX_ENTRIES = 200_000
 MAX_MANIFEST_BYTES = 64 << 20
 MAX_ENTRY_BYTES = 8 << 30
+MAX_ELF_BYTES = 1 << 30  # a JIT-built cubin or module: tens of MiB
 MAX_BUNDLE_BYTES = 256 << 30
 MAX_PATH = 1024
 CHUNK = 1 << 20
@@ -160,15 +162,25 @@ def find_bundle(recipe: str, image_id: str, folder: Path | None = None) -> Path 
 
 # -- reading ------------------------------------------------------------------------------------
 def _open_tar(path: Path) -> tarfile.TarFile:
-    try:
-        return tarfile.open(path, mode="r|")
+    try:  # extended headers bounded before tarfile reads them (common/archives.py)
+        return open_tar(path, f"cache bundle {path}", RecipeError)
     except (OSError, tarfile.TarError) as exc:
         raise RecipeError(f"cache bundle {path}: not a readable tar ({exc}); run inv warm "
                           "again") from None
 
 
+def _next(tar: tarfile.TarFile, path: Path) -> tarfile.TarInfo | None:
+    """The next member, of a shape the archive gate allows in a bundle: a regular file (no
+    sparse file: 3 KB declaring 3 GB of holes; no link, device or name out of the bundle)."""
+    member = tar.next()
+    forget_members(tar)  # tarfile would keep every member read
+    if member is not None:
+        check_member(member, f"cache bundle {path}", RecipeError)
+    return member
+
+
 def _read_manifest(tar: tarfile.TarFile, path: Path) -> Manifest:
-    first = tar.next()
+    first = _next(tar, path)
     if first is None or first.name != MANIFEST or not first.isfile():
         raise RecipeError(f"cache bundle {path}: its first member is not {MANIFEST}; run inv "
                           "warm again")
@@ -218,6 +230,10 @@ def _member_bytes(tar: tarfile.TarFile, member: tarfile.TarInfo, entry: Entry,
 def _check_member(tar, member, entry: Entry, path: Path, arch) -> None:
     digest, head = hashlib.sha256(), bytearray()
     elf = entry.kind != "file"
+    if elf and entry.size > MAX_ELF_BYTES:  # verify reads an ELF file whole, in memory
+        raise RecipeError(f"cache bundle {path}: {member.name[:120]} is an ELF file of "
+                          f"{entry.size} bytes, over the {MAX_ELF_BYTES >> 20} MiB a JIT cache "
+                          "file may hold")
     for chunk in _member_bytes(tar, member, entry, path):
         digest.update(chunk)
         if elf:
@@ -268,7 +284,7 @@ def check_bundle(path: Path | str, key: BundleKey) -> Manifest:
     with _open_tar(path) as tar:
         _read_manifest(tar, path)
         try:
-            while (member := tar.next()) is not None:
+            while (member := _next(tar, path)) is not None:
                 entry = wanted.pop(member.name, None)
                 if entry is None:
                     raise RecipeError(f"cache bundle {path}: {member.name[:120]} is not in its "
@@ -292,7 +308,7 @@ def seed_stream(path: Path, manifest: Manifest, mounts: dict[str, str],
     listed = {e.path: e.size for e in manifest.entries}
     with _open_tar(path) as tar, tarfile.open(fileobj=out, mode="w|") as seed:
         _read_manifest(tar, path)
-        while (member := tar.next()) is not None:
+        while (member := _next(tar, path)) is not None:
             if listed.pop(member.name, None) != member.size or not member.isfile():
                 raise RecipeError(f"cache bundle {path}: {member.name[:120]} changed after it "
                                   "was checked; run the command again")
