@@ -74,3 +74,18 @@ def test_not_an_envelope_and_not_a_key(tmp_path, keys):
     bad.write_text(json.dumps([1]))
     with pytest.raises(SupplyChainError, match="not a DSSE envelope"):
         dsse.read_envelope(bad)
+
+
+def test_a_key_that_never_ends_is_one_line():
+    """--key /dev/zero: read to the key's limit (64 KiB), not until memory runs out."""
+    with pytest.raises(ConfigError, match="--key /dev/zero: over the 64 KiB"):
+        dsse.load_private_key("/dev/zero")
+    with pytest.raises(ConfigError, match="--key /dev/zero: over the 64 KiB"):
+        dsse.load_public_key("/dev/zero")
+
+
+def test_an_envelope_nested_thousands_deep_is_one_line(tmp_path):
+    path = tmp_path / "deep.intoto.jsonl"
+    path.write_text('{"payload": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    with pytest.raises(SupplyChainError, match="not JSON; the provenance envelope is damaged"):
+        dsse.read_envelope(path)

@@ -16,9 +16,11 @@ from support.fake_rootfs import (
     INSTALLED,
     LAYER1,
     OS_RELEASE,
+    SITE,
     docker_save_archive,
     dpkg_status,
     final_files,
+    tar_of,
     write_tree,
 )
 from support.inside_locks import BYTECODE_TWIN, make_lock, sha
@@ -202,3 +204,41 @@ def test_lock_names_match_distributions_by_their_canonical_name():
     six = next(c for c in doc["components"] if c["name"] == "six")
     assert six["hashes"][0]["content"] == sha("six-1.16.0", 64)
     assert sbom.check_sbom(doc, "s", IMAGE_ID, dists(), lock) == []
+
+
+def test_a_small_set_of_metadata_files_stops_at_the_metadata_budget():
+    """25 METADATA files of 12 MiB of zeros in one layer, a zstd stream of a few hundred KB
+    (the issue's 48 KB set held 1.6 GB before): each is under the per-file limit, and the
+    reader stops once all of them pass ALL_KEPT_LIMIT, holding no more than that."""
+    import tarfile
+    import tracemalloc
+
+    import zstandard
+
+    from edgevllm.common.errors import ResourceLimitError
+    from edgevllm.inspect.offline import ALL_KEPT_LIMIT
+
+    compressor = zstandard.ZstdCompressor(level=1).compressobj()
+    out, zeros = [], bytes(12 << 20)
+    layer = io.BytesIO()
+    with tarfile.open(fileobj=layer, mode="w|") as tar:
+        for index in range(25):
+            info = tarfile.TarInfo(f"{SITE}/pkg{index}-1.0.dist-info/METADATA")
+            info.size = len(zeros)
+            tar.addfile(info, io.BytesIO(zeros))
+            out.append(compressor.compress(layer.getvalue()))
+            layer.seek(0)
+            layer.truncate()
+    blob = b"".join(out) + compressor.compress(layer.getvalue()) + compressor.flush()
+    archive = tar_of({"blobs/sha256/" + "a" * 64: blob, "manifest.json": json.dumps(
+        [{"Config": "blobs/sha256/" + "b" * 64, "Layers": ["blobs/sha256/" + "a" * 64]}]).encode()})
+    assert len(archive) < 2 << 20
+    del out, zeros
+    tracemalloc.start()
+    try:
+        with pytest.raises(ResourceLimitError, match="package metadata declares over 128 MiB"):
+            read_archive(io.BytesIO(archive), "set")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < ALL_KEPT_LIMIT + (32 << 20), peak >> 20

@@ -229,3 +229,46 @@ def test_a_file_name_the_bundle_cannot_hold_is_left_out_and_shown_escaped(tmp_pa
     assert [e.path for e in manifest.entries] == ["caches/triton/ok"]
     assert manifest.left_out == ["caches/triton/bad\\x1b[2Jname: a name the bundle cannot hold"]
     assert check_bundle(out, KEY).entries == manifest.entries
+
+
+def _rewritten(bundle: Path, out: Path, extra: tarfile.TarInfo, entry: dict) -> Path:
+    """The bundle with ``extra`` added as a member and ``entry`` listed in its manifest."""
+    with tarfile.open(bundle) as src:
+        members = [(m, src.extractfile(m).read()) for m in src]
+    manifest = json.loads(members[0][1])
+    manifest["entries"].append(entry)
+    data = json.dumps(manifest).encode()
+    head = tarfile.TarInfo(MANIFEST)
+    head.size = len(data)
+    with tarfile.open(out, "w", format=tarfile.PAX_FORMAT) as dst:
+        dst.addfile(head, io.BytesIO(data))
+        for member, body in members[1:]:
+            dst.addfile(member, io.BytesIO(body))
+        dst.addfile(extra)
+    return out
+
+
+def test_a_sparse_member_is_refused_before_its_holes_are_read(bundle, tmp_path):
+    """A 3 KB-scale addition declaring 3.2 GB of holes (GNU sparse), listed in the manifest as a
+    cubin: refused at its header (was: 3.2 GB of zeros read, and held in memory for an ELF)."""
+    import hashlib
+
+    size = 3_435_973_836
+    sparse = tarfile.TarInfo("caches/triton/cache/k1/huge.cubin")
+    sparse.pax_headers = {"GNU.sparse.map": f"{size},0", "GNU.sparse.size": str(size),
+                          "GNU.sparse.name": sparse.name}
+    entry = {"path": sparse.name, "size": size, "sha256": hashlib.sha256(b"").hexdigest(),
+             "kind": "cubin"}
+    hostile = _rewritten(bundle, tmp_path / "sparse.jitcache.tar", sparse, entry)
+    assert hostile.stat().st_size - bundle.stat().st_size < 8 << 10
+    with pytest.raises(RecipeError, match="huge.cubin' is a sparse file"):
+        check_bundle(hostile, KEY)
+
+
+def test_a_link_in_a_bundle_is_refused(bundle, tmp_path):
+    link = tarfile.TarInfo("caches/compute/token")
+    link.type, link.linkname = tarfile.SYMTYPE, "/root/.cache/huggingface/token"
+    entry = {"path": link.name, "size": 0, "sha256": "0" * 64, "kind": "file"}
+    hostile = _rewritten(bundle, tmp_path / "link.jitcache.tar", link, entry)
+    with pytest.raises(RecipeError, match="compute/token' is a link"):
+        check_bundle(hostile, KEY)

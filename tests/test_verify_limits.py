@@ -80,3 +80,24 @@ def test_check_declared():
         check_declared(5 << 30, "unknown-ratio.so", stored=10, ratio=0)
     with pytest.raises(ResourceLimitError, match="stored.so"):
         check_declared(1 << 20, "stored.so", stored=1000, ratio=1)
+
+
+def test_a_small_unit_that_inflates_past_a_gigabyte_stops_at_the_unit_limit():
+    """A zstd fatbin entry of a few KB declaring 3 GiB (within the library ceiling) and holding
+    more than MAX_UNIT_BYTES of zeros (3 GiB would be about 100 KB): decoding stops at the unit
+    limit, before the pieces are joined (was: all of it in memory, twice)."""
+    from edgevllm.verify.decompress import MAX_UNIT_BYTES
+
+    compressor = zstandard.ZstdCompressor(level=1).compressobj()
+    zeros = bytes(16 << 20)
+    frame = b"".join(compressor.compress(zeros) for _ in range((MAX_UNIT_BYTES >> 24) + 2))
+    frame += compressor.flush()
+    assert len(frame) < 1 << 20
+    tracemalloc.start()
+    try:
+        with pytest.raises(ResourceLimitError, match="decompresses to over 128.0 MiB"):
+            payload_bytes(frame, "zstd", 3 << 30)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < MAX_UNIT_BYTES + (8 << 20), peak >> 20

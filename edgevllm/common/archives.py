@@ -38,12 +38,17 @@ class BoundedTarInfo(tarfile.TarInfo):
     """A member header whose extended headers are refused above ``MAX_HEADER_BYTES`` before
     ``tarfile`` reads them (it reads a pax header's declared size into memory at once)."""
 
+    # open_tar names the archive and the caller's error class on a subclass of its own: the
+    # first header is read inside tarfile.open, before the TarFile could carry them.
+    edgevllm_error: type[EdgeVllmError] = EdgeVllmError
+    edgevllm_label = "archive"
+
     def _proc_member(self, tar):  # type: ignore[no-untyped-def]  # tarfile's own hook
         if self.type in _HEADER_TYPES and self.size > MAX_HEADER_BYTES:
-            error = getattr(tar, "edgevllm_error", EdgeVllmError)
-            raise error(f"{getattr(tar, 'edgevllm_label', 'archive')}: an extended header "
-                        f"declares {self.size} bytes, over the {MAX_HEADER_BYTES >> 10} KiB "
-                        "a header may hold: the archive is corrupt or hostile")
+            raise self.edgevllm_error(
+                f"{self.edgevllm_label}: an extended header declares {self.size} bytes, over "
+                f"the {MAX_HEADER_BYTES >> 10} KiB a header may hold: the archive is corrupt or "
+                "hostile")
         return super()._proc_member(tar)  # type: ignore[misc]
 
 
@@ -53,12 +58,10 @@ def open_tar(source: IO[bytes] | Path, label: str, error: type[EdgeVllmError],
     refusals are ``error`` lines."""
     if not issubclass(tarinfo, BoundedTarInfo):
         raise TypeError("the tar header class must bound extended headers (BoundedTarInfo)")
+    bound = type(tarinfo.__name__, (tarinfo,), {"edgevllm_error": error, "edgevllm_label": label})
     if isinstance(source, Path):
-        tar = tarfile.open(source, mode="r|", tarinfo=tarinfo)
-    else:
-        tar = tarfile.open(fileobj=source, mode="r|", tarinfo=tarinfo)
-    tar.edgevllm_error, tar.edgevllm_label = error, label  # type: ignore[attr-defined]
-    return tar
+        return tarfile.open(source, mode="r|", tarinfo=bound)
+    return tarfile.open(fileobj=source, mode="r|", tarinfo=bound)
 
 
 def walk(tar: tarfile.TarFile, label: str, error: type[EdgeVllmError], filesystem: bool = False
@@ -66,7 +69,7 @@ def walk(tar: tarfile.TarFile, label: str, error: type[EdgeVllmError], filesyste
     """Every member of ``tar``, each checked (see the module doc); ``filesystem``: the archive
     is an image layer or a root filesystem, whose links and device files are data."""
     seen: set[str] = set()
-    while (member := tar.next()) is not None:
+    while (member := _next(tar, label, error)) is not None:
         forget_members(tar)
         if len(seen) >= MAX_MEMBERS:
             raise error(f"{label}: more than {MAX_MEMBERS} members: the archive is corrupt or "
@@ -79,6 +82,14 @@ def walk(tar: tarfile.TarFile, label: str, error: type[EdgeVllmError], filesyste
             raise error(f"{label}: hard link '{name[:200]}' names no member before it")
         seen.add(name)
         yield member
+
+
+def _next(tar: tarfile.TarFile, label: str, error: type[EdgeVllmError]) -> tarfile.TarInfo | None:
+    try:
+        return tar.next()
+    except (tarfile.TarError, EOFError) as exc:  # a header cut short or garbled
+        detail = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
+        raise error(f"{label}: a damaged or truncated tar archive ({detail})") from None
 
 
 def forget_members(tar: tarfile.TarFile) -> None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import tarfile
 from dataclasses import dataclass, field
 from typing import IO
 
@@ -58,9 +59,13 @@ def check_archive(stream: IO[bytes], label: str, image_id: str | None = None,
     """Read ``stream`` once and refuse all but one whole image (see module doc); ``image_id``
     and ``tags``: what the set's manifest says the archive holds."""
     shape = ArchiveShape()
-    with open_tar(stream, label, IntegrityError) as tar:
-        for member in walk(tar, label, IntegrityError):
-            _member(shape, tar, member, label)
+    try:
+        with open_tar(stream, label, IntegrityError) as tar:
+            for member in walk(tar, label, IntegrityError):
+                _member(shape, tar, member, label)
+    except (tarfile.TarError, EOFError) as exc:  # a member's bytes cut short
+        raise IntegrityError(f"{label}: the archive is damaged or truncated ({exc}); copy the "
+                             "set again") from None
     _one_image(shape, label)
     if image_id is not None and shape.image_id != image_id:
         raise IntegrityError(f"{label}: the archive holds image {shape.image_id}, the manifest "

@@ -27,7 +27,7 @@ def _zstd():
 _PIECE = 1 << 20
 # The most one entry is decompressed to, whole, in memory (to list its kernels): the largest
 # cubin of a real library (libtorch_cuda's, vLLM's) is a few MiB to tens of MiB.
-MAX_UNIT_BYTES = 256 << 20
+MAX_UNIT_BYTES = 128 << 20
 
 
 def _zstd_bytes(data, limit: int) -> bytes:
@@ -44,7 +44,18 @@ def _zstd_bytes(data, limit: int) -> bytes:
                 got += len(piece)
     except zstandard.ZstdError as exc:
         raise CorruptBinaryError(f"ZSTD payload does not decompress ({exc})") from None
+    if got > MAX_UNIT_BYTES:  # refused before the pieces are joined (that would double them)
+        _too_big("zstd")
     return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+
+def _too_big(compression: str) -> None:
+    from edgevllm.common.errors import ResourceLimitError
+    from edgevllm.verify.limits import human
+
+    raise ResourceLimitError(f"a {compression} fatbin entry decompresses to over "
+                             f"{human(MAX_UNIT_BYTES)}, the most one entry is read whole to; "
+                             "its kernels are not listed")
 
 
 def _run_length(data, cursor: int, start: int) -> tuple[int, int]:
@@ -97,8 +108,7 @@ def payload_bytes(data, compression: str, limit: int):
     """The first ``limit`` bytes of an entry's payload, decompressed as needed (an uncompressed
     payload comes back as a view of ``data``, not a copy). ``limit`` may be a size the entry
     declares: it is held to the library ceiling and to what LZ4 can make of the stored bytes."""
-    from edgevllm.common.errors import ResourceLimitError
-    from edgevllm.verify.limits import LZ4_RATIO, check_declared, human
+    from edgevllm.verify.limits import LZ4_RATIO, check_declared
 
     if compression in ("zstd", "lz4") and limit > 64:
         ratio = LZ4_RATIO if compression == "lz4" else 0
@@ -110,7 +120,5 @@ def payload_bytes(data, compression: str, limit: int):
     bound = min(limit, MAX_UNIT_BYTES + 1)
     out = _zstd_bytes(data, bound) if compression == "zstd" else lz4_block(data, bound)
     if len(out) > MAX_UNIT_BYTES:
-        raise ResourceLimitError(f"a {compression} fatbin entry decompresses to over "
-                                 f"{human(MAX_UNIT_BYTES)}, the most one entry is read whole "
-                                 "to; its kernels are not listed")
+        _too_big(compression)
     return out
