@@ -56,11 +56,16 @@ class CacheRun:
     ws: Workspace
     wheels: Path  # compiled wheels to publish (six, from PyPI)
     six: Path
+    signer: Any = None  # the publishing builder's key; its public half is trusted
     x86: Builder = Builder(arch="amd64")  # spark is arm64: a release builds prebuilt here
 
 
 @pytest.fixture
-def cache_run(release_spec, tmp_path):
+def cache_run(release_spec, tmp_path, monkeypatch):
+    from edgevllm.inspect.dsse import generate_key, load_private_key
+
+    private, public = generate_key(tmp_path / "builder.key")
+    monkeypatch.setenv("EDGEVLLM_WHEEL_CACHE_KEYS", str(public))  # whose artifacts are taken
     wheels = tmp_path / "compiled"
     wheels.mkdir()
     six = pypi_download("six==1.16.0")
@@ -68,7 +73,7 @@ def cache_run(release_spec, tmp_path):
     with local_registry_storage() as (host, storage):
         ref = f"{host}/wheelcache25/release"
         yield CacheRun(ref, storage, release_spec(ref), Workspace(tmp_path / "out" / "spark"),
-                       wheels, six)
+                       wheels, six, load_private_key(private))
 
 
 def key_of(job, spec, builder) -> str:
@@ -85,7 +90,7 @@ def test_a_default_prebuilt_compiles_nothing_from_the_wheel_cache(engine, cache_
     key = key_of(job, run.spec, run.x86)
     assert not run.ws.wheels(key).exists()
 
-    publish(run.ref, key, run.wheels)
+    publish(run.ref, key, run.wheels, run.signer)
     job = start(run.spec, run.ws, engine, None, builder=run.x86)
     assert job.eff.mode == "compile" and job.prepared is not None
     assert job.prepared.compile_key == key
@@ -98,7 +103,8 @@ def test_a_refused_artifact_stops_the_build_unless_compile_says_so(
         engine, cache_run, release_spec, capsys):
     run = cache_run
     key = key_of(start(run.spec, run.ws, engine, None, builder=run.x86), run.spec, run.x86)
-    other = publish(run.ref, "0" * 16, run.wheels)  # another key's artifact, put under this key
+    # another key's artifact, put under this key
+    other = publish(run.ref, "0" * 16, run.wheels, run.signer)
     host, name = check_ref(run.ref)
     raw = api.get_manifest(host, name, "0" * 16, OCI_MANIFEST)
     assert raw is not None
@@ -141,7 +147,7 @@ def test_a_compile_lock_rebuild_stops_on_a_refused_artifact_unless_compile_says_
     assert build.compile_key == first.compile_key  # the rebuild's key is the build's
     key = build.compile_key
     assert key is not None
-    sent = publish(run.ref, key, run.wheels)
+    sent = publish(run.ref, key, run.wheels, run.signer)
     blob = blob_file(run.storage, sent.wheels[0].sha256)
     data = blob.read_bytes()
     blob.write_bytes(data[:1000] + bytes([data[1000] ^ 1]) + data[1001:])

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 import pytest
 import requests
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from edgevllm.common.errors import ConfigError, RegistryError, WheelCacheError
 from edgevllm.image import registry as api
@@ -37,6 +38,8 @@ from support.downloads import pypi_download
 from support.registry import blob_file, local_registry_storage
 
 KEY, OTHER_KEY = "0123456789abcdef", "fedcba9876543210"
+SIGNER = Ed25519PrivateKey.generate()  # the builder's key (EDGEVLLM_SIGNING_KEY in a build)
+TRUSTED = [SIGNER.public_key()]
 
 
 @pytest.fixture(scope="module")
@@ -76,40 +79,40 @@ def test_the_format_is_an_oci_artifact_with_a_sha256_list(wheels):
 
 def test_publish_then_fetch_gives_the_same_wheels(registry, wheels, tmp_path):
     ref = repo(registry, "roundtrip")
-    sent = publish(ref, KEY, wheels)
+    sent = publish(ref, KEY, wheels, SIGNER)
     assert sent.action == "pushed" and sent.ref == f"{ref}:{KEY}"
-    assert publish(ref, KEY, wheels).action == "unchanged"
-    got = fetch(ref, KEY, tmp_path / "got")
+    assert publish(ref, KEY, wheels, SIGNER).action == "unchanged"
+    got = fetch(ref, KEY, tmp_path / "got", TRUSTED)
     assert got is not None and got.digest == sent.digest
     assert same_files(wheels, tmp_path / "got")
 
 
 def test_an_existing_key_is_never_overwritten(registry, wheels, tmp_path):
     ref = repo(registry, "immutable")
-    publish(ref, KEY, wheels)
+    publish(ref, KEY, wheels, SIGNER)
     other = tmp_path / "other"
     other.mkdir()
     shutil.copyfile(next(wheels.glob("six-*.whl")), other / "six-1.16.0-py2.py3-none-any.whl")
-    assert publish(ref, KEY, other).action == "kept"
-    fetch(ref, KEY, tmp_path / "got")
+    assert publish(ref, KEY, other, SIGNER).action == "kept"
+    fetch(ref, KEY, tmp_path / "got", TRUSTED)
     assert same_files(wheels, tmp_path / "got")
 
 
 def test_a_key_the_registry_lacks_is_none_and_leaves_nothing(registry, tmp_path):
-    assert fetch(repo(registry, "empty"), KEY, tmp_path / "got") is None
+    assert fetch(repo(registry, "empty"), KEY, tmp_path / "got", TRUSTED) is None
     assert not (tmp_path / "got").exists()
 
 
 def test_a_flipped_byte_in_the_registry_is_refused(registry, registry_storage, wheels, tmp_path):
     ref = repo(registry, "flipped")
-    sent = publish(ref, KEY, wheels)
+    sent = publish(ref, KEY, wheels, SIGNER)
     victim = sent.wheels[-1]
     data = blob_file(registry_storage[1], victim.sha256)
     original = data.read_bytes()
     try:
         data.write_bytes(original[:1000] + bytes([original[1000] ^ 1]) + original[1001:])
         with pytest.raises(WheelCacheError, match=f"{victim.name} is not the wheel its list"):
-            fetch(ref, KEY, tmp_path / "got")
+            fetch(ref, KEY, tmp_path / "got", TRUSTED)
     finally:
         data.write_bytes(original)
     assert not (tmp_path / "got").exists()
@@ -118,13 +121,13 @@ def test_a_flipped_byte_in_the_registry_is_refused(registry, registry_storage, w
 
 def test_another_keys_artifact_under_this_key_is_refused(registry, wheels, tmp_path):
     ref = repo(registry, "otherkey")
-    sent = publish(ref, OTHER_KEY, wheels)
+    sent = publish(ref, OTHER_KEY, wheels, SIGNER)
     host, name = check_ref(ref)
     raw = api.get_manifest(host, name, OTHER_KEY, "application/vnd.oci.image.manifest.v1+json")
     assert raw is not None and api.put_manifest(host, name, KEY, raw, json.loads(raw)[
         "mediaType"]) == sent.digest
     with pytest.raises(WheelCacheError, match=f"compile key {OTHER_KEY}, not {KEY}"):
-        fetch(ref, KEY, tmp_path / "got")
+        fetch(ref, KEY, tmp_path / "got", TRUSTED)
     assert not (tmp_path / "got").exists()
 
 
@@ -173,7 +176,7 @@ def test_a_registry_that_is_down_is_one_line(tmp_path):
     from support.registry import free_port
 
     with pytest.raises(RegistryError, match="cannot reach the registry 127.0.0.1"):
-        fetch(f"127.0.0.1:{free_port()}/w", KEY, tmp_path / "got")
+        fetch(f"127.0.0.1:{free_port()}/w", KEY, tmp_path / "got", TRUSTED)
     assert not (tmp_path / "got").exists()
 
 
@@ -192,16 +195,16 @@ def test_a_registry_that_asks_for_a_login_gets_dockers_and_nothing_shows_it(
     with local_registry_storage(("builder", password)) as (host, storage):
         ref = f"{host}/wheelcache25/login"
         with pytest.raises(RegistryError, match=f"docker login {host}") as refused:
-            publish(ref, KEY, wheels)
+            publish(ref, KEY, wheels, SIGNER)
         assert password not in str(refused.value)
 
         (tmp_path / "docker").mkdir()
         auth = base64.b64encode(f"builder:{password}".encode()).decode()
         (tmp_path / "docker" / "config.json").write_text(
             json.dumps({"auths": {host: {"auth": auth}}}))
-        sent = publish(ref, KEY, wheels)
+        sent = publish(ref, KEY, wheels, SIGNER)
         monkeypatch.setattr(registry_module, "_LOGINS", {})  # a new process: asked again
-        got = fetch(ref, KEY, tmp_path / "got")
+        got = fetch(ref, KEY, tmp_path / "got", TRUSTED)
         assert got is not None and got.digest == sent.digest and sent.action == "pushed"
         assert same_files(wheels, tmp_path / "got")
         assert password not in repr(sent) + repr(got)
@@ -276,9 +279,29 @@ def test_docker_s_login_goes_to_the_registry_s_origin_only(wheels, tmp_path, mon
         (tmp_path / "docker" / "config.json").write_text(
             json.dumps({"auths": {front: {"auth": auth}}}))
         with pytest.raises(RegistryError):  # the stand-in stores nothing: the manifest fails
-            publish(f"{front}/wheelcache25/origin", KEY, wheels)
+            publish(f"{front}/wheelcache25/origin", KEY, wheels, SIGNER)
     assert _Forward.seen, "the upload never went to the Location's origin"
     for request in _Forward.seen:
         assert "Authorization" not in request["headers"]
         assert password not in json.dumps(request["headers"])
         assert auth.encode() not in request["body"] and password.encode() not in request["body"]
+
+
+def test_a_key_written_first_by_someone_else_is_not_taken_on_faith(registry, wheels, tmp_path):
+    """Anyone who can push may write a compile key's artifact first (keys are computable from
+    public inputs): unsigned, or signed by a key nobody trusts, it is refused, and with no
+    trusted key at all nothing is taken; the builder's own signature is."""
+    stranger = Ed25519PrivateKey.generate()
+    for name, signer in (("unsigned", None), ("stranger", stranger)):
+        ref = repo(registry, name)
+        publish(ref, KEY, wheels, signer)
+        with pytest.raises(WheelCacheError, match="is not signed") as refused:
+            fetch(ref, KEY, tmp_path / "got", TRUSTED)
+        assert "whoever wrote it first" in str(refused.value)
+        assert not (tmp_path / "got").exists()
+    ref = repo(registry, "signed")
+    publish(ref, KEY, wheels, SIGNER)
+    with pytest.raises(WheelCacheError, match="no key is trusted"):
+        fetch(ref, KEY, tmp_path / "got", [])
+    assert fetch(ref, KEY, tmp_path / "got", [stranger.public_key(), *TRUSTED]) is not None
+    assert same_files(wheels, tmp_path / "got")

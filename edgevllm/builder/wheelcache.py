@@ -5,17 +5,25 @@ already: the output's ``wheels/<key>/`` folder, else the wheel cache (``--wheel-
 fetched with every sha256 checked. The mode rule (``builder.modes``) and the pipeline both ask
 it; the tail then skips the compile where the folder holds wheels. A refused artifact stops the
 build with one line, unless the build was told to compile (``--compile``): then it compiles.
-``share`` publishes a key's wheels to the wheel cache once the image has passed its checks.
+``share`` publishes a key's wheels to the wheel cache once the image has passed its checks,
+signed with the builder's ``EDGEVLLM_SIGNING_KEY`` (the key ``inv sign`` and the provenance use).
+
+Trust: an artifact is taken only when a trusted key signed its wheel list (image/wheelcache.py):
+the public keys in ``EDGEVLLM_WHEEL_CACHE_KEYS`` (files, separated by ``os.pathsep``) and the
+builder's own signing key. Whoever can push to the repository could otherwise write a key's
+artifact first (a compile key is computable from public inputs); docs/workstation.md says who
+must be trusted.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from edgevllm.builder.prepared import Job, PreparedBuild
 from edgevllm.builder.runner import Workspace
 from edgevllm.common import console
-from edgevllm.common.errors import RegistryError, WheelCacheError
+from edgevllm.common.errors import ConfigError, RegistryError, WheelCacheError
 from edgevllm.specs.buildspec import BuildSpec
 
 
@@ -53,7 +61,7 @@ def _fetch(ref: str, key: str, folder: Path, compile_instead: bool) -> Path | No
     from edgevllm.image.wheelcache import fetch
 
     try:
-        got = fetch(ref, key, folder)
+        got = fetch(ref, key, folder, trusted_keys())
     except WheelCacheError as exc:
         if not compile_instead:
             raise WheelCacheError(f"{exc}; --compile compiles instead") from None
@@ -67,6 +75,32 @@ def _fetch(ref: str, key: str, folder: Path, compile_instead: bool) -> Path | No
     return folder
 
 
+KEYS_SETTING = "EDGEVLLM_WHEEL_CACHE_KEYS"
+SIGNING_SETTING = "EDGEVLLM_SIGNING_KEY"
+
+
+def signing_key():
+    """The builder's Ed25519 private key (``EDGEVLLM_SIGNING_KEY``), None without one."""
+    from edgevllm.inspect.dsse import load_private_key
+
+    path = os.environ.get(SIGNING_SETTING)
+    return load_private_key(path) if path else None
+
+
+def trusted_keys() -> list:
+    """The public keys whose signature makes a wheel cache artifact taken: every file in
+    ``EDGEVLLM_WHEEL_CACHE_KEYS`` and the builder's own signing key."""
+    from edgevllm.inspect.dsse import load_public_key
+
+    paths = [p for p in os.environ.get(KEYS_SETTING, "").split(os.pathsep) if p.strip()]
+    own = os.environ.get(SIGNING_SETTING)
+    try:
+        return [load_public_key(p) for p in [*paths, *([own] if own else [])]]
+    except ConfigError as exc:  # --key … in its words: here the setting names the file
+        raise ConfigError(f"{KEYS_SETTING} / {SIGNING_SETTING}: "
+                          f"{str(exc).removeprefix('--key ')}") from None
+
+
 def share(job: Job, build: PreparedBuild, folder: Path) -> dict | None:
     """Publish the key's wheels to the wheel cache (where one is given): what happened, for the
     summary. A registry that fails here costs the build nothing: its image is done."""
@@ -75,8 +109,12 @@ def share(job: Job, build: PreparedBuild, folder: Path) -> dict | None:
         return None
     from edgevllm.image.wheelcache import publish
 
+    signer = signing_key()
+    if signer is None:
+        console.warn(f"the compiled wheels go to {ref} unsigned (no EDGEVLLM_SIGNING_KEY): no "
+                     "builder takes them from there")
     try:
-        sent = publish(ref, key, folder)
+        sent = publish(ref, key, folder, signer)
     except RegistryError as exc:
         console.warn(f"the compiled wheels were not published to {ref}: {exc}")
         return {"ref": f"{ref}:{key}", "action": "failed"}

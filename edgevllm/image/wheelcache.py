@@ -9,16 +9,28 @@ A registry's answer is outside data: the manifest, the list and every wheel are 
 key, the names, each blob's digest against the list, each wheel's sha256 as it is written)
 before the folder of wheels appears under its final name; anything else is one
 ``WheelCacheError`` line and nothing is left. The registry client is ``image/registry.py``'s.
+
+Who is trusted: a compile key is computable from public inputs, so whoever can push to the
+repository could write a key's artifact before the builder does, and "every sha256 checked" only
+checks the wheels against their own list. A builder therefore signs the list (Ed25519 over
+``PAE(ARTIFACT_TYPE, list)``, the DSSE encoding ``inv sign`` uses: annotations SIGNATURE_NOTE
+and KEYID_NOTE), and ``fetch`` takes an artifact only when a key it is given to trust signed it;
+with no key to trust it takes nothing (builder/wheelcache.py: EDGEVLLM_WHEEL_CACHE_KEYS, and the
+builder's own EDGEVLLM_SIGNING_KEY).
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from pydantic import Field, ValidationError
 
 from edgevllm.common import labels
@@ -41,6 +53,8 @@ ARTIFACT_TYPE = "application/vnd.edgevllm.compiled-wheels.v1+json"  # also the l
 WHEEL_TYPE = "application/vnd.edgevllm.wheel.v1.zip"
 TITLE = "org.opencontainers.image.title"
 COMPILE_KEY_NOTE = labels.COMPILE_KEY
+SIGNATURE_NOTE = "io.edgevllm.wheels.signature"  # base64 Ed25519 over PAE(type, wheel list)
+KEYID_NOTE = "io.edgevllm.wheels.keyid"  # sha256 of the signing key's public DER
 # pydantic checks it with Rust's regex, whose $ is the end of the text (no \Z there).
 _KEY_PATTERN = r"^[0-9a-f]{16}$"
 _KEY = re.compile(_KEY_PATTERN.replace("$", r"\Z"))
@@ -96,8 +110,12 @@ def wheel_list(folder: Path, key: str) -> WheelList:
         {"name": w.name, "sha256": sha256_file(w), "size": w.stat().st_size} for w in wheels]})
 
 
-def manifest_for(listing: WheelList) -> bytes:
+def manifest_for(listing: WheelList, signer: Ed25519PrivateKey | None = None) -> bytes:
     config = listing.raw()
+    notes = {COMPILE_KEY_NOTE: listing.compile_key}
+    if signer is not None:
+        notes |= {SIGNATURE_NOTE: base64.b64encode(signer.sign(_pae(config))).decode(),
+                  KEYID_NOTE: keyid(signer.public_key())}
     return json.dumps({
         "schemaVersion": 2,
         "mediaType": OCI_MANIFEST,
@@ -105,16 +123,56 @@ def manifest_for(listing: WheelList) -> bytes:
         "config": {"mediaType": ARTIFACT_TYPE, "digest": _sha(config), "size": len(config)},
         "layers": [{"mediaType": WHEEL_TYPE, "digest": f"sha256:{w.sha256}", "size": w.size,
                     "annotations": {TITLE: w.name}} for w in listing.wheels],
-        "annotations": {COMPILE_KEY_NOTE: listing.compile_key},
+        "annotations": notes,
     }, sort_keys=True).encode()
 
 
-def publish(ref: str, key: str, folder: Path) -> Transfer:
-    """Push the wheels of ``folder`` as key ``key``'s artifact; an existing tag is never
-    overwritten (a compile is not bit-reproducible: the first builder's wheels stay)."""
+def _pae(config: bytes) -> bytes:
+    """DSSE's pre-authentication encoding of the wheel list: what a builder signs."""
+    kind = ARTIFACT_TYPE.encode()
+    return b"DSSEv1 %d %s %d %s" % (len(kind), kind, len(config), config)
+
+
+def keyid(public: Ed25519PublicKey) -> str:
+    der = public.public_bytes(serialization.Encoding.DER,
+                              serialization.PublicFormat.SubjectPublicKeyInfo)
+    return hashlib.sha256(der).hexdigest()
+
+
+def check_signature(raw: bytes, config: bytes, trusted: list[Ed25519PublicKey],
+                    where: str) -> str:
+    """The keyid of the trusted key that signed the wheel list; refused (one line) when no key
+    is trusted, the artifact is unsigned, or no trusted key signed it."""
+    if not trusted:
+        raise WheelCacheError(f"{where}: no key is trusted for the wheel cache, and a compile "
+                              "key's artifact may be written first by anyone who can push: set "
+                              "EDGEVLLM_WHEEL_CACHE_KEYS to the builders' public keys")
+    notes = json.loads(raw).get("annotations")
+    signature = notes.get(SIGNATURE_NOTE) if isinstance(notes, dict) else None
+    try:
+        signed = base64.b64decode(signature, validate=True) if isinstance(signature, str) \
+            else b""
+    except (ValueError, TypeError):
+        signed = b""
+    for public in trusted if signed else []:
+        try:
+            public.verify(signed, _pae(config))
+            return keyid(public)
+        except InvalidSignature:
+            continue
+    what = "is not signed" if not signed else "is not signed by a key you trust"
+    raise WheelCacheError(f"{where} {what} (EDGEVLLM_WHEEL_CACHE_KEYS): refused, whoever wrote "
+                          "it first")
+
+
+def publish(ref: str, key: str, folder: Path, signer: Ed25519PrivateKey | None = None
+            ) -> Transfer:
+    """Push the wheels of ``folder`` as key ``key``'s artifact, signed by ``signer``; an existing
+    tag is never overwritten (a compile is not bit-reproducible: the first builder's wheels
+    stay)."""
     host, name = check_ref(ref)
     listing = wheel_list(folder, key)
-    manifest = manifest_for(listing)
+    manifest = manifest_for(listing, signer)
     where = f"{ref}:{key}"
     existing = get_manifest(host, name, key, OCI_MANIFEST)
     if existing is not None:
@@ -129,16 +187,19 @@ def publish(ref: str, key: str, folder: Path) -> Transfer:
                     listing.wheels)
 
 
-def fetch(ref: str, key: str, dest: Path) -> Transfer | None:
-    """Key ``key``'s wheels from ``ref`` into ``dest``, every one checked; None when the
-    registry holds no artifact for the key. Refused (WheelCacheError): nothing in ``dest``."""
+def fetch(ref: str, key: str, dest: Path, trusted: list[Ed25519PublicKey]) -> Transfer | None:
+    """Key ``key``'s wheels from ``ref`` into ``dest``, signed by a ``trusted`` key and every one
+    checked; None when the registry holds no artifact for the key. Refused (WheelCacheError):
+    nothing in ``dest``."""
     host, name = check_ref(ref)
     where = f"{ref}:{key}"
     raw = get_manifest(host, name, key, OCI_MANIFEST)
     if raw is None:
         return None
     config_digest = config_of(raw, where)
-    listing = read_list(_blob_bytes(host, name, config_digest, where), config_digest, key, where)
+    config = _blob_bytes(host, name, config_digest, where)
+    listing = read_list(config, config_digest, key, where)
+    check_signature(raw, config, trusted, where)
     check_layers(raw, listing, where)
     with atomic_dir(dest) as tmp:
         for wheel in listing.wheels:

@@ -45,8 +45,13 @@ def flip_a_byte(storage: Path, sha256: str) -> None:
 
 
 def test_a_second_builder_takes_the_compiled_wheels_by_key(
-        registry_storage, engine, cli, cuda_image_native, fake_upstream, tmp_path):
+        registry_storage, engine, cli, cuda_image_native, fake_upstream, tmp_path, monkeypatch):
+    from edgevllm.inspect.dsse import generate_key
+
     host, storage = registry_storage
+    private, public = generate_key(tmp_path / "builders.key")  # the first builder signs
+    monkeypatch.setenv("EDGEVLLM_SIGNING_KEY", str(private))
+    monkeypatch.setenv("EDGEVLLM_WHEEL_CACHE_KEYS", str(public))  # the second trusts it
     ref = f"{host}/edgevllm/wheels"
     spec_file = write_spec(tmp_path / "spec.yaml", **hermetic_spec(
         "spark", cuda_image_native, fake_upstream, platform=native_platform(), mods=[],
