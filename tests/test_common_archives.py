@@ -2,7 +2,7 @@
 sparse members, device files, FIFOs, names twice or out of the archive, sizes that lie, oversized
 extended headers), plain or zstd-compressed, read by every reader that goes through it: the gate
 itself, the published-set check (image/setcheck.py), verify's layer reader (verify/archive.py)
-and the cache bundle (serve/cachebundle.py). Each gives a result or one line of its own error,
+and the cache bundle (serve/cache/bundle.py). Each gives a result or one line of its own error,
 within the memory bound and the deadline; a hostile member is never a result."""
 
 from __future__ import annotations

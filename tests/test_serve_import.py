@@ -326,3 +326,17 @@ def test_single_file_dry_run_shows_warnings_and_writes_nothing(tmp_path, cli):
     assert "warning: argument 'unsloth.jinja' names a file provided by mod " \
            "'mods/unsloth-template'" in err
     assert "note: mod 'mods/unsloth-template' dropped" in err
+
+
+def test_a_megabyte_token_in_a_command_is_one_line_not_minutes(tmp_path):
+    """shlex grows a token a character at a time (quadratic: 1 MB took minutes): the command's
+    length is bounded before it is split."""
+    import time
+
+    text = (RECIPES / "trailing-backslash.yaml").read_text()
+    hostile = tmp_path / "long.yaml"
+    hostile.write_text(text.replace("--enforce-eager", "--enforce-eager " + "a" * (1 << 20)))
+    started = time.monotonic()
+    with pytest.raises(RecipeError, match="field 'command': 1048[0-9]* characters, over the"):
+        import_file(hostile, tmp_path / "out.yaml")
+    assert time.monotonic() - started < 30  # not a timing assertion: a bound on a hang

@@ -1,7 +1,7 @@
 """The rules every reader of an archive from others holds to: the one gate of archive shapes.
 
 A published set's ``docker save`` stream (image/tarball.py, before ``docker load``), an image's
-layers (verify/archive.py, for verify and inspect), a JIT cache bundle (serve/cachebundle.py) and
+layers (verify/archive.py, for verify and inspect), a JIT cache bundle (serve/cache/bundle.py) and
 the files named on a command line (a signing key) are read through here, so a shape refused here
 is refused by every reader:
 

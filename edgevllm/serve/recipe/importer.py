@@ -38,6 +38,7 @@ from edgevllm.serve.recipe.load import FILES_DIR, parse_recipe, valid_image_ref
 
 KNOWN = {"recipe_version", "name", "description", "model", "container", "command", "defaults",
          "env", "mods", "build_args", "solo_only", "cluster_only"}
+MAX_COMMAND = 64 << 10  # an eugr command line: real ones are under 4 KiB
 _SENTINEL = "\x00{}\x00"
 _JINJA_OPEN = re.compile(r"\{(?=[{%#]|$)")
 # vLLM CLI flags that exist only with an eugr mod's patch → the mod that adds them.
@@ -202,6 +203,9 @@ def command_tokens(command: str, source: str, notes: list[str]) -> tuple[list[st
         fields.append(name)
         pieces.append(_SENTINEL.format(len(fields) - 1))
     flat = re.sub(r"\\\r?\n", " ", "".join(pieces))
+    if len(flat) > MAX_COMMAND:  # shlex grows each token a character at a time: quadratic
+        raise RecipeError(f"{source}: field 'command': {len(flat)} characters, over the "
+                          f"{MAX_COMMAND} a command may have; shorten it")
     try:
         tokens = shlex.split(flat)
     except ValueError as exc:
