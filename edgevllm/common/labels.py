@@ -45,6 +45,9 @@ NODE = PREFIX + "node"
 NETWORK = PREFIX + "network"
 # On a compiled-wheels artifact in a registry (--wheel-cache): the compile key it holds.
 COMPILE_KEY = PREFIX + "compile-key"
+# A wheel cache artifact's signature over its wheel list, and the signer's key id (wheelcache)
+WHEELS_SIGNATURE = PREFIX + "wheels.signature"
+WHEELS_KEYID = PREFIX + "wheels.keyid"
 
 # Inside the image.
 HOME = "/opt/edgevllm"

@@ -53,8 +53,8 @@ ARTIFACT_TYPE = "application/vnd.edgevllm.compiled-wheels.v1+json"  # also the l
 WHEEL_TYPE = "application/vnd.edgevllm.wheel.v1.zip"
 TITLE = "org.opencontainers.image.title"
 COMPILE_KEY_NOTE = labels.COMPILE_KEY
-SIGNATURE_NOTE = "io.edgevllm.wheels.signature"  # base64 Ed25519 over PAE(type, wheel list)
-KEYID_NOTE = "io.edgevllm.wheels.keyid"  # sha256 of the signing key's public DER
+SIGNATURE_NOTE = labels.WHEELS_SIGNATURE  # base64 Ed25519 over PAE(type, wheel list)
+KEYID_NOTE = labels.WHEELS_KEYID  # sha256 of the signing key's public DER
 # pydantic checks it with Rust's regex, whose $ is the end of the text (no \Z there).
 _KEY_PATTERN = r"^[0-9a-f]{16}$"
 _KEY = re.compile(_KEY_PATTERN.replace("$", r"\Z"))
