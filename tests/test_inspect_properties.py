@@ -107,7 +107,7 @@ def _links(links: dict[str, str]) -> bytes:
 META = f"{SITE}/evil-1.0.dist-info/METADATA"
 HOSTILE = {
     "a METADATA declaring a terabyte": (_layer_archive(_declared(META, 1 << 40)),
-                                        "over the 64 MiB a package's metadata may hold"),
+                                        "over the 16 MiB a package's metadata may hold"),
     "a dpkg status declaring a terabyte": (
         _layer_archive(_declared("var/lib/dpkg/status", 1 << 40)), "var/lib/dpkg/status"),
     "a member climbing out with ..": (

@@ -62,6 +62,10 @@ def _keeper(label: str) -> Callable[[tarfile.TarFile, tarfile.TarInfo, str], byt
     def keep(tar: tarfile.TarFile, member: tarfile.TarInfo, path: str) -> bytes | None:
         if not (dist_file(path) or path == DPKG_STATUS or path in OS_RELEASE):
             return None
+        if member.size > KEPT_LIMIT:
+            raise ResourceLimitError(f"{path}: declares {member.size} bytes, over the "
+                                     f"{KEPT_LIMIT >> 20} MiB a package's metadata may hold: "
+                                     "the archive is corrupt or hostile")
         if kept[0] + member.size > ALL_KEPT_LIMIT:
             raise ResourceLimitError(f"{label}: its package metadata declares over "
                                      f"{ALL_KEPT_LIMIT >> 20} MiB in all (at {path}): the "
