@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import tarfile
 import tracemalloc
+from typing import IO
 
 import pytest
 import zstandard
@@ -60,7 +61,7 @@ def hostile_tars(draw) -> tuple[bytes, set[str]]:
     """(a tar, plain or zstd, of a few members; the hostile kinds it holds)."""
     kinds = draw(st.lists(st.sampled_from(["file", "file", "dir", "symlink-in", *sorted(HOSTILE),
                                            "lying-size"]), min_size=1, max_size=6))
-    buffer, used, held = io.BytesIO(), [], set()
+    buffer, used, held = io.BytesIO(), list[str](), set[str]()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for kind in kinds:
             name = draw(_NAMES)
@@ -88,9 +89,10 @@ def hostile_tars(draw) -> tuple[bytes, set[str]]:
 
 
 def _walk(raw: bytes, filesystem: bool) -> list[str]:
-    stream = io.BytesIO(raw)
+    stream: IO[bytes] = io.BytesIO(raw)
     if raw[:4] == b"\x28\xb5\x2f\xfd":
-        stream = zstandard.ZstdDecompressor().stream_reader(stream, read_across_frames=True)
+        stream = zstandard.ZstdDecompressor().stream_reader(io.BytesIO(raw),
+                                                            read_across_frames=True)
     with open_tar(stream, "t.tar", IntegrityError) as tar:
         names = []
         for member in walk(tar, "t.tar", IntegrityError, filesystem):

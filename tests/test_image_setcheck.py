@@ -21,6 +21,7 @@ from test_image_tarball import write_set
 from edgevllm.common.errors import IntegrityError
 from edgevllm.image.setcheck import check_archive
 from edgevllm.image.tarball import MAX_PARTS, open_tarball, read_manifest
+from support.checks import present
 from support.fake_rootfs import LAYER1, docker_save_archive, sha, tar_of
 
 EVIL = "edgevllm-test/second-unsigned:33"
@@ -28,7 +29,7 @@ EVIL = "edgevllm-test/second-unsigned:33"
 
 def _members(archive: bytes) -> dict[str, bytes]:
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        return {m.name: tar.extractfile(m).read() for m in tar if m.isfile()}
+        return {m.name: present(tar.extractfile(m)).read() for m in tar if m.isfile()}
 
 
 def _with_second_image(archive: bytes, listed: bool = True) -> bytes:

@@ -222,7 +222,8 @@ class _Forward(http.server.BaseHTTPRequestHandler):
 
     def _handle(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        if self.server.server_address[1] == int(self.elsewhere.rsplit(":", 1)[1]):
+        port = str(self.server.server_address[1])  # type: ignore[index]  # an (host, port) pair
+        if port == self.elsewhere.rsplit(":", 1)[1]:
             self.seen.append({"path": self.path, "headers": dict(self.headers), "body": body})
             self.send_response(201)
             self.send_header("Content-Length", "0")

@@ -234,7 +234,7 @@ def test_a_file_name_the_bundle_cannot_hold_is_left_out_and_shown_escaped(tmp_pa
 def _rewritten(bundle: Path, out: Path, extra: tarfile.TarInfo, entry: dict) -> Path:
     """The bundle with ``extra`` added as a member and ``entry`` listed in its manifest."""
     with tarfile.open(bundle) as src:
-        members = [(m, src.extractfile(m).read()) for m in src]
+        members = [(m, present(src.extractfile(m)).read()) for m in src]
     manifest = json.loads(members[0][1])
     manifest["entries"].append(entry)
     data = json.dumps(manifest).encode()
