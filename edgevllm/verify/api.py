@@ -78,8 +78,32 @@ def scan_tarball(path: Path | str, inspect: Inspect = inspect_buffer) -> list[Li
         return scan_tar_stream(stream, str(path), inspect)
 
 
+class TargetInspect:
+    """``inspect_buffer`` for one target: what the verify cache's records are made with (their
+    key names the target), so an image scanned with it is read layer by layer (``layered``)."""
+
+    def __init__(self, arch):
+        self.arch = arch
+        self.reading = None  # how an image's layers were had (layered.Reading)
+
+    def __call__(self, label: str, buf) -> LibraryReport:
+        return inspect_buffer(label, buf, self.arch)
+
+
 def scan_image(engine, ref: str, inspect: Inspect = inspect_buffer) -> list[LibraryReport]:
-    return scan_image_stream(engine, ref, inspect)
+    """An image's libraries: layer by layer, known layers from the verify cache, for a target's
+    inspector; else (cuobjdump, which must see every file) one ``docker save`` stream."""
+    if not isinstance(inspect, TargetInspect):
+        return scan_image_stream(engine, ref, inspect)
+    from edgevllm.common import console
+    from edgevllm.verify.layered import scan_layers
+    from edgevllm.verify.readers import library_keep
+    from edgevllm.verify.verdictcache import VerdictCache
+
+    reports, inspect.reading = scan_layers(engine, ref, library_keep(inspect),
+                                           VerdictCache.for_target(str(inspect.arch)))
+    console.info(inspect.reading.describe())
+    return reports
 
 
 def scan_source(source: dict, engine, inspect: Inspect) -> tuple[str, list[LibraryReport]]:
@@ -102,7 +126,7 @@ def _inspector(arch, cuobjdump: bool, path):
     """The per-file callback: parse (naming the kernels the target lacks), and with
     ``cuobjdump`` also cross-check each file with device code."""
     if not cuobjdump:
-        return lambda label, buf: inspect_buffer(label, buf, arch)
+        return TargetInspect(arch)
     from edgevllm.verify.cuobjdump import Checker, find_cuobjdump
 
     root = None
@@ -147,6 +171,7 @@ def verify(target: str, *, image: str | None = None, tarball: Path | str | None 
     verdict = judge(group_cubins(reports), arch, rules, source=label, target=name, notes=notes,
                     cuobjdump_checked=checked, every_name=bool(json_out))
     verdict.scanned = len(reports)  # files read, before cubins were folded into groups
+    verdict.reading = getattr(inspect, "reading", None)
     where = label.split(" ", 1)[1]
     note = nothing_found_note(reports, where, verdict) if rules.expects_libraries else None
     if note and not verdict.failures:

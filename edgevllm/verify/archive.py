@@ -150,8 +150,10 @@ def _is_layer_name(name: str) -> bool:
 
 
 def _outer_member(found: ImageLayers, tar: tarfile.TarFile, member, keep: Keep,
-                  hashed: bool) -> None:
+                  hashed: bool, wanted: Callable[[str], bool] | None = None) -> None:
     name = clean(member.name)
+    if wanted is not None and _is_layer_name(name) and not wanted(name):
+        return  # a layer the caller knows already: its bytes pass unread
     small = member.isfile() and member.size <= JSON_BLOB_LIMIT
     if name in ("manifest.json", "index.json") and small:
         setattr(found, name[:-5], _json_or_none(regular(tar, member).read()))
@@ -174,9 +176,11 @@ def _json_or_none(data: bytes):
         return None
 
 
-def read_image(stream: IO[bytes], label: str, keep: Keep, hashed: bool = False) -> ImageLayers:
+def read_image(stream: IO[bytes], label: str, keep: Keep, hashed: bool = False,
+               wanted: Callable[[str], bool] | None = None) -> ImageLayers:
     """One pass over a docker-save archive, an OCI layout or a root-filesystem tarball, plain,
-    gzip or zstd; a damaged one is one NotATarballError line."""
+    gzip or zstd; a damaged one is one NotATarballError line. ``wanted(member name)``: False
+    for a layer not to read (it is left out of ``layers``)."""
     found = ImageLayers()
     with ParseStream(label):
         head, raw = sniff(stream)
@@ -184,7 +188,8 @@ def read_image(stream: IO[bytes], label: str, keep: Keep, hashed: bool = False) 
         if plain is None:
             raise NotATarballError(f"{label}: not a tar archive (expected .tar, .tar.gz, .tar.zst "
                                    "or split .tar.zst.partNNN from 'inv publish')")
-        read_tar(plain, label, lambda tar, member: _outer_member(found, tar, member, keep, hashed))
+        read_tar(plain, label,
+                 lambda tar, member: _outer_member(found, tar, member, keep, hashed, wanted))
     if isinstance(found.manifest, list) and len(found.manifest) > 1:  # a second, unchecked image
         raise NotATarballError(f"{label}: manifest.json names {len(found.manifest)} images; an "
                                "archive is read as one image, so one of several is refused")

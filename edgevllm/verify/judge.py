@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from edgevllm.specs.cuda import LEVELS, CudaArch, meets, worst
 from edgevllm.verify.compat import unit_levels
@@ -109,6 +109,9 @@ class Verdict:
     scanned: int  # ELF files read, with or without device code
     cuobjdump_checked: bool = False  # cuobjdump ran on every library with device code
     notes: list[str] = field(default_factory=list)  # verdict-wide failures (e.g. nothing found)
+    # how an image's layers were had (``layered.Reading``: cache, layer store, docker save);
+    # not part of the verdict, which is the same whichever road was taken
+    reading: Any = field(default=None, compare=False, repr=False)
 
     @property
     def passed(self) -> bool:

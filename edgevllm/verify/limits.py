@@ -31,9 +31,17 @@ def max_library_bytes() -> int:
     text = os.environ.get(SETTING, "").strip()
     if not text:
         return DEFAULT_MAX_LIBRARY
-    match = _SIZE.fullmatch(text)
-    if not match or int(match.group(1)) == 0:
+    size = parse_size(text)
+    if not size:
         raise ConfigError(f"{SETTING}='{text}': expected a size such as 4G, 512M or 1000000")
+    return size
+
+
+def parse_size(text: str) -> int | None:
+    """``512M``, ``4G``, ``1000000`` (bytes) as bytes; None for anything else."""
+    match = _SIZE.fullmatch(text.strip())
+    if not match:
+        return None
     return int(match.group(1)) << (10 * " KMGT".index(match.group(2).upper() or " "))
 
 

@@ -167,7 +167,7 @@ def inspect_file(path: Path, label: str, inspect: Inspect = inspect_buffer) -> L
             return inspect(label, view)
 
 
-def _library(inspect: Inspect) -> Keep:
+def library_keep(inspect: Inspect) -> Keep:
     """The layer reader's ``keep``: an ELF library's report, for a library's name."""
     def keep(tar: tarfile.TarFile, member: tarfile.TarInfo, path: str) -> LibraryReport | None:
         name = path.rpartition("/")[2]
@@ -200,7 +200,7 @@ def _read_library(tar: tarfile.TarFile, member, path: str, inspect: Inspect
 def scan_tar_stream(stream: IO[bytes], label: str,
                     inspect: Inspect = inspect_buffer) -> list[LibraryReport]:
     """Scan a docker-save archive or a root-filesystem tarball from a byte stream."""
-    libraries = stack(read_image(stream, label, _library(inspect)), label)
+    libraries = stack(read_image(stream, label, library_keep(inspect)), label)
     return sorted(libraries.values(), key=lambda r: r.path)
 
 
