@@ -103,7 +103,8 @@ def test_records_stacked_are_a_full_scan_bit_for_bit():
 
 
 def _record(tmp_path: Path, name: str = "a") -> tuple[str, Layer]:
-    tar = tar_of({f"{SITE}/vllm/_C.abi3.so": nvcc_libs()["sm_121a"].read_bytes(), "f": name.encode()})
+    library = nvcc_libs()["sm_121a"].read_bytes()
+    tar = tar_of({f"{SITE}/vllm/_C.abi3.so": library, "f": name.encode()})
     layer = record_of(read_layer(io.BytesIO(tar), "layer", library_keep(TargetInspect(SPARK)),
                                  True))
     return layer.sha256, layer

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 from edgevllm.common.errors import NotATarballError
+from edgevllm.common.streams import as_binary_io
 from edgevllm.verify.archive import Keep, Layer, apply, layer_order, read_image, read_layer
 from edgevllm.verify.library import LibraryReport, is_library_name
 from edgevllm.verify.streams import ParseStream
@@ -109,8 +110,8 @@ def _from_store(engine, image_id: str, order: list[str], missing: list[str], kee
         label = f"layer {diff_id[7:19]} of image {reading.image}"
         try:
             with ParseStream(label):
-                layer = read_layer(_Blocks(store.tar_blocks(chains[diff_id])), label, keep,
-                                   hashed=True)
+                blocks = as_binary_io(_Blocks(store.tar_blocks(chains[diff_id])))
+                layer = read_layer(blocks, label, keep, hashed=True)
         except (StoreUnusable, NotATarballError):
             return
         if layer.sha256 != diff_id:

@@ -15,11 +15,11 @@ under other rules is ever used.
 
     <root>/<key>/<hex>.rec   one header line (JSON: format, key, name, sha256 of the body), the body
 
-Written atomically (``common/fsutil``). Read back as outside data: at most ``ENTRY_LIMIT`` bytes, its
-body's sha256 checked, every field's type and size checked; anything else is a miss (and the fresh
-record replaces it). Bounded: ``EDGEVLLM_VERIFY_CACHE_MAX`` (default 1 GiB; ``0`` turns the cache
-off) with least recently used records removed first. Root: ``EDGEVLLM_VERIFY_CACHE``, else
-``<edgevllm cache>/verify``.
+Written atomically (``common/fsutil``). Read back as outside data: at most ``ENTRY_LIMIT`` bytes,
+its body's sha256 checked, every field's type and size checked; anything else is a miss (and the
+fresh record replaces it). Bounded: ``EDGEVLLM_VERIFY_CACHE_MAX`` (default 1 GiB; ``0`` turns
+the cache off) with least recently used records removed first. Root: ``EDGEVLLM_VERIFY_CACHE``,
+else ``<edgevllm cache>/verify``.
 """
 
 from __future__ import annotations
@@ -108,8 +108,8 @@ class VerdictCache:
         if limit <= 0:
             return None
         root = os.environ.get(ROOT_SETTING)
-        return cls(Path(root) if root else cache_dir("verify", create=False), cache_key(str(target)),
-                   limit)
+        folder = Path(root) if root else cache_dir("verify", create=False)
+        return cls(folder, cache_key(str(target)), limit)
 
     def _path(self, name: str) -> Path:
         hexdigest = name.split(":", 1)[-1]
