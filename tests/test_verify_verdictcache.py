@@ -31,45 +31,22 @@ from edgevllm.verify.readers import library_keep, scan_tar_stream
 from edgevllm.verify.verdictcache import VerdictCache, cache_key, decode, digest_of, encode
 from support.cuda_libs import nvcc_libs
 from support.fake_rootfs import tar_of
+from support.verify_layers import (
+    DELETED,
+    HIDDEN,
+    NOT_ELF_NOW,
+    OVERWRITTEN,
+    SITE,
+    facts,
+    layer_tars,
+    save_archive,
+)
 
-SITE = "usr/local/lib/python3.12/dist-packages"
 SPARK = CudaArch(12, 1)
 
 
 def _sha(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
-
-
-def layer_tars() -> list[bytes]:
-    """Three layers: the lower holds five libraries; the middle overwrites one with another
-    library, one with a file that is no ELF, deletes one (whiteout) and empties a folder
-    (opaque); the top adds a library."""
-    libs = {name: path.read_bytes() for name, path in nvcc_libs().items()}
-    lower = {f"{SITE}/vllm/_C.abi3.so": libs["sm_121a"],
-             f"{SITE}/torch/lib/libtorch_cuda.so": libs["sm_110a"],
-             f"{SITE}/flashinfer/libfi.so": libs["multi_gencode"],
-             f"{SITE}/gone/libgone.so": libs["lz4"],
-             f"{SITE}/opq/libopq.so": libs["sm_121"],
-             "etc/notes.txt": b"not a library"}
-    middle = {f"{SITE}/vllm/_C.abi3.so": libs["sm_120a"],
-              f"{SITE}/torch/lib/libtorch_cuda.so": b"a linker script, not ELF\n"}
-    whiteouts = [f"{SITE}/.wh.gone", f"{SITE}/opq/.wh..wh..opq"]
-    top = {f"{SITE}/vllm/libnew.so": libs["ptx_compute_121a"]}
-    return [tar_of(lower), tar_of(middle, whiteouts), tar_of(top)]
-
-
-def save_archive(layers: list[bytes]) -> bytes:
-    config = json.dumps({"rootfs": {"type": "layers", "diff_ids": [_sha(x) for x in layers]}})
-    names = [f"blobs/sha256/{_sha(b)[7:]}" for b in [config.encode(), *layers]]
-    manifest = json.dumps([{"Config": names[0], "RepoTags": ["x:1"], "Layers": names[1:]}])
-    return tar_of({**dict(zip(names, [config.encode(), *layers], strict=True)),
-                   "manifest.json": manifest.encode()})
-
-
-def facts(reports) -> list:
-    """Everything a report holds, offsets and kernel names included."""
-    return [(r.to_json(), r.unit_kernels, [(e.offset, e.stored_size, e.full_size)
-                                          for e in r.entries]) for r in reports]
 
 
 def stacked(records: list[Layer]):
@@ -81,7 +58,8 @@ def stacked(records: list[Layer]):
 
 def test_records_stacked_are_a_full_scan_bit_for_bit():
     inspect = TargetInspect(SPARK)
-    tars = layer_tars()
+    named = layer_tars()
+    tars = [named["lower"], named["middle"], named["top"]]
     full = scan_tar_stream(io.BytesIO(save_archive(tars)), "archive", inspect)
     records = []
     for tar in tars:
@@ -91,15 +69,15 @@ def test_records_stacked_are_a_full_scan_bit_for_bit():
     cached = stacked(records)
     assert facts(cached) == facts(full)
     paths = [r.path for r in full]
-    assert f"{SITE}/gone/libgone.so" not in paths and f"{SITE}/opq/libopq.so" not in paths
-    assert f"{SITE}/torch/lib/libtorch_cuda.so" not in paths  # overwritten by a non-ELF file
+    assert DELETED not in paths and HIDDEN not in paths and NOT_ELF_NOW not in paths
+    assert next(r for r in full if r.path == OVERWRITTEN).arches("sass") == ["sm_120a"]
     policy = load_policy()
     verdicts = [judge(group_cubins(r), SPARK, policy, source="s", target="spark").to_json()
                 for r in (full, cached)]
     assert verdicts[0] == verdicts[1]
     # a record keeps only the library-named paths stacking can need
     assert "etc/notes.txt" not in records[0].present
-    assert records[1].present == {f"{SITE}/vllm/_C.abi3.so", f"{SITE}/torch/lib/libtorch_cuda.so"}
+    assert records[1].present == {OVERWRITTEN, NOT_ELF_NOW}
 
 
 def _record(tmp_path: Path, name: str = "a") -> tuple[str, Layer]:
