@@ -197,3 +197,28 @@ def test_the_ceiling_setting(monkeypatch, tmp_path):
     monkeypatch.setenv("EDGEVLLM_VERIFY_CACHE_MAX", "lots")
     with pytest.raises(ConfigError, match="EDGEVLLM_VERIFY_CACHE_MAX='lots'"):
         VerdictCache.for_target("12.1")
+
+
+def test_a_wheel_is_remembered_by_its_sha256(tmp_path, monkeypatch):
+    import zipfile
+
+    from edgevllm.verify import api
+
+    wheel = tmp_path / "vllm-1.0-cp38-abi3-linux_aarch64.whl"
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.write(nvcc_libs()["sm_121a"], "vllm/_C.abi3.so")
+        archive.write(nvcc_libs()["multi_gencode"], "vllm/libmore.so")
+    monkeypatch.setenv("EDGEVLLM_VERIFY_CACHE", str(tmp_path / "cache"))
+    inspect = TargetInspect(SPARK)
+    first = api.scan_path(wheel, inspect)
+    assert facts(first) == facts(api.scan_wheel(wheel, inspect))
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    assert [p.name for p in (tmp_path / "cache").rglob("*.rec")] == [f"{digest}.rec"]
+
+    def unread(*_):
+        raise AssertionError("the wheel was read again")
+
+    monkeypatch.setattr(api, "scan_wheel", unread)
+    assert facts(api.scan_path(wheel, inspect)) == facts(first)
+    verdict = api.verify("spark", path=wheel)
+    assert verdict.scanned == 2 and verdict.passed is not None

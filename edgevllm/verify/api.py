@@ -59,8 +59,32 @@ def scan_path(path: Path | str, inspect: Inspect = inspect_buffer) -> list[Libra
             raise ConfigError(f"--path {path}: a symlink that loops or names nothing")
         raise ConfigError(f"--path {path}: no such file or folder")
     if is_wheel(path):
-        return scan_wheel(path, inspect)
+        return scan_wheel_cached(path, inspect)
     return [scan_file(path, inspect)]
+
+
+def scan_wheel_cached(wheel: Path, inspect: Inspect) -> list[LibraryReport]:
+    """A wheel's libraries, remembered by the wheel's sha256 in the verify cache (a target's
+    inspector only: cuobjdump must see every file)."""
+    cache = None
+    if isinstance(inspect, TargetInspect):
+        from edgevllm.verify.verdictcache import VerdictCache
+
+        cache = VerdictCache.for_target(str(inspect.arch))
+    if cache is None:
+        return scan_wheel(wheel, inspect)
+    from edgevllm.common.fsutil import sha256_file
+    from edgevllm.verify.archive import Layer
+
+    name = "sha256:" + sha256_file(wheel)
+    found = cache.get(name)
+    if found is not None:
+        return sorted(found.kept.values(), key=lambda r: r.path)
+    reports = scan_wheel(wheel, inspect)
+    kept = {report.path: report for report in reports}
+    if len(kept) == len(reports):  # a zip naming one member twice is read again each time
+        cache.put(name, Layer(kept=kept))
+    return reports
 
 
 def scan_tarball(path: Path | str, inspect: Inspect = inspect_buffer) -> list[LibraryReport]:
