@@ -8,7 +8,9 @@
 4. mods      the in-image mods record (and --warm's record of the FlashInfer modules it built),
              read back and printed
 5. checks    arch verify + probe level 1 (unless --no-verify, which is recorded); the kernel plan
-             compared with the binaries verify scanned, from its verdict in memory
+             compared with the binaries verify scanned, from its verdict in memory. Verify reads
+             only the layers the verify cache does not know (a rebuild that changed one mod:
+             the mods layer); probe level 1 always runs (it imports the image's code)
 6. labels    outcomes (and the mode's own) as labels; the final tags only when the checks passed
 7. cache     with --publish-cache, the image's layers compressed for ``inv publish``
 8. SBOM      beside the lock (and the signed provenance, with $EDGEVLLM_SIGNING_KEY)
