@@ -149,6 +149,10 @@ HOSTILE_BODIES = [
     b'{"libraries":[["p\\u0000",1,"ok","library",[],[]]],"present":[],"whiteouts":[],"opaque":[]}',
     b'{"libraries":[["p",1,"ok","library",[["sass",1e400,"a","none",0,"s",0,0,0]],[]]],'
     b'"present":[],"whiteouts":[],"opaque":[]}',
+    b'{"libraries":[["p",1,"ok","library",[["' + b"x" * 100 + b'",1,"a","none",0,"s",0,0,0]],'
+    b'[]]],"present":[],"whiteouts":[],"opaque":[]}',
+    b'{"libraries":[["p",1,"ok","library",[["sass",-5,"a","none",0,"s",0,0,0]],[]]],'
+    b'"present":[],"whiteouts":[],"opaque":[]}',
     b'{"libraries":[["p",1,"ok","library",[],[[0,[1]]]]],"present":[],"whiteouts":[],'
     b'"opaque":[]}',
     b'{"libraries":[],"present":[7],"whiteouts":[],"opaque":[]}',

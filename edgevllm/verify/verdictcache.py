@@ -236,7 +236,8 @@ def _entry_in(entry) -> FatbinEntry:
     for value, kind in zip(entry, _ENTRY_TYPES, strict=True):
         if type(value) is not kind:
             raise BadRecord("a fatbin entry field of the wrong type")
-        if kind is int and not 0 <= value < 1 << 63 or kind is str and len(value) > 64:
+        if isinstance(value, int) and not 0 <= value < 1 << 63 or \
+                isinstance(value, str) and len(value) > 64:
             raise BadRecord("a fatbin entry field out of range")
     return FatbinEntry(*entry)
 
