@@ -120,12 +120,15 @@ def scan_image(engine, ref: str, inspect: Inspect = inspect_buffer) -> list[Libr
     if not isinstance(inspect, TargetInspect):
         return scan_image_stream(engine, ref, inspect)
     from edgevllm.common import console
-    from edgevllm.verify.layered import scan_layers
+    from edgevllm.verify.layered import NoDiffIds, scan_layers
     from edgevllm.verify.readers import library_keep
     from edgevllm.verify.verdictcache import VerdictCache
 
-    reports, inspect.reading = scan_layers(engine, ref, library_keep(inspect),
-                                           VerdictCache.for_target(str(inspect.arch)))
+    try:
+        reports, inspect.reading = scan_layers(engine, ref, library_keep(inspect),
+                                               VerdictCache.for_target(str(inspect.arch)))
+    except NoDiffIds:
+        return scan_image_stream(engine, ref, inspect)
     console.info(inspect.reading.describe())
     return reports
 

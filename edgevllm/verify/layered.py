@@ -49,11 +49,15 @@ class Reading:
         return {"layers": self.layers, "cached": self.cached, "read": self.read}
 
 
+class NoDiffIds(LookupError):
+    """The engine's inspect names no diff ids (not a Docker engine): read the whole stream."""
+
+
 def diff_ids(inspected: dict, ref: str) -> list[str]:
     layers = (inspected.get("RootFS") or {}).get("Layers")
     if not isinstance(layers, list) or not all(isinstance(d, str) and d.startswith("sha256:")
                                                and len(d) == 71 for d in layers):
-        raise NotATarballError(f"image {ref}: the engine lists no layer diff ids for it")
+        raise NoDiffIds(f"image {ref}: the engine lists no layer diff ids for it")
     return layers
 
 
