@@ -51,6 +51,7 @@ def test_closure_inputs_are_the_trees_requirements_with_the_pins_as_overrides():
     assert inputs["requirements"][0] == "packaging>=24"   # requirements/common.txt, via cuda.txt
     assert inputs["requirements"][1].startswith("uv==")   # the in-image installer
     assert "fastsafetensors==0.3.3" in inputs["requirements"]
+    assert "flashinfer-python==0.7.2.post1" in inputs["requirements"]  # pinned: installed
     assert not any(r.startswith("vllm") for r in inputs["requirements"])  # vLLM is compiled
     assert {"torch==2.14.0", "flashinfer-python==0.7.2.post1", "certifi>=2026.10.18",
             "fastsafetensors==0.3.3"} <= set(inputs["overrides"])

@@ -48,8 +48,9 @@ def test_plain_build_chooses_its_mode_from_the_engine_architecture(engine, cli, 
     arch = engine.server_arch()
     assert arch in ("amd64", "arm64"), arch
     if arch == "amd64":
-        assert ("mode: prebuilt (vllm 0.33.0 with nothing on top, and this amd64 builder would "
-                "compile linux/arm64 under emulation") in stderr, stderr
+        assert ("mode: prebuilt (vllm 0.33.0 with nothing on top: the released wheel, stock "
+                "kernels, the stock-kernel gate; --compile cross-compiles 12.1a on this amd64 "
+                "builder") in stderr, stderr
         assert "against a 12.1a compile the device runs the stock wheel's kernels" in stderr
         assert code != 0 and "package index http://127.0.0.1:9/whl is unreachable" in stderr
     else:

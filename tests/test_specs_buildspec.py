@@ -5,9 +5,19 @@ from __future__ import annotations
 
 import pytest
 
-from edgevllm.builder.estimate import EMULATION_FACTOR, emulated_compile_line
+from edgevllm.builder.estimate import (
+    CROSS_FACTOR,
+    EMULATION_FACTOR,
+    UNIT_CORE_MINUTES,
+    cross_compile_line,
+    cross_compile_minutes,
+    emulated_compile_line,
+    emulated_compile_minutes,
+)
+from edgevllm.common.errors import SpecError
 from edgevllm.specs.buildspec import (
     Builder,
+    BuildSpec,
     choose_mode,
     load_spec,
     lock_overrides,
@@ -17,6 +27,7 @@ from edgevllm.specs.buildspec import (
     stock_kernel_note,
 )
 from edgevllm.specs.lock import BaseImageLock, Lock
+from edgevllm.specs.targets import load_target
 
 X86 = Builder(arch="amd64")   # a workstation: linux/arm64 would run under qemu
 ARM = Builder(arch="arm64")   # a Spark, a Thor, or an arm64 engine
@@ -30,9 +41,12 @@ def spec(target: str = "spark", **fields):
 def test_a_release_under_emulation_is_prebuilt_and_says_what_it_costs(target):
     mode, reason = choose_mode(spec(target), builder=X86)
     assert mode == "prebuilt"
-    assert reason.startswith("vllm 0.33.0 with nothing on top, and this amd64 builder would "
-                             "compile linux/arm64 under emulation")
-    assert "stock-kernel gate" in reason and "--compile" in reason
+    arch = load_target(target).cuda_arch
+    assert reason.startswith("vllm 0.33.0 with nothing on top: the released wheel, stock "
+                             f"kernels, the stock-kernel gate; --compile cross-compiles {arch} "
+                             "on this amd64 builder")
+    mode, reason = choose_mode(spec(target, toolchain="emulated"), builder=X86)
+    assert mode == "prebuilt" and "--compile compiles linux/arm64 under emulation" in reason
     eff = resolve(spec(target), builder=X86)
     assert eff.images.runtime == eff.target.prebuilt.image
     note = stock_kernel_note(eff)
@@ -48,6 +62,30 @@ def test_a_release_on_a_native_builder_compiles(target):
 
 def test_compile_asked_for_compiles_even_under_emulation():
     assert choose_mode(spec(mode="compile"), builder=X86) == ("compile", "mode compile asked for")
+
+
+@pytest.mark.parametrize("target", ["spark", "thor"])
+def test_a_compile_on_an_x86_builder_cross_compiles_unless_emulation_is_asked(target):
+    """The toolchain of a compile (specs/cross.compile_toolchain): cross by default on amd64
+    for linux/arm64, the cross g++ joins the build base's packages; emulated when asked;
+    native on the target's own platform; cross asked where no road goes is one line."""
+    eff = resolve(spec(target, mode="compile"), builder=X86)
+    assert (eff.toolchain, eff.cross.cuda_target_dir) == ("cross", "sbsa-linux")
+    assert "g++-aarch64-linux-gnu" in eff.apt_packages
+    emulated = resolve(spec(target, mode="compile", toolchain="emulated"), builder=X86)
+    assert (emulated.toolchain, emulated.cross) == ("emulated", None)
+    assert "g++-aarch64-linux-gnu" not in emulated.apt_packages
+    native = resolve(spec(target, mode="compile"), builder=ARM)
+    assert (native.toolchain, native.cross) == ("native", None)
+    with pytest.raises(SpecError, match="builds linux/arm64 natively; drop --toolchain cross"):
+        resolve(spec(target, mode="compile", toolchain="cross"), builder=ARM)
+    with pytest.raises(SpecError, match="no cross road from linux/arm64 to linux/amd64"):
+        resolve(spec(target, mode="compile", toolchain="cross", platform="linux/amd64"),
+                builder=ARM)
+    given = resolve(BuildSpec(target=target, mode="compile", apt_packages=[]), builder=X86)
+    assert given.toolchain == "cross" and given.apt_packages == []  # the user's base has it
+    prebuilt = resolve(spec(target), builder=X86)
+    assert (prebuilt.toolchain, prebuilt.cross) == ("native", None)  # nothing compiles
 
 
 def test_a_lock_rebuild_says_the_mode_is_the_locks():
@@ -136,3 +174,12 @@ def test_the_emulated_compile_estimate_names_its_inputs():
     assert "h" in line.split("≈")[1] and "--compile" in line
     fewer = emulated_compile_line(78, "amd64", "linux/arm64", cores=64)
     assert fewer != line
+
+
+def test_the_cross_compile_estimate_names_its_inputs_and_is_the_native_time_times_the_factor():
+    line = cross_compile_line(78, "amd64", "linux/arm64", cores=16)
+    assert "78 CUDA units" in line and f"{CROSS_FACTOR:g} (cross over native" in line
+    assert "/ 16 cores" in line and "--toolchain emulated" in line
+    assert cross_compile_minutes(78, 16) == 78 * UNIT_CORE_MINUTES * CROSS_FACTOR / 16
+    assert cross_compile_minutes(78, 16) * EMULATION_FACTOR / CROSS_FACTOR == \
+        pytest.approx(emulated_compile_minutes(78, 16))

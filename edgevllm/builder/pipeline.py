@@ -22,7 +22,13 @@ from edgevllm.common.errors import BuildError
 from edgevllm.containers.docker import DockerEngine
 from edgevllm.containers.host import check_disk
 from edgevllm.containers.sshforward import one_connection
-from edgevllm.specs.buildspec import Builder, BuildSpec, resolve, stock_kernel_note
+from edgevllm.specs.buildspec import (
+    Builder,
+    BuildSpec,
+    EffectiveSpec,
+    resolve,
+    stock_kernel_note,
+)
 from edgevllm.specs.lock import Lock, read_lock
 
 
@@ -56,16 +62,19 @@ def _build(spec: BuildSpec, out: Path, engine: DockerEngine, lock_path: Path | N
     reused = compiled_wheels(job, build) is not None  # the output's, or the wheel cache's
     if reusable and not reused and job.eff.mode == "compile" and engine.runs_here:
         check_disk(out, disk_gb(job.eff))  # not this key's wheels: it compiles after all
-    if modes.compiles_under_emulation(job.eff, builder) and not reused:
-        console.warn(compile_estimate(build, builder, job.eff.platform))
+    if job.eff.mode == "compile" and job.eff.toolchain != "native" and not reused:
+        say = console.warn if job.eff.toolchain == "emulated" else console.info
+        say(compile_estimate(build, builder, job.eff))
     return tail.run(job, build)
 
 
-def compile_estimate(build: PreparedBuild, builder: Builder, platform: str) -> str:
-    """The compile's rough length under emulation, from the kernel plan's unit count."""
-    from edgevllm.builder.estimate import emulated_compile_line
+def compile_estimate(build: PreparedBuild, builder: Builder, eff: EffectiveSpec) -> str:
+    """The compile's rough length on its road (cross or emulated), from the kernel plan's unit
+    count."""
+    from edgevllm.builder.estimate import cross_compile_line, emulated_compile_line
 
-    return emulated_compile_line(build.compile_units, builder.arch, platform)
+    line = cross_compile_line if eff.toolchain == "cross" else emulated_compile_line
+    return line(build.compile_units, builder.arch, eff.platform)
 
 
 def lock_for(lock_path: Path | None, target: str, mode: str | None = None) -> Lock | None:

@@ -24,8 +24,10 @@ from edgevllm.common.paths import templates_dir
 from edgevllm.sources.buildreqs import BuildLayout, unread_layout
 from edgevllm.sources.wheels import MODE_REQUIREMENTS_FILE
 from edgevllm.specs.buildspec import EffectiveSpec
+from edgevllm.specs.cross import CrossRoad
 
 RELABEL_DOCKERFILE = "relabel.Dockerfile"
+CROSS_TOOLCHAIN_TEMPLATE = "cross-toolchain.cmake.j2"
 # Stands in for the release a precompiled tree sits on where none was read (inv render).
 UNREAD_RELEASE = {"release": "<the release below the tree>", "wheel": "<the release wheel>"}
 
@@ -79,6 +81,27 @@ def mode_vllm_values(eff: EffectiveSpec) -> dict:
             "requirements": MODE_REQUIREMENTS_FILE}
 
 
+def cross_values(eff: EffectiveSpec) -> dict | None:
+    """A cross compile's road as the compile template reads it (None: the build stages run on
+    the target's platform). Every value is a checked word of ``specs/crossroads.yaml``."""
+    road = eff.cross
+    if eff.toolchain != "cross" or road is None:
+        return None
+    return {"build_platform": road.build_platform, "target_platform": road.target_platform,
+            "triple": road.triple, "host_compiler": road.host_compiler,
+            "c_compiler": road.c_compiler, "min_gcc": road.min_gcc,
+            "target_dir": road.cuda_target_dir, "aliases": road.cuda_target_aliases,
+            "nvcc_flags": " ".join(road.nvcc_flags()),
+            # what bdist_wheel writes into the wheel's tag (sysconfig.get_platform())
+            "host_platform": road.wheel_platform.replace("_", "-", 1)}
+
+
+def render_toolchain(road: CrossRoad) -> str:
+    """The CMake toolchain file of ``road`` (dockerfiles/cross-toolchain.cmake.j2)."""
+    return _environment().get_template(CROSS_TOOLCHAIN_TEMPLATE).render(
+        road=road, target_venv=labels.CROSS_TARGET)
+
+
 def template_values(eff: EffectiveSpec) -> dict:
     return {
         "tool_version": __version__,
@@ -101,6 +124,7 @@ def template_values(eff: EffectiveSpec) -> dict:
         "compile_cache_id": eff.spec.compile_cache_id or f"ccache-{eff.target.name}",
         "closure": closure_values(eff),
         "mode_vllm": mode_vllm_values(eff),
+        "cross": cross_values(eff),
         **mount_options(eff),
         **labels.template_values(),
     }

@@ -67,6 +67,11 @@ MODS_MOUNT = "/edgevllm-mods"
 AOT_MOUNT = "/edgevllm-aot"
 TUNE_MOUNT = "/edgevllm-tune"
 SERVE_MOUNT = "/edgevllm-serve"
+# A cross compile (builder/cross.py): the staged toolchain while a step runs, the closure's venv
+# as the target's side of every compiling step, and where the toolchain file is kept.
+CROSS_MOUNT = "/edgevllm-cross"
+CROSS_TARGET = "/opt/edgevllm-target"
+CROSS_TOOLCHAIN = "/opt/edgevllm-cross/toolchain.cmake"
 # The shared compile cache's URL reaches the compile step only as this BuildKit secret (a file
 # under /run/secrets while the step runs); the step prints ccache's counters after this marker.
 CCACHE_REMOTE_SECRET = "ccache-remote"
@@ -104,5 +109,6 @@ def template_values() -> dict[str, dict[str, str]]:
                   "aot_mount": AOT_MOUNT, "aot_record": AOT_RECORD,
                   "wheelhouse_mount": WHEELHOUSE_MOUNT, "cmake_deps_mount": CMAKE_DEPS_MOUNT,
                   "cmake_deps_env": CMAKE_DEPS_ENV, "ccache_remote": CCACHE_REMOTE_SECRET,
-                  "ccache_stats": CCACHE_STATS_MARKER},
+                  "ccache_stats": CCACHE_STATS_MARKER, "cross_mount": CROSS_MOUNT,
+                  "cross_target": CROSS_TARGET, "cross_toolchain": CROSS_TOOLCHAIN},
     }

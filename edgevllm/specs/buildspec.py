@@ -36,6 +36,7 @@ from edgevllm.common.grammar import (
 from edgevllm.common.schema import Strict, parse_model
 from edgevllm.common.secrets import check_no_secrets
 from edgevllm.containers.host import platform_arch
+from edgevllm.specs.cross import CrossRoad, Toolchain, compile_toolchain
 from edgevllm.specs.modselect import select_mod_names
 from edgevllm.specs.refs import UPSTREAM_REPOS, normalize_repo
 from edgevllm.specs.targets import BaseImages, Target, TorchSource, load_target
@@ -111,6 +112,10 @@ class BuildSpec(Strict):
     platform: Platform | None = None
     wheelhouse: HostPath | None = None
     offline: bool = False
+    # How a compile for another platform than the builder's runs: cross (the builder's own CUDA
+    # compiler and a cross g++, specs/cross.py; the default where a road exists) or emulated
+    # (the target's compiler under qemu). None: cross where a road goes, else emulated.
+    toolchain: Literal["cross", "emulated"] | None = None
     verify: bool = True
     # BuildKit cache-mount id of the local compiler cache (default ccache-<target>); a new name
     # starts from an empty cache, e.g. to measure a truly cold compile.
@@ -168,6 +173,10 @@ class EffectiveSpec(Strict):
     env: dict[EnvName, Line]
     mode: BuildMode = "compile"
     mode_reason: str = ""
+    # A compile's toolchain on this builder (specs/cross.compile_toolchain): native, cross (the
+    # build stages on the builder's platform, with ``cross`` its road) or emulated.
+    toolchain: Toolchain = "native"
+    cross: CrossRoad | None = None
 
     @property
     def bytecode_image(self) -> str:
@@ -291,10 +300,13 @@ def _default_mode(spec: BuildSpec, builder: Builder) -> tuple[BuildMode, str]:
     if not builder.emulates(platform):
         return "compile", (f"vllm {release} on a native {builder.arch} builder: compiled for the "
                            f"target's arch list ({target.cuda_arch})")
-    return "prebuilt", (f"vllm {release} with nothing on top, and this {builder.arch} builder "
-                        f"would compile {platform} under emulation: the released wheel, stock "
-                        "kernels, the stock-kernel gate; --compile (or a native "
-                        f"{platform_arch(platform)} builder) compiles")
+    toolchain, _ = compile_toolchain(spec.toolchain, builder.arch, platform, target.cuda_version,
+                                     target.name)
+    how = (f"cross-compiles {target.cuda_arch} on this {builder.arch} builder"
+           if toolchain == "cross" else f"compiles {platform} under emulation")
+    return "prebuilt", (f"vllm {release} with nothing on top: the released wheel, stock "
+                        f"kernels, the stock-kernel gate; --compile {how} (a native "
+                        f"{platform_arch(platform)} builder compiles too)")
 
 
 def stock_kernel_note(eff: EffectiveSpec) -> str:
@@ -377,13 +389,20 @@ def resolve(spec: BuildSpec, tree: TreeChange | None = None,
             "--wheelhouse/--offline"
         )
     default_apt = target.prebuilt.apt_packages if prebuilt else target.apt_packages
+    platform = spec.platform or target.platform
+    toolchain, road = compile_toolchain(spec.toolchain, builder.arch if builder else None,
+                                        platform, target.cuda_version, target.name)
+    if road is not None and mode == "compile" and spec.apt_packages is None:
+        default_apt = [*default_apt, *road.apt_packages]  # the cross g++ in the build base
     apt = spec.apt_packages if spec.apt_packages is not None else default_apt
     return EffectiveSpec(
         spec=spec,
         target=target,
         mode=mode,
         mode_reason=reason,
-        platform=spec.platform or target.platform,
+        platform=platform,
+        toolchain=toolchain if mode == "compile" else "native",
+        cross=road if mode == "compile" else None,
         images=base_images(spec, target, mode),
         torch=spec.torch if spec.torch is not None else target.torch,
         apt_packages=apt,

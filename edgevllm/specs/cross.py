@@ -16,7 +16,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field
 
@@ -25,6 +25,9 @@ from edgevllm.common.grammar import AptPackage, CudaVersion, Name, Platform
 from edgevllm.common.schema import Strict, load_model
 
 ROADS_FILE = Path(__file__).with_name("crossroads.yaml")
+# How a compile runs on its builder: its own platform, a cross road, or the target's compiler
+# under emulation.
+Toolchain = Literal["native", "cross", "emulated"]
 _TRIPLE = re.compile(r"[a-z0-9_]+(-[a-z0-9_]+){1,3}\Z")
 
 
@@ -132,3 +135,25 @@ def check_host_compiler(road: CrossRoad) -> str:
                                f">= {road.min_gcc} (apt-get install {install} from a newer suite: "
                                "Ubuntu 24.04, Debian trixie)")
     return version
+
+
+def compile_toolchain(asked: str | None, builder_arch: str | None, platform: str,
+                      cuda_version: str, target_name: str) -> tuple[Toolchain, CrossRoad | None]:
+    """How a compile of ``platform`` runs on a builder of ``builder_arch`` (None: not known, e.g.
+    ``inv plan``): ``native`` on its own platform; else ``cross`` where a road exists (the
+    default) or was asked for (``toolchain: cross``, refused in one line without a road);
+    ``emulated`` (the target's own compiler under qemu) where asked for or where no road goes."""
+    if builder_arch is None or platform == f"linux/{builder_arch}":
+        if asked == "cross":
+            raise SpecError(f"toolchain cross: this builder builds {platform} natively; drop "
+                            "--toolchain cross")
+        return "native", None
+    build_platform = f"linux/{builder_arch}"
+    if asked == "emulated":
+        return "emulated", None
+    if asked == "cross":
+        return "cross", road_for_target(build_platform, platform, cuda_version, target_name)
+    road = cross_road(build_platform, platform)
+    if road is None or not road.covers_cuda(cuda_version):
+        return "emulated", None
+    return "cross", road

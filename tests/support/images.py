@@ -181,11 +181,36 @@ def download_wheels(arch: str, requirements: list[str], python_version: str = "3
     return dest
 
 
-def cuda_image(engine: DockerEngine, arch: str) -> str:
-    """Tag of python_image(arch) plus the CUDA 13.0 compiler toolchain in /usr/local/cuda."""
-    base = python_image(engine, arch)
+# A cross road's build base (specs/crossroads.yaml amd64 -> arm64): Debian trixie, whose
+# aarch64 cross g++ is 14 (bookworm's is 12, older than the road's 13); its twin for the target
+# runs the image (same Python, 3.13).
+CROSS_SUITE = "trixie"
+CROSS_PACKAGES = ["python3", "python3-venv", "python3-setuptools", "python3-wheel",
+                  "python3-dev", "g++", "g++-aarch64-linux-gnu", "ca-certificates"]
+CROSS_RUNTIME_PACKAGES = ["python3", "python3-venv", "ca-certificates"]
+
+
+def cross_cuda_image(engine: DockerEngine) -> str:
+    """The cross road's build base for this host: on x86_64, trixie with the aarch64 cross g++
+    and the x86_64 CUDA 13.0 compiler (what nvidia/cuda:13.0.x-devel plus g++-aarch64-linux-gnu
+    gives); on an arm64 host, which builds linux/arm64 natively, the same without the cross g++."""
+    arch = native_arch()
+    packages = CROSS_PACKAGES if arch == "amd64" else [
+        p for p in CROSS_PACKAGES if p != "g++-aarch64-linux-gnu"]
+    return cuda_image(engine, arch, debian_image(engine, arch, CROSS_SUITE, packages))
+
+
+def cross_runtime_image(engine: DockerEngine) -> str:
+    """The cross road's runtime base for linux/arm64 (under qemu on an x86_64 host)."""
+    return debian_image(engine, "arm64", CROSS_SUITE, CROSS_RUNTIME_PACKAGES)
+
+
+def cuda_image(engine: DockerEngine, arch: str, base: str | None = None) -> str:
+    """Tag of ``base`` (default python_image(arch)) plus the CUDA 13.0 compiler toolchain in
+    /usr/local/cuda."""
+    base = base or python_image(engine, arch)
     tag = f"edgevllm-test/cuda:13.0-{arch}-{_key(base, CUDA_WHEELS)}"
-    with image_lock(f"cuda-image-{arch}"):
+    with image_lock(f"cuda-image-{arch}-{_key(base)}"):
         if engine.image_exists(tag):
             return tag
         wheels = download_wheels(arch, CUDA_WHEELS)

@@ -21,7 +21,7 @@ from edgevllm.common import console
 from edgevllm.common.errors import EdgeVllmError, SpecError
 from edgevllm.containers.docker import DockerEngine
 from edgevllm.containers.host import host_arch
-from edgevllm.specs.buildspec import Builder, BuildSpec, EffectiveSpec, resolve, wants_tree_check
+from edgevllm.specs.buildspec import Builder, BuildSpec, resolve, wants_tree_check
 from edgevllm.specs.lock import Lock
 from edgevllm.specs.targets import Target
 
@@ -106,10 +106,6 @@ def _reuse_compiled(job: Job, spec: BuildSpec, builder: Builder) -> Job:
         return job
     eff = resolve(spec, builder=dataclasses.replace(builder, compiled_wheels=str(folder)))
     return dataclasses.replace(job, eff=eff, prepared=dataclasses.replace(build, eff=eff))
-
-
-def compiles_under_emulation(eff: EffectiveSpec, builder: Builder) -> bool:
-    return eff.mode == "compile" and builder.emulates(eff.platform)
 
 
 def prepare(job: Job) -> PreparedBuild:

@@ -29,6 +29,12 @@ from typing import TYPE_CHECKING, Callable
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from edgevllm.builder.cross import (
+    CROSS_CONTEXT,
+    check_target_side,
+    cross_build_tools,
+    stage_cross,
+)
 from edgevllm.builder.modes.prebuilt import (
     NEVER,
     closure_overrides,
@@ -98,25 +104,60 @@ def prepare_over(job: Job, tree: PreparedTree, staged: StagedMods,
     dockerfile = render_dockerfile(eff, staged.env, tree.layout)  # rendered once per build
     plan = tree.kernel_plan
     units = sum(e.cuda_sources for e in plan.extensions if e.language == "CUDA") if plan else 0
+    cross = stage_cross_context(job)
     if not tree.fetched:
         return PreparedBuild(eff=eff, dockerfile=dockerfile, stages=("wheels", "runtime"),
-                             contexts=named_contexts(job, then(tree, job), UNFETCHED), lock=None,
-                             build_args=build_args, compiles=True, compile_units=units)
+                             contexts=named_contexts(job, then(tree, job),
+                                                     UNFETCHED | cross.contexts),
+                             lock=None, build_args=build_args, compiles=True,
+                             compile_units=units)
     closure = compile_closure(eff, tree.layout, job.locked, staged.pip_packages)
-    tools = build_tools(eff, build_requires(tree.layout), closure, job.locked)
+    tools = compile_build_tools(eff, tree.layout, closure, job.locked)
     tree = then(tree, job)
     folders = {"wheelhouse": prepare_wheelhouse(eff, closure, job.ws, over=exported(eff)),
                "build-tools": prepare_wheelhouse(eff, tools, job.ws)}
     lock = make_lock(eff, tree, staged.versions, build_args, engine_of(job), (closure, tools))
     key = compile_key(dockerfile, tree.key_inputs() | {"closure": pins_key(closure),
-                                                       "build-tools": pins_key(tools)},
-                      build_args, lock.base_images)
-    contexts = named_contexts(job, tree, {n: str(p) for n, p in folders.items()})
+                                                       "build-tools": pins_key(tools)}
+                      | cross.key_inputs, build_args, lock.base_images)
+    contexts = named_contexts(job, tree, {n: str(p) for n, p in folders.items()}
+                              | cross.contexts)
     return PreparedBuild(eff=eff, dockerfile=dockerfile, contexts=contexts,
                          stages=("wheels", "runtime"), lock=lock, build_args=build_args,
                          compile_key=key, labels=mode_labels(lock), compiles=True,
                          compile_units=units,
                          runtime_what="runtime image (closure + compiled wheels)")
+
+
+@dataclasses.dataclass(frozen=True)
+class CrossContext:
+    """A cross compile's ``edgevllm-cross`` context and what of it the compile key counts
+    (both empty on the target's own platform or under emulation)."""
+
+    contexts: dict[str, str] = dataclasses.field(default_factory=dict)
+    key_inputs: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+def stage_cross_context(job: Job) -> CrossContext:
+    if job.eff.toolchain != "cross" or job.eff.cross is None:
+        return CrossContext()
+    folder = job.ws.context / CROSS_CONTEXT
+    digest = stage_cross(job.eff.cross, folder)
+    return CrossContext({CROSS_CONTEXT: str(folder)}, {"cross-toolchain": digest})
+
+
+def compile_build_tools(eff: EffectiveSpec, layout: BuildLayout, closure: Closure,
+                        locked: Lock | None) -> Closure:
+    """The build stages' tools: for the target's platform (native, emulated), or for the
+    builder's own on a cross road (the closure then also carries the target's side). A lock's
+    build tools are taken where it was built with the same toolchain."""
+    same = locked is not None and locked.settings.get("toolchain", "native") == eff.toolchain
+    if eff.toolchain != "cross":
+        return build_tools(eff, build_requires(layout), closure, locked if same else None)
+    check_target_side(eff, closure, layout)
+    if same and locked is not None and locked.build_closure is not None:
+        return Closure.from_dict(locked.build_closure.model_dump())
+    return cross_build_tools(eff, build_requires(layout), closure, layout)
 
 
 def exported(eff: EffectiveSpec) -> tuple[str, ...]:
@@ -141,7 +182,10 @@ def closure_inputs(eff: EffectiveSpec, layout: BuildLayout, mod_packages: list[s
                           "is resolved from it; give a vLLM tree that has one")
     platform, version = closure_platform(eff)
     requirements = [line for line, _ in layout.runtime_requirements]
-    requirements += [f"uv=={uv_version()}", *mod_packages]
+    # The pinned packages are installed whether or not the tree asks for them, as a prebuilt
+    # installs them (a recipe's InstantTensor, a cross road's target CUDA runtime).
+    pinned = [f"{name}=={pin}" for name, pin in sorted(eff.packages.items())]
+    requirements += [f"uv=={uv_version()}", *pinned, *mod_packages]
     overrides = closure_overrides(eff, mod_packages)
     if eff.spec.flashinfer.source is not None:  # the compiled FlashInfer replaces PyPI's
         overrides.append(f"flashinfer-python ; {NEVER}")
@@ -222,7 +266,8 @@ def make_lock(eff: EffectiveSpec, tree: PreparedTree, mod_versions: list[dict],
         build_args=build_args,
         cmake_deps=tree.cmake_deps,
         kernel_plan=tree.plan_summary(),
-        settings={**lock_settings(eff), "mode": "compile", "overrides": list(eff.spec.overrides)},
+        settings={**lock_settings(eff), "mode": "compile", "overrides": list(eff.spec.overrides),
+                  "toolchain": eff.toolchain},
         tags=list(eff.spec.tags),
         closure=ClosureLock(**closure.to_dict()),
         build_closure=ClosureLock(**tools.to_dict()),

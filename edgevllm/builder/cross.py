@@ -1,0 +1,82 @@
+"""The compile mode's cross road, on the host: the ``edgevllm-cross`` build context (the
+rendered CMake toolchain file and the in-image ``cross_inimage.py``) and the build tools for the
+builder's own platform.
+
+On a cross road (``EffectiveSpec.toolchain == "cross"``, the road in ``eff.cross``) the build
+stages run on the builder's platform (dockerfiles/compile.Dockerfile.j2): its Python runs the
+tree's ``setup.py`` and CMake, so the tree's build requirements resolve for that platform, with
+the closure's torch at its version where the build imports torch. The target's side (its torch,
+its CUDA libraries) is the locked closure itself, mounted into every compiling step: nothing
+for the target is fetched twice and no stage reaches an index.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from edgevllm.builder.render import render_toolchain
+from edgevllm.common import console
+from edgevllm.common.errors import SpecError
+from edgevllm.common.fsutil import atomic_write_bytes
+from edgevllm.sources.buildreqs import BuildLayout
+from edgevllm.sources.wheels import Closure, python_platform, python_version_of, resolve_closure
+from edgevllm.specs.buildspec import EffectiveSpec
+from edgevllm.specs.cross import CrossRoad
+
+CROSS_CONTEXT = "edgevllm-cross"
+SCRIPT = "cross_inimage.py"
+TOOLCHAIN = "toolchain.cmake"
+# The target's CUDA runtime: what the cross link needs of the closure (nvcc links cudart).
+TARGET_CUDA_RUNTIME = "nvidia-cuda-runtime"
+
+
+def stage_cross(road: CrossRoad, dest: Path) -> str:
+    """Write the toolchain file and the in-image script into ``dest`` (a build context); the
+    sha256 of both, which the compile key counts."""
+    dest.mkdir(parents=True, exist_ok=True)
+    files = {TOOLCHAIN: render_toolchain(road).encode(),
+             SCRIPT: Path(__file__).with_name(SCRIPT).read_bytes()}
+    digest = hashlib.sha256()
+    for name, body in sorted(files.items()):
+        atomic_write_bytes(dest / name, body)
+        digest.update(name.encode() + b"\0" + hashlib.sha256(body).digest())
+    return digest.hexdigest()
+
+
+def check_target_side(eff: EffectiveSpec, closure: Closure, layout: BuildLayout) -> None:
+    """The cross link needs the target's CUDA runtime from the closure, and a tree that builds
+    against torch its target torch: one line each, before anything is downloaded."""
+    road = eff.cross
+    assert road is not None
+    if closure.pin(TARGET_CUDA_RUNTIME) is None:
+        raise SpecError(f"toolchain cross: the closure holds no {TARGET_CUDA_RUNTIME} for "
+                        f"{road.target_platform}, which the cross link needs (torch's CUDA "
+                        f"wheels bring it): add --package {TARGET_CUDA_RUNTIME}==VERSION, or "
+                        "--toolchain emulated")
+    if layout.builds_against_torch and closure.pin("torch") is None:
+        raise SpecError(f"toolchain cross: the tree builds against torch and the closure holds "
+                        f"no {road.target_platform} torch for find_package(Torch): the tree's "
+                        "runtime requirements must name torch")
+
+
+def cross_build_tools(eff: EffectiveSpec, requires: list[str], closure: Closure,
+                      layout: BuildLayout) -> Closure:
+    """The tree's build requirements for the builder's platform at the closure's versions, and
+    the closure's torch where the build imports it (the build Python runs setup.py)."""
+    road = eff.cross
+    assert road is not None
+    version = python_version_of(eff.python)
+    if not version:
+        raise SpecError(f"field 'python' is '{eff.python}': a cross build resolves its build "
+                        "tools for one Python version; name it (python3.12)")
+    torch = closure.pin("torch")
+    wanted = list(requires) + ([f"torch=={torch.version}"]
+                               if torch is not None and layout.builds_against_torch else [])
+    console.step(f"build tools for {road.build_platform} (cross road to "
+                 f"{road.target_platform}): {', '.join(wanted)}")
+    overrides = [f"{p.name}=={p.version}" for p in closure.pins]
+    return resolve_closure(wanted, platform=python_platform(road.build_platform),
+                           python_version=version, overrides=overrides,
+                           indexes=list(closure.indexes))
+

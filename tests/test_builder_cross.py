@@ -1,0 +1,124 @@
+"""The cross road on the host side (builder/cross.py) and in the build stage
+(builder/cross_inimage.py, run here with this machine's Python): the staged context, the compile
+key's input, the pyconfig.h stand-in, the refusals of a missing or old cross g++, and the
+closure checks (target CUDA runtime, target torch) in one line each."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from edgevllm.builder import cross_inimage
+from edgevllm.builder.cross import SCRIPT, TOOLCHAIN, check_target_side, stage_cross
+from edgevllm.builder.render import cross_values, render_toolchain
+from edgevllm.common.errors import SpecError
+from edgevllm.sources.buildreqs import read_build_layout
+from edgevllm.sources.wheels import Closure, WheelPin
+from edgevllm.specs.buildspec import Builder, load_spec, resolve
+from edgevllm.specs.cross import cross_road
+
+ROAD = cross_road("linux/amd64", "linux/arm64")
+FAKE_VLLM = Path(__file__).parent / "e2e" / "fixtures" / "fake-vllm"
+SCRIPT_PATH = Path(cross_inimage.__file__)
+
+
+def test_the_staged_context_holds_the_rendered_toolchain_and_the_script(tmp_path):
+    digest = stage_cross(ROAD, tmp_path / "ctx")
+    assert sorted(p.name for p in (tmp_path / "ctx").iterdir()) == sorted([SCRIPT, TOOLCHAIN])
+    toolchain = (tmp_path / "ctx" / TOOLCHAIN).read_text()
+    assert toolchain == render_toolchain(ROAD)
+    for line in ("set(CMAKE_SYSTEM_PROCESSOR aarch64)",
+                 "set(CMAKE_CUDA_HOST_COMPILER aarch64-linux-gnu-g++)",
+                 'set(CMAKE_CUDA_FLAGS_INIT "-target-dir sbsa-linux")',
+                 "set(CMAKE_POLICY_DEFAULT_CMP0190 NEW)"):
+        assert line in toolchain
+    assert stage_cross(ROAD, tmp_path / "again") == digest   # the same bytes, the same key
+    # Another road's compilers: another toolchain file, another compile key. (Its flags to the
+    # script, min_gcc among them, are in the Dockerfile's text, which the key counts too.)
+    other = ROAD.model_copy(update={"triple": "aarch64-unknown-linux-gnu"})
+    assert stage_cross(other, tmp_path / "other") != digest
+    assert "aarch64-unknown-linux-gnu-g++" in (tmp_path / "other" / TOOLCHAIN).read_text()
+
+
+def test_the_template_values_of_a_cross_compile_and_of_the_others():
+    x86 = Builder(arch="amd64")
+    cross = resolve(load_spec("thor", overrides={"mode": "compile"}), builder=x86)
+    values = cross_values(cross)
+    assert values["nvcc_flags"] == "-ccbin aarch64-linux-gnu-g++ -target-dir sbsa-linux"
+    assert values["host_platform"] == "linux-aarch64" and values["aliases"] == ["aarch64-linux"]
+    emulated = resolve(load_spec("thor", overrides={"mode": "compile", "toolchain": "emulated"}),
+                       builder=x86)
+    assert cross_values(emulated) is None
+    assert cross_values(resolve(load_spec("thor"), builder=x86)) is None   # prebuilt
+
+
+def closure_of(*names: str) -> Closure:
+    pins = [WheelPin(name=n, version="1", filename=f"{n}-1-py3-none-any.whl", sha256="0" * 64)
+            for n in names]
+    return Closure(python_platform="aarch64-manylinux_2_34", python_version="3.12",
+                   requirements=list(names), pins=pins)
+
+
+def test_a_closure_without_the_targets_cuda_runtime_or_torch_is_one_line():
+    eff = resolve(load_spec("spark", overrides={"mode": "compile"}), builder=Builder("amd64"))
+    layout = read_build_layout(FAKE_VLLM)
+    with pytest.raises(SpecError, match="no nvidia-cuda-runtime for linux/arm64.*--package"):
+        check_target_side(eff, closure_of("packaging"), layout)
+    check_target_side(eff, closure_of("nvidia-cuda-runtime"), layout)
+    torch_tree = layout.__class__(**{**layout.__dict__, "builds_against_torch": True})
+    with pytest.raises(SpecError, match="builds against torch and the closure holds no"):
+        check_target_side(eff, closure_of("nvidia-cuda-runtime"), torch_tree)
+
+
+def run_script(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT_PATH), *args], capture_output=True,
+                          text=True, env=env, timeout=120)
+
+
+def test_a_missing_or_old_cross_compiler_fails_the_step_in_one_line(tmp_path):
+    gxx = shutil.which("g++")
+    assert gxx, "g++ is missing: apt-get install g++"
+    args = ["--triple", "aarch64-linux-gnu", "--target-dir", "sbsa-linux", "--target-venv",
+            str(tmp_path)]
+    proc = run_script("--compiler", "no-such-g++", "--min-gcc", "13", *args)
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1
+    assert "no-such-g++ is not in the build base image: add its package" in proc.stderr
+    proc = run_script("--compiler", gxx, "--min-gcc", "99", *args)
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1
+    assert "vLLM's kernels need gcc >= 99" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_closure_without_cuda_runtime_fails_the_step_in_one_line(tmp_path):
+    """The in-image check behind the host's (a lock edited by hand reaches the build)."""
+    gxx = shutil.which("g++")
+    cuda = tmp_path / "cuda"
+    (cuda / "bin").mkdir(parents=True)
+    (cuda / "bin" / "nvcc").write_text("")
+    (cuda / "include").mkdir()
+    (tmp_path / "venv" / "lib" / "python3.12" / "site-packages").mkdir(parents=True)
+    proc = run_script("--compiler", gxx, "--min-gcc", "1", "--triple", "aarch64-linux-gnu",
+                      "--target-dir", "sbsa-linux", "--target-venv", str(tmp_path / "venv"),
+                      env={"CUDA_HOME": str(cuda), "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 1, proc.stdout
+    assert "the closure holds no CUDA runtime for the target" in proc.stderr
+
+
+def test_pyconfig_of_the_target_stands_in_from_the_build_platforms(tmp_path):
+    include = tmp_path / "usr" / "include"
+    (include / "python3.13").mkdir(parents=True)
+    (include / "python3.13" / "pyconfig.h").write_text(
+        "# if defined(__x86_64__) && defined(__LP64__)\n"
+        "#  include <x86_64-linux-gnu/python3.13/pyconfig.h>\n"
+        "# elif defined(__aarch64__) && defined(__AARCH64EL__)\n"
+        "#  include <aarch64-linux-gnu/python3.13/pyconfig.h>\n# endif\n")
+    (include / "x86_64-linux-gnu" / "python3.13").mkdir(parents=True)
+    (include / "x86_64-linux-gnu" / "python3.13" / "pyconfig.h").write_text("#define X 1\n")
+    written = cross_inimage.python_config("aarch64-linux-gnu", tmp_path)
+    target = tmp_path / "usr/aarch64-linux-gnu/include/aarch64-linux-gnu/python3.13/pyconfig.h"
+    assert written == [target] and target.read_text() == "#define X 1\n"
+    assert cross_inimage.python_config("aarch64-linux-gnu", tmp_path) == []  # kept, not redone
+    assert cross_inimage.python_config("riscv64-linux-gnu", tmp_path) == []  # not in the wrapper
