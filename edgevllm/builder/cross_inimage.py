@@ -12,7 +12,8 @@ built with the cross compiler: the driver library comes with the device, never w
 Debian's and Ubuntu's Python headers pick ``pyconfig.h`` by the compiler's architecture; the
 cross compiler then asks for the target's, which a build base of the build platform lacks: the
 build platform's stands in (both LP64, little-endian glibc: the sizes and features an extension
-reads agree), under the cross compiler's own include folder. Nothing is downloaded. A failure is one line on stderr and exit code 1, which fails the step.
+reads agree), under the cross compiler's own include folder. Nothing is downloaded. A failure
+is one line on stderr and exit code 1, which fails the step.
 """
 
 from __future__ import annotations

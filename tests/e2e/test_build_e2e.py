@@ -68,6 +68,9 @@ def thor_build(engine, cuda_image_foreign, cuda_image_native, fake_upstream, tmp
         cuda_image_foreign,
         fake_upstream,
         platform=foreign_platform(),
+        # The emulated road, asked for: the target's own compiler under qemu (an x86_64 host
+        # cross-compiles by default: test_cross_build_e2e.py).
+        toolchain="emulated",
         mods=["thor-runtime", "fused-moe-configs"],
         # The closure's byte-code is compiled on this host's platform: the emulated base's native
         # twin (same Debian, same Python); no registry here serves the base for both platforms.
