@@ -70,6 +70,9 @@ CASES: list[tuple[list[str], int, str]] = [
     (["render", "--target", "thor", "--tag", "a b"], 2, "tags.0"),
     (["render", "--target", "thor", "--vllm-pr", "abc"], 2, "--vllm-pr 'abc'"),
     (["render", "--lock", "spark.lock.json", "--target", "thor"], 2, "--target thor differs"),
+    (["render", "--target", "thor", "--compile", "--toolchain", "qemu"], 2, "field 'toolchain'"),
+    (["render", "--target", "thor", "--compile", "--toolchain", "cross", "--platform",
+      "linux/amd64"], 2, "toolchain cross: "),   # natively (x86_64) / no road (arm64)
     (["render", "--lock", "spark.lock.json", "--mode", "prebuilt"], 2,
      "--lock: the lock is a compile build's and this build is prebuilt"),
     # plan and sources

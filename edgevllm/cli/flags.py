@@ -178,6 +178,13 @@ BUILD_FLAGS: tuple[Flag, ...] = (
             "mode",
         ),
         Flag(
+            "toolchain",
+            "how a compile for another platform runs: cross (the builder's own CUDA compiler "
+            "and a cross g++, at native speed: the default where a cross road goes, e.g. "
+            "linux/arm64 on x86_64) | emulated (the target's compiler under qemu)",
+            "toolchain",
+        ),
+        Flag(
             "vllm_wheel",
             "prebuilt: install this released vLLM and its locked closure, nothing "
             "compiled: a version (0.33.0), a local .whl or a URL",
