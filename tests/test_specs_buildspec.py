@@ -183,3 +183,19 @@ def test_the_cross_compile_estimate_names_its_inputs_and_is_the_native_time_time
     assert cross_compile_minutes(78, 16) == 78 * UNIT_CORE_MINUTES * CROSS_FACTOR / 16
     assert cross_compile_minutes(78, 16) * EMULATION_FACTOR / CROSS_FACTOR == \
         pytest.approx(emulated_compile_minutes(78, 16))
+
+
+def test_a_lock_rebuilds_its_road_where_the_builder_emulates():
+    """An emulated compile's lock asks for emulation again on an x86_64 builder; a cross lock
+    takes the default road; on the target's own platform both compile natively."""
+    from edgevllm.specs.lock import Lock
+
+    def lock_of(toolchain: str) -> Lock:
+        return Lock(created_at="2026-11-27T00:00:00Z", target="thor", mode="compile",
+                    settings={"toolchain": toolchain})
+
+    for toolchain, on_x86 in (("emulated", "emulated"), ("cross", "cross"),
+                              ("native", "cross")):
+        spec = BuildSpec(**lock_overrides(lock_of(toolchain)))
+        assert resolve(spec, builder=X86).toolchain == on_x86
+        assert resolve(spec, builder=ARM).toolchain == "native"

@@ -477,6 +477,10 @@ def lock_overrides(lock, target: str | None = None) -> dict:
     ):
         if key in settings:
             data[key] = settings[key]
+    # An emulated compile's lock asks for emulation again where the builder emulates (a cross
+    # road is the default anyway, and a native builder compiles natively whatever was recorded).
+    if settings.get("toolchain") == "emulated":
+        data["toolchain"] = "emulated"
     # The lock's mode, whatever builder rebuilds it: a compile lock compiles again (or reuses
     # its wheels by the compile key), never turns into prebuilt on an emulating builder.
     data.setdefault("mode", lock.mode)
