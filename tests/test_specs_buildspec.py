@@ -88,6 +88,19 @@ def test_a_compile_on_an_x86_builder_cross_compiles_unless_emulation_is_asked(ta
     assert (prebuilt.toolchain, prebuilt.cross) == ("native", None)  # nothing compiles
 
 
+def test_a_piece_the_cross_road_cannot_build_takes_the_emulated_road_and_says_so():
+    flashinfer = {"source": {"repo": "flashinfer-ai/flashinfer", "ref": "v0.7.2"}}
+    eff = resolve(spec(flashinfer=flashinfer), builder=X86)
+    assert (eff.mode, eff.toolchain) == ("compile", "emulated")
+    assert eff.toolchain_reason == "the cross road cannot build FlashInfer from source yet"
+    with pytest.raises(SpecError, match="cannot build FlashInfer from source yet: drop "
+                                        "--toolchain cross"):
+        resolve(spec(flashinfer=flashinfer, toolchain="cross"), builder=X86)
+    assert resolve(spec(flashinfer=flashinfer), builder=ARM).toolchain == "native"
+    line = emulated_compile_line(78, "amd64", "linux/arm64", cores=2, why=eff.toolchain_reason)
+    assert "builder (the cross road cannot build FlashInfer from source yet): 78" in line
+
+
 def test_a_lock_rebuild_says_the_mode_is_the_locks():
     mode, reason = choose_mode(spec(mode="compile", mode_from_lock=True), builder=X86)
     assert mode == "compile" and reason.startswith("the lock's mode (compile)")

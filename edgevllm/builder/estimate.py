@@ -48,12 +48,14 @@ def emulated_compile_minutes(units: int, cores: int) -> float:
 
 
 def emulated_compile_line(units: int, builder_arch: str, platform: str,
-                          cores: int | None = None) -> str:
+                          cores: int | None = None, why: str = "") -> str:
     """The warning preflight prints: the estimate and how to avoid it."""
     cores = cores or os.cpu_count() or 1
     minutes = emulated_compile_minutes(units, cores)
     counted = f"{units} CUDA units (inv plan)" if units else "the kernel plan's units"
-    return (f"compiling {platform} under emulation on this {builder_arch} builder: {counted} × "
+    because = f" ({why})" if why else ""
+    return (f"compiling {platform} under emulation on this {builder_arch} builder{because}: "
+            f"{counted} × "
             f"~{UNIT_CORE_MINUTES:g} core-min each × {EMULATION_FACTOR:.1f} (qemu, measured) "
             f"/ {cores} cores ≈ {_hours(minutes)}, FlashAttention and the rest of the build "
             "not counted; it runs because the compile was asked for (without --compile a "

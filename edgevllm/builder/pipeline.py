@@ -73,8 +73,10 @@ def compile_estimate(build: PreparedBuild, builder: Builder, eff: EffectiveSpec)
     count."""
     from edgevllm.builder.estimate import cross_compile_line, emulated_compile_line
 
-    line = cross_compile_line if eff.toolchain == "cross" else emulated_compile_line
-    return line(build.compile_units, builder.arch, eff.platform)
+    if eff.toolchain == "cross":
+        return cross_compile_line(build.compile_units, builder.arch, eff.platform)
+    return emulated_compile_line(build.compile_units, builder.arch, eff.platform,
+                                 why=eff.toolchain_reason)
 
 
 def lock_for(lock_path: Path | None, target: str, mode: str | None = None) -> Lock | None:

@@ -176,6 +176,7 @@ class EffectiveSpec(Strict):
     # A compile's toolchain on this builder (specs/cross.compile_toolchain): native, cross (the
     # build stages on the builder's platform, with ``cross`` its road) or emulated.
     toolchain: Toolchain = "native"
+    toolchain_reason: str = ""
     cross: CrossRoad | None = None
 
     @property
@@ -300,8 +301,8 @@ def _default_mode(spec: BuildSpec, builder: Builder) -> tuple[BuildMode, str]:
     if not builder.emulates(platform):
         return "compile", (f"vllm {release} on a native {builder.arch} builder: compiled for the "
                            f"target's arch list ({target.cuda_arch})")
-    toolchain, _ = compile_toolchain(spec.toolchain, builder.arch, platform, target.cuda_version,
-                                     target.name)
+    toolchain, _, _ = compile_toolchain(spec.toolchain, builder.arch, platform,
+                                        target.cuda_version, target.name)
     how = (f"cross-compiles {target.cuda_arch} on this {builder.arch} builder"
            if toolchain == "cross" else f"compiles {platform} under emulation")
     return "prebuilt", (f"vllm {release} with nothing on top: the released wheel, stock "
@@ -390,8 +391,9 @@ def resolve(spec: BuildSpec, tree: TreeChange | None = None,
         )
     default_apt = target.prebuilt.apt_packages if prebuilt else target.apt_packages
     platform = spec.platform or target.platform
-    toolchain, road = compile_toolchain(spec.toolchain, builder.arch if builder else None,
-                                        platform, target.cuda_version, target.name)
+    toolchain, road, why = compile_toolchain(spec.toolchain, builder.arch if builder else None,
+                                             platform, target.cuda_version, target.name,
+                                             cross_blockers(spec))
     if road is not None and mode == "compile" and spec.apt_packages is None:
         default_apt = [*default_apt, *road.apt_packages]  # the cross g++ in the build base
     apt = spec.apt_packages if spec.apt_packages is not None else default_apt
@@ -402,6 +404,7 @@ def resolve(spec: BuildSpec, tree: TreeChange | None = None,
         mode_reason=reason,
         platform=platform,
         toolchain=toolchain if mode == "compile" else "native",
+        toolchain_reason=why if mode == "compile" else "",
         cross=road if mode == "compile" else None,
         images=base_images(spec, target, mode),
         torch=spec.torch if spec.torch is not None else target.torch,
@@ -414,6 +417,14 @@ def resolve(spec: BuildSpec, tree: TreeChange | None = None,
         nvcc_threads=spec.nvcc_threads or target.nvcc_threads,
         env={**target.runtime_env, **spec.env},
     )
+
+
+def cross_blockers(spec: BuildSpec) -> tuple[str, ...]:
+    """What a compile holds that the cross road cannot build yet: such a compile takes the
+    emulated road by default, and refuses --toolchain cross in one line."""
+    # FlashInfer's setup.py links its torch extension against the build interpreter's torch
+    # (the build platform's); the target's is not on its link line.
+    return ("FlashInfer from source",) if spec.flashinfer.source is not None else ()
 
 
 def _runtime_apt(spec: BuildSpec, target: Target, mode: str, apt: list[str]) -> list[str]:

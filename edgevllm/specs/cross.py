@@ -138,22 +138,30 @@ def check_host_compiler(road: CrossRoad) -> str:
 
 
 def compile_toolchain(asked: str | None, builder_arch: str | None, platform: str,
-                      cuda_version: str, target_name: str) -> tuple[Toolchain, CrossRoad | None]:
+                      cuda_version: str, target_name: str,
+                      blockers: tuple[str, ...] = ()) -> tuple[Toolchain, CrossRoad | None, str]:
     """How a compile of ``platform`` runs on a builder of ``builder_arch`` (None: not known, e.g.
-    ``inv plan``): ``native`` on its own platform; else ``cross`` where a road exists (the
-    default) or was asked for (``toolchain: cross``, refused in one line without a road);
-    ``emulated`` (the target's own compiler under qemu) where asked for or where no road goes."""
+    ``inv plan``), and why: ``native`` on its own platform; else ``cross`` where a road exists
+    (the default) or was asked for (``toolchain: cross``, refused in one line without a road);
+    ``emulated`` (the target's own compiler under qemu) where asked for, where no road goes, or
+    where the build holds a piece the road cannot build yet (``blockers``, named)."""
     if builder_arch is None or platform == f"linux/{builder_arch}":
         if asked == "cross":
             raise SpecError(f"toolchain cross: this builder builds {platform} natively; drop "
                             "--toolchain cross")
-        return "native", None
+        return "native", None, f"{platform} is this builder's own platform"
     build_platform = f"linux/{builder_arch}"
     if asked == "emulated":
-        return "emulated", None
+        return "emulated", None, "--toolchain emulated asked for"
     if asked == "cross":
-        return "cross", road_for_target(build_platform, platform, cuda_version, target_name)
-    road = cross_road(build_platform, platform)
-    if road is None or not road.covers_cuda(cuda_version):
-        return "emulated", None
-    return "cross", road
+        road = road_for_target(build_platform, platform, cuda_version, target_name)
+        if blockers:
+            raise SpecError(f"toolchain cross: the cross road cannot build {blockers[0]} yet: "
+                            "drop --toolchain cross (it then compiles under emulation)")
+        return "cross", road, "--toolchain cross asked for"
+    found = cross_road(build_platform, platform)
+    if found is None or not found.covers_cuda(cuda_version):
+        return "emulated", None, f"no cross road from {build_platform} for this target"
+    if blockers:
+        return "emulated", None, f"the cross road cannot build {blockers[0]} yet"
+    return "cross", found, f"the {found.build_platform} -> {found.target_platform} cross road"
