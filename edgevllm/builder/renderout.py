@@ -26,7 +26,9 @@ def render_to(spec: BuildSpec, out: Path, force: bool = False,
     from edgevllm.builder.pipeline import lock_for
     from edgevllm.specs.buildspec import resolve
 
-    eff = resolve(spec)
+    # With this machine as the builder (as start() takes it): a toolchain that cannot be is
+    # refused here, before the folder is touched.
+    eff = resolve(spec, builder=modes.builder_of(None, resolve(spec).target))
     locked = lock_for(lock_path, eff.target.name, eff.mode)
     with output_dir(out, force) as tmp:  # never deletes what edgevllm did not write
         job = modes.start(spec, Workspace(tmp, context_dir=tmp), engine=None, locked=locked,

@@ -145,7 +145,9 @@ def compile_toolchain(asked: str | None, builder_arch: str | None, platform: str
     (the default) or was asked for (``toolchain: cross``, refused in one line without a road);
     ``emulated`` (the target's own compiler under qemu) where asked for, where no road goes, or
     where the build holds a piece the road cannot build yet (``blockers``, named)."""
-    if builder_arch is None or platform == f"linux/{builder_arch}":
+    if builder_arch is None:  # nothing compiles here (a plan, a look at the target)
+        return "native", None, "no builder named"
+    if platform == f"linux/{builder_arch}":
         if asked == "cross":
             raise SpecError(f"toolchain cross: this builder builds {platform} natively; drop "
                             "--toolchain cross")
