@@ -19,9 +19,16 @@ from edgevllm.common.errors import SpecError
 from edgevllm.sources.buildreqs import read_build_layout
 from edgevllm.sources.wheels import Closure, WheelPin
 from edgevllm.specs.buildspec import Builder, load_spec, resolve
-from edgevllm.specs.cross import cross_road
+from edgevllm.specs.cross import CrossRoad, cross_road
 
-ROAD = cross_road("linux/amd64", "linux/arm64")
+
+def the_road() -> CrossRoad:
+    road = cross_road("linux/amd64", "linux/arm64")
+    assert road is not None, "crossroads.yaml has no linux/amd64 -> linux/arm64 road"
+    return road
+
+
+ROAD = the_road()
 FAKE_VLLM = Path(__file__).parent / "e2e" / "fixtures" / "fake-vllm"
 SCRIPT_PATH = Path(cross_inimage.__file__)
 
@@ -48,6 +55,7 @@ def test_the_template_values_of_a_cross_compile_and_of_the_others():
     x86 = Builder(arch="amd64")
     cross = resolve(load_spec("thor", overrides={"mode": "compile"}), builder=x86)
     values = cross_values(cross)
+    assert values is not None
     assert values["nvcc_flags"] == "-ccbin aarch64-linux-gnu-g++ -target-dir sbsa-linux"
     assert values["host_platform"] == "linux-aarch64" and values["aliases"] == ["aarch64-linux"]
     emulated = resolve(load_spec("thor", overrides={"mode": "compile", "toolchain": "emulated"}),
@@ -95,6 +103,7 @@ def test_a_missing_or_old_cross_compiler_fails_the_step_in_one_line(tmp_path):
 def test_a_closure_without_cuda_runtime_fails_the_step_in_one_line(tmp_path):
     """The in-image check behind the host's (a lock edited by hand reaches the build)."""
     gxx = shutil.which("g++")
+    assert gxx, "g++ is missing: apt-get install g++"
     cuda = tmp_path / "cuda"
     (cuda / "bin").mkdir(parents=True)
     (cuda / "bin" / "nvcc").write_text("")

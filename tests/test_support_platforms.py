@@ -95,6 +95,11 @@ ALLOWED = {
     "test_ci_scripts.py": "test-needs.sh under a faked uname",
     "test_builder_compile.py": "a closure resolved with uv for a named platform (any host)",
     "test_builder_precompiled.py": "a build spec's platform as input, nothing built",
+    "test_specs_cross.py": "the cross roads' platforms are data (amd64 -> arm64 on any host)",
+    "test_builder_cross.py": "the amd64 -> arm64 road by name, rendered and staged on any host",
+    "e2e/test_cross_toolchain_e2e.py": "the amd64 -> arm64 road's toolchain, by name",
+    "test_specs_buildspec.py": "a named builder (Builder(arch=...)) and platform as inputs",
+    "test_cli_badinput.py": "a platform flag as input, refused before anything is built",
 }
 # The base image helpers: an arch passed to them as a literal is "amd64 whatever the host".
 IMAGE_HELPERS = {"python_image", "cuda_image", "ccache_image", "trixie_python_image"}

@@ -36,7 +36,7 @@ from edgevllm.common.grammar import (
 from edgevllm.common.schema import Strict, parse_model
 from edgevllm.common.secrets import check_no_secrets
 from edgevllm.containers.host import platform_arch
-from edgevllm.specs.cross import CrossRoad, Toolchain, compile_toolchain
+from edgevllm.specs.cross import CrossRoad, Toolchain, compile_toolchain, cross_blockers
 from edgevllm.specs.modselect import select_mod_names
 from edgevllm.specs.refs import UPSTREAM_REPOS, normalize_repo
 from edgevllm.specs.targets import BaseImages, Target, TorchSource, load_target
@@ -393,7 +393,7 @@ def resolve(spec: BuildSpec, tree: TreeChange | None = None,
     platform = spec.platform or target.platform
     toolchain, road, why = compile_toolchain(spec.toolchain, builder.arch if builder else None,
                                              platform, target.cuda_version, target.name,
-                                             cross_blockers(spec))
+                                             cross_blockers(spec.flashinfer.source is not None))
     if road is not None and mode == "compile" and spec.apt_packages is None:
         default_apt = [*default_apt, *road.apt_packages]  # the cross g++ in the build base
     apt = spec.apt_packages if spec.apt_packages is not None else default_apt
@@ -417,14 +417,6 @@ def resolve(spec: BuildSpec, tree: TreeChange | None = None,
         nvcc_threads=spec.nvcc_threads or target.nvcc_threads,
         env={**target.runtime_env, **spec.env},
     )
-
-
-def cross_blockers(spec: BuildSpec) -> tuple[str, ...]:
-    """What a compile holds that the cross road cannot build yet: such a compile takes the
-    emulated road by default, and refuses --toolchain cross in one line."""
-    # FlashInfer's setup.py links its torch extension against the build interpreter's torch
-    # (the build platform's); the target's is not on its link line.
-    return ("FlashInfer from source",) if spec.flashinfer.source is not None else ()
 
 
 def _runtime_apt(spec: BuildSpec, target: Target, mode: str, apt: list[str]) -> list[str]:

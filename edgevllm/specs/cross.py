@@ -137,6 +137,14 @@ def check_host_compiler(road: CrossRoad) -> str:
     return version
 
 
+def cross_blockers(flashinfer_from_source: bool) -> tuple[str, ...]:
+    """What a compile holds that the cross road cannot build yet: such a compile takes the
+    emulated road by default, and refuses --toolchain cross in one line."""
+    # FlashInfer's setup.py links its torch extension against the build interpreter's torch
+    # (the build platform's); the target's is not on its link line.
+    return ("FlashInfer from source",) if flashinfer_from_source else ()
+
+
 def compile_toolchain(asked: str | None, builder_arch: str | None, platform: str,
                       cuda_version: str, target_name: str,
                       blockers: tuple[str, ...] = ()) -> tuple[Toolchain, CrossRoad | None, str]:

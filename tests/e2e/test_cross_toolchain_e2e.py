@@ -22,14 +22,22 @@ import pytest
 
 from edgevllm.builder import cross_inimage
 from edgevllm.builder.render import render_toolchain
-from edgevllm.specs.cross import check_host_compiler, cross_road
+from edgevllm.specs.cross import CrossRoad, check_host_compiler, cross_road
 from edgevllm.verify.api import scan_path
 from support.cuda_libs import require_nvcc
 from support.downloads import pypi_download
 
 pytestmark = pytest.mark.e2e
 
-ROAD = cross_road("linux/amd64", "linux/arm64")
+
+
+def the_road() -> CrossRoad:
+    road = cross_road("linux/amd64", "linux/arm64")
+    assert road is not None, "crossroads.yaml has no linux/amd64 -> linux/arm64 road"
+    return road
+
+
+ROAD = the_road()
 TARGET_WHEELS = ["nvidia-cuda-runtime==13.0.96", "nvidia-cuda-cccl==13.0.85",
                  "nvidia-cuda-crt==13.0.88"]
 AARCH64_TAGS = ["manylinux_2_17_aarch64", "manylinux2014_aarch64"]
@@ -55,7 +63,6 @@ def cross_cuda(tmp_path_factory):
     """A CUDA root as the build stage makes it: the build's nvcc (bin/ and nvvm/ real copies,
     as nvcc needs), its headers, and targets/sbsa-linux assembled by cross_inimage.py from a
     venv of the aarch64 CUDA wheels."""
-    assert ROAD is not None
     check_host_compiler(ROAD)
     nvcc = require_nvcc()
     if shutil.which("cmake") is None:
