@@ -131,3 +131,26 @@ def test_pyconfig_of_the_target_stands_in_from_the_build_platforms(tmp_path):
     assert written == [target] and target.read_text() == "#define X 1\n"
     assert cross_inimage.python_config("aarch64-linux-gnu", tmp_path) == []  # kept, not redone
     assert cross_inimage.python_config("riscv64-linux-gnu", tmp_path) == []  # not in the wrapper
+
+
+def test_render_names_the_toolchain_in_its_plan(tmp_path):
+    """``inv render`` of a compile on this machine: the plan says which toolchain and why, and
+    the cross road's context is one of the contexts it names where this machine is x86_64."""
+    import json
+
+    from edgevllm.builder.renderout import render_to
+    from edgevllm.containers.host import host_arch
+
+    render_to(load_spec("thor", overrides={"mode": "compile"}), tmp_path / "r")
+    plan = json.loads((tmp_path / "r" / "build-plan.json").read_text())
+    if host_arch() == "amd64":
+        assert plan["toolchain"] == "cross (the linux/amd64 -> linux/arm64 cross road)"
+        assert "edgevllm-cross" in plan["contexts"]
+    else:
+        assert plan["toolchain"].startswith("native (") and "edgevllm-cross" not in plan["contexts"]
+    # The release with nothing on top: prebuilt on x86_64 (nothing compiles, no toolchain),
+    # a native compile on arm64.
+    render_to(load_spec("thor"), tmp_path / "p")
+    release = json.loads((tmp_path / "p" / "build-plan.json").read_text())
+    expected = ("prebuilt", "") if host_arch() == "amd64" else ("compile", "native")
+    assert (release["mode"], release["toolchain"].split(" ")[0]) == expected

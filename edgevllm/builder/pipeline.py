@@ -56,6 +56,8 @@ def _build(spec: BuildSpec, out: Path, engine: DockerEngine, lock_path: Path | N
         check_base_images(eff, engine, f"--lock {lock_path}")
     job = modes.start(spec, ws, engine, locked, builder=builder)
     console.step(f"mode: {job.eff.mode} ({job.eff.mode_reason})")
+    if job.eff.mode == "compile":
+        console.step(f"toolchain: {job.eff.toolchain} ({job.eff.toolchain_reason})")
     if job.eff.mode == "prebuilt" and not (spec.mode or spec.vllm_wheel):
         console.info(stock_kernel_note(job.eff))
     build = modes.prepare(job)

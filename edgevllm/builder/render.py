@@ -170,6 +170,8 @@ class BuildPlan:
     mode: str
     mode_reason: str
     dockerfile: str
+    # a compile's toolchain and why (native, cross, emulated); empty for the other modes
+    toolchain: str = ""
     contexts: dict[str, str] = field(default_factory=dict)
     build_args: dict[str, str] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)

@@ -42,6 +42,8 @@ def render_to(spec: BuildSpec, out: Path, force: bool = False,
             platform=job.eff.platform,
             mode=job.eff.mode,
             mode_reason=job.eff.mode_reason,
+            toolchain=(f"{job.eff.toolchain} ({job.eff.toolchain_reason})"
+                       if job.eff.mode == "compile" else ""),
             dockerfile="Dockerfile",
             contexts=contexts,
             build_args=build.build_args,
