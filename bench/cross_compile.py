@@ -4,8 +4,8 @@ under qemu, in one run.
     python bench/cross_compile.py [--target spark] [--unit csrc/activation_kernels.cu ...]
         [--out out/cross-compile]
 
-For each unit (default: activation_kernels, layernorm_kernels, pos_encoding_kernels of vLLM
-0.33.0's ``_C``, from PyPI's sdist with the target's source patches) the three compiles of
+For each unit (default: activation_kernels and layernorm_kernels of vLLM 0.33.0's ``_C``, from
+PyPI's sdist with the target's source patches; ``--unit`` picks others of the plan) the three compiles of
 tests/support/cross_units.py run one after the other, unit by unit, so that the three figures of
 a unit are taken close together: nvcc 13.0.88 with x86_64 g++ 14 (native), with Debian trixie's
 ``aarch64-linux-gnu-g++`` 14 and ``-target-dir sbsa-linux`` (cross), and the aarch64 nvcc with
@@ -38,8 +38,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from edgevllm.containers.docker import DockerEngine  # noqa: E402
 from support import cross_units as cu  # noqa: E402
 
-DEFAULT_UNITS = ["csrc/activation_kernels.cu", "csrc/layernorm_kernels.cu",
-                 "csrc/pos_encoding_kernels.cu"]
+DEFAULT_UNITS = ["csrc/activation_kernels.cu", "csrc/layernorm_kernels.cu"]
 CORES = (2, 16, 20)
 
 

@@ -41,7 +41,7 @@ from edgevllm.containers.options import RunOptions
 from edgevllm.mods.patches import apply_source_patches
 from edgevllm.sources.kernelplan import KernelPlan
 from edgevllm.sources.plan import plan_for_target
-from edgevllm.specs.cross import CrossRoad, cross_road
+from edgevllm.specs.cross import CrossRoad, cross_road, gcc_major
 from edgevllm.specs.targets import load_target
 
 from .cuda_libs import cuobjdump_binary
@@ -51,8 +51,7 @@ from .images import CUDA_WHEELS, debian_image, download_wheels
 VLLM_VERSION = "0.33.0"
 TORCH = ("torch==2.14.0", ["manylinux_2_28_aarch64"], "3.12")   # headers: same on every arch
 CUBLAS = ("nvidia-cublas==13.1.1.3", ["manylinux_2_27_x86_64"], None)   # headers: the same too
-CROSS_SUITE = "trixie"                 # GCC 14 for x86_64 and the aarch64 cross compiler
-CROSS_PACKAGES = ["g++", "g++-aarch64-linux-gnu"]
+CROSS_SUITE = "trixie"     # GCC 14 for x86_64, and the road's cross compiler (apt_packages)
 QEMU_SUITE = "trixie"                  # the same GCC 14, native aarch64
 QEMU_PACKAGES = ["g++"]
 SMALL_UNIT = "csrc/activation_kernels.cu"
@@ -79,6 +78,11 @@ def road() -> CrossRoad:
     if found is None:
         raise AssertionError("edgevllm.specs.cross knows no road from linux/amd64 to linux/arm64")
     return found
+
+
+def cross_packages() -> list[str]:
+    """What the cross image installs: g++ for the native build, the road's cross compiler."""
+    return ["g++", *road().apt_packages]
 
 
 # --- the tree and its plan ------------------------------------------------------------------------
@@ -188,13 +192,13 @@ def images(engine: DockerEngine) -> dict[str, str]:
     """The image each mode compiles in: a trixie root with g++ and the cross g++ (linux/amd64),
     a trixie root with g++ (linux/arm64, built under qemu)."""
     try:
-        cross = debian_image(engine, "amd64", CROSS_SUITE, CROSS_PACKAGES)
+        cross = debian_image(engine, "amd64", CROSS_SUITE, cross_packages())
         qemu = debian_image(engine, "arm64", QEMU_SUITE, QEMU_PACKAGES)
     except subprocess.CalledProcessError as exc:
         raise AssertionError(
-            f"debootstrap of Debian {CROSS_SUITE} with {' '.join(CROSS_PACKAGES)} failed ({exc}): "
-            "the cross compiler is Debian trixie's g++-aarch64-linux-gnu (GCC >= 13); this host "
-            "needs debootstrap, qemu-user-static and access to deb.debian.org "
+            f"debootstrap of Debian {CROSS_SUITE} with {' '.join(cross_packages())} failed "
+            f"({exc}): the cross compiler is Debian {CROSS_SUITE}'s (GCC >= {road().min_gcc}); "
+            "this host needs debootstrap, qemu-user-static and access to deb.debian.org "
             "(bash .ci/install-engine.sh)") from None
     return {"native": cross, "cross": cross, "qemu": qemu}
 
@@ -239,12 +243,12 @@ def check_host_compiler_version(out_dir: Path, mode: str) -> str:
     older than the road's minimum."""
     version = (out_dir / "host-compiler.version").read_text().strip()
     name = road().host_compiler if mode == "cross" else "g++"
-    major = version.split(".")[0]
-    if not major.isdigit() or int(major) < road().min_gcc:
+    major = gcc_major(version)
+    if major is None or major < road().min_gcc:
         raise AssertionError(
             f"{mode}: {name} in the {CROSS_SUITE} image is '{version}', need GCC >= "
-            f"{road().min_gcc}: install Debian {CROSS_SUITE}'s g++-aarch64-linux-gnu (or Ubuntu "
-            "24.04's g++-13-aarch64-linux-gnu) in the cross build image")
+            f"{road().min_gcc}: the image needs Debian {CROSS_SUITE}'s "
+            f"{' '.join(cross_packages())} (Ubuntu 24.04: g++-13-aarch64-linux-gnu)")
     return version
 
 
