@@ -5,14 +5,14 @@ under qemu, in one run.
         [--out out/cross-compile]
 
 For each unit (default: activation_kernels and layernorm_kernels of vLLM 0.33.0's ``_C``, from
-PyPI's sdist with the target's source patches; ``--unit`` picks others of the plan) the three compiles of
-tests/support/cross_units.py run one after the other, unit by unit, so that the three figures of
-a unit are taken close together: nvcc 13.0.88 with x86_64 g++ 14 (native), with Debian trixie's
-``aarch64-linux-gnu-g++`` 14 and ``-target-dir sbsa-linux`` (cross), and the aarch64 nvcc with
-aarch64 g++ 14 in a linux/arm64 container under qemu (qemu). Printed per unit: wall and CPU
+PyPI's sdist with the target's source patches; ``--unit`` picks others of the plan) the three
+compiles of tests/support/cross_units.py run one after the other, unit by unit, so that the three
+figures of a unit are taken close together: nvcc 13.0.88 with x86_64 g++ 14 (native), with Debian
+trixie's ``aarch64-linux-gnu-g++`` 14 and ``-target-dir sbsa-linux`` (cross), and the aarch64 nvcc
+with aarch64 g++ 14 in a linux/arm64 container under qemu (qemu). Printed per unit: wall and CPU
 (user + system) seconds of each compile, the ratios cross/native and qemu/cross (of CPU seconds:
-steadier than wall seconds on a shared machine), and whether the three cubins have the same
-sha256; then the whole compile extrapolated from the plan's unit count of the real tree:
+steadier than wall seconds on a shared machine), and whether the three cubins have the same sha256;
+then the whole compile extrapolated from the plan's unit count of the real tree:
 
     units x mean CPU seconds per unit / cores
 
