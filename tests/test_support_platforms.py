@@ -100,6 +100,7 @@ ALLOWED = {
     "e2e/test_cross_toolchain_e2e.py": "the amd64 -> arm64 road's toolchain, by name",
     "test_specs_buildspec.py": "a named builder (Builder(arch=...)) and platform as inputs",
     "test_cli_badinput.py": "a platform flag as input, refused before anything is built",
+    "support/cross_units.py": "the cross road's builder (linux/amd64 builds for linux/arm64)",
 }
 # The base image helpers: an arch passed to them as a literal is "amd64 whatever the host".
 IMAGE_HELPERS = {"python_image", "cuda_image", "ccache_image", "trixie_python_image"}
