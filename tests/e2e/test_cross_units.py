@@ -20,8 +20,6 @@ assertion: bench/cross_compile.py measures the speed.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from edgevllm.sources.plan import compare_with_binaries
@@ -76,7 +74,7 @@ def test_cross_objects_are_aarch64_with_the_planned_sass_and_the_native_cubins(b
         assert report.arches("ptx") == []
         assert [key.rsplit(".", 2)[-2] for key in cross.cubins] == [sass], cross.cubins
         assert cross.cubins == native.cubins, f"{unit}: the cross cubins differ from native's"
-    planned = {Path(u).stem: [_arch(flag) for flag in plan.flags_for(u)] for u in UNITS}
+    planned = {cu.object_name(u): [_arch(flag) for flag in plan.flags_for(u)] for u in UNITS}
     rows = compare_with_binaries(planned, {str(c.obj): scan_path(c.obj)[0].arches("sass")
                                            for c in compiled["cross"].values()})
     assert [agrees for _, _, agrees in rows] == [True] * len(UNITS), rows
