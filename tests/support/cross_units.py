@@ -106,7 +106,7 @@ def torch_nvcc_flags(wheel: Path) -> list[str]:
         source = zf.read("torch/utils/cpp_extension.py").decode()
     for node in ast.parse(source).body:
         name = getattr(node.targets[0], "id", "") if isinstance(node, ast.Assign) else ""
-        if name == "COMMON_NVCC_FLAGS":
+        if name == "COMMON_NVCC_FLAGS" and isinstance(node, ast.Assign):
             return ast.literal_eval(node.value)
     raise AssertionError("COMMON_NVCC_FLAGS not found in torch/utils/cpp_extension.py")
 
