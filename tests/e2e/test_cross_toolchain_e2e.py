@@ -1,20 +1,20 @@
-"""The cross road's toolchain on this machine, without Docker: the rendered CMake toolchain
-file (dockerfiles/cross-toolchain.cmake.j2), the in-image assembly of ``targets/sbsa-linux``
-(builder/cross_inimage.py, run here as the build stage runs it) and a real CMake CUDA project
-configured and built with them: the x86_64 nvcc 13.0 with Debian's aarch64 cross g++.
+"""The cross road's toolchain where a build runs it, with CMake: the rendered toolchain file
+(dockerfiles/cross-toolchain.cmake.j2) and the assembly of ``targets/sbsa-linux``
+(builder/cross_inimage.py) in the cross build base (support/images.cross_cuda_image: Debian
+trixie, its aarch64 cross g++ 14, cmake, the x86_64 CUDA 13.0 compiler from NVIDIA's wheels),
+then a real CMake CUDA project configured and built with them, as vLLM's CMake is on the road.
 
-Checks: every library is an aarch64 ELF, verify finds the asked SASS (sm_121a for spark, sm_110a
-for thor) and nothing else, and the link took the target's CUDA runtime from the aarch64 wheels
-(the only cudart in the target folder). The target side is NVIDIA's aarch64 CUDA wheels from
-PyPI, laid out as a closure's venv. No Docker: marked e2e because it compiles for a minute.
+Checks: the library is an aarch64 ELF, verify finds the asked SASS (sm_121a for spark, sm_110a
+for thor) and nothing else; CMake found the CUDA toolkit through the target folder (its
+``aarch64-linux`` name, as CMake's FindCUDAToolkit looks it up). The target side is NVIDIA's
+aarch64 CUDA wheels from PyPI laid out as a closure's venv, mounted as a build step mounts the
+closure. On an arm64 host there is no cross road: the build base is the native one and the test
+checks the native build of the same project instead.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
@@ -22,22 +22,12 @@ import pytest
 
 from edgevllm.builder import cross_inimage
 from edgevllm.builder.render import render_toolchain
-from edgevllm.specs.cross import CrossRoad, check_host_compiler, cross_road
+from edgevllm.specs.cross import CrossRoad, cross_road
 from edgevllm.verify.api import scan_path
-from support.cuda_libs import require_nvcc
 from support.downloads import pypi_download
 
 pytestmark = pytest.mark.e2e
 
-
-
-def the_road() -> CrossRoad:
-    road = cross_road("linux/amd64", "linux/arm64")
-    assert road is not None, "crossroads.yaml has no linux/amd64 -> linux/arm64 road"
-    return road
-
-
-ROAD = the_road()
 TARGET_WHEELS = ["nvidia-cuda-runtime==13.0.96", "nvidia-cuda-cccl==13.0.85",
                  "nvidia-cuda-crt==13.0.88"]
 AARCH64_TAGS = ["manylinux_2_17_aarch64", "manylinux2014_aarch64"]
@@ -58,55 +48,60 @@ set_target_properties(probe PROPERTIES CUDA_ARCHITECTURES "{arch}")
 """
 
 
+def the_road() -> CrossRoad:
+    road = cross_road("linux/amd64", "linux/arm64")
+    assert road is not None, "crossroads.yaml has no linux/amd64 -> linux/arm64 road"
+    return road
+
+
 @pytest.fixture(scope="module")
-def cross_cuda(tmp_path_factory):
-    """A CUDA root as the build stage makes it: the build's nvcc (bin/ and nvvm/ real copies,
-    as nvcc needs), its headers, and targets/sbsa-linux assembled by cross_inimage.py from a
-    venv of the aarch64 CUDA wheels."""
-    check_host_compiler(ROAD)
-    nvcc = require_nvcc()
-    if shutil.which("cmake") is None:
-        pytest.fail("cmake is missing: install cmake >= 3.25 (apt-get install cmake)")
-    source = Path(os.path.realpath(nvcc)).parent.parent
-    root = tmp_path_factory.mktemp("cross")
-    cuda = root / "cuda"
-    for part in ("bin", "nvvm", "include"):
-        shutil.copytree(source / part, cuda / part, symlinks=True)
-    site = root / "venv" / "lib" / "python3.12" / "site-packages"
+def target_venv(tmp_path_factory) -> Path:
+    """A venv folder of the aarch64 CUDA wheels, as the closure holds them."""
+    venv = tmp_path_factory.mktemp("target-venv")
+    site = venv / "lib" / "python3.12" / "site-packages"
     site.mkdir(parents=True)
     for spec in TARGET_WHEELS:
         with zipfile.ZipFile(pypi_download(spec, AARCH64_TAGS, "3.12")) as zf:
             zf.extractall(site)
-    proc = subprocess.run(
-        [sys.executable, cross_inimage.__file__, "--compiler", ROAD.host_compiler,
-         "--triple", "none-linux-gnu",   # no pyconfig.h is written into this host's /usr
-         "--min-gcc", str(ROAD.min_gcc), "--target-dir", ROAD.cuda_target_dir,
-         *[a for alias in ROAD.cuda_target_aliases for a in ("--alias", alias)],
-         "--target-venv", str(root / "venv")],
-        capture_output=True, text=True, env={**os.environ, "CUDA_HOME": str(cuda)}, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    assert "target libraries" in proc.stdout
-    return cuda
+    return venv
 
 
-@pytest.mark.parametrize("target,arch,sass", [("spark", "121a", "sm_121a"),
-                                              ("thor", "110a", "sm_110a")])
-def test_cmake_builds_aarch64_kernels_with_the_rendered_toolchain(cross_cuda, tmp_path, target,
+def script(road: CrossRoad) -> str:
+    """What the build stage runs (compile.Dockerfile.j2), then CMake on the project."""
+    aliases = " ".join(f"--alias {a}" for a in road.cuda_target_aliases)
+    return (f"set -e; python3 /cross/cross_inimage.py --compiler {road.host_compiler} "
+            f"--triple {road.triple} --min-gcc {road.min_gcc} --target-dir "
+            f"{road.cuda_target_dir} {aliases} --target-venv /opt/edgevllm-target; "
+            "cmake -S /work/src -B /work/b -DCMAKE_TOOLCHAIN_FILE=/cross/toolchain.cmake "
+            "-DCMAKE_CUDA_COMPILER=$CUDA_HOME/bin/nvcc; cmake --build /work/b; "
+            "grep -h 'CUDAToolkit_LIBRARY_ROOT\\|CUDA_CUDART:' /work/b/CMakeCache.txt")
+
+
+@pytest.mark.parametrize("arch,sass", [("121a", "sm_121a"), ("110a", "sm_110a")])
+def test_cmake_builds_aarch64_kernels_with_the_rendered_toolchain(engine, target_venv, tmp_path,
                                                                   arch, sass):
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "kernel.cu").write_text(KERNEL)
-    (src / "CMakeLists.txt").write_text(PROJECT.format(arch=arch))
-    toolchain = tmp_path / "toolchain.cmake"
-    toolchain.write_text(render_toolchain(ROAD))
-    env = {**os.environ, "CUDA_HOME": str(cross_cuda), "CUDACXX": str(cross_cuda / "bin/nvcc")}
-    for argv in (["cmake", "-S", str(src), "-B", str(tmp_path / "b"),
-                  f"-DCMAKE_TOOLCHAIN_FILE={toolchain}"],
-                 ["cmake", "--build", str(tmp_path / "b")]):
-        proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    library = tmp_path / "b" / "libprobe.so"
+    from edgevllm.containers.docker import RunOptions
+    from support.images import cross_cuda_image
+    from support.platforms import native_arch
+
+    road = the_road()
+    (tmp_path / "cross").mkdir()
+    (tmp_path / "cross" / "toolchain.cmake").write_text(render_toolchain(road))
+    shutil.copyfile(cross_inimage.__file__, tmp_path / "cross" / "cross_inimage.py")
+    (tmp_path / "work" / "src").mkdir(parents=True)
+    (tmp_path / "work" / "src" / "kernel.cu").write_text(KERNEL)
+    (tmp_path / "work" / "src" / "CMakeLists.txt").write_text(PROJECT.format(arch=arch))
+    native = native_arch() != "amd64"   # an arm64 host: no road, CMake builds natively
+    command = ("set -e; cmake -S /work/src -B /work/b; cmake --build /work/b" if native
+               else script(road))
+    proc = engine.run(RunOptions(
+        image=cross_cuda_image(engine), remove=True, command=["bash", "-c", command],
+        volumes=[f"{tmp_path / 'cross'}:/cross:ro", f"{tmp_path / 'work'}:/work",
+                 f"{target_venv}:/opt/edgevllm-target:ro"]), timeout=900)
+    assert proc.returncode == 0, proc.stdout.decode()[-3000:] + proc.stderr.decode()[-3000:]
+    library = tmp_path / "work" / "b" / "libprobe.so"
     assert library.read_bytes()[18:20] == (183).to_bytes(2, "little"), "not an aarch64 ELF"
     assert [r.arches("sass") for r in scan_path(library)] == [[sass]]
-    cache = (tmp_path / "b" / "CMakeCache.txt").read_text()
-    assert f"{cross_cuda}/targets/sbsa-linux" in cache or "aarch64-linux" in cache
+    if not native:   # CMake took cudart from the target's folder, under its aarch64-linux name
+        found = proc.stdout.decode()
+        assert "targets/aarch64-linux" in found or "targets/sbsa-linux" in found, found

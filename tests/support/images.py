@@ -186,7 +186,8 @@ def download_wheels(arch: str, requirements: list[str], python_version: str = "3
 # runs the image (same Python, 3.13).
 CROSS_SUITE = "trixie"
 CROSS_PACKAGES = ["python3", "python3-venv", "python3-setuptools", "python3-wheel",
-                  "python3-dev", "g++", "g++-aarch64-linux-gnu", "ca-certificates"]
+                  "python3-dev", "g++", "g++-aarch64-linux-gnu", "cmake", "make",
+                  "ca-certificates"]
 CROSS_RUNTIME_PACKAGES = ["python3", "python3-venv", "ca-certificates"]
 
 
