@@ -76,6 +76,14 @@ def test_every_package_is_in_a_layer():
         layer_of(folder.name)
 
 
+def test_every_folder_of_modules_is_a_package():
+    """A folder of modules without ``__init__.py`` is a namespace package: no docstring says what
+    it holds, and the layer walk above would not see it."""
+    bare = sorted(str(folder.relative_to(PACKAGE)) for folder in {p.parent for p in
+                  PACKAGE.rglob("*.py")} if not (folder / "__init__.py").exists())
+    assert not bare, f"folders of modules without __init__.py: {bare}"
+
+
 def test_lower_layers_never_import_upper_ones():
     wrong = []
     for module, targets in graph().items():

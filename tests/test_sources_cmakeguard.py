@@ -199,3 +199,12 @@ def test_every_call_cmake_runs_is_one_the_scanner_saw(tmp_path_factory, pieces):
                           capture_output=True, text=True, timeout=30)
     if "EDGEVLLM-HIT" in proc.stdout + proc.stderr:
         assert "hit" in seen, f"cmake ran hit() in {text!r}; the scanner saw {sorted(seen)}"
+
+
+def test_cmake_system_information_leaves_the_working_folder_alone(tmp_path, monkeypatch):
+    """``cmake --system-information`` writes __cmake_systeminformation/ where it runs: asked from
+    the checkout's root, it left that folder there (and it was committed once)."""
+    from edgevllm.sources.cmakeguard import cmake_root
+    monkeypatch.chdir(tmp_path)
+    assert (cmake_root(shutil.which("cmake") or "cmake") / "Modules").is_dir()
+    assert list(tmp_path.iterdir()) == []
