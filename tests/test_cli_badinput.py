@@ -272,3 +272,26 @@ def test_every_task_refuses_an_unknown_flag(task, workdir, capsys):
         program().run(["edgevllm", task, "--no-such-flag"])
     assert isinstance(exc.value.code, int), exc.value.code
     _check(exc.value.code, capsys.readouterr().err, 2, "'--no-such-flag'", before, workdir)
+
+
+# A reader that leaves (``| head``): help, the task list and a task's own output end quietly.
+CLOSED_PIPE_CASES = [("inv", ["--help", "build"]), ("edgevllm", ["--help", "build"]),
+                     ("inv", ["build", "--help"]), ("inv", ["--list"]), ("edgevllm", ["--list"]),
+                     ("inv", ["mods"]), ("edgevllm", ["targets"])]
+
+
+@pytest.mark.parametrize(("binary", "argv"), CLOSED_PIPE_CASES,
+                         ids=[f"{b} {' '.join(a)}" for b, a in CLOSED_PIPE_CASES])
+def test_a_closed_pipe_ends_quietly(binary, argv, workdir):
+    found = shutil.which(binary, path=str(Path(sys.executable).parent))
+    assert found, f"no '{binary}' beside {sys.executable}: pip install -e . in this venv"
+    command = [found, "--search-root", str(REPO), *argv] if binary == "inv" else [found, *argv]
+    read, write = os.pipe()
+    os.close(read)  # the reader has gone before the first byte: every write meets a closed pipe
+    try:
+        proc = subprocess.run(command, stdout=write, stderr=subprocess.PIPE, text=True,
+                              timeout=120, env=dict(os.environ), cwd=workdir)
+    finally:
+        os.close(write)
+    assert proc.stderr == "", proc.stderr
+    assert proc.returncode == 1

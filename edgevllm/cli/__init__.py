@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import os
 import re
 import sys
 from typing import Iterator
@@ -16,6 +15,7 @@ from typing import Iterator
 from invoke import Collection, Exit, ParseError, Program, Task
 
 from edgevllm import __version__
+from edgevllm.cli._common import reader_left
 
 # One task module per concern.
 TASK_MODULES = ("build", "plan", "sources", "mods", "verify", "probe", "publish", "recipes",
@@ -112,6 +112,18 @@ def adopt_inv_parse_errors() -> None:
 
         setattr(Program, step, wrapped)
     Program._edgevllm_one_line = True  # type: ignore[attr-defined]
+    sys.excepthook = _quiet_on_a_closed_pipe(sys.excepthook)
+
+
+def _quiet_on_a_closed_pipe(hook):
+    """Invoke's own help and task list (``inv --help build | head``) are printed outside any
+    task; a reader that left ends them without a traceback (exit 1, as under ``edgevllm``)."""
+    def excepthook(kind, value, traceback) -> None:
+        if issubclass(kind, BrokenPipeError):
+            reader_left()
+            return
+        hook(kind, value, traceback)
+    return excepthook
 
 
 def program() -> Program:
@@ -129,5 +141,5 @@ def main() -> None:
     try:
         program().run()
     except BrokenPipeError:  # ``edgevllm --list | head``: the reader left; say nothing more
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        reader_left()
         raise SystemExit(1) from None
