@@ -4,8 +4,12 @@ literals, which must equal the table."""
 
 from __future__ import annotations
 
+import ast
 import re
+import sys
 from pathlib import Path
+
+import pytest
 
 from edgevllm.builder.render import render_dockerfile
 from edgevllm.common import labels
@@ -60,3 +64,66 @@ def test_no_module_spells_a_label_or_in_image_path_itself():
                     node.value.startswith((labels.PREFIX, labels.HOME)):
                 spelled.append(f"{rel}:{node.lineno}: {node.value!r}")
     assert not spelled, "use edgevllm.common.labels instead:\n" + "\n".join(spelled)
+
+
+# What an in-image script may import besides the standard library: the image's own packages.
+IMAGE_PACKAGES = {"torch", "flashinfer"}
+REPO = PACKAGE.parent
+
+
+def oldest_python() -> tuple[int, int]:
+    """The oldest Python that runs an in-image script: the targets' (``python:``), the test
+    bases' (named in tests/support and the e2e specs) and the host's floor (CONTRIBUTING.md)."""
+    found = [re.search(r"^python: *python(3\.\d+)", p.read_text(), re.M)
+             for p in (REPO / "targets").glob("*.yaml")]
+    versions = {m.group(1) for m in found if m}
+    for path in [*(REPO / "tests" / "support").glob("*.py"), REPO / "tests/e2e/conftest.py"]:
+        versions |= set(re.findall(r"python(3\.\d+)\b", path.read_text()))
+    host = re.search(r"keep code (3\.\d+)-compatible", (REPO / "docs/CONTRIBUTING.md").read_text())
+    assert host and len(versions) >= 2, "no Python versions found for targets and test bases"
+    versions.add(host.group(1))
+    return min(tuple(int(n) for n in v.split(".")) for v in versions)  # type: ignore[return-value]
+
+
+def imported_roots(tree: ast.AST) -> set[str]:
+    roots = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            roots |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            roots.add("." if node.level else (node.module or "").split(".")[0])
+    return roots - {"__future__"}
+
+
+def foreign_imports(source: str, name: str) -> set[str]:
+    tree = ast.parse(source, filename=name, feature_version=oldest_python())
+    return imported_roots(tree) - set(sys.stdlib_module_names) - IMAGE_PACKAGES
+
+
+@pytest.mark.parametrize("script", labels.IN_IMAGE_SCRIPTS)
+def test_each_in_image_script_is_stdlib_only_for_the_oldest_python(script):
+    source = (PACKAGE / script).read_text()
+    assert foreign_imports(source, script) == set(), \
+        f"{script} runs where edgevllm is not installed: standard library only"
+
+
+def test_an_edgevllm_import_in_an_in_image_script_is_caught():
+    source = (PACKAGE / labels.IN_IMAGE_SCRIPTS[1]).read_text()
+    lazy = source + "\n\ndef later():\n    from edgevllm.common import labels\n"
+    assert foreign_imports(lazy, "x.py") == {"edgevllm"}
+    assert foreign_imports(source + "\nimport yaml\n", "x.py") == {"yaml"}
+    with pytest.raises(SyntaxError):  # a match statement is 3.10: caught under an older floor
+        ast.parse("match x:\n    case 1:\n        pass\n", feature_version=(3, 9))
+
+
+def test_the_list_of_in_image_scripts_is_complete():
+    """A module whose own source is handed to an image (a sibling ``.py`` named in code: copied
+    into a build context, fed to python3, read as text) is in the list."""
+    named = set()
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                    and re.fullmatch(r"\w+\.py", node.value) \
+                    and (path.parent / node.value).is_file():
+                named.add(str((path.parent / node.value).relative_to(PACKAGE)))
+    assert named == set(labels.IN_IMAGE_SCRIPTS), "keep common/labels.IN_IMAGE_SCRIPTS complete"
