@@ -92,6 +92,41 @@ def test_record_labels_are_parsed_in_one_place():
     assert set(OTHER_LABEL_JSON) - found == set(), "no longer parses label JSON: drop it"
 
 
+RECORD_PATHS = {"MODS_RECORD", "WARM_RECORD", "LOCK_FILE", "LOCK_IMAGE_PATH", "HOME", "RECORD_DIR"}
+
+
+def reads_an_image_record(tree: ast.AST, readers: set[str]) -> bool:
+    """A file taken out of an image (``cat`` as a container's entrypoint), or a record's in-image
+    path handed to anything but image/records.py's readers."""
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        if any(k.arg == "entrypoint" and isinstance(k.value, ast.Constant)
+               and k.value.value == "cat" for k in node.keywords):
+            return True
+        callee = ast.unparse(node.func).rsplit(".", 1)[-1]
+        args = [*node.args, *(k.value for k in node.keywords)]
+        if callee not in readers and any(
+                isinstance(a, (ast.Name, ast.Attribute)) and ast.unparse(a).rsplit(".", 1)[-1]
+                in RECORD_PATHS for a in args):
+            return True
+    return False
+
+
+def test_image_records_are_read_in_one_place():
+    """Reading a record out of an image (a container run to ``cat`` it, or its path handed to a
+    reader) happens in image/records.py; the in-image scripts read their own files."""
+    from edgevllm.common.labels import IN_IMAGE_SCRIPTS
+
+    readers = defined_names(PACKAGE / "image" / "records.py")
+    found = {rel for rel, tree in py_files("image/records.py", *IN_IMAGE_SCRIPTS)
+             if reads_an_image_record(tree, readers)}
+    assert not found, f"read image records with edgevllm.image.records: {sorted(found)}"
+    stray = ast.parse("engine.run(RunOptions(image=ref, entrypoint='cat', command=[p]))\n"
+                      "def f(): return engine.copy_from(c, labels.MODS_RECORD, dest)")
+    assert reads_an_image_record(stray, readers)
+
+
 IMAGE_LABELS = {"TARGET", "PLATFORM", "ARCH_LIST", "MODS_SELECTED", "MODE", "VLLM_SHA", "VLLM_PR",
                 "PRS", "MODS_VERSIONS", "TAG", "KERNEL_PLAN", "VLLM_RS", "VLLM_WHEEL_SHA", "LOCK",
                 "LOCK_SHA", "MODS", "VERIFY", "PROBE"}

@@ -14,9 +14,9 @@ from edgevllm.builder.runner import Workspace
 from edgevllm.common import console, labels
 from edgevllm.common.errors import ArchGateFailed, ImageNotFoundError, ProbeError
 from edgevllm.containers.docker import DockerEngine
+from edgevllm.image.records import read_image_record as read_image_record  # the tail's
 from edgevllm.specs.buildspec import EffectiveSpec
 from edgevllm.specs.lock import (
-    LOCK_IMAGE_PATH,
     LOCK_LABEL,
     BaseImageLock,
     Lock,
@@ -27,7 +27,7 @@ from edgevllm.specs.lock import (
 if TYPE_CHECKING:
     from edgevllm.verify.judge import Verdict
 
-LOCK_FILE_IN_IMAGE = Path(LOCK_IMAGE_PATH).name  # the meta context is copied to labels.HOME
+LOCK_FILE_IN_IMAGE = labels.LOCK_FILENAME  # the meta context is copied to labels.HOME
 
 
 def stage_mods(eff: EffectiveSpec, ws: Workspace):
@@ -129,19 +129,6 @@ def static_labels(eff: EffectiveSpec, lock: Lock, tag: str) -> dict[str, str]:
 
 def read_mods_record(engine: DockerEngine, image: str) -> dict | None:
     return read_image_record(engine, image, labels.MODS_RECORD)
-
-
-def read_image_record(engine: DockerEngine, image: str, path: str) -> dict | None:
-    """A JSON record the build left in the image (None when the image has none)."""
-    from edgevllm.containers.docker import RunOptions
-
-    proc = engine.run(
-        RunOptions(image=image, remove=True, entrypoint="cat", command=[path]),
-        timeout=120,
-    )
-    if proc.returncode != 0:
-        return None
-    return json.loads(proc.stdout.decode())
 
 
 def print_mods(record: dict | None) -> None:

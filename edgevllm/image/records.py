@@ -48,6 +48,22 @@ def read_records(engine: DockerEngine, ref: str, labels: dict[str, str]) -> dict
     return {key: records.get(key) for key in RECORDS}
 
 
+def read_image_record(engine: DockerEngine, image: str, path: str) -> dict | None:
+    """One JSON record the build left at ``path`` in the image (the mods or warm record): None
+    when the image has none, or when it is no JSON object (with a warning)."""
+    from edgevllm.containers.docker import RunOptions
+
+    proc = engine.run(RunOptions(image=image, remove=True, entrypoint="cat", command=[path]),
+                      timeout=120)
+    if proc.returncode != 0:
+        return None
+    found = _json_or_none(proc.stdout.decode(errors="replace"), f"{path} in {image}")
+    if found is not None and not isinstance(found, dict):
+        console.warn(f"{path} in {image} is no JSON object; read as no record")
+        return None
+    return found
+
+
 def _records_from_files(engine: DockerEngine, ref: str, keys: list[str]) -> dict[str, object]:
     found: dict[str, object] = {}
     container = engine.create(ref)
