@@ -3,12 +3,14 @@ nothing edgevllm did not write is ever deleted, through the real CLI as well."""
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import pytest
 
 from edgevllm.common.errors import OutputFolderError
-from edgevllm.common.fsutil import OUTPUT_MARKER, output_dir
+from edgevllm.common import labels
+from edgevllm.common.fsutil import OUTPUT_MARKER, StagedFile, output_dir
 
 
 def write(folder: Path, names: list[str], force: bool = False) -> None:
@@ -132,3 +134,56 @@ def test_atomic_dir_leaves_the_old_folder_when_the_block_fails(tmp_path):
         raise RuntimeError("compile failed")
     assert [p.name for p in final.iterdir()] == ["a.whl"]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["wheels", OUTPUT_MARKER])
+
+
+def test_a_staged_file_keeps_its_name_only_once_committed(tmp_path):
+    """Verify-then-commit: the bytes are checked under the temporary name; an abort (or a
+    failed check) leaves neither the final name nor a temporary."""
+    final = tmp_path / "sub" / "wheel.whl"
+    with StagedFile(final) as staged:
+        handle = staged.open("wb")
+        handle.write(b"good")
+        handle.flush()
+        assert not final.exists() and staged.tmp.read_bytes() == b"good"
+        staged.commit()
+    assert final.read_bytes() == b"good"
+    with pytest.raises(ValueError), StagedFile(final) as staged:
+        staged.open("wb").write(b"bad")
+        raise ValueError("sha256 differs")
+    with StagedFile(tmp_path / "folder") as folder:
+        folder.tmp.mkdir()
+        (folder.tmp / "HEAD").write_text("x")
+        folder.abort()
+    assert final.read_bytes() == b"good"
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["sub", "wheel.whl"]
+
+
+# The in-image scripts run without edgevllm, so they rename with the standard library themselves.
+RENAMERS = {"os.replace", "os.rename", "shutil.move", "os.renames"}
+
+
+def renames_into_place(tree: ast.AST) -> list[str]:
+    """``os.replace``/``os.rename``/``shutil.move``, and a path's ``rename``/``replace`` (one
+    positional argument: ``str.replace`` takes two, ``dataclasses.replace`` keywords)."""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = ast.unparse(node.func)
+        if func in RENAMERS or isinstance(node.func, ast.Attribute) and (
+                node.func.attr in ("rename", "link_to") or node.func.attr == "replace"
+                and len(node.args) == 1 and not node.keywords):
+            found.append(f"{func} (line {node.lineno})")
+    return found
+
+
+def test_only_fsutil_renames_files_into_place():
+    package = Path(labels.__file__).resolve().parents[1]
+    exempt = {"common/fsutil.py", *labels.IN_IMAGE_SCRIPTS}
+    found = {str(p.relative_to(package)): renames_into_place(ast.parse(p.read_text()))
+             for p in package.rglob("*.py") if str(p.relative_to(package)) not in exempt}
+    found = {name: calls for name, calls in found.items() if calls}
+    assert not found, f"write with common.fsutil (StagedFile, move_into_place): {found}"
+    stray = "import os\ndef f(tmp, final):\n    os.replace(tmp, final)\n    tmp.rename(final)\n" \
+            "    Path(tmp).replace(final)\n    'a'.replace('b', 'c')\n"
+    assert len(renames_into_place(ast.parse(stray))) == 3

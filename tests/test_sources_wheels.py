@@ -210,9 +210,9 @@ def test_ctrl_c_during_a_download_leaves_no_partial_wheel(tmp_path):
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "start"
         deadline = time.time() + 30
-        while time.time() < deadline and not list((tmp_path / "cache").rglob(".*part*")):
+        while time.time() < deadline and not list((tmp_path / "cache").rglob(".*.tmp-*")):
             time.sleep(0.1)
-        assert list((tmp_path / "cache").rglob(".*part*")), "the download never started"
+        assert list((tmp_path / "cache").rglob(".*.tmp-*")), "the download never started"
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=30) != 0
     finally:

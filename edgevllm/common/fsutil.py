@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import IO, Iterator
@@ -20,7 +21,58 @@ from edgevllm.common.errors import OutputFolderError
 
 
 def _tmp_sibling(final: Path) -> Path:
-    return final.with_name(f".{final.name}.tmp-{os.getpid()}")
+    return final.with_name(f".{final.name}.tmp-{os.getpid()}-{threading.get_ident()}")
+
+
+def move_into_place(ready: Path | str, final: Path | str) -> Path:
+    """Rename a complete file or folder to its final name (the one rename into place edgevllm
+    does; tests/test_common_fsutil.py fails on any other)."""
+    os.replace(ready, final)
+    return Path(final)
+
+
+class StagedFile:
+    """A file (or a folder a tool makes at ``tmp``) under a temporary sibling name, put in place
+    only by ``commit``: write it, check it (a sha256, a digest), then commit. ``abort``, or
+    leaving the ``with`` block without a commit, removes it; nothing half-done keeps the name."""
+
+    def __init__(self, final: Path | str):
+        self.final = Path(final)
+        self.final.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp = _tmp_sibling(self.final)
+        self._handle: IO | None = None
+        self.committed = False
+
+    def open(self, mode: str = "wb") -> IO:
+        self._handle = open(self.tmp, mode)
+        return self._handle
+
+    def _close(self, sync: bool) -> None:
+        if self._handle is not None and not self._handle.closed:
+            if sync:
+                self._handle.flush()
+                os.fsync(self._handle.fileno())
+            self._handle.close()
+
+    def commit(self) -> Path:
+        self._close(sync=True)
+        move_into_place(self.tmp, self.final)
+        self.committed = True
+        return self.final
+
+    def abort(self) -> None:
+        self._close(sync=False)
+        if self.tmp.is_dir() and not self.tmp.is_symlink():
+            shutil.rmtree(self.tmp, ignore_errors=True)
+        else:
+            self.tmp.unlink(missing_ok=True)
+
+    def __enter__(self) -> StagedFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if not self.committed:
+            self.abort()
 
 
 @contextlib.contextmanager
@@ -28,16 +80,10 @@ def atomic_open(final: Path | str, mode: str = "wb") -> Iterator[IO]:
     """Open a temporary sibling of ``final`` for writing; rename it to ``final`` on success."""
     final = Path(final)
     _check_file_destination(final)
-    tmp = _tmp_sibling(final)
-    try:
-        with open(tmp, mode) as handle:
+    with StagedFile(final) as staged:
+        with staged.open(mode) as handle:
             yield handle
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, final)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+            staged.commit()
 
 
 def _check_file_destination(final: Path) -> None:
@@ -98,7 +144,7 @@ def _move_aside(final: Path) -> None:
     from edgevllm.common import console
 
     kept = final.with_name(f"{final.name}.kept-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
-    os.replace(final, kept)
+    move_into_place(final, kept)
     console.warn(f"{final}: edgevllm has no record of writing it; kept it as {kept.name} "
                  "(delete it when you no longer need it)")
 
@@ -107,7 +153,7 @@ def _record(folder: Path, names: set[str]) -> None:
     """The names edgevllm wrote in ``folder``, in its marker (written whole, then renamed)."""
     tmp = folder / f"{OUTPUT_MARKER}.tmp-{os.getpid()}"
     tmp.write_text("".join(f"{n}\n" for n in sorted(names)))
-    os.replace(tmp, folder / OUTPUT_MARKER)
+    move_into_place(tmp, folder / OUTPUT_MARKER)
 
 
 # An output folder edgevllm wrote holds this file: the names it wrote there, one per line. Only
@@ -167,11 +213,11 @@ def _swap_in(tmp: Path, final: Path) -> None:
     """``final`` holds only what edgevllm wrote (or does not exist): replace it whole."""
     if final.exists():
         old = final.with_name(f".{final.name}.old-{os.getpid()}")
-        os.replace(final, old)
-        os.replace(tmp, final)
+        move_into_place(final, old)
+        move_into_place(tmp, final)
         shutil.rmtree(old, ignore_errors=True)
     else:
-        os.replace(tmp, final)
+        move_into_place(tmp, final)
 
 
 def _merge_in(tmp: Path, final: Path, ours: set[str], force: bool) -> None:
@@ -188,7 +234,7 @@ def _merge_in(tmp: Path, final: Path, ours: set[str], force: bool) -> None:
         elif old.exists() or old.is_symlink():
             old.unlink()
     for name in sorted(new) + [OUTPUT_MARKER]:
-        os.replace(tmp / name, final / name)
+        move_into_place(tmp / name, final / name)
 
 
 @contextlib.contextmanager

@@ -30,7 +30,7 @@ from typing import IO, Iterator
 
 import zstandard
 
-from edgevllm.common.fsutil import atomic_write_bytes, atomic_write_json
+from edgevllm.common.fsutil import StagedFile, atomic_write_bytes, atomic_write_json
 from edgevllm.common.paths import cache_dir
 from edgevllm.common.streams import ByteWriter
 
@@ -162,16 +162,11 @@ class LayerCache:
     def entry_writer(self, diff_id: str, size: int) -> Iterator["EntryWriter"]:
         """A file for one layer's frames; it becomes an entry only if the block completes and
         ``EntryWriter.finish`` was given the matching uncompressed sha256."""
-        self.layers_dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.layers_dir / f".{_hex(diff_id)}.tmp-{os.getpid()}-{time.monotonic_ns()}"
-        try:
-            with open(tmp, "wb") as handle:
-                writer = EntryWriter(self, diff_id, size, tmp, handle)
+        with StagedFile(self.layers_dir / f"{_hex(diff_id)}.zst") as staged:
+            with staged.open("wb") as handle:
+                writer = EntryWriter(self, diff_id, size, staged, handle)
                 yield writer
             writer.commit()
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                tmp.unlink()
 
     # -- configs --------------------------------------------------------------------------------
     def config(self, image_id: str) -> bytes | None:
@@ -221,8 +216,9 @@ class LayerCache:
 class EntryWriter:
     """Receives one layer's compressed frames (``write``) and keeps their size and sha256."""
 
-    def __init__(self, cache: LayerCache, diff_id: str, size: int, tmp: Path, handle: IO[bytes]):
-        self.cache, self.diff_id, self.size, self.tmp = cache, diff_id, size, tmp
+    def __init__(self, cache: LayerCache, diff_id: str, size: int, staged: StagedFile,
+                 handle: IO[bytes]):
+        self.cache, self.diff_id, self.size, self.staged = cache, diff_id, size, staged
         self.handle = handle
         self.compressed_size = 0
         self._digest = hashlib.sha256()
@@ -241,8 +237,7 @@ class EntryWriter:
     def commit(self) -> None:
         if not self.verified:
             return  # not the bytes the diff id names: never cached under it
-        blob = self.cache.layers_dir / f"{_hex(self.diff_id)}.zst"
-        os.replace(self.tmp, blob)
+        blob = self.staged.commit()
         record = {"diff_id": self.diff_id, "size": self.size,
                   "compressed_size": self.compressed_size,
                   "compressed_sha256": self._digest.hexdigest()}

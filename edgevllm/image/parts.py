@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Callable
 
+from edgevllm.common.fsutil import move_into_place
 from edgevllm.common.streams import as_binary_io
 from edgevllm.image.layercache import ZstdSettings
 from edgevllm.image.tarball import CHUNK
@@ -96,7 +97,7 @@ class PartWriter:
         """Rename every part to its final name; the final paths, in order."""
         for part, name in zip(self.parts, self.final_names(suffix), strict=True):
             part.final = self.directory / name
-            os.replace(part.tmp, part.final)
+            move_into_place(part.tmp, part.final)
             self.renamed.append(part.final)
         return list(self.renamed)
 

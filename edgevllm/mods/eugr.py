@@ -33,7 +33,7 @@ from typing import Callable
 import yaml
 
 from edgevllm.common.errors import ManifestError
-from edgevllm.common.fsutil import atomic_write_bytes, atomic_write_text
+from edgevllm.common.fsutil import atomic_write_bytes, atomic_write_text, move_into_place
 
 _URL = re.compile(r"^https?://\S+\Z")
 # How a script names its own folder before a file name: "$(dirname "$0")/x", "$SCRIPT_DIR/x".
@@ -169,7 +169,7 @@ def import_eugr_mod(folder: Path, dest_root: Path, targets: list[str],
         if final.exists():
             _check_imported(final)
             shutil.rmtree(final)  # an earlier import of this mod (edgevllm wrote it)
-        staged.rename(final)
+        move_into_place(staged, final)
     return final
 
 

@@ -24,6 +24,7 @@ from typing import Iterator
 from edgevllm.common import paths
 from edgevllm.common.bounded import Limits, MiB, run_bounded
 from edgevllm.common.errors import MissingToolError, RefNotFoundError, SourceError
+from edgevllm.common.fsutil import StagedFile
 from edgevllm.specs.refs import display_repo, is_full_sha, looks_like_sha, normalize_repo, repo_key
 
 # Messages in git's stderr that mean "that ref/commit is not there" rather than "cannot reach".
@@ -147,9 +148,9 @@ class GitMirror:
 
     def _ensure(self) -> None:
         if not (self.path / "HEAD").exists():
-            tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
-            git(["init", "--quiet", "--bare", str(tmp)])
-            os.replace(tmp, self.path)
+            with StagedFile(self.path) as staged:
+                git(["init", "--quiet", "--bare", str(staged.tmp)])
+                staged.commit()
 
     @contextlib.contextmanager
     def locked(self) -> Iterator["GitMirror"]:

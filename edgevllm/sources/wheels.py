@@ -34,7 +34,7 @@ from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
 from edgevllm.common.errors import ConfigError, SourceError
-from edgevllm.common.fsutil import atomic_dir, atomic_write_text, sha256_file
+from edgevllm.common.fsutil import StagedFile, atomic_dir, atomic_write_text, sha256_file
 
 PYPI = "https://pypi.org/simple"
 DEFAULT_GLIBC = "2_34"   # llguidance 1.7 has no x86_64 wheel below manylinux_2_31
@@ -370,28 +370,25 @@ class Wheelhouse:
             raise ClosureError(f"{pin.filename}: a local wheel that is not in the wheelhouse "
                                f"{self.root}; give its file to --vllm-wheel again")
         dest = self.path_for(pin)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = dest.with_name(f".{dest.name}.part-{os.getpid()}-{threading.get_ident()}")
         digest = hashlib.sha256()
         try:
-            with requests.get(pin.url, stream=True, timeout=60) as resp, open(tmp, "wb") as out:
+            with StagedFile(dest) as staged, staged.open("wb") as out, \
+                    requests.get(pin.url, stream=True, timeout=60) as resp:
                 resp.raise_for_status()
                 for block in resp.iter_content(_CHUNK):
                     if cancel.is_set():
                         raise KeyboardInterrupt
                     digest.update(block)
                     out.write(block)
-            if digest.hexdigest() != pin.sha256:
-                raise WheelHashMismatch(f"{pin.url}: downloaded bytes have sha256 "
-                                        f"{digest.hexdigest()}, the lock pins {pin.sha256}; "
-                                        "nothing installed")
-            os.replace(tmp, dest)
+                if digest.hexdigest() != pin.sha256:
+                    raise WheelHashMismatch(f"{pin.url}: downloaded bytes have sha256 "
+                                            f"{digest.hexdigest()}, the lock pins {pin.sha256}; "
+                                            "nothing installed")
+                staged.commit()
         except requests.RequestException as exc:
             raise ClosureError(f"downloading {pin.filename} failed ({type(exc).__name__}); "
                                "check access to the index, or build from a lock whose wheels "
                                f"are cached in {self.root}") from None
-        finally:
-            tmp.unlink(missing_ok=True)
         return dest
 
     def verify(self, pins: list[WheelPin]) -> None:
@@ -477,13 +474,9 @@ def _link_or_copy(source: Path, dest: Path) -> None:
 
 
 def _atomic_copy(source: Path, dest: Path, pin: WheelPin) -> None:
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(f".{dest.name}.part-{os.getpid()}")
-    try:
-        shutil.copyfile(source, tmp)
-        if sha256_file(tmp) != pin.sha256:
+    with StagedFile(dest) as staged:
+        shutil.copyfile(source, staged.tmp)
+        if sha256_file(staged.tmp) != pin.sha256:
             raise WheelHashMismatch(f"{source}: its sha256 is not the pinned {pin.sha256}; "
                                     "nothing installed")
-        os.replace(tmp, dest)
-    finally:
-        tmp.unlink(missing_ok=True)
+        staged.commit()
