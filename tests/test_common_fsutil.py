@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from edgevllm.common.errors import OutputFolderError
 from edgevllm.common import labels
+from edgevllm.common.errors import OutputFolderError
 from edgevllm.common.fsutil import OUTPUT_MARKER, StagedFile, output_dir
 
 
