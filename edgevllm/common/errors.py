@@ -128,9 +128,37 @@ class PlanGapError(PlanError):
     """A kernel group the target needs would compile nothing for it."""
 
 
+class ClosureError(SourceError):
+    """The closure cannot be resolved for the target (unknown version, no wheel, ...)."""
+
+
+class UnresolvableError(ClosureError):
+    """The requirements conflict for the target; ``reason`` is uv's explanation, one line."""
+
+    def __init__(self, message: str, reason: str = ""):
+        super().__init__(message)
+        self.reason = reason
+
+
+class WheelInputError(ConfigError):
+    """A --vllm-wheel that does not fit the target (platform, Python) or cannot be read."""
+
+
+class IndexUnreachable(SourceError):
+    """The package index does not answer."""
+
+
+class WheelHashMismatch(SourceError):
+    """A wheel's bytes do not have the sha256 the lock pins."""
+
+
 # --- image build (6) ---------------------------------------------------------------------------
 class BuildError(EdgeVllmError):
     exit_code = 6
+
+
+class SizeBudgetError(BuildError):
+    """The image is larger than its target's size budget."""
 
 
 # --- mods and patches (7) ----------------------------------------------------------------------

@@ -17,15 +17,11 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import IO
 
-from edgevllm.common.errors import BuildError
+from edgevllm.common.errors import BuildError, SizeBudgetError
 from edgevllm.containers.docker import DockerEngine
 from edgevllm.verify.archive import entry_kind
 
 GB = 1e9
-
-
-class SizeBudgetError(BuildError):
-    """The image is larger than its target's size budget."""
 
 
 @dataclass

@@ -33,7 +33,14 @@ from urllib.parse import unquote, urlparse
 from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 
-from edgevllm.common.errors import ConfigError, SourceError
+from edgevllm.common.errors import (  # the closure's errors (importable from here too)
+    ClosureError,
+    ConfigError,
+    IndexUnreachable,
+    UnresolvableError,
+    WheelHashMismatch,
+    WheelInputError,
+)
 from edgevllm.common.fsutil import StagedFile, atomic_dir, atomic_write_text, sha256_file
 
 PYPI = "https://pypi.org/simple"
@@ -42,30 +49,6 @@ _ARCH = {"linux/arm64": "aarch64", "linux/amd64": "x86_64"}
 _CHUNK = 1 << 20
 REQUIREMENTS_FILE = "requirements.txt"
 MODE_REQUIREMENTS_FILE = "requirements-mode.txt"   # the mode's own pins, installed over the closure
-
-
-class ClosureError(SourceError):
-    """The closure cannot be resolved for the target (unknown version, no wheel, ...)."""
-
-
-class UnresolvableError(ClosureError):
-    """The requirements conflict for the target; ``reason`` is uv's explanation, one line."""
-
-    def __init__(self, message: str, reason: str = ""):
-        super().__init__(message)
-        self.reason = reason
-
-
-class WheelInputError(ConfigError):
-    """A --vllm-wheel that does not fit the target (platform, Python) or cannot be read."""
-
-
-class IndexUnreachable(SourceError):
-    """The package index does not answer."""
-
-
-class WheelHashMismatch(SourceError):
-    """A wheel's bytes do not have the sha256 the lock pins."""
 
 
 @dataclass(frozen=True)
