@@ -50,11 +50,13 @@ def test_thor_removes_flashinfer_cubin_and_no_stage_names_an_index():
         assert not re.search(r"index-url|https?://", text.split("LABEL", 1)[0]), mode
 
 
-def test_wheelhouse_is_refused_in_every_mode(tmp_path):
+def test_a_spec_naming_a_wheelhouse_is_one_line(tmp_path):
+    """--wheelhouse/--offline were offered and only refused: every build makes its own
+    wheelhouse from its locked closure, so neither the flags nor the fields exist."""
     from edgevllm.common.errors import SpecError
 
-    with pytest.raises(SpecError, match="field 'wheelhouse': a compile build makes its own"):
-        resolve(load_spec("thor", overrides={"wheelhouse": str(tmp_path), "mode": "compile"}))
+    with pytest.raises(SpecError, match="unknown field 'wheelhouse'"):
+        load_spec("thor", overrides={"wheelhouse": str(tmp_path)})
 
 
 def test_render_task_writes_dockerfile_and_context(cli, tmp_path):

@@ -60,6 +60,8 @@ CASES: list[tuple[list[str], int, str]] = [
     (["build", "--target", "spark", "--wheel-cache", "{{7*7}}/x"], 2, "--wheel-cache '{{7*7}}/x'"),
     (["build", "--target", "spark", "--warm", "nonutf8.json"], 2, "nonutf8.json: not JSON"),
     (["build", "--spec", "nothere.yaml"], 2, "nothere.yaml: no such file"),
+    (["build", "--target", "thor", "--wheelhouse", "adir"], 2, "'--wheelhouse'"),
+    (["render", "--target", "thor", "--offline"], 2, "'--offline'"),
     (["build", "--lock", "nothere.lock.json"], 2, "nothere.lock.json: no such lock file"),
     (["build", "--lock", "string.lock.json"], 5, "schema_version"),
     (["build", "--lock", "spark.lock.json", "--target", "thor"], 2, "--target thor differs"),

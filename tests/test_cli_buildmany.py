@@ -39,13 +39,13 @@ def test_a_bad_engine_is_one_line_naming_the_grammar():
 
 def test_child_command_line_carries_every_flag_given():
     values = {"target": "thor,spark", "spec": "s.yaml", "cherry_pick": ["12", "34"],
-              "build_arg": ["A=1"], "offline": True, "verify": False, "out": "o",
+              "build_arg": ["A=1"], "rerun_steps": True, "verify": False, "out": "o",
               "max_jobs": "4", "engine": ["thor=ssh://x"], "compile": False}
     argv = child_argv(values, "thor", DockerEngine.named("ssh://me@thor"), Path("/t/thor.json"))
     assert argv[:5] == ["build", "--target", "thor", "--json", "/t/thor.json"]
     assert argv[5:7] == ["--engine", "ssh://me@thor"]
     rest = argv[7:]
     assert " ".join(rest) == ("--spec s.yaml --cherry-pick 12 --cherry-pick 34 --max-jobs 4 "
-                              "--build-arg A=1 --offline --out o --no-verify")
+                              "--build-arg A=1 --rerun-steps --out o --no-verify")
     local = child_argv({"target": "spark"}, "spark", DockerEngine(), Path("j"))
     assert "--engine" not in local

@@ -238,8 +238,6 @@ def test_mode_is_chosen_with_a_reason_and_bad_combinations_are_refused():
     assert resolve(load_spec("thor", None, {})).mode == "compile"
     with pytest.raises(SpecError, match="vllm_wheel"):
         resolve(load_spec("spark", None, {"mode": "compile", "vllm_wheel": "0.33.0"}))
-    with pytest.raises(SpecError, match="wheelhouse"):
-        resolve(load_spec("spark", None, {"vllm_wheel": "0.33.0", "wheelhouse": "/tmp"}))
     based = resolve(load_spec("spark", None, {"mode": "prebuilt", "base_image": "b:1"}))
     assert based.images.build == based.images.runtime == "b:1"
 

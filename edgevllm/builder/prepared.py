@@ -79,14 +79,12 @@ class Mode(Protocol):
 def named_contexts(job: Job, tree: PreparedTree | None = None,
                    folders: dict[str, str] | None = None) -> dict[str, str]:
     """The named build contexts of one build, assembled here only: the tree's (vllm-src,
-    flashinfer-src, cmake-deps), the mode's folders (wheelhouse, build-tools), the user's
-    --wheelhouse, the staged mods (when any are selected), the FlashInfer AOT step's plan (--warm)
-    and the meta folder (the lock)."""
+    flashinfer-src, cmake-deps), the mode's folders (wheelhouse, build-tools), the staged mods
+    (when any are selected), the FlashInfer AOT step's plan (--warm) and the meta folder (the
+    lock)."""
     eff, ws = job.eff, job.ws
     contexts = tree.context_dirs() if tree is not None else {}
     contexts |= folders or {}
-    if eff.spec.wheelhouse:
-        contexts["wheelhouse"] = str(Path(eff.spec.wheelhouse).resolve())
     if eff.mods:
         contexts["edgevllm-mods"] = str(ws.context / "edgevllm-mods")
     if eff.spec.warm:  # staged here, the one place every mode (and inv render) passes

@@ -161,12 +161,6 @@ BUILD_FLAGS: tuple[Flag, ...] = (
             False,
         ),
         Flag(
-            "wheelhouse",
-            "a folder of wheels pip may install from (for air-gapped builds)",
-            "wheelhouse",
-        ),
-        Flag("offline", "install only from --wheelhouse (no index)", "offline", "bool", False),
-        Flag(
             "platform",
             "override the target's docker platform (e.g. linux/amd64 for a test build)",
             "platform",

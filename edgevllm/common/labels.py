@@ -60,7 +60,7 @@ LOCK_FILE = HOME + "/" + LOCK_FILENAME
 VENV = "/opt/venv"
 # Where build contexts are mounted during a build step, and run-time mounts.
 WHEELS_MOUNT = "/tmp/edgevllm-wheels"
-WHEELHOUSE_MOUNT = "/wheelhouse"  # the "wheelhouse" context: a closure, or --wheelhouse
+WHEELHOUSE_MOUNT = "/wheelhouse"  # the "wheelhouse" context: the locked closure
 CMAKE_DEPS_MOUNT = "/src/deps"   # the "cmake-deps" context: what vLLM's CMake would clone
 CMAKE_DEPS_ENV = "edgevllm-deps.env"  # in that context: the *_SRC_DIR overrides, sourced
 MODS_MOUNT = "/edgevllm-mods"

@@ -110,8 +110,6 @@ class BuildSpec(Strict):
     runtime_apt_packages: list[AptPackage] | None = None
     python: PythonCommand | None = None
     platform: Platform | None = None
-    wheelhouse: HostPath | None = None
-    offline: bool = False
     # How a compile for another platform than the builder's runs: cross (the builder's own CUDA
     # compiler and a cross g++, specs/cross.py; the default where a road exists) or emulated
     # (the target's compiler under qemu). None: cross where a road goes, else emulated.
@@ -380,15 +378,7 @@ def resolve(spec: BuildSpec, tree: TreeChange | None = None,
             packages.pop(name, None)
         else:
             packages[name] = version.lstrip("=")  # --package NAME==VER reads as NAME=VER too
-    if spec.offline and not spec.wheelhouse:
-        raise SpecError("field 'offline': an offline build needs 'wheelhouse' (a folder of wheels)")
     prebuilt = mode in ("prebuilt", "precompiled")  # both install a released wheel's closure
-    if spec.wheelhouse:
-        raise SpecError(
-            f"field 'wheelhouse': a {mode} build makes its own wheelhouse from the locked "
-            "closure (resolved on the host, installed offline by sha256); drop "
-            "--wheelhouse/--offline"
-        )
     default_apt = target.prebuilt.apt_packages if prebuilt else target.apt_packages
     platform = spec.platform or target.platform
     toolchain, road, why = compile_toolchain(spec.toolchain, builder.arch if builder else None,
