@@ -4,6 +4,7 @@ and no two modules import each other (directly or through others). See docs/arch
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -198,3 +199,34 @@ def test_no_module_imports_a_private_name_of_another():
                           for a in node.names if a.name.startswith("_")
                           and not a.name.startswith("__")]
     assert not wrong, "private names imported from another module:\n" + "\n".join(wrong)
+
+
+def layer_table() -> dict[str, str]:
+    """docs/architecture.md's layer drawing: each package's folder → the words after it."""
+    block = (PACKAGE.parent / "docs" / "architecture.md").read_text().split("```", 2)[1]
+    entries: dict[str, str] = {}
+    current = None
+    for line in block.splitlines():
+        found = re.search(r"edgevllm/(\w+)/", line)
+        if found:
+            current = found.group(1)
+            entries[current] = line[found.end():]
+        elif current:
+            entries[current] += " " + line.strip()
+    return entries
+
+
+def test_the_layer_table_names_every_module_in_layer_order():
+    table = layer_table()
+    missing = {}
+    for folder in sorted(p for p in PACKAGE.iterdir() if (p / "__init__.py").exists()):
+        names = {p.stem for p in folder.glob("*.py") if p.stem != "__init__"}
+        names |= {f"{p.name}/" for p in folder.iterdir() if (p / "__init__.py").exists()}
+        words = table.get(folder.name, "")
+        gone = sorted(n for n in names if not re.search(
+            r"(?<![\w/])" + re.escape(n) + ("" if n.endswith("/") else r"\b"), words))
+        if gone:
+            missing[folder.name] = gone
+    assert not missing, f"docs/architecture.md's layer table does not name: {missing}"
+    order = [layer_of(name) for name in table]
+    assert order == sorted(order, reverse=True), "the table reads top layer first, as LAYERS"

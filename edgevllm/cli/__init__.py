@@ -15,7 +15,7 @@ from typing import Iterator
 from invoke import Collection, Exit, ParseError, Program, Task
 
 from edgevllm import __version__
-from edgevllm.cli._common import reader_left
+from edgevllm.common.console import reader_left
 
 # One task module per concern.
 TASK_MODULES = ("build", "plan", "sources", "mods", "verify", "probe", "publish", "recipes",

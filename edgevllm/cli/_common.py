@@ -4,20 +4,12 @@ from __future__ import annotations
 
 import functools
 import inspect
-import os
-import sys
 from typing import Callable
 
 from invoke import Exit, task
 
 from edgevllm.common import console
 from edgevllm.common.errors import ConfigError, EdgeVllmError
-
-
-def reader_left() -> None:
-    """stdout's reader closed the pipe (``| head``): point stdout at /dev/null, so that neither
-    a later print nor the flush at exit raises again; the caller exits 1 without a word."""
-    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def cli_task(*task_args, **task_kwargs) -> Callable:
@@ -48,7 +40,7 @@ def cli_task(*task_args, **task_kwargs) -> Callable:
                 console.error("interrupted; nothing was left under a final name")
                 raise Exit(code=130) from None
             except BrokenPipeError:  # ``inv mods | head``: the reader left; say nothing more
-                reader_left()
+                console.reader_left()
                 raise Exit(code=1) from None
 
         wrapper.__signature__ = signature  # type: ignore[attr-defined]

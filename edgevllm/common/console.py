@@ -48,3 +48,9 @@ def error(message: str) -> None:
 
 def is_tty() -> bool:
     return sys.stderr.isatty()
+
+
+def reader_left() -> None:
+    """stdout's reader closed the pipe (``| head``): point stdout at /dev/null, so that neither
+    a later print nor the flush at exit raises again; the caller exits 1 without a word."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
