@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgevllm.builder import modes, tail
+from edgevllm.builder.basecheck import check_build_bases
 from edgevllm.builder.prepared import PreparedBuild
 from edgevllm.builder.runner import BuildResult, Workspace, disk_gb, preflight
 from edgevllm.builder.steps import check_base_images
@@ -55,6 +56,7 @@ def _build(spec: BuildSpec, out: Path, engine: DockerEngine, lock_path: Path | N
     if locked is not None:
         check_base_images(eff, engine, f"--lock {lock_path}")
     job = modes.start(spec, ws, engine, locked, builder=builder)
+    check_build_bases(job.eff, engine, builder.arch)  # before the closure is fetched
     console.step(f"mode: {job.eff.mode} ({job.eff.mode_reason})")
     if job.eff.mode == "compile":
         console.step(f"toolchain: {job.eff.toolchain} ({job.eff.toolchain_reason})")
