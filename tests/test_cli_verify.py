@@ -92,3 +92,16 @@ def test_another_key_fails(signed, capsys, monkeypatch, tmp_path):
                     "--out", str(stem.parent), "--name", "img", "--key", str(other))
     assert code == 8
     assert "img.provenance.dsse.json: no valid signature" in err.strip().splitlines()[-1]
+
+
+def test_with_a_target_both_checks_run(signed, capsys, monkeypatch, tmp_path):
+    """``--supply-chain --target``: the supply-chain check, then the arch gate on the same image
+    (here on an engine nobody answers: the gate's own exit 3, after the check's OK)."""
+    stem, public, seen = signed
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path / 'nobody-listens.sock'}")
+    code, err = run(capsys, monkeypatch, "verify", "--supply-chain", "--target", "spark",
+                    "--image", "img:1", "--out", str(stem.parent), "--name", "img",
+                    "--key", str(public))
+    assert f"OK: {IMAGE_ID}: signature, statement, SBOM" in err
+    assert code == 3 and "cannot reach the Docker daemon" in err.strip().splitlines()[-1], err
+    assert seen == [("image", "img:1")]

@@ -1,5 +1,6 @@
 """``inv verify``: which GPU architectures an image's CUDA libraries carry, judged for a target;
-with ``--supply-chain``, the signed provenance check of ``inv verify-supply-chain`` instead."""
+with ``--supply-chain``, the signed provenance check of ``inv verify-supply-chain`` too (first;
+the arch gate follows where ``--target`` is given)."""
 
 from __future__ import annotations
 
@@ -18,9 +19,9 @@ from edgevllm.common.errors import ArchGateFailed, ConfigError
     "diff": "compare two sources (images, tarballs, wheels, folders): --diff A,B",
     "max_library_size": "the most one library may hold, e.g. 8G (default 4G; "
                         "EDGEVLLM_MAX_LIBRARY_SIZE)",
-    "supply_chain": "instead of the arch gate, check signature, SBOM and image together "
-                    "(--image online, --tarball X.manifest.json offline; as inv "
-                    "verify-supply-chain)",
+    "supply_chain": "check signature, SBOM and image together (--image online, --tarball "
+                    "X.manifest.json offline; as inv verify-supply-chain); with --target, "
+                    "the arch gate after it",
     "key": "--supply-chain: the signer's public key (or the private key file)",
     "lock": "--supply-chain: the image's lock file (its SBOM and statement lie beside it)",
     "out": "--supply-chain: folder holding the SBOM and statement when there is no --lock or "
@@ -35,14 +36,17 @@ def verify(c, target=None, image=None, tarball=None, path=None, json=None, cuobj
     """Gate: vLLM/FlashInfer/flash-attn/torch CUDA libraries must run on the target GPU."""
     supply_chain_only = {"--key": key, "--lock": lock, "--out": out, "--name": name}
     if supply_chain:
-        _refuse_with_supply_chain({"--target": target, "--path": path, "--json": json,
-                                   "--cuobjdump": cuobjdump, "--policy": policy,
-                                   "--diff": diff, "--max-library-size": max_library_size})
+        gate_only = {"--json": json, "--cuobjdump": cuobjdump, "--policy": policy,
+                     "--max-library-size": max_library_size}
+        _refuse_with_supply_chain({"--path": path, "--diff": diff,
+                                   **({} if target else gate_only)})
         from edgevllm.cli.inspect import check_supply_chain
 
-        return check_supply_chain("verify --supply-chain", image, tarball, key, lock, out, name)
+        check_supply_chain("verify --supply-chain", image, tarball, key, lock, out, name)
+        if not target:
+            return None
     given = [flag for flag, value in supply_chain_only.items() if value]
-    if given:
+    if given and not supply_chain:
         raise ConfigError(f"{', '.join(given)}: only with --supply-chain")
     if not target:
         raise ConfigError("verify: --target required; see 'inv --help verify'")
@@ -66,8 +70,9 @@ def verify(c, target=None, image=None, tarball=None, path=None, json=None, cuobj
 def _refuse_with_supply_chain(flags: dict) -> None:
     given = [flag for flag, value in flags.items() if value]
     if given:
-        raise ConfigError(f"--supply-chain checks signature, SBOM and image; it takes no "
-                          f"{', '.join(given)} (run inv verify --target ... for the arch gate)")
+        raise ConfigError(f"--supply-chain checks signature, SBOM and image of --image or "
+                          f"--tarball; it takes no {', '.join(given)} (add --target ... for the "
+                          "arch gate as well)")
 
 
 def _set_ceiling(text: str) -> None:
