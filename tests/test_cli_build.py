@@ -94,3 +94,26 @@ def test_build_help_lists_clean_flag_names(cli):
 
     bad = [o for o in options if not re.fullmatch(r"--(\[no-\])?[a-z][a-z0-9-]*(=STRING|=INT)?", o)]
     assert not bad, options
+
+
+def test_a_recipe_combines_with_the_users_spec(tmp_path):
+    """``--recipe R --spec S``: the user's spec says where the bases come from, the recipe what its
+    server needs; the recipe wins only where it says something, the command line over both."""
+    import json
+
+    from edgevllm.cli.build import spec_from_flags
+
+    recipe = tmp_path / "plain.yaml"
+    recipe.write_text(json.dumps({
+        "name": "plain", "description": "d", "targets": ["spark", "thor"],
+        "status": {"spark": "untested", "thor": "untested"}, "image": "me/plain:1",
+        "model": "org/m", "serve": {"args": ["{{ model }}", "--load-format=instanttensor"]}}))
+    spec = tmp_path / "mine.yaml"
+    spec.write_text("target: thor\nbase_image: mirror.local/cuda:13\nmax_jobs: 2\n"
+                    "packages: {numpy: '2.3.0'}\ntags: [mine:1]\nprobe_required: [vllm, mine]\n")
+    built = spec_from_flags({"recipe": str(recipe), "spec": str(spec), "max_jobs": "4"})
+    assert built.target == "thor" and built.base_image == "mirror.local/cuda:13"
+    assert built.packages == {"numpy": "2.3.0", "instanttensor": "0.2.2"}
+    assert built.tags == ["mine:1", "me/plain:1"]
+    assert built.probe_required[:2] == ["vllm", "mine"] and "instanttensor" in built.probe_required
+    assert built.max_jobs == 4

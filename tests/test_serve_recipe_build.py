@@ -80,9 +80,9 @@ def test_render_recipe_bakes_the_mod_and_pins_instanttensor(imported, tmp_path, 
     plan = json.loads((staged / "plan.json").read_text())
     step = next(m for m in plan["mods"] if m["name"] == "eugr-plugin-download")["steps"][0]
     assert step["kind"] == "script" and step["run"] == "run.sh"
-    code, _, err = cli("render", "--recipe", "download-mod", "--spec", "x.yaml", "--out",
+    code, _, err = cli("render", "--recipe", "download-mod", "--lock", "x.lock.json", "--out",
                        str(tmp_path / "r2"))
-    assert code != 0 and "error: --recipe and --spec/--lock: give one of them" in err
+    assert code != 0 and "error: --recipe and --lock: a lock rebuilds exactly" in err
 
 
 # -- a recipe's picks (eugr's build_args) through the cherry-pick engine, on real git ------------

@@ -21,7 +21,7 @@ def spec_from_flags(values: dict, verify: bool = True):
         overrides["verify"] = False
     target, spec, lock = values.get("target"), values.get("spec"), values.get("lock")
     if values.get("recipe"):
-        return _recipe_spec(values["recipe"], target, spec or lock, overrides)
+        return _recipe_spec(values["recipe"], target, spec, lock, overrides)
     if not (target or spec or lock):
         target = _device_target()
     if lock:
@@ -99,15 +99,28 @@ def _device_target() -> str | None:
     return found[0] if found else None
 
 
-def _recipe_spec(recipe: str, target, other, overrides: dict):
+def _recipe_spec(recipe: str, target, spec, lock, overrides: dict):
+    """The recipe's needs over the user's ``--spec`` (where torch and the bases come from): the
+    recipe's fields win only where it says something (its lists add to the spec's), and the
+    command line wins over both. A lock is exact: it takes no recipe."""
     from edgevllm.common.errors import SpecError
+    from edgevllm.common.schema import read_yaml
     from edgevllm.serve.recipe.build import recipe_spec_fields, with_overrides
     from edgevllm.specs.buildspec import spec_from_dict
 
-    if other:
-        raise SpecError("--recipe and --spec/--lock: give one of them")
-    fields = recipe_spec_fields(recipe, target)
-    return spec_from_dict(with_overrides(fields, overrides), f"recipe {recipe}")
+    if lock:
+        raise SpecError("--recipe and --lock: a lock rebuilds exactly what it records; give one "
+                        "of them (or --recipe with --spec)")
+    mine = read_yaml(Path(spec), SpecError) if spec else {}
+    if not isinstance(mine, dict):
+        raise SpecError(f"{spec}: expected a mapping of spec fields")
+    fields = recipe_spec_fields(recipe, target or mine.get("target"))
+    combined = with_overrides(mine, fields)
+    if mine.get("probe_required") and fields.get("probe_required"):
+        combined["probe_required"] = list(dict.fromkeys([*mine["probe_required"],
+                                                         *fields["probe_required"]]))
+    source = f"recipe {recipe}" + (f" over {spec}" if spec else "")
+    return spec_from_dict(with_overrides(combined, overrides), source)
 
 
 @cli_task(help={"as_json": "print the targets as JSON"})
