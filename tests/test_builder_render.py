@@ -276,3 +276,21 @@ def test_targets_and_modes_with_one_closure_share_its_install(tmp_path):
     fewer = Closure("aarch64-manylinux_2_34", "3.12", ["vllm==0.33.0"], pins=pins[:2])
     assert _folder_digest(wheelhouse.assemble(fewer, tmp_path / "fewer", OVER_CLOSURE)) \
         != digests["spark"]
+
+
+def test_the_plan_names_what_goes_on_top_of_the_closure(tmp_path, capsys):
+    """``inv render`` of a build that asks for a package (a recipe's InstantTensor) says so, with
+    the mods and their versions: the closure placeholder alone named none of it."""
+    from edgevllm.builder.renderout import render_to
+    from edgevllm.mods.catalog import get_mod
+
+    spec = load_spec("spark", overrides={"vllm_wheel": "0.33.0",
+                                         "packages": {"instanttensor": "0.2.2"}})
+    render_to(spec, tmp_path / "r")
+    plan = json.loads((tmp_path / "r" / "build-plan.json").read_text())
+    assert plan["on_top"]["packages"]["instanttensor"] == "0.2.2"
+    mods = resolve(spec).mods
+    assert mods and plan["on_top"]["mods"] == {m: get_mod(m).lock_version() for m in mods}
+    line = capsys.readouterr().err
+    assert "on top of the closure: packages " in line and "instanttensor==0.2.2" in line
+    assert f"{mods[0]} {get_mod(mods[0]).lock_version()}" in line

@@ -176,6 +176,7 @@ class BuildPlan:
     build_args: dict[str, str] = field(default_factory=dict)
     labels: dict[str, str] = field(default_factory=dict)
     stages: list[str] = field(default_factory=list)
+    on_top: dict[str, dict[str, str]] = field(default_factory=dict)  # packages, mods: versions
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True) + "\n"

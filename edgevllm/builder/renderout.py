@@ -16,8 +16,9 @@ from edgevllm.builder import modes
 from edgevllm.builder.prepared import WHEELS_PLACEHOLDER, runtime_contexts
 from edgevllm.builder.render import BuildPlan
 from edgevllm.builder.runner import Workspace
+from edgevllm.common import console
 from edgevllm.common.fsutil import output_dir
-from edgevllm.specs.buildspec import BuildSpec
+from edgevllm.specs.buildspec import BuildSpec, EffectiveSpec
 
 
 def render_to(spec: BuildSpec, out: Path, force: bool = False,
@@ -48,9 +49,27 @@ def render_to(spec: BuildSpec, out: Path, force: bool = False,
             contexts=contexts,
             build_args=build.build_args,
             stages=list(build.stages),
+            on_top=on_top(job.eff),
         )
         (tmp / "build-plan.json").write_text(plan.to_json())
+    console.info(on_top_line(plan.on_top))
     return out / "Dockerfile"
+
+
+def on_top(eff: EffectiveSpec) -> dict[str, dict[str, str]]:
+    """What the image carries over vLLM's closure: the pinned packages (the target's and the
+    spec's, a recipe's needs among them) and the mods, each with its version."""
+    from edgevllm.mods.catalog import select_mods
+
+    return {"packages": dict(sorted(eff.packages.items())),
+            "mods": {mod.name: mod.lock_version() for mod in select_mods(eff.mods,
+                                                                         eff.target.name)}}
+
+
+def on_top_line(found: dict[str, dict[str, str]]) -> str:
+    packages = ", ".join(f"{n}=={v}" for n, v in found["packages"].items()) or "none"
+    mods = ", ".join(f"{n} {v}" for n, v in found["mods"].items()) or "none"
+    return f"on top of the closure: packages {packages}; mods {mods}"
 
 
 def _relative(value: str, folder: Path) -> str:
