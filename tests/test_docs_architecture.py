@@ -55,11 +55,13 @@ def test_every_owner_row_names_real_code_and_a_real_test(rule, owner, held_by):
         else:
             assert current is not None, f"{rule}: '{token}' names no module first"
             assert token in defined_names(current), f"{rule}: {current.name} defines no {token}"
-    quoted = present(re.fullmatch(r"`([^`]+)`", held_by), held_by)
-    test_file, _, test_name = quoted.group(1).partition("::")
-    path = ROOT / test_file
-    assert path.is_file(), f"{rule}: no test file {test_file}"
-    assert test_name in defined_names(path), f"{rule}: {test_file} has no {test_name}"
+    named = re.findall(r"`([^`]+)`", held_by)
+    assert named and re.fullmatch(r"(`[^`]+`\s*)+", held_by), f"{rule}: name tests in backticks"
+    for test in named:  # the owner's test, then the net that fails when another does the job
+        test_file, _, test_name = test.partition("::")
+        path = ROOT / test_file
+        assert path.is_file(), f"{rule}: no test file {test_file}"
+        assert test_name in defined_names(path), f"{rule}: {test_file} has no {test_name}"
 
 
 def py_files(*exempt: str):
@@ -157,3 +159,93 @@ def test_image_layers_are_read_in_one_place():
              if isinstance(node, ast.Constant) and isinstance(node.value, str)
              and ".wh." in node.value}
     assert not spelt, "read an image's layers with edgevllm.verify.archive.read_image"
+
+
+# --- nets: each fails when a module other than the row's owner does the row's job -------------
+def offenders(check, *exempt: str) -> set[str]:
+    return {rel for rel, tree in py_files(*exempt) if any(check(n) for n in ast.walk(tree))}
+
+
+def calls(name: str):
+    return lambda n: isinstance(n, ast.Call) and ast.unparse(n.func).rsplit(".", 1)[-1] == name
+
+
+def test_build_flags_are_declared_in_one_place():
+    """A build flag is a row of cli/flags.py's table; buildmany's own two are its task's."""
+    assert offenders(calls("Flag"), "cli/flags.py") == {"cli/buildmany.py"}
+    assert calls("Flag")(ast.parse("x = Flag('a', '')").body[0].value)
+
+
+def test_mods_are_selected_in_one_place():
+    """``--add-mod``/``--no-mod`` are read by the selection rule, handed to it by the spec."""
+    reads = lambda n: isinstance(n, ast.Attribute) and n.attr in ("add_mods", "remove_mods")  # noqa: E731
+    assert offenders(reads, "specs/modselect.py", "specs/buildspec.py") == set()
+    assert reads(ast.parse("spec.add_mods").body[0].value)
+
+
+def test_targets_are_read_in_one_place():
+    """The targets' folders are walked by specs/targets.py alone (load_target, all_targets)."""
+    def walks(n):
+        return calls("data_dirs")(n) and any(isinstance(a, ast.Constant) and a.value == "targets"
+                                             for a in n.args)
+    assert offenders(walks, "specs/targets.py") == set()
+    assert walks(ast.parse("data_dirs('targets')").body[0].value)
+
+
+def handles_validation_itself(node: ast.AST) -> bool:
+    """An ``except ValidationError`` whose body formats the error without common/schema.py."""
+    if not (isinstance(node, ast.ExceptHandler) and node.type is not None
+            and "ValidationError" in ast.unparse(node.type)):
+        return False
+    helpers = defined_names(PACKAGE / "common" / "schema.py")
+    return not any(isinstance(c, ast.Call) and ast.unparse(c.func).rsplit(".", 1)[-1] in helpers
+                   for c in ast.walk(node))
+
+
+def test_validation_errors_are_worded_in_one_place():
+    """Every ValidationError becomes a line through common/schema.py (grammar.py words one
+    field's own grammar message)."""
+    assert offenders(handles_validation_itself, "common/schema.py", "common/grammar.py") == set()
+    stray = ast.parse("try:\n    f()\nexcept ValidationError as e:\n    raise X(e.errors())")
+    assert any(handles_validation_itself(n) for n in ast.walk(stray))
+
+
+def test_base_image_locks_are_made_in_one_place():
+    assert offenders(calls("BaseImageLock"), "builder/steps.py", "specs/lock.py") == set()
+
+
+def test_a_locks_mode_is_compared_in_one_place():
+    """Whether a lock rebuilds this mode is builder/modes/__init__.check_lock_mode's question."""
+    def compares(n):
+        return isinstance(n, ast.Compare) and any(
+            isinstance(side, ast.Attribute) and side.attr == "mode"
+            and "lock" in ast.unparse(side.value).lower() for side in [n.left, *n.comparators])
+    assert offenders(compares, "builder/modes/__init__.py") == set()
+    assert compares(ast.parse("locked.mode != mode").body[0].value)
+
+
+def test_the_wheel_cache_is_fetched_and_published_in_one_place():
+    """The registry artifact (image/wheelcache.py) is fetched and published for a build by
+    builder/wheelcache.py alone."""
+    def imports(n):
+        return isinstance(n, ast.ImportFrom) and n.module == "edgevllm.image.wheelcache" \
+            and any(a.name in ("fetch", "publish") for a in n.names)
+    assert offenders(imports, "builder/wheelcache.py") == set()
+
+
+def test_distributions_are_found_in_one_place():
+    """What a Python distribution is (its ``.dist-info``) is spelt by inspect/inimage_dists.py
+    (and offline.py, which reuses it for a published set); the applier runs in the image."""
+    from edgevllm.common.labels import IN_IMAGE_SCRIPTS
+
+    def spells(n):
+        return isinstance(n, ast.Constant) and isinstance(n.value, str) and ".dist-info" in n.value
+    assert offenders(spells, "inspect/offline.py", *IN_IMAGE_SCRIPTS) == set()
+
+
+def test_the_compiled_wheels_artifact_is_spelt_in_one_place():
+    """The artifact's media types (``application/vnd.edgevllm.…``) live in image/wheelcache.py."""
+    def spells(n):
+        return isinstance(n, ast.Constant) and isinstance(n.value, str) \
+            and "vnd.edgevllm." in n.value
+    assert offenders(spells, "image/wheelcache.py") == set()

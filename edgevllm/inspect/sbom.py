@@ -23,6 +23,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from edgevllm.common.errors import EngineError, SupplyChainError
+from edgevllm.common.schema import describe_validation_error
 from edgevllm.containers.docker import DockerEngine, RunOptions
 from edgevllm.inspect.inimage_dists import canonical
 from edgevllm.specs.lock import Lock
@@ -95,8 +96,7 @@ def parse_listing(stdout: bytes, image: str) -> tuple[list[dict], list[dict]] | 
                     found[marker] = [entry.model_dump() for entry in entries]
     except ValidationError as exc:
         raise EngineError(f"{image}: the in-image listing of installed software is malformed "
-                          f"({exc.error_count()} problems, first: {exc.errors()[0]['msg']})"
-                          ) from None
+                          f"({describe_validation_error(exc)})") from None
     if MARKER not in found:
         return None
     return found[MARKER], found.get(DEBS_MARKER, [])
