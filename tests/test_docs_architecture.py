@@ -249,3 +249,8 @@ def test_the_compiled_wheels_artifact_is_spelt_in_one_place():
         return isinstance(n, ast.Constant) and isinstance(n.value, str) \
             and "vnd.edgevllm." in n.value
     assert offenders(spells, "image/wheelcache.py") == set()
+
+
+def test_closures_are_resolved_in_one_place():
+    """uv (the resolver) runs in sources/wheels.py alone: no mode resolves a closure itself."""
+    assert offenders(calls("uv_binary"), "sources/wheels.py") == set()
