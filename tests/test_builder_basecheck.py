@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from edgevllm.builder.basecheck import check_stage_bases, stage_bases
+from edgevllm.builder.basecheck import check_stage_bases
+from edgevllm.builder.dockerfile import bases
 from edgevllm.builder.render import render_dockerfile
 from edgevllm.common.errors import ImageNotFoundError
 from edgevllm.specs.buildspec import Builder, load_spec, resolve
@@ -28,17 +29,24 @@ def test_each_modes_stages_start_from_their_bases_on_their_platforms(mode):
     eff = resolve(load_spec("spark", overrides={"mode": mode, "base_image": "b:1",
                                                 "bytecode_image": "twin:1", **RELEASE[mode]}),
                   builder=Builder(arch=native_arch()))
-    pairs = stage_bases(render_dockerfile(eff), eff.platform, native_platform())
+    text = render_dockerfile(eff)
+    pairs = bases(text, ["runtime"], eff.platform, native_platform())
     assert pairs == [("b:1", eff.platform), ("twin:1", native_platform())]
+    assert bases(text, ["wheels", "runtime"] if "AS wheels" in text else ["runtime"],
+                 eff.platform, native_platform()) == pairs  # one base for every stage here
 
 
 def test_a_stage_on_the_build_platform_is_a_pair_of_its_own():
     """A new stage that runs where the builder runs (a cross compile's) needs no change here."""
     text = ("FROM --platform=$BUILDPLATFORM cross:1 AS cross\nFROM base:1 AS base\n"
-            "FROM cross AS more\nFROM scratch AS wheels\nFROM base\n"
-            "FROM --platform=linux/riscv64 odd:1\n# FROM comment:1\n")
-    assert stage_bases(text, "linux/arm64", "linux/amd64") == [
+            "FROM cross AS more\nFROM scratch AS wheels\nCOPY --from=more /a /a\n"
+            "FROM --platform=linux/riscv64 odd:1 AS odd\n# FROM comment:1\n"
+            "FROM base AS runtime\nRUN --mount=type=bind,from=odd,target=/o true\n")
+    assert bases(text, ["wheels", "runtime"], "linux/arm64", "linux/amd64") == [
         ("cross:1", "linux/amd64"), ("base:1", "linux/arm64"), ("odd:1", "linux/riscv64")]
+    # a build that reuses its wheels builds the runtime only: the cross base is not needed
+    assert bases(text, ["runtime"], "linux/arm64", "linux/amd64") == [
+        ("base:1", "linux/arm64"), ("odd:1", "linux/riscv64")]
 
 
 @pytest.fixture

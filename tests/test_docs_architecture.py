@@ -254,3 +254,13 @@ def test_the_compiled_wheels_artifact_is_spelt_in_one_place():
 def test_closures_are_resolved_in_one_place():
     """uv (the resolver) runs in sources/wheels.py alone: no mode resolves a closure itself."""
     assert offenders(calls("uv_binary"), "sources/wheels.py") == set()
+
+
+def test_dockerfile_stages_are_read_in_one_place():
+    """A rendered Dockerfile's FROM lines (stages, their bases and platforms) are read by
+    builder/dockerfile.py alone: the compile key and preflight's base check ask it."""
+    def spells(n):
+        return isinstance(n, ast.Constant) and isinstance(n.value, str) \
+            and n.value.lstrip("^").upper().startswith("FROM[")
+    assert offenders(spells, "builder/dockerfile.py") == set()
+    assert spells(ast.parse("re.compile(r'^FROM[ \\t]+')").body[0].value.args[0])

@@ -6,39 +6,17 @@ A stage runs on the target's platform unless its ``FROM`` says ``--platform=$BUI
 target's platform (a local arm64 image, as an air-gapped user or the test suite makes) would
 otherwise build for minutes and then fail in BuildKit's words (``failed to do request: Head
 https://registry-1…``) when a build-platform stage asks the registry for it. The pairs come from
-the rendered Dockerfile itself, so a new stage on the build platform is checked with no change
-here.
+the rendered Dockerfile itself (builder/dockerfile.py reads its stages), so a new stage on the
+build platform is checked with no change here.
 """
 
 from __future__ import annotations
 
 import json
-import re
 
 from edgevllm.common.errors import EngineError, ImageNotFoundError
 from edgevllm.containers.docker import DockerEngine
 from edgevllm.specs.buildspec import EffectiveSpec
-
-_FROM = re.compile(r"^FROM\s+(?:--platform=(\S+)\s+)?(\S+)(?:\s+AS\s+(\S+))?\s*$",
-                   re.IGNORECASE | re.MULTILINE)
-
-
-def stage_bases(dockerfile: str, target_platform: str, build_platform: str
-                ) -> list[tuple[str, str]]:
-    """(image, platform) for each ``FROM`` of ``dockerfile`` that names an image (not scratch,
-    not an earlier stage), in order, once each."""
-    stages: set[str] = set()
-    pairs: list[tuple[str, str]] = []
-    for found in _FROM.finditer(dockerfile):
-        platform, ref, alias = found.groups()
-        if ref.lower() != "scratch" and ref not in stages:
-            where = {None: target_platform, "$TARGETPLATFORM": target_platform,
-                     "$BUILDPLATFORM": build_platform}.get(platform, platform)
-            if (ref, where) not in pairs:
-                pairs.append((ref, where))
-        if alias:
-            stages.add(alias)
-    return pairs
 
 
 def _os_arch(platform: str) -> str:
@@ -72,12 +50,18 @@ def registry_serves(engine: DockerEngine, ref: str, platform: str) -> bool:
                == _os_arch(platform) for m in listed)
 
 
-def check_build_bases(eff: EffectiveSpec, engine: DockerEngine, builder_arch: str) -> None:
-    """Preflight: every base the build's Dockerfile starts from, for its stage's platform."""
+def check_build_bases(eff: EffectiveSpec, engine: DockerEngine, builder_arch: str,
+                      wheels_reused: bool = False) -> None:
+    """Preflight: every base the stages this build will build start from (the runtime, and the
+    wheels where they are exported), each for its stage's platform."""
+    from edgevllm.builder.dockerfile import bases, stages
     from edgevllm.builder.render import render_dockerfile
 
-    pairs = stage_bases(render_dockerfile(eff), eff.platform, f"linux/{builder_arch}")
-    check_stage_bases(engine, pairs, eff.platform)
+    text = render_dockerfile(eff)
+    targets = [t for t in ("wheels", "runtime") if t in stages(text)
+               and not (t == "wheels" and wheels_reused)]
+    check_stage_bases(engine, bases(text, targets, eff.platform, f"linux/{builder_arch}"),
+                      eff.platform)
 
 
 def check_stage_bases(engine: DockerEngine, pairs: list[tuple[str, str]],

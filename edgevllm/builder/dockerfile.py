@@ -8,8 +8,9 @@ looks like a change to the compile, and no comment banner decides where the comp
 from __future__ import annotations
 
 import re
+from typing import Sequence
 
-_FROM = re.compile(r"^FROM[ \t]+(?:--platform=\S+[ \t]+)?(?P<base>\S+)"
+_FROM = re.compile(r"^FROM[ \t]+(?:--platform=(?P<platform>\S+)[ \t]+)?(?P<base>\S+)"
                    r"(?:[ \t]+AS[ \t]+(?P<name>\S+))?[ \t]*$", re.IGNORECASE | re.MULTILINE)
 _USES = re.compile(r"(?:--|[,\s])from=(?P<stage>[A-Za-z0-9_.-]+)")  # COPY --from=, mount from=
 
@@ -41,6 +42,28 @@ def needs(text: str, target: str) -> list[str]:
         pending += [base.group("base")] if base else []
         pending += [m.group("stage") for m in _USES.finditer(body)]
     return [name for name in by_name if name in wanted]
+
+
+def bases(text: str, targets: Sequence[str], target_platform: str, build_platform: str
+          ) -> list[tuple[str, str]]:
+    """(image, platform) for each image the stages ``targets`` need start from (not scratch, not
+    a stage), in file order, once each: ``--platform=$BUILDPLATFORM`` stages run where the
+    builder runs, the others on the target's platform."""
+    by_name = stages(text)
+    wanted = {name for target in targets for name in needs(text, target)}
+    pairs: list[tuple[str, str]] = []
+    for name, body in by_name.items():
+        mark = _FROM.match(body)
+        if name not in wanted or mark is None:
+            continue
+        base, given = mark.group("base"), mark.group("platform")
+        if base.lower() == "scratch" or base in by_name:
+            continue
+        platform = {None: target_platform, "$TARGETPLATFORM": target_platform,
+                    "$BUILDPLATFORM": build_platform}.get(given, given)
+        if (base, platform) not in pairs:
+            pairs.append((base, platform))
+    return pairs
 
 
 def stage_text(text: str, target: str) -> str:

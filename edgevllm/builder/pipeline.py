@@ -56,7 +56,7 @@ def _build(spec: BuildSpec, out: Path, engine: DockerEngine, lock_path: Path | N
     if locked is not None:
         check_base_images(eff, engine, f"--lock {lock_path}")
     job = modes.start(spec, ws, engine, locked, builder=builder)
-    check_build_bases(job.eff, engine, builder.arch)  # before the closure is fetched
+    check_build_bases(job.eff, engine, builder.arch, reusable)  # before the closure is fetched
     console.step(f"mode: {job.eff.mode} ({job.eff.mode_reason})")
     if job.eff.mode == "compile":
         console.step(f"toolchain: {job.eff.toolchain} ({job.eff.toolchain_reason})")
