@@ -264,3 +264,21 @@ def test_dockerfile_stages_are_read_in_one_place():
             and n.value.lstrip("^").upper().startswith("FROM[")
     assert offenders(spells, "builder/dockerfile.py") == set()
     assert spells(ast.parse("re.compile(r'^FROM[ \\t]+')").body[0].value.args[0])
+
+
+def raises_missing_input_otherwise(node: ast.AST) -> bool:
+    """A ``raise`` saying "no such file" with an error class whose exit code is not an input
+    error's (2)."""
+    from edgevllm.common import errors
+
+    if not (isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call)
+            and "no such file" in ast.unparse(node.exc).lower()):
+        return False
+    kind = getattr(errors, ast.unparse(node.exc.func).rsplit(".", 1)[-1], None)
+    return not (isinstance(kind, type) and getattr(kind, "exit_code", None) == 2)
+
+
+def test_a_missing_input_is_an_input_error_everywhere():
+    assert offenders(raises_missing_input_otherwise, "common/errors.py") == set()
+    stray = ast.parse("raise RecipeError(f'bundle {p}: no such file')")
+    assert raises_missing_input_otherwise(stray.body[0])

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from edgevllm.common.errors import RecipeError
+from edgevllm.common.errors import MissingInputError, RecipeError
 from edgevllm.serve.cache.bundle import (
     MANIFEST,
     BundleKey,
@@ -180,7 +180,9 @@ def test_not_a_bundle_is_one_line(tmp_path, bundle):
     junk = tmp_path / "junk.tar"
     junk.write_bytes(b"not a tar at all" * 100)
     assert "not a readable tar" in _refused(junk) or "first member" in _refused(junk)
-    assert "no such file" in _refused(tmp_path / "missing.tar")
+    with pytest.raises(MissingInputError, match="missing.tar: no such file") as caught:
+        check_bundle(tmp_path / "missing.tar", KEY)
+    assert caught.value.exit_code == 2
     cut = tmp_path / "cut.jitcache.tar"
     cut.write_bytes(bundle.read_bytes()[:bundle.stat().st_size // 2])
     message = _refused(cut)

@@ -25,7 +25,7 @@ from typing import IO, Annotated, Iterator, Literal
 from pydantic import Field, field_validator
 
 from edgevllm.common.archives import check_member, forget_members, open_tar
-from edgevllm.common.errors import RecipeError
+from edgevllm.common.errors import MissingInputError, RecipeError
 from edgevllm.common.grammar import SHA256_DIGEST, SHA256_HEX, ContainerPath
 from edgevllm.common.schema import Strict, parse_json, parse_model
 
@@ -196,9 +196,10 @@ def _read_manifest(tar: tarfile.TarFile, path: Path) -> Manifest:
 def read_manifest(path: Path | str) -> Manifest:
     """The manifest alone (first member): a bad one is one line."""
     path = Path(path)
+    if not path.exists():  # a file the user named that is not there: an input error
+        raise MissingInputError(f"cache bundle {path}: no such file (inv warm RECIPE writes one)")
     if not path.is_file():
-        what = "not a file" if path.exists() else "no such file"
-        raise RecipeError(f"cache bundle {path}: {what} (inv warm RECIPE writes one)")
+        raise RecipeError(f"cache bundle {path}: not a file (inv warm RECIPE writes one)")
     with _open_tar(path) as tar:
         return _read_manifest(tar, path)
 
