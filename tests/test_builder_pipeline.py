@@ -34,14 +34,18 @@ def test_local_only_base_image_has_no_digest(engine, python_image_native):
     assert base_image_lock(python_image_native, engine) == BaseImageLock(ref=python_image_native)
 
 
-def test_plain_build_chooses_its_mode_from_the_engine_architecture(engine, cli, tmp_path):
+def test_plain_build_chooses_its_mode_from_the_engine_architecture(engine, cli, tmp_path,
+                                                                   python_image_native):
     """`make image TARGET=spark` as a user runs it, through the real CLI and preflight, against
     the real engine: its architecture decides. On an x86_64 engine the release builds prebuilt
     and says what the device loses; on an arm64 one it compiles. The spec only points the torch
     index at a closed local port, so the build stops one line after its mode, downloading
-    nothing."""
+    nothing; its bases are local images (preflight checks each for its stage's platform)."""
+    from support.images import python_image
+
     (tmp_path / "spark.yaml").write_text(
-        "target: spark\ntorch: {version: '2.14.0', index_url: 'http://127.0.0.1:9/whl'}\n")
+        "target: spark\ntorch: {version: '2.14.0', index_url: 'http://127.0.0.1:9/whl'}\n"
+        f"base_image: {python_image(engine, 'arm64')}\nbytecode_image: {python_image_native}\n")
     code, _, stderr = cli("build", "--spec", str(tmp_path / "spark.yaml"), "--out",
                           str(tmp_path / "out"),
                           env={"EDGEVLLM_MIN_DISK_GB": "1", "EDGEVLLM_CACHE": str(tmp_path)})

@@ -56,12 +56,12 @@ def _build(spec: BuildSpec, out: Path, engine: DockerEngine, lock_path: Path | N
     if locked is not None:
         check_base_images(eff, engine, f"--lock {lock_path}")
     job = modes.start(spec, ws, engine, locked, builder=builder)
-    check_build_bases(job.eff, engine, builder.arch, reusable)  # before the closure is fetched
     console.step(f"mode: {job.eff.mode} ({job.eff.mode_reason})")
     if job.eff.mode == "compile":
         console.step(f"toolchain: {job.eff.toolchain} ({job.eff.toolchain_reason})")
     if job.eff.mode == "prebuilt" and not (spec.mode or spec.vllm_wheel):
         console.info(stock_kernel_note(job.eff))
+    check_build_bases(job.eff, engine, builder.arch, reusable)  # before the closure is fetched
     build = modes.prepare(job)
     reused = compiled_wheels(job, build) is not None  # the output's, or the wheel cache's
     if reusable and not reused and job.eff.mode == "compile" and engine.runs_here:
