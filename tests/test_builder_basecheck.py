@@ -31,9 +31,11 @@ def test_each_modes_stages_start_from_their_bases_on_their_platforms(mode):
                   builder=Builder(arch=native_arch()))
     text = render_dockerfile(eff)
     pairs = bases(text, ["runtime"], eff.platform, native_platform())
-    assert pairs == [("b:1", eff.platform), ("twin:1", native_platform())]
-    assert bases(text, ["wheels", "runtime"] if "AS wheels" in text else ["runtime"],
-                 eff.platform, native_platform()) == pairs  # one base for every stage here
+    assert {("b:1", eff.platform), ("twin:1", native_platform())} <= set(pairs)
+    every = bases(text, ["wheels", "runtime"] if "AS wheels" in text else ["runtime"],
+                  eff.platform, native_platform())
+    # a compile on a cross road runs its build stages on the builder's platform too
+    assert set(pairs) <= set(every) and {ref for ref, _ in every} == {"b:1", "twin:1"}
 
 
 def test_a_stage_on_the_build_platform_is_a_pair_of_its_own():

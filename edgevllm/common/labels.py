@@ -82,7 +82,8 @@ CCACHE_STATS_MARKER = "edgevllm-ccache-stats"
 # image's own torch/flashinfer) and parses under the oldest Python a target or a test base runs.
 # tests/test_common_labels.py holds each of them to that, and holds this list complete.
 IN_IMAGE_SCRIPTS = ("mods/applier.py", "builder/aot_inimage.py", "probe/inimage_check.py",
-                    "inspect/inimage_dists.py", "serve/entry.py", "serve/startprobe.py")
+                    "inspect/inimage_dists.py", "serve/entry.py", "serve/startprobe.py",
+                    "builder/cross_inimage.py")
 
 # The records a build leaves in an image: key → (the label holding its JSON, its files under HOME).
 RECORDS = {
