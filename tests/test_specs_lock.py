@@ -150,7 +150,7 @@ def test_missing_lock_file(tmp_path):
 @pytest.mark.parametrize(
     "text, needle",
     [
-        ("{not json", "not valid JSON (line 1)"),
+        ("{not json", "not valid JSON (line 1"),
         ("[1, 2]", "expected a mapping"),
         ('{"schema_version": 99}', "schema_version 99 is newer"),
         ('{"vllm": {"name": "vllm"}}', "field 'vllm.repo': Field required"),

@@ -29,10 +29,10 @@ quantization and ``VLLM_USE_FLASHINFER_MOE_*``; a later round).
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from edgevllm.common.dataload import load_json
 from edgevllm.common.errors import ConfigError
 
 SUPPORTED_HEAD_SIZES = (64, 128, 256, 512)
@@ -138,7 +138,7 @@ def read_config(path: Path | str) -> dict:
         if path.stat().st_size > CONFIG_LIMIT:  # a model's config.json is kilobytes
             raise ConfigError(f"{path}: {path.stat().st_size} bytes is no model's config.json "
                               f"(at most {CONFIG_LIMIT}); give the model's config.json")
-        config = json.loads(path.read_text())
+        config = load_json(path.read_bytes(), str(path), ConfigError)
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read it ({exc.strerror})") from None
     except ValueError as exc:

@@ -7,6 +7,7 @@ import json as _json
 from pathlib import Path
 
 from edgevllm.cli._common import cli_task
+from edgevllm.common.dataload import load_json
 from edgevllm.common.errors import ConfigError
 
 _TARGET_HELP = {
@@ -69,7 +70,7 @@ def _installed(engine, side) -> dict | None:
 
 def _bench_medians(path: Path) -> dict:
     try:
-        record = _json.loads(path.read_text())
+        record = load_json(path.read_bytes(), str(path), ConfigError)
         found = {}
         for point in record.get("points", []):
             key = f"c{point['concurrency']} in{point['input_len']} out{point['output_len']}"

@@ -8,7 +8,8 @@ table.
 
 from __future__ import annotations
 
-import json
+from edgevllm.common.dataload import load_json
+from edgevllm.common.errors import ConfigError
 
 PREFIX = "io.edgevllm."
 
@@ -101,8 +102,8 @@ def label_record(image_labels: dict[str, str] | None, key: str) -> object | None
     if not text:
         return None
     try:
-        return json.loads(text)
-    except ValueError:
+        return load_json(text, RECORDS[key][0], ConfigError)
+    except ConfigError:
         return None
 
 

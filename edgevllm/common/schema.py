@@ -7,13 +7,12 @@ and a misspelt field gets a did-you-mean from the fields the model really has.
 from __future__ import annotations
 
 import difflib
-import json
 from pathlib import Path
 from typing import Any, Iterable, Literal, TypeVar, get_args, get_origin
 
-import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from edgevllm.common.dataload import JSON_MAX_BYTES, MAX_VALUES, load_json, load_yaml
 from edgevllm.common.errors import ConfigError, EdgeVllmError, MissingInputError
 
 Model = TypeVar("Model", bound=BaseModel)
@@ -104,11 +103,15 @@ def read_text(path: Path | str, error: type[EdgeVllmError] = ConfigError) -> str
     """A data file's text: one line for a missing or unreadable file, a folder, or bytes that
     are not UTF-8."""
     try:
-        data = Path(path).read_bytes()
+        with open(path, "rb") as handle:  # bounded: /dev/zero or a huge file is one line
+            data = handle.read(JSON_MAX_BYTES + 1)
     except FileNotFoundError:
         raise MissingInputError(f"{path}: no such file; check the path") from None
     except OSError as exc:
         raise error(f"{path}: cannot read ({exc.strerror}); check the path") from None
+    if len(data) > JSON_MAX_BYTES:
+        raise error(f"{path}: more than {JSON_MAX_BYTES} bytes, more than a data file may hold;"
+                    " check the path")
     return decode_text(data, str(path), error)
 
 
@@ -120,36 +123,28 @@ def decode_text(data: bytes, origin: str, error: type[EdgeVllmError] = ConfigErr
 
 
 def parse_yaml(text: str, origin: str, error: type[EdgeVllmError] = ConfigError) -> object:
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise error(f"{origin}:{where}: {problem}; fix the YAML syntax") from None
-    except RecursionError:
-        raise error(f"{origin}: nested too deeply to be a data file") from None
+    """A YAML data file from others, bounded (common/dataload.py)."""
+    return load_yaml(text, origin, error)
 
 
 def parse_json(text: str | bytes, origin: str, error: type[EdgeVllmError] = ConfigError
                ) -> object:
-    if isinstance(text, bytes):
-        text = decode_text(text, origin, error)
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise error(f"{origin}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
-    except RecursionError:
-        raise error(f"{origin}: nested too deeply to be a data file") from None
+    """A JSON document from others, bounded (common/dataload.py)."""
+    return load_json(text, origin, error)
 
 
-def json_object(data: str | bytes, what: str, error: type[EdgeVllmError]) -> dict:
+class _NotJson(EdgeVllmError):
+    pass
+
+
+def json_object(data: str | bytes, what: str, error: type[EdgeVllmError],
+                max_values: int = MAX_VALUES) -> dict:
     """Outside data that must be one JSON object (a registry's answer, a file header): the object,
     or one line, ``{what} is not JSON`` (nesting too deep counts) or ``{what} is not a JSON
     object``."""
     try:
-        found = json.loads(data)
-    except (ValueError, RecursionError):
+        found = load_json(data, what, _NotJson, max_values=max_values)
+    except _NotJson:
         raise error(f"{what} is not JSON") from None
     if not isinstance(found, dict):
         raise error(f"{what} is not a JSON object")

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import os
 import time
 from dataclasses import dataclass
@@ -30,6 +29,8 @@ from typing import IO, Iterator
 
 import zstandard
 
+from edgevllm.common.dataload import load_json
+from edgevllm.common.errors import ConfigError
 from edgevllm.common.fsutil import StagedFile, atomic_write_bytes, atomic_write_json
 from edgevllm.common.paths import cache_dir
 from edgevllm.common.streams import ByteWriter
@@ -130,10 +131,10 @@ class LayerCache:
         record_path = self.layers_dir / f"{_hex(diff_id)}.json"
         blob = record_path.with_suffix(".zst")
         try:
-            record = json.loads(record_path.read_text())
+            record = load_json(record_path.read_bytes(), str(record_path), ConfigError)
             if blob.stat().st_size != record["compressed_size"] or record["diff_id"] != diff_id:
                 return None
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ConfigError, KeyError, TypeError):
             return None
         self.used.add(record_path)
         with contextlib.suppress(OSError):

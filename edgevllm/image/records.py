@@ -7,12 +7,12 @@ container; everything on the host reads them here.
 
 from __future__ import annotations
 
-import json
 import tempfile
 from pathlib import Path
 
 from edgevllm.common import console, labels
-from edgevllm.common.errors import EngineError
+from edgevllm.common.dataload import load_json
+from edgevllm.common.errors import ConfigError, EngineError
 from edgevllm.containers.docker import DockerEngine
 
 RECORDS = labels.RECORDS
@@ -21,8 +21,8 @@ RECORD_DIR = labels.HOME
 
 def _json_or_none(text: str, where: str) -> object | None:
     try:
-        return json.loads(text)
-    except json.JSONDecodeError:
+        return load_json(text, where, ConfigError)
+    except ConfigError:
         console.warn(f"{where} is not JSON; read as no record")
         return None
 

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import requests
 
+from edgevllm.common.dataload import load_json
+from edgevllm.common.errors import ConfigError
 from edgevllm.common.http import credential_session
 
 _PARAM = re.compile(r'(\w+)="([^"]*)"')
@@ -30,8 +32,8 @@ _PARAM = re.compile(r'(\w+)="([^"]*)"')
 def docker_config() -> dict:
     folder = os.environ.get("DOCKER_CONFIG") or str(Path.home() / ".docker")
     try:
-        data = json.loads((Path(folder) / "config.json").read_text())
-    except (OSError, ValueError):
+        data = load_json((Path(folder) / "config.json").read_bytes(), folder, ConfigError)
+    except (OSError, ConfigError):
         return {}
     return data if isinstance(data, dict) else {}
 

@@ -29,6 +29,7 @@ from typing import IO, Any, Callable, Iterator
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from edgevllm.common.archives import read_file
+from edgevllm.common.dataload import load_json
 from edgevllm.common.errors import IntegrityError, MissingInputError
 from edgevllm.common.schema import parse_model
 from edgevllm.common.streams import ByteReader, as_binary_io
@@ -84,7 +85,8 @@ class ManifestModel(BaseModel):
 def read_manifest(path: Path) -> ManifestModel:
     """Parse and validate a manifest; one line naming the file and the field on any problem."""
     try:
-        data = json.loads(read_file(path, MAX_MANIFEST_BYTES, "the manifest", IntegrityError))
+        data = load_json(read_file(path, MAX_MANIFEST_BYTES, "the manifest", IntegrityError),
+                         str(path), IntegrityError)
     except FileNotFoundError:
         raise MissingInputError(f"{path}: no such file; give the <name>.manifest.json that "
                                 "inv publish wrote") from None

@@ -243,7 +243,8 @@ def read_list(raw: bytes, digest: str, key: str, where: str) -> WheelList:
 
 def check_layers(raw: bytes, listing: WheelList, where: str) -> None:
     """The manifest's layers are the list's wheels, one each, in order (name, digest, size)."""
-    layers = json.loads(raw).get("layers")
+    found = parse_json(raw, f"{where}: the manifest", WheelCacheError)
+    layers = found.get("layers") if isinstance(found, dict) else None
     expected = [(w.name, f"sha256:{w.sha256}", w.size) for w in listing.wheels]
     found = [((layer.get("annotations") or {}).get(TITLE), layer.get("digest"), layer.get("size"))
              for layer in layers if isinstance(layer, dict)] if isinstance(layers, list) else []

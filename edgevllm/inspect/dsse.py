@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import os
 from pathlib import Path
 from typing import Callable
@@ -20,6 +19,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from edgevllm.common.archives import read_file
+from edgevllm.common.dataload import load_json
 from edgevllm.common.errors import ConfigError, SupplyChainError
 from edgevllm.common.fsutil import atomic_write_bytes
 
@@ -128,7 +128,8 @@ def verify(envelope: dict, public: Ed25519PublicKey, origin: str) -> bytes:
 
 def read_envelope(path: Path | str) -> dict:
     try:
-        data = json.loads(read_file(path, ENVELOPE_LIMIT, "the provenance", SupplyChainError))
+        data = load_json(read_file(path, ENVELOPE_LIMIT, "the provenance", SupplyChainError),
+                         str(path), SupplyChainError)
     except OSError as exc:
         raise SupplyChainError(f"{path}: cannot read the provenance ({exc.strerror})") from None
     except (ValueError, RecursionError):  # RecursionError: nested thousands deep

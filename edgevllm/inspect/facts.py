@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgevllm.common import console, labels
+from edgevllm.common.dataload import load_json
 from edgevllm.common.errors import ConfigError, EdgeVllmError, MissingInputError
 from edgevllm.containers.docker import DockerEngine
 from edgevllm.specs.lock import Lock, parse_lock, read_lock
@@ -133,8 +134,8 @@ def _history_steps(engine: DockerEngine, image_id: str) -> list[bool] | None:
     if store is None:
         return None
     try:
-        config = json.loads(store.config(image_id))
-    except (StoreUnusable, ValueError):
+        config = load_json(store.config(image_id), image_id, ConfigError)
+    except (StoreUnusable, ConfigError):
         return None
     return [bool(step.get("empty_layer")) for step in config.get("history") or []]
 

@@ -13,10 +13,10 @@ A target's ``size_budget_gb`` fails the build when the image's layers add up to 
 from __future__ import annotations
 
 import bisect
-import json
 from dataclasses import asdict, dataclass, field
 from typing import IO
 
+from edgevllm.common.dataload import load_json
 from edgevllm.common.errors import BuildError, SizeBudgetError
 from edgevllm.containers.docker import DockerEngine
 from edgevllm.verify.archive import entry_kind
@@ -126,7 +126,7 @@ def image_layers(engine: DockerEngine, image: str) -> list[LayerFiles]:
     store = LocalLayerStore.find(engine)
     if store is not None:
         try:
-            config = json.loads(store.config(image_id))
+            config = load_json(store.config(image_id), image_id, BuildError)
             chains = chain_ids(config["rootfs"]["diff_ids"])
             layers = []
             for chain, step in zip(chains, _steps(config), strict=True):
@@ -135,7 +135,7 @@ def image_layers(engine: DockerEngine, image: str) -> list[LayerFiles]:
                     layer.add(name, size, name.endswith("/"))
                 layers.append(layer)
             return layers
-        except (StoreUnusable, ValueError, KeyError):
+        except (StoreUnusable, BuildError, ValueError, KeyError, TypeError):
             pass
     with engine.save_stream([image_id]) as stream:
         return layers_of_save(stream, f"image {image}")
@@ -152,7 +152,7 @@ def layers_of_save(stream: IO[bytes], label: str) -> list[LayerFiles]:
         raise BuildError(f"{label}: docker save wrote no manifest naming the image's layers")
     config = found.json_blobs.get(config_name(found) or "", b"{}")
     stacked = []
-    for name, step in zip(order, _steps(json.loads(config)), strict=True):
+    for name, step in zip(order, _steps(load_json(config, label, BuildError)), strict=True):
         layer = found.layers.get(name)  # none for an all-zero (empty) layer tar
         stacked.append(LayerFiles(step=step) if layer is None else LayerFiles(
             step, {path: layer.kept.get(path, 0) for path in layer.present},

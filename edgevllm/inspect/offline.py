@@ -11,13 +11,13 @@ each under ``KEPT_LIMIT``, all together under ``ALL_KEPT_LIMIT``.
 from __future__ import annotations
 
 import hashlib
-import json
 import tarfile
 from dataclasses import dataclass
 from typing import IO, Callable
 
 from edgevllm.common.archives import read_member
-from edgevllm.common.errors import ResourceLimitError, SupplyChainError
+from edgevllm.common.dataload import load_json
+from edgevllm.common.errors import ConfigError, ResourceLimitError, SupplyChainError
 from edgevllm.inspect.inimage_dists import (
     DPKG_STATUS,
     OS_RELEASE,
@@ -108,8 +108,8 @@ def _config(found: ImageLayers, label: str) -> tuple[bytes, dict, list[str]]:
     order = manifest.get("Layers") if isinstance(manifest, dict) else None
     config_bytes = found.json_blobs.get(name or "")
     try:
-        config = json.loads(config_bytes or b"")
-    except (ValueError, RecursionError):
+        config = load_json(config_bytes or b"", "the image config", ConfigError)
+    except ConfigError:
         config = None
     if not isinstance(config, dict) or not isinstance(order, list) or \
             not all(isinstance(n, str) for n in order):

@@ -18,7 +18,8 @@ import re
 from pathlib import Path
 
 from edgevllm import __version__
-from edgevllm.common.errors import SupplyChainError
+from edgevllm.common.dataload import load_json
+from edgevllm.common.errors import ConfigError, SupplyChainError
 from edgevllm.specs.lock import Lock, lock_hash
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
@@ -109,8 +110,8 @@ def canonical(payload: dict) -> bytes:
 
 def parse_statement(payload: bytes, origin: str) -> dict:
     try:
-        found = json.loads(payload)
-    except (ValueError, RecursionError):
+        found = load_json(payload, origin, ConfigError)
+    except ConfigError:
         raise SupplyChainError(f"{origin}: the signed payload is not JSON") from None
     if not isinstance(found, dict) or found.get("_type") != STATEMENT_TYPE or \
             found.get("predicateType") != PREDICATE_TYPE:

@@ -15,14 +15,14 @@ named in one line.
 
 from __future__ import annotations
 
-import json
 import uuid
 from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
-from edgevllm.common.errors import EngineError, SupplyChainError
+from edgevllm.common.dataload import load_json
+from edgevllm.common.errors import ConfigError, EngineError, SupplyChainError
 from edgevllm.common.schema import describe_validation_error
 from edgevllm.containers.docker import DockerEngine, RunOptions
 from edgevllm.inspect.inimage_dists import canonical
@@ -251,8 +251,8 @@ def parse_sbom(text: str, origin: str) -> dict:
     from edgevllm.common.schema import parse_model
 
     try:
-        doc = json.loads(text)
-    except (ValueError, RecursionError):
+        doc = load_json(text, origin, ConfigError)
+    except ConfigError:
         raise SupplyChainError(f"{origin}: the SBOM is not JSON") from None
     if not isinstance(doc, dict) or doc.get("bomFormat") != "CycloneDX":
         raise SupplyChainError(f"{origin}: not a CycloneDX SBOM")

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgevllm.common import console, labels
-from edgevllm.common.errors import SupplyChainError
+from edgevllm.common.dataload import load_json
+from edgevllm.common.errors import ConfigError, SupplyChainError
 from edgevllm.common.fsutil import atomic_write_text
 from edgevllm.containers.docker import DockerEngine
 from edgevllm.inspect import dsse, provenance, sbom
@@ -52,8 +53,8 @@ def view_of_image(engine: DockerEngine, ref: str) -> ImageView:
 
 def _json_list(text: str | None) -> list | None:
     try:
-        value = json.loads(text) if text else None
-    except ValueError:
+        value = load_json(text, "a label", ConfigError) if text else None
+    except ConfigError:
         return None
     return value if isinstance(value, list) else None
 

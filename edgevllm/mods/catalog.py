@@ -9,7 +9,6 @@ any Python environment through ``inv mods-apply``. See docs/mods.md.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import shutil
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from typing import Annotated, Literal, Sequence, Union
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import Field, field_validator, model_validator
 
+from edgevllm.common.dataload import load_json
 from edgevllm.common.errors import ManifestError, ModConflictError, ModNotForTargetError
 from edgevllm.common.fsutil import atomic_dir, atomic_write_json
 from edgevllm.common.schema import Strict, load_model
@@ -423,7 +423,10 @@ def record_summary(record: dict) -> str:
 
 
 def read_record(path: Path) -> dict:
-    return json.loads(Path(path).read_text())
+    record = load_json(Path(path).read_bytes(), str(path), ManifestError)
+    if not isinstance(record, dict):
+        raise ManifestError(f"{path}: not a mods record (a JSON object)")
+    return record
 
 
 # --- applying to an existing environment (inv mods-apply) --------------------------------------
@@ -469,7 +472,7 @@ def apply_to_environment(target_name: str, mod_names: list[str], site_packages: 
         if not record_path.is_file():
             last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
             raise ModError(f"the applier wrote no record ({argv[0]}): {last}")
-        record = json.loads(record_path.read_text())
+        record = load_json(record_path.read_bytes(), str(record_path), ModError)
     if json_out:
         atomic_write_json(json_out, record)
     table = proc.stdout

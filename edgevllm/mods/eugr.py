@@ -32,6 +32,7 @@ from typing import Callable
 
 import yaml
 
+from edgevllm.common.dataload import load_yaml
 from edgevllm.common.errors import ManifestError
 from edgevllm.common.fsutil import atomic_write_bytes, atomic_write_text, move_into_place
 
@@ -132,8 +133,8 @@ def _check_imported(folder: Path) -> None:
     """A mod folder is replaced only when it is an earlier import (its manifest's version is
     ``eugr``): one of the user's own is never deleted."""
     try:
-        manifest = yaml.safe_load((folder / "manifest.yaml").read_text())
-    except (OSError, ValueError, yaml.YAMLError):
+        manifest = load_yaml((folder / "manifest.yaml").read_bytes(), str(folder), ManifestError)
+    except (OSError, ManifestError):
         manifest = None
     if not isinstance(manifest, dict) or manifest.get("version") != "eugr":
         raise ManifestError(f"{folder}: a mod folder that is not an eugr import; edgevllm will "

@@ -9,7 +9,6 @@ it is mounted from the host (take it from the same vLLM version as the image).
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -17,6 +16,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from edgevllm.common.dataload import load_json
 from edgevllm.common.errors import ConfigError, ModError
 from edgevllm.common.fsutil import atomic_write_text
 from edgevllm.containers.docker import DockerEngine, RunOptions
@@ -66,7 +66,7 @@ def run_options(req: TuneRequest) -> RunOptions:
 def validate_config(path: Path) -> dict:
     """A tuned file must be a table batch-size → complete Triton config."""
     try:
-        table = json.loads(path.read_text())
+        table = load_json(path.read_bytes(), str(path), ModError)
     except (OSError, ValueError) as exc:
         raise ModError(f"{path}: not a JSON fused-MoE config ({exc})") from None
     if not isinstance(table, dict) or not table:

@@ -19,12 +19,12 @@ run's (``within``: ``--run-timeout``), and every request edgevllm itself sends (
 
 from __future__ import annotations
 
-import json
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, Sequence
 
+from edgevllm.common.dataload import load_json
 from edgevllm.common.errors import BenchError
 from edgevllm.containers.docker import DockerEngine
 
@@ -161,8 +161,8 @@ class ExecRunner:
 def parse_result(data: bytes | str, where: str) -> dict:
     """The result JSON ``vllm bench serve`` wrote: an object, or one BenchError line."""
     try:
-        result = json.loads(data)
-    except (ValueError, RecursionError) as exc:
+        result = load_json(data, where, BenchError)
+    except BenchError as exc:
         raise BenchError(f"{where}: the benchmark result is not JSON ({str(exc)[:80]})") from None
     if not isinstance(result, dict):
         raise BenchError(f"{where}: the benchmark result is not a JSON object")

@@ -12,13 +12,13 @@ labels, every run's figures and their summary) and ``expectations`` (met / misse
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from edgevllm.common.dataload import load_json
 from edgevllm.common.errors import BenchError, MissingInputError
 from edgevllm.common.fsutil import atomic_write_json
 
@@ -92,7 +92,7 @@ def save_record(record: dict, path: Path) -> Path:
 def load_record(path: Path | str) -> dict:
     path = Path(path)
     try:
-        data = json.loads(path.read_text())
+        data = load_json(path.read_bytes(), str(path), BenchError)
     except FileNotFoundError:
         raise MissingInputError(f"{path}: no such benchmark record; give a file inv bench "
                                 "wrote") from None

@@ -17,7 +17,6 @@ Anything it cannot place says ``roofline unknown: ...`` (``RooflineUnknown``) ra
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import struct
@@ -26,6 +25,7 @@ from pathlib import Path
 
 import requests
 
+from edgevllm.common.dataload import load_json
 from edgevllm.common.errors import NoSuchModelError, RooflineUnknown
 from edgevllm.common.http import InsecureRedirect, bearer, credential_session
 from edgevllm.common.paths import host_hf_cache
@@ -178,8 +178,8 @@ class _Source:
 def weight_files_of(index_text: str, model: str) -> list[str]:
     """The weight files ``model.safetensors.index.json`` names (plain file names only)."""
     try:
-        index = json.loads(index_text)
-    except (ValueError, RecursionError):
+        index = load_json(index_text, model, RooflineUnknown)
+    except RooflineUnknown:
         index = None
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     files = set(weight_map.values()) if isinstance(weight_map, dict) else set()

@@ -10,12 +10,12 @@ finished points. A point where every request failed stops the sweep.
 from __future__ import annotations
 
 import http.client
-import json
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
+from edgevllm.common.dataload import load_json
 from edgevllm.common.errors import BenchError
 from edgevllm.perf.client import ClientArgs, ClientRunner, http_get, run_once
 from edgevllm.perf.metrics import figures, summarise
@@ -165,8 +165,8 @@ def served_model(base_url: str, health_timeout_s: float) -> str:
 def first_model_id(answer: bytes, base_url: str) -> str:
     """The first model id of a ``/v1/models`` answer (OpenAI's shape: ``{"data": [{"id"}]}``)."""
     try:
-        document = json.loads(answer)
-    except (ValueError, RecursionError):
+        document = load_json(answer, base_url, BenchError)
+    except BenchError:
         raise BenchError(f"{base_url}/v1/models did not answer JSON: pass --model") from None
     models = document.get("data") if isinstance(document, dict) else None
     if not isinstance(models, list) or not models:

@@ -20,6 +20,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from edgevllm.common.dataload import load_json
+from edgevllm.common.errors import ConfigError
 from edgevllm.common.interrupts import sigterm_as_interrupt
 from edgevllm.common.poll import poll
 from edgevllm.containers.docker import DockerEngine, RunOptions
@@ -68,8 +70,8 @@ def http(method: str, url: str, body: dict | None = None,
         return 0, None
     text = raw.decode(errors="replace")
     try:
-        return status, json.loads(text) if text else None
-    except json.JSONDecodeError:
+        return status, load_json(text, url, ConfigError) if text else None
+    except ConfigError:
         return status, text
 
 

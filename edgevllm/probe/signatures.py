@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Iterable, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, field_validator
 
+from edgevllm.common.dataload import load_yaml
 from edgevllm.common.errors import ManifestError
 from edgevllm.common.schema import check_regex, parse_model
 
@@ -56,10 +56,7 @@ class Match:
 
 
 def parse_catalogue(text: str, source: str = CATALOGUE) -> list[Signature]:
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ManifestError(f"{source}: not valid YAML: {str(exc).splitlines()[0]}") from None
+    data = load_yaml(text, source, ManifestError)
     signatures = parse_model(Catalogue, data, source, ManifestError).signatures
     seen: set[str] = set()
     for sig in signatures:

@@ -25,6 +25,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 
 from edgevllm import __version__
 from edgevllm.common import labels
+from edgevllm.common.dataload import load_json, load_yaml
 from edgevllm.common.errors import LockError, MissingInputError
 from edgevllm.common.fsutil import atomic_write_text
 from edgevllm.common.grammar import (
@@ -290,17 +291,7 @@ def write_lock(lock: Lock, path: Path | str) -> Path:
 
 
 def parse_lock(text: str, origin: str = "<lock>", yaml_syntax: bool = False) -> Lock:
-    try:
-        data = yaml.safe_load(text) if yaml_syntax else json.loads(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        where = f"line {exc.lineno}" if isinstance(exc, json.JSONDecodeError) else "syntax"
-        raise LockError(
-            f"{origin}: not valid {'YAML' if yaml_syntax else 'JSON'} ({where}); regenerate it "
-            f"with inv sources"
-        ) from None
-    except RecursionError:
-        raise LockError(f"{origin}: nested too deeply to be a lock; regenerate it with "
-                        "inv sources") from None
+    data = (load_yaml if yaml_syntax else load_json)(text, origin, LockError)
     if not isinstance(data, dict):
         raise LockError(
             f"{origin}: not a lock (expected a mapping); regenerate it with inv sources"

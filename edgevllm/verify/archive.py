@@ -12,12 +12,12 @@ its end-of-archive block is truncated, and says so.
 from __future__ import annotations
 
 import hashlib
-import json
 import tarfile
 from dataclasses import dataclass, field
 from typing import IO, Any, Callable
 
 from edgevllm.common.archives import BoundedTarInfo, open_tar, walk
+from edgevllm.common.dataload import load_json
 from edgevllm.common.errors import NotATarballError
 from edgevllm.verify.oci import JSON_BLOB_LIMIT, blob_name, oci_layers
 from edgevllm.verify.streams import ParseStream, sniff, unpacked
@@ -171,8 +171,8 @@ def _outer_member(found: ImageLayers, tar: tarfile.TarFile, member, keep: Keep,
 def _json_or_none(data: bytes):
     """A top-level manifest.json / index.json, or None when it is some other file of that name."""
     try:
-        return json.loads(data)
-    except (ValueError, RecursionError):
+        return load_json(data, "manifest", NotATarballError)
+    except NotATarballError:
         return None
 
 
@@ -222,8 +222,8 @@ def config_name(found: ImageLayers) -> str | None:
         return clean(named)
     for data in found.json_blobs.values():
         try:
-            document = json.loads(data)
-        except (ValueError, RecursionError):
+            document = load_json(data, "manifest", NotATarballError)
+        except NotATarballError:
             continue
         if not isinstance(document, dict) or "layers" not in document:
             continue

@@ -7,8 +7,7 @@ else the first one.
 
 from __future__ import annotations
 
-import json
-
+from edgevllm.common.dataload import load_json
 from edgevllm.common.errors import NotATarballError
 
 JSON_BLOB_LIMIT = 4 << 20  # manifests and configs are small; layers are never JSON
@@ -52,7 +51,7 @@ def oci_layers(index: dict, blobs: dict[str, bytes], label: str, arch: str = "ar
         if name not in blobs:
             raise NotATarballError(f"{label}: OCI manifest {name} is missing from the archive")
         try:
-            document = json.loads(blobs[name])
-        except (ValueError, RecursionError):
+            document = load_json(blobs[name], name, NotATarballError)
+        except NotATarballError:
             raise NotATarballError(f"{label}: OCI manifest {name} is not JSON") from None
     raise NotATarballError(f"{label}: index.json names no image manifest with layers")

@@ -25,6 +25,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from edgevllm.common.dataload import load_yaml
 from edgevllm.common.errors import PolicyError
 from edgevllm.common.schema import parse_model
 
@@ -123,7 +124,7 @@ class Policy(BaseModel):
 def load_policy(path: Path | str | None = None) -> Policy:
     path = Path(path) if path else DEFAULT_POLICY
     try:
-        data = yaml.safe_load(path.read_text())
+        data = load_yaml(path.read_bytes(), str(path), PolicyError)
     except OSError as exc:
         raise PolicyError(f"{path}: cannot read the policy file ({exc.strerror})") from None
     except yaml.YAMLError as exc:

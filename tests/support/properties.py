@@ -130,3 +130,32 @@ def tiny_elf(sections: dict[str, bytes], machine: int = 62) -> bytes:
     header = struct.pack("<16sHHIQQQIHHHHHH", ident, 3, machine, 1, 0, 0, shoff, 0, 64, 0, 0,
                          64, len(headers), len(headers) - 1)
     return header + bytes(body) + b"".join(headers)
+
+
+def alias_bomb(levels: int = 9, width: int = 9) -> str:
+    """The classic YAML alias bomb: ``levels`` anchors, each a list of ``width`` aliases of the
+    last (9 x 9: about 550 bytes that expand to 9**9 strings)."""
+    lines = ['a0: &a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    lines += [f"a{i}: &a{i} [{','.join([f'*a{i - 1}'] * width)}]" for i in range(1, levels)]
+    return "\n".join(lines) + "\n"
+
+
+@st.composite
+def yaml_bombs(draw) -> str:
+    """Small YAML texts that would cost far more than their size: alias towers (block or flow,
+    under a mapping or a list, as a merge key), nesting thousands deep, wide flat lists."""
+    kind = draw(st.sampled_from(("alias", "merge", "deep", "wide", "anchor-only")))
+    if kind == "alias":
+        text = alias_bomb(draw(st.integers(2, 12)), draw(st.integers(2, 12)))
+        return draw(st.sampled_from((text, "- " + text.replace("\n", "\n  "),
+                                     "mods:\n  " + text.replace("\n", "\n  "))))
+    if kind == "merge":
+        return "base: &b {x: 1}\nmore:\n  <<: *b\n  y: 2\n"
+    if kind == "deep":
+        depth = draw(st.integers(65, 20_000))
+        opener = draw(st.sampled_from(("[", "{a: ")))
+        closer = "]" if opener == "[" else "}"
+        return opener * depth + "1" + closer * depth
+    if kind == "wide":
+        return "[" + ",".join(["1"] * draw(st.integers(50_001, 60_000))) + "]"
+    return f"key: &{draw(st.from_regex(r'[a-z]{1,8}', fullmatch=True))} value\n"

@@ -10,8 +10,7 @@ from __future__ import annotations
 import difflib
 import os
 
-import yaml
-
+from edgevllm.common.dataload import load_yaml
 from edgevllm.common.errors import RecipeError
 from edgevllm.common.kv import split_pair
 from edgevllm.common.paths import host_hf_cache
@@ -25,8 +24,8 @@ def parse_sets(items: list[str] | None) -> dict[str, object]:
     for item in items or []:
         key, raw = split_pair(item, "--set", RecipeError, "key=value, e.g. --set port=9000")
         try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
-        except yaml.YAMLError:
+            value = load_yaml(raw, "--set", RecipeError) if raw.strip() else ""
+        except RecipeError:
             value = raw
         if isinstance(value, (dict, list)):
             value = raw  # JSON such as a speculative config stays the string it was given

@@ -1,0 +1,122 @@
+"""The one reader of outside YAML and JSON (common/dataload.py): bounded before a value is built,
+one line of the caller's class, and no other module parses such data itself."""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from support.properties import PROPERTY, alias_bomb, bounded, json_values, yaml_bombs
+
+from edgevllm.common.dataload import MAX_DEPTH, MAX_VALUES, YAML_MAX_VALUES, load_json, load_yaml
+from edgevllm.common.errors import ConfigError, LockError, ManifestError, RecipeError
+from edgevllm.serve.recipe_folder import convert_file
+from edgevllm.specs.lock import parse_lock, read_lock
+
+PACKAGE = Path(__file__).resolve().parents[1] / "edgevllm"
+
+# Modules that may parse JSON themselves, and why: each reads what edgevllm's own code (or the
+# engine) wrote in the same run, or runs inside the image on the standard library alone.
+OWN_DATA = {
+    "common/dataload.py": "the reader itself",
+    "containers/docker.py": "the Docker engine's own answers (docker inspect --format json)",
+    "image/registryauth.py": "a credential helper's answer on the user's host",
+    "image/layerstore.py": "the engine's tar-split lines, each bounded by LINE_LIMIT",
+    "cli/buildmany.py": "the result a child edgevllm process of this run wrote",
+    "serve/starttime.py": "the last line of edgevllm's own start-time probe",
+    "probe/level1.py": "the marker line of edgevllm's own level-1 check script",
+    "probe/inimage_check.py": "runs inside the image (standard library only)",
+    "serve/startprobe.py": "runs inside the image (standard library only)",
+    "serve/entry.py": "runs inside the image (standard library only)",
+    "builder/warm_inimage.py": "runs inside the image (standard library only)",
+    "mods/applier.py": "runs inside the image (standard library only)",
+}
+PARSERS = {("json", "loads"), ("json", "load"), ("_json", "loads"), ("yaml", "safe_load"),
+           ("yaml", "load"), ("yaml", "full_load"), ("yaml", "unsafe_load"),
+           ("yaml", "safe_load_all"), ("yaml", "load_all"), ("yaml", "compose")}
+
+
+def _parser_calls(path: Path) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                isinstance(node.func.value, ast.Name) and \
+                (node.func.value.id, node.func.attr) in PARSERS:
+            found.append(f"{node.func.value.id}.{node.func.attr} line {node.lineno}")
+    return found
+
+
+def test_no_other_module_parses_outside_yaml_or_json():
+    offenders = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        name = path.relative_to(PACKAGE).as_posix()
+        calls = _parser_calls(path)
+        if calls and name not in OWN_DATA:
+            offenders[name] = calls
+    assert not offenders, f"parse outside data with common/dataload.py: {offenders}"
+    assert all((PACKAGE / name).is_file() for name in OWN_DATA)  # the list stays true
+
+
+def test_the_546_byte_alias_bomb_is_one_line_in_bounded_memory(tmp_path):
+    bomb = alias_bomb()
+    assert len(bomb) < 600
+    for call, error in ((lambda: load_yaml(bomb, "x.yaml"), ConfigError),
+                        (lambda: parse_lock(bomb, "x.lock.yaml", yaml_syntax=True), LockError)):
+        found = bounded(call)
+        assert isinstance(found, error) and "alias" in str(found), found
+    (tmp_path / "bomb.lock.yaml").write_text(bomb)
+    assert "x.lock" not in str(bounded(read_lock, tmp_path / "bomb.lock.yaml"))
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("recipe_version: '1'\n" + bomb)
+    found = bounded(convert_file, recipe)  # an eugr recipe
+    assert isinstance(found, RecipeError) and str(found).startswith(str(recipe))
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("a: &x 1\nb: *x\n", "an anchor (&x) at line 1"),
+    ("[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1), "nested too deeply"),
+    ("[" + ",".join(["1"] * YAML_MAX_VALUES) + "]", f"more than {YAML_MAX_VALUES} values"),
+    ("a: [", "fix the YAML syntax"),
+    (b"a: \xff", "not UTF-8"),
+    ("x" * (3 << 20), "more than a data file may hold"),
+])
+def test_yaml_beyond_the_bounds_is_one_line_of_the_callers_class(text, needle):
+    found = bounded(load_yaml, text, "f.yaml", ManifestError)
+    assert isinstance(found, ManifestError) and str(found).startswith("f.yaml") \
+        and needle in str(found), found
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1), "nested too deeply"),
+    ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+    ("[" + "[]," * MAX_VALUES + "[]]", "values"),
+    ("1" * 5000, "nested too deeply or sized"),  # an integer Python refuses to convert
+    ("{oops", "not valid JSON (line 1"),
+])
+def test_json_beyond_the_bounds_is_one_line_of_the_callers_class(text, needle):
+    found = bounded(load_json, text, "f.json", LockError)
+    assert isinstance(found, LockError) and needle in str(found), found
+
+
+def test_ordinary_data_reads_as_before():
+    assert load_yaml("a: [1, {b: c}]\n", "f") == {"a": [1, {"b": "c"}]}
+    assert load_json(b'{"a": [1, 2.5, null]}', "f") == {"a": [1, 2.5, None]}
+
+
+@PROPERTY
+@given(yaml_bombs())
+def test_yaml_bombs_are_refused_within_the_bounds(text):
+    found = bounded(load_yaml, text, "bomb.yaml", RecipeError)
+    assert isinstance(found, RecipeError), found
+
+
+@PROPERTY
+@given(json_values(max_leaves=30), st.integers(0, 3))
+def test_any_json_value_reads_back_or_is_one_line(value, wrap):
+    text = "[" * wrap * 30 + json.dumps(value) + "]" * wrap * 30
+    found = bounded(load_json, text, "any.json", LockError)
+    assert isinstance(found, LockError) or wrap * 30 < MAX_DEPTH
