@@ -7,10 +7,13 @@ import ast
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from edgevllm.common import labels
 from edgevllm.common.errors import OutputFolderError
-from edgevllm.common.fsutil import OUTPUT_MARKER, StagedFile, output_dir
+from edgevllm.common.fsutil import OUTPUT_MARKER, StagedFile, output_dir, read_marker
+from support.properties import PROPERTY, bounded
 
 
 def write(folder: Path, names: list[str], force: bool = False) -> None:
@@ -25,7 +28,7 @@ def test_a_new_or_empty_folder_is_written_and_marked(tmp_path):
             folder.mkdir()
         write(folder, ["a", "b"])
         assert sorted(p.name for p in folder.iterdir()) == sorted(["a", "b", OUTPUT_MARKER])
-        assert (folder / OUTPUT_MARKER).read_text() == "a\nb\n"
+        assert read_marker(folder) == ("output", {"a", "b"})
 
 
 def test_a_folder_of_the_users_is_refused_and_left_alone(tmp_path):
@@ -120,7 +123,7 @@ def test_atomic_dir_replaces_what_it_wrote_and_keeps_a_folder_it_has_no_record_o
     assert sorted(p.name for p in final.parent.iterdir()) == sorted(
         [kept[0].name, "vllm", OUTPUT_MARKER])
     assert [p.name for p in final.iterdir()] == ["setup.py"]
-    assert (final.parent / OUTPUT_MARKER).read_text() == "vllm\n"
+    assert read_marker(final.parent) == ("build", {"vllm"})
 
 
 def test_atomic_dir_leaves_the_old_folder_when_the_block_fails(tmp_path):
@@ -187,3 +190,92 @@ def test_only_fsutil_renames_files_into_place():
     stray = "import os\ndef f(tmp, final):\n    os.replace(tmp, final)\n    tmp.rename(final)\n" \
             "    Path(tmp).replace(final)\n    'a'.replace('b', 'c')\n"
     assert len(renames_into_place(ast.parse(stray))) == 3
+
+
+# --- a marker is never trusted for a path --------------------------------------------------------
+def _planted(tmp_path: Path, lines: list[str]) -> tuple[Path, Path]:
+    """An unpacked ``out/`` holding a marker of someone else's, and a victim folder beside it."""
+    victim = tmp_path / "victim"
+    victim.mkdir(exist_ok=True)
+    (victim / "precious").write_text("years of work")
+    out = tmp_path / "work" / "out"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / OUTPUT_MARKER).write_text("\n".join(lines) + "\n")
+    return out, victim
+
+
+MARKER_LINES = ["../../victim", str(Path("/tmp") / "victim-abs"), "..", ".", "../victim",
+                "a/../../victim", "Dockerfile"]
+
+
+@pytest.mark.parametrize("header", ["", "# edgevllm-output 2 kind=render folder=1:2",
+                                    "# edgevllm-output 2 kind=output folder={identity}"])
+@pytest.mark.parametrize("force", [False, True])
+def test_a_planted_marker_never_deletes_outside_the_output(tmp_path, header, force):
+    out, victim = _planted(tmp_path, [])
+    identity = f"{out.stat().st_dev}:{out.stat().st_ino}"
+    lines = [header.format(identity=identity)] * bool(header) + MARKER_LINES
+    (out / OUTPUT_MARKER).write_text("\n".join(lines) + "\n")
+    (tmp_path / "work" / "sibling").mkdir()
+    try:
+        write(out, ["Dockerfile"], force=force)
+    except OutputFolderError as exc:
+        assert "\n" not in str(exc)
+    assert (victim / "precious").read_text() == "years of work"
+    assert (tmp_path / "work" / "sibling").is_dir() and (tmp_path / "work").is_dir()
+
+
+def test_a_marker_copied_from_another_folder_is_no_record(tmp_path):
+    first = tmp_path / "first"
+    write(first, ["a"])
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    (copy / "a").write_text("the user's now")
+    (copy / OUTPUT_MARKER).write_bytes((first / OUTPUT_MARKER).read_bytes())
+    assert read_marker(copy) is None
+    with pytest.raises(OutputFolderError, match="did not write"):
+        write(copy, ["a"])
+    assert (copy / "a").read_text() == "the user's now"
+
+
+def test_another_commands_output_is_refused_with_one_line(tmp_path):
+    out = tmp_path / "out"
+    with output_dir(out, kind="sources") as tmp:
+        (tmp / "vllm").mkdir()
+    with pytest.raises(OutputFolderError, match="holds what inv sources wrote; inv render") as info:
+        with output_dir(out, kind="render") as tmp:
+            (tmp / "Dockerfile").write_text("FROM x")
+    assert "\n" not in str(info.value) and (out / "vllm").is_dir()
+    with output_dir(out, force=True, kind="render") as tmp:  # --force: beside it, none removed
+        (tmp / "Dockerfile").write_text("FROM x")
+    assert (out / "vllm").is_dir() and (out / "Dockerfile").is_file()
+
+
+@PROPERTY
+@given(st.lists(st.text(alphabet=st.sampled_from("./\\a-~\n\x00 "), max_size=12)
+                | st.sampled_from(MARKER_LINES).map(lambda x: [x]), max_size=8).map(
+                    lambda groups: [line for group in groups for line in
+                                    (group if isinstance(group, list) else [group])]),
+       st.booleans(), st.booleans())
+def test_any_marker_lines_remove_nothing_outside(tmp_path_factory, lines, own_header, force):
+    tmp_path = tmp_path_factory.mktemp("m")
+    out, victim = _planted(tmp_path, [])
+    header = [f"# edgevllm-output 2 kind=output folder={out.stat().st_dev}:{out.stat().st_ino}"]
+    (out / OUTPUT_MARKER).write_text("\n".join(header * own_header + lines) + "\n")
+    found = bounded(write, out, ["Dockerfile"], force)
+    assert found is None or isinstance(found, OutputFolderError)
+    assert (victim / "precious").read_text() == "years of work"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["victim", "work"]
+    assert [p.name for p in (tmp_path / "work").iterdir()] == ["out"]
+
+
+def test_inv_render_refuses_what_inv_sources_wrote(tmp_path, cli):
+    out = tmp_path / "out"
+    with output_dir(out, kind="sources") as tmp:  # what inv sources --out writes
+        (tmp / "vllm").mkdir()
+        (tmp / "edgevllm.lock.json").write_text("{}")
+    code, _, err = cli("render", "--target", "thor", "--out", str(out))
+    assert code == 2 and err.startswith("error: ") and len(err.strip().splitlines()) == 1, err
+    assert "holds what inv sources wrote" in err
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        [OUTPUT_MARKER, "edgevllm.lock.json", "vllm"])

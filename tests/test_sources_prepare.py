@@ -14,7 +14,7 @@ import shutil
 import pytest
 
 from edgevllm.common.errors import LockError, RefNotFoundError, SourceError
-from edgevllm.common.fsutil import OUTPUT_MARKER
+from edgevllm.common.fsutil import OUTPUT_MARKER, output_dir
 from edgevllm.sources.prepare import prepare_into, prepare_sources, summarize
 from edgevllm.sources.requests import PickRequest, SourceRequest, requests_from_lock
 from edgevllm.specs.lock import LOCK_FILENAME, image_tag, lock_hash, read_lock, write_lock
@@ -283,9 +283,8 @@ def test_lock_records_every_pick_and_flashinfer_as_a_second_source(git_cache, up
 
 def test_failed_preparation_keeps_an_older_output(git_cache, upstream, tmp_path):
     out = tmp_path / "out"
-    out.mkdir()
-    (out / "marker").write_text("older")
-    (out / OUTPUT_MARKER).write_text("marker\n")  # an older output of edgevllm's
+    with output_dir(out, kind="sources") as tmp:  # an older output of edgevllm's
+        (tmp / "marker").write_text("older")
     with pytest.raises(SourceError):
         prepare_into(
             [SourceRequest.from_cli("vllm", upstream.url, None, None, [str(PR_CODE_CONFLICT)])], out

@@ -31,7 +31,7 @@ def render_to(spec: BuildSpec, out: Path, force: bool = False,
     # refused here, before the folder is touched.
     eff = resolve(spec, builder=modes.builder_of(None, resolve(spec).target))
     locked = lock_for(lock_path, eff.target.name, eff.mode)
-    with output_dir(out, force) as tmp:  # never deletes what edgevllm did not write
+    with output_dir(out, force, kind="render") as tmp:  # never deletes what edgevllm did not write
         job = modes.start(spec, Workspace(tmp, context_dir=tmp), engine=None, locked=locked,
                           fetch=False)
         build = modes.prepare(job)

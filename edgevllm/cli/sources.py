@@ -95,7 +95,7 @@ def sources(c, **values):
         raise ConfigError(
             "sources: give --out DIR for the prepared trees and the lock (or --dry-run)"
         )
-    check_output_dir(out, bool(values.get("force")))  # before any fetch
+    check_output_dir(out, bool(values.get("force")), "sources")  # before any fetch
     console.step(f"preparing {', '.join(r.name for r in requests)} sources into {out}")
     result, prepared = prepare_into(requests, out, target=target, base_lock=base_lock,
                                     force=bool(values.get("force")))

@@ -133,11 +133,12 @@ def atomic_dir(final: Path | str) -> Iterator[Path]:
 def install_dir(ready: Path, final: Path) -> None:
     """Rename the complete folder ``ready`` (on ``final``'s file system) to ``final``: an older
     ``final`` goes if the parent's marker records it as edgevllm's, else it is moved aside."""
-    ours = _written_by_us(final.parent) or set()
+    marker = read_marker(final.parent)
+    ours = marker[1] if marker else set()
     if (final.exists() or final.is_symlink()) and final.name not in ours:
         _move_aside(final)
     _swap_in(ready, final)
-    _record(final.parent, ours | {final.name})
+    _record(final.parent, ours | {final.name}, marker[0] if marker else "build")
 
 
 def _move_aside(final: Path) -> None:
@@ -149,60 +150,105 @@ def _move_aside(final: Path) -> None:
                  "(delete it when you no longer need it)")
 
 
-def _record(folder: Path, names: set[str]) -> None:
+# An output folder edgevllm wrote holds this file: a header naming the command kind that wrote
+# it and the folder it was written in (device and inode), then the names it wrote there, one per
+# line. Only those names are ever replaced or removed; anything else in the folder is the
+# user's. A marker that arrived from elsewhere (a cloned repository, someone's unpacked out/)
+# names another folder, so it is no record of edgevllm's: it is never trusted for anything.
+OUTPUT_MARKER = ".edgevllm-output"
+_HEADER = "# edgevllm-output 2"
+_MARKER_LIMIT = 1 << 20
+
+
+def _identity(folder: Path) -> str:
+    info = folder.stat()
+    return f"{info.st_dev}:{info.st_ino}"
+
+
+def _marker_text(folder: Path, names: set[str] | list[str], kind: str) -> str:
+    header = f"{_HEADER} kind={kind} folder={_identity(folder)}\n"
+    return header + "".join(f"{n}\n" for n in sorted(names))
+
+
+def plain_name(name: str) -> bool:
+    """A name that stays inside its folder: no separator, no ``.``/``..``, nothing unprintable."""
+    return bool(name) and name not in (".", "..") and "/" not in name and "\\" not in name \
+        and name.isprintable() and not name.startswith(OUTPUT_MARKER)
+
+
+def read_marker(folder: Path) -> tuple[str, set[str]] | None:
+    """(kind, names) that edgevllm recorded writing in ``folder``; None when no marker there was
+    written by edgevllm for this very folder. Only plain names are ever returned."""
+    try:
+        with open(folder / OUTPUT_MARKER, "rb") as handle:
+            raw = handle.read(_MARKER_LIMIT + 1)
+        identity = _identity(folder)
+    except OSError:
+        return None
+    lines = raw.decode("utf-8", "replace").split("\n") if len(raw) <= _MARKER_LIMIT else []
+    fields = dict(part.split("=", 1) for part in (lines[0] if lines else "").split()[2:]
+                  if "=" in part)
+    if not lines or not lines[0].startswith(_HEADER + " ") or fields.get("folder") != identity:
+        return None
+    return fields.get("kind", ""), {name for name in lines[1:] if plain_name(name)}
+
+
+def _record(folder: Path, names: set[str], kind: str) -> None:
     """The names edgevllm wrote in ``folder``, in its marker (written whole, then renamed)."""
     tmp = folder / f"{OUTPUT_MARKER}.tmp-{os.getpid()}"
-    tmp.write_text("".join(f"{n}\n" for n in sorted(names)))
+    tmp.write_text(_marker_text(folder, names, kind))
     move_into_place(tmp, folder / OUTPUT_MARKER)
-
-
-# An output folder edgevllm wrote holds this file: the names it wrote there, one per line. Only
-# those are ever replaced or removed; anything else in the folder is the user's.
-OUTPUT_MARKER = ".edgevllm-output"
 
 
 def _written_by_us(folder: Path) -> set[str] | None:
     """The names edgevllm wrote into ``folder`` (None when edgevllm did not write it)."""
-    try:
-        return set((folder / OUTPUT_MARKER).read_text().split("\n")) - {""}
-    except (FileNotFoundError, NotADirectoryError):
-        return None
+    marker = read_marker(folder)
+    return marker[1] if marker else None
 
 
-def check_output_dir(final: Path | str, force: bool = False) -> None:
-    """Refuse (one line) an output path edgevllm may not write: a file, or a folder with contents
-    it did not write (unless ``force``: then those stay, beside what is written)."""
+def check_output_dir(final: Path | str, force: bool = False, kind: str = "output") -> None:
+    """Refuse (one line) an output path edgevllm may not write: a file, a folder the output of
+    another kind of command owns, or a folder with contents it did not write (unless ``force``:
+    then those stay, beside what is written)."""
     final = Path(final)
     if final.exists() and not final.is_dir():
         raise OutputFolderError(f"{final}: exists and is not a folder; choose a folder path")
-    if not final.is_dir() or force:
+    if not final.is_dir():
         return
-    ours = _written_by_us(final)
+    marker = read_marker(final)
+    if marker and marker[0] != kind and not force:
+        raise OutputFolderError(
+            f"{final}: holds what inv {marker[0]} wrote; inv {kind} would replace it: choose "
+            "another folder, or pass --force to write beside it")
+    if force:
+        return
+    ours = marker[1] if marker else None
     foreign = sorted(p.name for p in final.iterdir() if p.name != OUTPUT_MARKER
                      and (ours is None or p.name not in ours))
     if ours is None and foreign:
         raise OutputFolderError(
-            f"{final}: the folder holds files edgevllm did not write ({foreign[0]}"
+            f"{final}: the folder holds files edgevllm did not write ({foreign[0]!r}"
             f"{', ...' if len(foreign) > 1 else ''}); choose an empty or new folder, or pass "
             "--force to write beside them (nothing of yours is deleted)")
 
 
 @contextlib.contextmanager
-def output_dir(final: Path | str, force: bool = False) -> Iterator[Path]:
-    """``atomic_dir`` for a folder the user names (``--out``): marked as edgevllm's, and never
-    deleting what edgevllm did not write there. Refused up front by ``check_output_dir``."""
+def output_dir(final: Path | str, force: bool = False, kind: str = "output") -> Iterator[Path]:
+    """``atomic_dir`` for a folder the user names (``--out``) with the output of one command
+    ``kind``: marked as edgevllm's, and never deleting what edgevllm did not write there.
+    Refused up front by ``check_output_dir``."""
     final = Path(final)
-    check_output_dir(final, force)
+    check_output_dir(final, force, kind)
     with atomic_dir_staging(final) as tmp:
         yield tmp
-        names = sorted(p.name for p in tmp.iterdir() if p.name != OUTPUT_MARKER)
-        (tmp / OUTPUT_MARKER).write_text("".join(f"{n}\n" for n in names))
-        check_output_dir(final, force)  # again: the folder may have changed meanwhile
-        ours = _written_by_us(final) if final.is_dir() else None
+        check_output_dir(final, force, kind)  # again: the folder may have changed meanwhile
+        marker = read_marker(final) if final.is_dir() else None
+        ours = marker[1] if marker and marker[0] == kind else None
         if not final.exists() or (ours is not None and set(_names(final)) <= ours):
-            _swap_in(tmp, final)
+            (tmp / OUTPUT_MARKER).write_text(_marker_text(tmp, _names(tmp), kind))
+            _swap_in(tmp, final)  # the rename keeps the folder's identity
         else:
-            _merge_in(tmp, final, ours or set(), force)
+            _merge_in(tmp, final, ours or set(), force, kind)
 
 
 def _names(folder: Path) -> list[str]:
@@ -220,21 +266,22 @@ def _swap_in(tmp: Path, final: Path) -> None:
         move_into_place(tmp, final)
 
 
-def _merge_in(tmp: Path, final: Path, ours: set[str], force: bool) -> None:
+def _merge_in(tmp: Path, final: Path, ours: set[str], force: bool, kind: str) -> None:
     """``final`` also holds the user's files: remove only our old names, move the new ones in."""
     new = set(_names(tmp))
     clash = sorted(n for n in new - ours if (final / n).exists() or (final / n).is_symlink())
     if clash and not force:
         raise OutputFolderError(f"{final / clash[0]}: edgevllm did not write it and would replace "
                                 "it; move it away or pass --force")
-    for name in sorted(ours | new):
+    for name in sorted(n for n in ours | new if plain_name(n)):
         old = final / name
         if old.is_dir() and not old.is_symlink():
             shutil.rmtree(old)
         elif old.exists() or old.is_symlink():
             old.unlink()
-    for name in sorted(new) + [OUTPUT_MARKER]:
+    for name in sorted(new):
         move_into_place(tmp / name, final / name)
+    _record(final, new, kind)
 
 
 @contextlib.contextmanager

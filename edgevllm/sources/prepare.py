@@ -318,7 +318,7 @@ def prepare_into(
     if target is not None:
         lock.target = target
     prepared: dict[str, PreparedSource] = {}
-    with output_dir(out_dir, force) as tmp:
+    with output_dir(out_dir, force, kind="sources") as tmp:
         for request in requests:
             prepared[request.name] = prepare_sources(
                 request, tmp / request.name, cache_root=cache_root
