@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from support.properties import PROPERTY, alias_bomb, bounded, json_values, yaml_bombs
 
 from edgevllm.common.dataload import MAX_DEPTH, MAX_VALUES, YAML_MAX_VALUES, load_json, load_yaml
 from edgevllm.common.errors import ConfigError, LockError, ManifestError, RecipeError
 from edgevllm.serve.recipe_folder import convert_file
 from edgevllm.specs.lock import parse_lock, read_lock
+from support.properties import PROPERTY, alias_bomb, bounded, json_values, yaml_bombs
 
 PACKAGE = Path(__file__).resolve().parents[1] / "edgevllm"
 
