@@ -5,10 +5,15 @@ from __future__ import annotations
 
 import json
 
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
 from edgevllm.inspect.diff import compare, mapping_diff, markdown
 from edgevllm.inspect.facts import Facts, Layer, read_facts
 from edgevllm.specs.lock import BaseImageLock, write_lock
 from support.inside_locks import BYTECODE_TWIN, lock_data, make_lock, sha
+from support.properties import PROPERTY, bounded, json_values
 
 
 def lock_facts(name: str, **changes) -> Facts:
@@ -137,3 +142,46 @@ def test_missing_lock_file_is_one_line(tmp_path, cli):
     code, _, err = cli("diff", str(bad), str(bad))
     assert code == 5 and err.strip().startswith("error:") and "broken.lock.json" in err
     assert "Traceback" not in err
+
+
+# --- others' data: escaped, and any shape of record is read without a traceback -----------------
+UNSAFE = "\x1b\r\x9b\u202e\x07\x00"
+
+
+def _image(name: str, labels: dict, records: dict | None = None, config=None, layers=None):
+    return Facts(name, "image", image_id=f"sha256:{name}", labels=labels, records=records or {},
+                 config=config if config is not None else {"Env": ["A=1"]}, layers=layers)
+
+
+def test_a_label_cannot_forge_no_differences_or_reach_the_terminal():
+    forged = "x\n\nNo differences in what both sides record.\n\x1b[2K\x1b[1A" + UNSAFE + "`## mods"
+    result = compare(_image("a", {"note": "1"}), _image("b", {"note": forged, forged: "k"}))
+    text = markdown(result)
+    assert "No differences" not in text.splitlines()[2:3] and len(result["sections"]) == 1
+    assert not any(line.startswith(("No differences", "## mods")) for line in text.splitlines())
+    assert not any(ch in text for ch in UNSAFE) and "\\x1b\\[2K" in text
+    assert text.count("\n") == len(text.splitlines())  # no line is split inside a value
+
+
+@pytest.mark.parametrize("records, config, layers", [
+    ({"mods": "abc", "verify": "x", "probe": 7}, {"Env": "A=1"}, None),
+    ({"mods": [{"name": ["a"]}, 3], "verify": {"failures": "abc"}}, {"Env": [1, None]}, None),
+    ({"verify": {"failures": [1, {"path": {"p": 1}}]}}, {"Env": None}, [Layer(5, "big")]),
+])
+def test_records_of_any_shape_compare_without_a_traceback(records, config, layers):
+    old = _image("a", {}, layers=[Layer("sha256:1", 10)])
+    new = _image("b", {"k": "v"}, records, config, layers or [Layer("sha256:2", -1)])
+    assert "## labels" in markdown(compare(old, new))
+
+
+@PROPERTY
+@given(st.dictionaries(st.text(max_size=8), st.text(max_size=20), max_size=4),
+       st.dictionaries(st.sampled_from(["mods", "verify", "probe"]), json_values(), max_size=3),
+       json_values(), st.lists(st.tuples(json_values(max_leaves=2), json_values(max_leaves=2)),
+                               max_size=3))
+def test_any_labels_and_records_give_escaped_markdown(labels, records, config, layers):
+    new = _image("b", labels, records, {"Env": config},
+                 [Layer(d, s) for d, s in layers])  # type: ignore[arg-type]
+    text = bounded(lambda: markdown(compare(_image("a", {}), new)))
+    assert isinstance(text, str) and not any(ch in text for ch in UNSAFE)
+    assert text.startswith("# a → b\n")

@@ -13,7 +13,8 @@ import sys
 
 from rich.console import Console
 
-from edgevllm.common.secrets import redact
+from edgevllm.common.escape import terminal
+from edgevllm.common.secrets import redact as _redact
 
 
 @functools.lru_cache(maxsize=None)
@@ -28,6 +29,11 @@ def out_console() -> Console:
     # Piped or logged output: wide enough that tables are not cut at 80 columns.
     return Console(highlight=False, no_color=bool(os.environ.get("NO_COLOR")),
                    width=None if sys.stdout.isatty() else 200)
+
+
+def redact(message: str) -> str:
+    """A message for a person: credentials redacted, control sequences escaped."""
+    return terminal(_redact(message))
 
 
 def info(message: str) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Callable
 
-from edgevllm.common import labels
+from edgevllm.common import escape, labels
 from edgevllm.inspect.facts import Facts
 
 STRUCTURED_LABELS = {labels.LOCK, labels.MODS, labels.VERIFY, labels.PROBE}
@@ -76,11 +76,16 @@ def build_inputs(f: Facts) -> dict | None:
     return found
 
 
+def _key(value) -> str:
+    """A record's name as a mapping key, whatever another wrote there."""
+    return value if isinstance(value, str) else json.dumps(value, default=str)
+
+
 def mods(f: Facts) -> dict | None:
     record = f.records.get("mods")
     if isinstance(record, list):
-        return {m.get("name"): {"version": m.get("version"), "outcome": m.get("outcome")
-                                or m.get("status")} for m in record if isinstance(m, dict)}
+        return {_key(m.get("name")): {"version": m.get("version"), "outcome": m.get("outcome")
+                                      or m.get("status")} for m in record if isinstance(m, dict)}
     if f.lock is not None:
         return {m.name: {"version": m.version} for m in f.lock.mods}
     return None
@@ -93,8 +98,10 @@ def coverage(f: Facts) -> dict | None:
     if record.get("skipped"):
         return {"checked": False}
     found = {k: record.get(k) for k in ("passed", "target", "cuda_arch", "gated", "scanned")}
-    for failure in record.get("failures") or []:
-        found[f"failing {failure.get('path')}"] = failure.get("level")
+    failures = record.get("failures")
+    for failure in failures if isinstance(failures, list) else []:
+        if isinstance(failure, dict):
+            found[f"failing {_key(failure.get('path'))}"] = failure.get("level")
     return found
 
 
@@ -106,7 +113,9 @@ def probe(f: Facts) -> dict | None:
 def env(f: Facts) -> dict | None:
     if f.kind == "lock" or not f.config:
         return None
-    return dict(item.partition("=")[::2] for item in f.config.get("Env") or [])
+    items = f.config.get("Env")
+    return dict(_key(item).partition("=")[::2] for item in items) \
+        if isinstance(items, list) else {}
 
 
 def run_config(f: Facts) -> dict | None:
@@ -132,13 +141,18 @@ SECTIONS: dict[str, Callable[[Facts], dict | None]] = {
 def layers(old: Facts, new: Facts) -> dict | None:
     if old.layers is None or new.layers is None:
         return None
-    before = {layer.diff_id: layer.size for layer in old.layers}
-    after = {layer.diff_id: layer.size for layer in new.layers}
+    before = {_key(layer.diff_id): _size(layer.size) for layer in old.layers}
+    after = {_key(layer.diff_id): _size(layer.size) for layer in new.layers}
     found = mapping_diff(before, after)
     shared = set(before) & set(after)
     found["shared"] = {"count": len(shared), "bytes": _total(before[d] for d in shared)}
     found["total_bytes"] = {"old": _total(before.values()), "new": _total(after.values())}
     return found
+
+
+def _size(value) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 \
+        else None
 
 
 def _total(sizes) -> int | None:
@@ -174,29 +188,39 @@ def _side(f: Facts) -> dict:
 
 # --- markdown ------------------------------------------------------------------------------
 def _value(value) -> str:
+    """A value for a markdown line, whatever its shape, escaped (common/escape.py)."""
+    return escape.markdown(_plain(value))
+
+
+def _plain(value) -> str:
     if isinstance(value, dict) and set(value) >= {"version", "sha256"}:
         return f"{value['version']} (sha256 {str(value['sha256'])[:12]})"
     if isinstance(value, dict):
-        return ", ".join(f"{k}={_value(v)}" for k, v in value.items() if v is not None)
+        return ", ".join(f"{k}={_plain(v)}" for k, v in value.items() if v is not None)
     if isinstance(value, str):
         return value
-    return json.dumps(value)
+    return json.dumps(value, default=str)
 
 
 def markdown(diff: dict) -> str:
-    lines = [f"# {diff['old']['source']} → {diff['new']['source']}", ""]
+    """The diff for a person: every name and value from the sides escaped for the terminal and
+    for markdown, so that nothing a label holds can forge a line of the report."""
+    lines = [f"# {escape.markdown(diff['old']['source'])} → "
+             f"{escape.markdown(diff['new']['source'])}", ""]
     if not diff["sections"]:
         lines += ["No differences in what both sides record.", ""]
     for name, changes in diff["sections"].items():
-        lines.append(f"## {name}")
-        lines += [f"- added `{k}`: {_value(v)}" for k, v in changes.get("added", {}).items()]
-        lines += [f"- removed `{k}`: {_value(v)}" for k, v in changes.get("removed", {}).items()]
-        lines += [f"- changed `{k}`: {_value(v['old'])} → {_value(v['new'])}"
+        lines.append(f"## {escape.markdown(name)}")
+        lines += [f"- added {escape.code(k)}: {_value(v)}"
+                  for k, v in changes.get("added", {}).items()]
+        lines += [f"- removed {escape.code(k)}: {_value(v)}"
+                  for k, v in changes.get("removed", {}).items()]
+        lines += [f"- changed {escape.code(k)}: {_value(v['old'])} → {_value(v['new'])}"
                   for k, v in changes.get("changed", {}).items()]
         lines.append("")
     lines += _layer_lines(diff.get("layers"))
     for name, source in diff["not_recorded"].items():
-        lines.append(f"_{name}: not recorded by {source}_")
+        lines.append(f"_{escape.markdown(name)}: not recorded by {escape.markdown(source)}_")
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -207,8 +231,10 @@ def _layer_lines(changes: dict | None) -> list[str]:
     lines = ["## layers",
              f"- {shared['count']} shared ({_bytes(shared['bytes'])}); total "
              f"{_bytes(total['old'])} → {_bytes(total['new'])}"]
-    lines += [f"- added `{k[:19]}`: {_bytes(v)}" for k, v in changes.get("added", {}).items()]
-    lines += [f"- removed `{k[:19]}`: {_bytes(v)}" for k, v in changes.get("removed", {}).items()]
+    lines += [f"- added {escape.code(str(k)[:19])}: {_bytes(v)}"
+              for k, v in changes.get("added", {}).items()]
+    lines += [f"- removed {escape.code(str(k)[:19])}: {_bytes(v)}"
+              for k, v in changes.get("removed", {}).items()]
     return lines + [""]
 
 

@@ -137,7 +137,10 @@ def _history_steps(engine: DockerEngine, image_id: str) -> list[bool] | None:
         config = load_json(store.config(image_id), image_id, ConfigError)
     except (StoreUnusable, ConfigError):
         return None
-    return [bool(step.get("empty_layer")) for step in config.get("history") or []]
+    history = config.get("history") if isinstance(config, dict) else None
+    if not isinstance(history, list):
+        return None
+    return [isinstance(step, dict) and bool(step.get("empty_layer")) for step in history]
 
 
 def facts_from_manifest(text: str) -> Facts:
@@ -152,10 +155,19 @@ def facts_from_manifest(text: str) -> Facts:
     lock = None
     if isinstance(manifest.lock, dict):
         lock = lock_from_label(json.dumps(manifest.lock), f"{text}: field 'lock'")
-    diff_ids = image.get("layers")
+    diff_ids, config = image.get("layers"), image.get("config")
+    digests = image.get("repo_digests")
     return Facts(
-        text, "tarball", image_id=image.get("id"), lock=lock, labels=dict(manifest.labels),
-        config=dict(image.get("config") or {}),
-        layers=[Layer(d) for d in diff_ids] if isinstance(diff_ids, list) else None,
+        text, "tarball", image_id=_text(image.get("id")), lock=lock,
+        labels={str(k): _text(v) or "" for k, v in manifest.labels.items()},
+        config=dict(config) if isinstance(config, dict) else {},
+        layers=[Layer(_text(d) or "") for d in diff_ids] if isinstance(diff_ids, list) else None,
         records={k: v for k in RECORD_KEYS if (v := getattr(manifest, k)) is not None},
-        repo_digests=list(image.get("repo_digests") or []))
+        repo_digests=[_text(d) or "" for d in digests] if isinstance(digests, list) else [])
+
+
+def _text(value: object) -> str | None:
+    """A field another wrote as text: as it is, or its JSON when it is something else."""
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(value, default=str)
