@@ -7,11 +7,14 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import given
+from hypothesis import strategies as st
 
 from edgevllm.common.errors import RecipeError
 from edgevllm.serve.recipe.importer import convert, escape_template
 from edgevllm.serve.recipe.load import parse_recipe, render
 from edgevllm.serve.recipe.render import render_text
+from support.properties import PROPERTY, bounded
 
 SECRET = "hf_sandboxsecretvalue0123456789"
 HOSTILE = [
@@ -34,6 +37,20 @@ HOSTILE = [
     "{% macro m() %}{% endmacro %}",
     "{% include 'etc/passwd' %}",
     "{% extends '/etc/passwd' %}",
+    # amplifying filters and arithmetic: each would take gigabytes or hang
+    "{{ s|replace('x', 'xxxxxxxxxxxxxxxx')|replace('x', 'xxxxxxxxxxxxxxxx')|replace('x', "
+    "'xxxxxxxxxxxxxxxx')|replace('x', 'xxxxxxxxxxxxxxxx')|replace('x', 'xxxxxxxxxxxxxxxx') }}",
+    "{{ s|replace('', 'yyyyyyyyyyyyyyyyyyyy')|replace('', 'zzzzzzzzzzzzzzzzzzz')"
+    "|replace('', 'wwwwwwwwwwwwwwwwwwww')|replace('', 'vvvvvvvvvvvvvvvvvvv') }}",
+    "{{ (s|replace('x', '" + "x" * 300 + "'))|join(s|replace('x', '" + "y" * 300 + "')) }}",
+    "{{ ((2 ** 64) ** 64) ** 64 }}",
+    "{{ (((n ** 64) ** 64) ** 64) ** 64 }}",
+    "{{ [s] * 1000000000 }}",
+    "{{ '%0999999999d' % 1 }}",
+    "{{ 1 // 0 }}",
+    "{{ s|join('x', attribute='__class__') }}",
+    "{{ " + "(" * 5000 + "1" + ")" * 5000 + " }}",
+    "{{ " + "[" * 5000 + "1" + "]" * 5000 + " }}",
 ]
 
 
@@ -112,3 +129,30 @@ def test_a_secret_in_recipe_env_is_refused_without_quoting_it(env):
     with pytest.raises(RecipeError, match="list its name under secrets") as info:
         parse_recipe(data, "r.yaml")
     assert "hf_abcdefghijklmnopqrstuvwxyz0123" not in str(info.value)
+
+
+@st.composite
+def amplifying_templates(draw) -> str:
+    """Chains of filters and arithmetic that multiply what a small template makes."""
+    parts = ["s"]
+    for _ in range(draw(st.integers(1, 8))):
+        kind = draw(st.sampled_from(("replace", "join", "upper", "default", "pow", "mul")))
+        wide = "q" * draw(st.integers(0, 200))
+        if kind == "replace":
+            parts.append(f"|replace({draw(st.sampled_from(['', 'x', 'q']))!r}, {wide!r})")
+        elif kind == "join":
+            parts.append(f"|join({wide!r})")
+        elif kind in ("upper", "default"):
+            parts.append(f"|{kind}")
+        else:
+            op = "**" if kind == "pow" else "*"
+            return f"{{{{ ({''.join(parts)}|length) {op} {draw(st.integers(0, 10 ** 6))} }}}}"
+    return "{{ " + "".join(parts) + " }}"
+
+
+@PROPERTY
+@given(amplifying_templates(), st.integers(0, 2000))
+def test_amplifying_templates_stay_within_the_bounds(template, size):
+    found = bounded(render_text, template, {"s": "x" * size, "n": 2}, "serve.args[0]", "t")
+    assert isinstance(found, (str, RecipeError))
+    assert not isinstance(found, str) or len(found) <= 64 * 1024

@@ -11,6 +11,7 @@ never a template value, so no expression can print ``HF_TOKEN``.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
@@ -29,9 +30,10 @@ _MAX_TEXT = 64 * 1024  # no argument, env value or path of a launch is longer
 
 
 class RecipeSandbox(ImmutableSandboxedEnvironment):
-    """Jinja's immutable sandbox, narrowed to names and filters: no attributes, no calls."""
+    """Jinja's immutable sandbox, narrowed to names and filters: no attributes, no calls, and
+    arithmetic on numbers only, bounded in size."""
 
-    intercepted_binops = frozenset({"*", "**"})
+    intercepted_binops = frozenset({"*", "**", "%", "//", "/"})
 
     def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
         return False  # recipe values are scalars: no attribute of any object is data
@@ -40,11 +42,59 @@ class RecipeSandbox(ImmutableSandboxedEnvironment):
         return False  # filters are applied by Jinja itself, never through this check
 
     def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
-        if isinstance(left, str) or isinstance(right, str):
-            raise jinja2.sandbox.SecurityError(f"'{operator}' on text is not allowed")
-        if operator == "**" and abs(right) > 64:
+        if not isinstance(left, (int, float)) or not isinstance(right, (int, float)):
+            raise jinja2.sandbox.SecurityError(f"'{operator}' on anything but numbers")
+        if operator == "**" and (abs(right) > 64 or _bits(left) * abs(right) > _MAX_BITS):
             raise jinja2.sandbox.SecurityError("exponent too large")
-        return super().call_binop(context, operator, left, right)
+        found = super().call_binop(context, operator, left, right)
+        if _bits(found) > _MAX_BITS:
+            raise jinja2.sandbox.SecurityError(f"a number over {_MAX_BITS} bits")
+        return found
+
+
+_MAX_BITS = 4096
+
+
+def _bits(value: Any) -> int:
+    return abs(int(value)).bit_length() if isinstance(value, int) else 64
+
+
+def _too_long(size: int) -> None:
+    if size > _MAX_TEXT:
+        raise jinja2.sandbox.SecurityError(f"a filter would make {size} characters (at most "
+                                           f"{_MAX_TEXT})")
+
+
+def _replace(value: Any, old: Any, new: Any, count: Any = None) -> str:
+    """``replace``, its result's size checked before it is built."""
+    text, old, new = str(value), str(old), str(new)
+    times = text.count(old) if old else len(text) + 1
+    if isinstance(count, int) and count >= 0:
+        times = min(times, count)
+    _too_long(len(text) + times * max(0, len(new) - len(old)))
+    return text.replace(old, new, count if isinstance(count, int) else -1)
+
+
+def _join(value: Any, d: Any = "", attribute: Any = None) -> str:
+    """``join`` of plain items (no attribute lookups), its size checked before it is built."""
+    if attribute is not None:
+        raise jinja2.sandbox.SecurityError("join by attribute is not allowed")
+    if isinstance(value, str):
+        _too_long(len(value) * (len(str(d)) + 1))
+    items = [str(item) for item in value]
+    _too_long(sum(map(len, items)) + max(0, len(items) - 1) * len(str(d)))
+    return str(d).join(items)
+
+
+def _bounded(name: str, run: Any) -> Any:
+    """Any other filter: its text result checked (none of them amplifies)."""
+    @functools.wraps(run)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        found = run(*args, **kwargs)
+        if isinstance(found, str):
+            _too_long(len(found))
+        return found
+    return checked
 
 
 # The only statements a recipe template may hold: output, conditions, comments.
@@ -53,7 +103,10 @@ _ALLOWED_STATEMENTS = (nodes.Template, nodes.Output, nodes.If)
 
 def _parse(env: RecipeSandbox, text: str) -> nodes.Template:
     """Parse, then refuse any statement but ``{% if %}`` (raised as a syntax error)."""
-    tree = env.parse(text)
+    try:
+        tree = env.parse(text)
+    except RecursionError:
+        raise jinja2.TemplateSyntaxError("nested too deeply", 1) from None
     for node in tree.find_all(nodes.Stmt):
         if not isinstance(node, _ALLOWED_STATEMENTS):
             name = type(node).__name__.lower()
@@ -67,7 +120,8 @@ def environment() -> RecipeSandbox:
     env = RecipeSandbox(undefined=jinja2.StrictUndefined, keep_trailing_newline=False,
                         autoescape=False)
     env.globals.clear()
-    env.filters = {name: env.filters[name] for name in FILTERS}
+    env.filters = {name: _bounded(name, env.filters[name]) for name in FILTERS}
+    env.filters["replace"], env.filters["join"] = _replace, _join
     return env
 
 
@@ -120,7 +174,8 @@ def render_text(text: str, values: dict[str, object], where: str, source: str) -
         raise RecipeError(f"{source}: field '{where}': not allowed in a recipe template ({exc}); "
                           "templates read plain names and the filters "
                           f"{', '.join(FILTERS)}") from None
-    except (jinja2.TemplateError, TypeError, ValueError, OverflowError) as exc:
+    except (jinja2.TemplateError, TypeError, ValueError, OverflowError, ArithmeticError,
+            RecursionError, MemoryError) as exc:
         raise RecipeError(f"{source}: field '{where}': template error: {exc}") from None
     if len(out) > _MAX_TEXT:
         raise RecipeError(f"{source}: field '{where}': renders to {len(out)} characters (at most "
