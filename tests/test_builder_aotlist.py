@@ -65,6 +65,14 @@ def test_head_dim_from_hidden_size_and_text_config():
     (qwen3(head_dim=96), "head_dim 96: vLLM's FlashInfer backend takes 64, 128, 256, 512"),
     (qwen3(torch_dtype="float32"), "torch_dtype 'float32'"),
     ({"model_type": "x"}, "neither head_dim nor hidden_size"),
+    (qwen3(head_dim="abc"), "head_dim 'abc' is not a whole number"),
+    (qwen3(head_dim=float("inf")), "head_dim inf is not a whole number"),
+    (qwen3(head_dim=[64]), r"head_dim \[64\] is not a whole number"),
+    (qwen3(head_dim=64.5), "head_dim 64.5 is not"),
+    (qwen3(head_dim=None, hidden_size=float("inf")), "hidden_size inf is not"),
+    (qwen3(head_dim=None, hidden_size="1e400"), "hidden_size '1e400' is not"),
+    (qwen3(head_dim=None, num_attention_heads=0), "num_attention_heads is 0"),
+    (qwen3(head_dim=None, num_attention_heads={"a": 1}), "num_attention_heads {'a': 1} is not"),
 ])
 def test_bad_configs_say_why(config, needle):
     with pytest.raises(ConfigError, match=needle):
@@ -77,8 +85,14 @@ def test_bad_files_are_one_error(tmp_path):
     with pytest.raises(ConfigError, match="cannot read it"):
         modules_for_file(tmp_path / "missing.json")
     (tmp_path / "bad.json").write_text("{")
-    with pytest.raises(ConfigError, match="not JSON"):
+    with pytest.raises(ConfigError, match="not valid JSON"):
         modules_for_file(tmp_path / "bad.json")
+    for text in ('{"head_dim": 1e400}', '{"head_dim": "abc"}', '{"head_dim": [64]}',
+                 "[" * 100_000):
+        (tmp_path / "odd.json").write_text(text)
+        with pytest.raises(ConfigError, match="odd.json: ") as info:
+            modules_for_file(tmp_path / "odd.json")
+        assert "\n" not in str(info.value)
     (tmp_path / "list.json").write_text("[]")
     with pytest.raises(ConfigError, match="JSON object"):
         modules_for_file(tmp_path / "list.json")

@@ -242,3 +242,16 @@ def test_a_small_set_of_metadata_files_stops_at_the_metadata_budget():
     finally:
         tracemalloc.stop()
     assert peak < ALL_KEPT_LIMIT + (32 << 20), peak >> 20
+
+
+@pytest.mark.parametrize("metadata, location, name", [
+    (b"Version: 1.0\n\nNo name here", "/usr/lib/python3/dist-packages/foo_bar-1.0.dist-info",
+     "foo-bar"),
+    (b"Name:   \nVersion: 2\n", "/site-packages/-2.dist-info", "unnamed"),
+    (b"", "/site-packages/x.egg-info", "x"),
+])
+def test_a_distribution_without_a_name_gets_its_folders_in_the_sbom(metadata, location, name):
+    dist = inimage_dists.entry(location, metadata, None)
+    assert dist["name"] == name
+    doc = json.loads(sbom.build_sbom(sbom.Subject("img:1", IMAGE_ID, []), None, [dist]))
+    assert sbom.sbom_dists(doc)[location]["name"] == name

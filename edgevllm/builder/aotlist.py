@@ -87,16 +87,30 @@ def attention_shape(config: dict, source: str = "config.json") -> AttentionShape
         raise ConfigError(f"{source}: torch_dtype {raw!r}: vLLM's FlashInfer backend serves "
                           "bfloat16 or float16 models")
     head_dim = config.get("head_dim")
-    if not head_dim:
-        try:
-            head_dim = int(config["hidden_size"]) // int(config["num_attention_heads"])
-        except (KeyError, TypeError, ValueError, ZeroDivisionError):
+    if head_dim is None or head_dim == 0:
+        if "hidden_size" not in config or "num_attention_heads" not in config:
             raise ConfigError(f"{source}: neither head_dim nor hidden_size and "
-                              "num_attention_heads: is this a model's config.json?") from None
+                              "num_attention_heads: is this a model's config.json?")
+        heads = _whole(config["num_attention_heads"], "num_attention_heads", source)
+        if heads == 0:
+            raise ConfigError(f"{source}: num_attention_heads is 0; give the model's config.json")
+        head_dim = _whole(config["hidden_size"], "hidden_size", source) // heads
     window = config.get("sliding_window")
     uses_window = bool(window) and config.get("use_sliding_window", True) is not False
     soft_cap = config.get("attn_logit_softcapping") or 0
-    return AttentionShape(dtype, int(head_dim), uses_window, bool(soft_cap))
+    return AttentionShape(dtype, _whole(head_dim, "head_dim", source), uses_window,
+                          bool(soft_cap))
+
+
+def _whole(value: object, field: str, source: str) -> int:
+    """A count from another's config.json: a whole number (``64`` or ``64.0``), else one line."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << 20:
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "…"
+        raise ConfigError(f"{source}: {field} {shown} is not a whole number of a model's "
+                          "config.json; give the model's config.json")
+    return value
 
 
 def batch_prefill_uri(shape: AttentionShape, kv_dtype: str) -> str:

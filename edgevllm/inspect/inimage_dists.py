@@ -50,6 +50,13 @@ def header_fields(data):
     return found.get("Name", ""), found.get("Version", "")
 
 
+def unnamed(location):
+    """The name of a distribution whose metadata names none: its folder's (``foo-1.0.dist-info``
+    is ``foo``), else ``unnamed``; an SBOM entry needs one."""
+    stem = os.path.basename(location.rstrip("/")).rsplit(".", 1)[0]
+    return canonical(stem.split("-")[0]) or "unnamed"
+
+
 def sha256(data):
     return hashlib.sha256(data).hexdigest()
 
@@ -57,7 +64,7 @@ def sha256(data):
 def entry(location, metadata, record):
     """One distribution: where (its .dist-info / .egg-info path), name, version and hashes."""
     name, version = header_fields(metadata)
-    return {"name": canonical(name), "version": version, "path": location,
+    return {"name": canonical(name) or unnamed(location), "version": version, "path": location,
             "metadata_sha256": sha256(metadata),
             "record_sha256": sha256(record) if record is not None else None}
 
