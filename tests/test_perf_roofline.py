@@ -180,3 +180,40 @@ def test_cli_roofline_unknown_is_one_line(tmp_path, cli):
     assert code == 12
     assert stderr.strip().splitlines() == [
         f"error: roofline unknown: {tmp_path / 'empty'} has no config.json"]
+
+
+@pytest.mark.parametrize("status, token, says, never", [
+    (403, "hf_" + "t" * 34, "refused the HF_TOKEN that is set", "set HF_TOKEN)"),
+    (401, None, "(gated or private: set HF_TOKEN)", "is set"),
+    (500, "hf_" + "t" * 34, "HTTP 500 (the Hub's answer", "HF_TOKEN"),
+])
+def test_a_refusal_says_what_to_do_given_hf_token(tmp_path, monkeypatch, status, token, says,
+                                                  never):
+    async def refuse(request):
+        return web.Response(status=status, text="no")
+
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", refuse)
+    loop = asyncio.new_event_loop()
+    runner = web.AppRunner(app)
+    loop.run_until_complete(runner.setup())
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    loop.run_until_complete(site.start())
+    port = site._server.sockets[0].getsockname()[1]
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+        monkeypatch.setenv("HF_HOME", str(tmp_path / "empty-hf-home"))
+        if token:
+            monkeypatch.setenv("HF_TOKEN", token)
+        else:
+            monkeypatch.delenv("HF_TOKEN", raising=False)
+        with pytest.raises(RooflineUnknown) as info:
+            weights_per_token("org/gated")
+    finally:
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+    assert says in str(info.value) and never not in str(info.value)
+    assert token is None or token not in str(info.value)

@@ -125,9 +125,18 @@ def _http_range(url: str, start: int, end: int) -> bytes:
     response = _http_get(url, {"Range": f"bytes={start}-{end}"})
     with response:
         if response.status_code >= 400:
-            raise RooflineUnknown(f"roofline unknown: {url}: HTTP {response.status_code} "
-                                  "(gated or private: set HF_TOKEN)")
+            raise RooflineUnknown(f"roofline unknown: {url}: {refusal(response.status_code)}")
         return response.raw.read(end - start + 1, decode_content=True)
+
+
+def refusal(status: int) -> str:
+    """What an HTTP error of the Hub means for the user, given whether HF_TOKEN is set."""
+    if status not in (401, 403):
+        return f"HTTP {status} (the Hub's answer; try again later)"
+    if os.environ.get("HF_TOKEN"):
+        return (f"HTTP {status}: the Hub refused the HF_TOKEN that is set (gated or private: "
+                "accept the model's terms, or use a token with access to it)")
+    return f"HTTP {status} (gated or private: set HF_TOKEN)"
 
 
 def _http_header(url: str) -> dict:
@@ -135,6 +144,9 @@ def _http_header(url: str) -> dict:
     if length > _MAX_HEADER:
         raise RooflineUnknown(f"roofline unknown: {url} has a bad safetensors header length")
     return parse_header(_http_range(url, 0, 7 + length), url)
+
+
+_MAX_TEXT = 16 << 20  # config.json, the safetensors index: kilobytes to a few megabytes
 
 
 class _Source:
@@ -153,9 +165,13 @@ class _Source:
             if response.status_code == 404:
                 return None
             if response.status_code >= 400:
-                raise RooflineUnknown(f"roofline unknown: {self._url(name)}: HTTP "
-                                      f"{response.status_code} (gated or private: set HF_TOKEN)")
-            return response.text
+                raise RooflineUnknown(f"roofline unknown: {self._url(name)}: "
+                                      f"{refusal(response.status_code)}")
+            data = response.raw.read(_MAX_TEXT + 1, decode_content=True)
+            if len(data) > _MAX_TEXT:
+                raise RooflineUnknown(f"roofline unknown: {self._url(name)} is over {_MAX_TEXT}"
+                                      " bytes; not a model's file")
+            return data.decode("utf-8", "replace")
 
     def header(self, name: str) -> dict:
         if self.folder is not None:
