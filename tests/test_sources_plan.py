@@ -258,3 +258,16 @@ def test_rust_decision_evidence_in_the_sdist():
     assert "optional=optional" in build_rust
     envs = (files / "vllm/envs.py").read_text()
     assert '"VLLM_USE_RUST_FRONTEND"' in envs and "vllm-rs binary was" in envs
+
+
+@pytest.mark.parametrize("make", ["no-cmakelists", "link-in-cmake"])
+def test_inv_plan_refusals_name_the_users_tree_not_its_copy(tmp_path, make):
+    given = tmp_path / "mytree"
+    (given / "cmake").mkdir(parents=True)
+    if make == "link-in-cmake":
+        (given / "CMakeLists.txt").write_text("cmake_minimum_required(VERSION 3.26)\n"
+                                              "project(vllm)\ninclude(cmake/evil.cmake)\n")
+        (given / "cmake" / "evil.cmake").symlink_to("/etc/hostname")
+    proc = run_cli("plan", "--target", "thor", "--tree", str(given))
+    assert proc.returncode != 0 and proc.stderr.startswith(f"error: {given}"), proc.stderr
+    assert "edgevllm-plan-" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

@@ -49,9 +49,11 @@ def plan(c, **values):
     with tempfile.TemporaryDirectory(prefix="edgevllm-plan-") as tmp:
         try:
             tree = prepare_tree(eff, Path(tmp), locked, options)
-        except EdgeVllmError as exc:  # name the user's folder, not the patched copy
+        except EdgeVllmError as exc:  # name the user's tree, never the copy it was read from
             if given is not None:
-                exc.message = exc.message.replace(str(Path(tmp) / "vllm"), str(given))
+                for copy in {Path(tmp) / "vllm", Path(tmp).resolve() / "vllm"}:
+                    exc.message = exc.message.replace(str(copy), str(given))
+                exc.args = (exc.message,)
             raise
         vllm = tree.vllm
         title = str(given) if given else f"vllm {vllm.version} ({vllm.commit[:12]})"
