@@ -58,7 +58,7 @@ CASES: list[tuple[list[str], int, str]] = [
     (["build", "--spec", "adir"], 2, "adir"),
     (["build", "--target", "spark,thor,spark"], 2, "names a target twice"),
     (["build", "--target", "spark", "--wheel-cache", "{{7*7}}/x"], 2, "--wheel-cache '{{7*7}}/x'"),
-    (["build", "--target", "spark", "--warm", "nonutf8.json"], 2, "nonutf8.json: not JSON"),
+    (["build", "--target", "spark", "--warm", "nonutf8.json"], 2, "nonutf8.json: not UTF-8"),
     (["build", "--spec", "nothere.yaml"], 2, "nothere.yaml: no such file"),
     (["build", "--target", "thor", "--wheelhouse", "adir"], 2, "'--wheelhouse'"),
     (["build", "--recipe", RECIPE, "--lock", "spark.lock.json"], 2, "--recipe and --lock"),
@@ -152,6 +152,17 @@ CASES: list[tuple[list[str], int, str]] = [
     (["compose", "--recipe", RECIPE], 2, "--out"),
     (["recipes", "--as-json", "extra"], 2, "unknown task or flag 'extra'"),
     (["recipe-import", "nosuch"], 2, "nosuch: no such file"),
+    # a recipe that asks for the host (serve/hostaccess.py) is refused by every task that
+    # launches it, unless --allow-host-access
+    (["serve", "hostile.yaml", "--dry-run"], 11, "'--privileged' (not a flag a recipe may pass)"),
+    (["compose", "--recipe", "hostile.yaml", "--out", "c.yaml"], 11, "--allow-host-access"),
+    (["warm", "hostile.yaml"], 11, "container.extra"),
+    (["bench", "hostile.yaml"], 11, "container.extra"),
+    (["serve", "hostile.yaml", "--allow-host-access", "--dry-run", "--set", "port=99999999"], 11,
+     "health.port"),
+    (["compose", "--recipe", "hostile.yaml", "--allow-host-access", "--set", "port=0", "--out",
+      "c.yaml"], 11, "health.port"),
+    (["serve", RECIPE, "--allow-host-access", "yes"], 2, "yes"),
     (["compose", "--recipe", "nothere.yaml", "--out", "c.yaml"], 2, "nothere.yaml not found"),
     (["status"], DEAD, "cannot reach the Docker daemon"),
     (["stop", "--timeout", "x"], 2, "--timeout 'x'"),
@@ -202,6 +213,12 @@ def _inputs(folder: Path) -> None:
     (folder / "string.lock.json").write_text(json.dumps({"target": "spark",
                                                          "schema_version": "1"}))
     (folder / "adir").mkdir()
+    import yaml
+
+    hostile = yaml.safe_load((REPO / "recipes" / f"{RECIPE}.yaml").read_text())
+    hostile["name"] = "hostile"
+    hostile.setdefault("container", {})["extra"] = ["--privileged", "--pid=host"]
+    (folder / "hostile.yaml").write_text(yaml.safe_dump(hostile))
     record = {"schema": "edgevllm-bench/1", "name": "run", "points": []}
     (folder / "good.bench.json").write_text(json.dumps(record))
     (folder / "bad.bench.json").write_text(json.dumps(

@@ -88,7 +88,8 @@ def test_dollar_and_json_survive_interpolation(tmp_path):
         "env": {"LITERAL": "$HOME/x"},
         "container": {"gpus": "all", "network": "host"},
     }, "t")
-    service = config(write_compose(render(recipe), tmp_path / "c.yaml"))["services"]["dollar"]
+    service = config(write_compose(render(recipe, allow_host_access=True), tmp_path / "c.yaml")
+                     )["services"]["dollar"]
     # `config` prints a Compose file again, so a literal $ is shown escaped as $$: not expanded.
     assert unescape(service["command"][-1]) == '{"price":"$5","x":{"y":1}}'
     assert unescape(service["environment"]["LITERAL"]) == "$HOME/x"

@@ -41,6 +41,7 @@ _BENCH_HELP = {
     "health-timeout": "URL: seconds to wait for /health (default 60)",
     "point-timeout": "seconds one run of the client may take (default 1800)",
     "run-timeout": "seconds the whole benchmark may take, every run together (default 21600)",
+    "allow-host-access": "a recipe: let its container reach the host (inv serve --help)",
 }
 
 
@@ -100,7 +101,7 @@ def bench(c, what, model=None, tokenizer=None, client_python="python3",
           set_=None, repeats="3", rounds="4", seed="0", prompt_file=None, warmup="2",
           target=None, roofline=None, out="out/bench", report=False, compare=None, png=None,
           engine=None, wait="1800", build=False, health_timeout="60", point_timeout="1800",
-          run_timeout="21600"):
+          run_timeout="21600", allow_host_access=False):
     """Benchmark a recipe's server or a URL with vLLM's own client; --report compares records.
 
     inv bench RECIPE | inv bench http://HOST:PORT | inv bench --report A.json [--compare B.json]
@@ -125,7 +126,7 @@ def bench(c, what, model=None, tokenizer=None, client_python="python3",
                             target, roofline, out, engine, sweep, progress)
     else:
         record = _bench_recipe(what, set_, target, sweep, plan, engine, out, wait, build,
-                               progress)
+                               progress, allow_host_access)
     _print_record(record)
 
 
@@ -166,7 +167,8 @@ def _bench_url(url, model, tokenizer, client_python, client_container, plan, tar
                      progress=progress)
 
 
-def _bench_recipe(recipe, sets, target, sweep, plan, engine, out, wait, build, progress):
+def _bench_recipe(recipe, sets, target, sweep, plan, engine, out, wait, build, progress,
+                  allow_host_access=False):
     from edgevllm.perf.bench import bench_recipe
     from edgevllm.serve.recipe.load import load_recipe, parse_sets
 
@@ -178,7 +180,7 @@ def _bench_recipe(recipe, sets, target, sweep, plan, engine, out, wait, build, p
                                       if len(loaded.recipe.targets) == 1 else None))
     return bench_recipe(loaded, overrides, list(sweep or []), plan, DockerEngine.named(engine),
                         Path(out), wait_s=float(wait), build=build, bandwidth_gbps=bandwidth,
-                        progress=progress)
+                        progress=progress, allow_host_access=bool(allow_host_access))
 
 
 @cli_task(help={"model": "model folder, HF cache id or HF id (org/name): headers only",

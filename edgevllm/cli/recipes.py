@@ -21,6 +21,9 @@ _COMMON = {
     "target": "device the recipe runs on, for recipes with several targets (thor, spark)",
     "engine": _ENGINE,
 }
+ALLOW_HELP = ("let the recipe's container reach the host (--privileged, host namespaces, "
+              "capabilities or devices beyond the target's, mounts of /, /etc, $HOME or the "
+              "Docker socket): only for a recipe you trust")
 _SERVE_HELP = {
     **_COMMON,
     "dry-run": "print the exact docker command(s) and start nothing",
@@ -41,6 +44,7 @@ _SERVE_HELP = {
     "caches": "a JIT cache bundle (inv warm) to fill the cache folders with before the start "
               "(default: the one of this recipe and image in the bundle folder, if any)",
     "no-caches": "start without a cache bundle, even when the bundle folder has one",
+    "allow-host-access": ALLOW_HELP,
 }
 _SERVE_USAGE = "inv serve RECIPE [--options] [-- EXTRA VLLM ARGS...]"
 
@@ -73,7 +77,8 @@ def _recipe_rows(loaded) -> list[dict]:
             row = {"name": loaded.name, "target": target, "status": status,
                    "description": loaded.recipe.description}
             try:
-                rendered = render(loaded, {"target": target}, clustered=clustered)
+                rendered = render(loaded, {"target": target}, clustered=clustered,
+                                  allow_host_access=None)
             except RecipeError:
                 needs = " ".join(f"--set {k}=…" for k in loaded.recipe.required) or "fix it"
                 rows.append({**row, "topology": "-", "image": f"(needs {needs})",
@@ -105,7 +110,7 @@ def recipes(c, as_json=False):
 def serve(c, recipe=None, set_=None, target=None, dry_run=False, name=None, engine=None,
           build=False, wait="0", nodes=None, node_ips=None, iface=None, node_env=None, network=None,
           cluster=None, ib_hca=None, gpu_memory_gb=None, earlyoom=False, no_rdma=False,
-          caches=None, no_caches=False):
+          caches=None, no_caches=False, allow_host_access=False):
     """Serve a model from a recipe: one container, or a Ray/torch cluster with --nodes.
 
     inv serve RECIPE [--options] [-- EXTRA VLLM ARGS...]: words after -- are appended to the
@@ -124,7 +129,7 @@ def serve(c, recipe=None, set_=None, target=None, dry_run=False, name=None, engi
     gpu_gb = flag_float(gpu_memory_gb, "--gpu-memory-gb", example="40") \
         if gpu_memory_gb is not None else None
     rendered = render_named(recipe, set_, target, clustered=bool(nodes),
-                            extra_args=extra_args(c))
+                            extra_args=extra_args(c), allow_host_access=allow_host_access)
     if gpu_gb is not None:
         rendered.gpu_memory_gb = gpu_gb
     rendered.earlyoom = bool(earlyoom)
@@ -218,14 +223,16 @@ def status(c, engine=None, as_json=False):
 
 
 @cli_task(help={**{k: v for k, v in _COMMON.items() if k != "engine"},
-                "out": "the Compose file to write (e.g. compose.yaml)"},
+                "out": "the Compose file to write (e.g. compose.yaml)",
+                "allow-host-access": ALLOW_HELP},
           iterable=["set_"], auto_shortflags=False)
-def compose(c, recipe, out, set_=None, target=None):
+def compose(c, recipe, out, set_=None, target=None, allow_host_access=False):
     """Write a Compose file (service mode: restart policy, health check) for a solo recipe."""
     from edgevllm.serve.launch import write_compose
     from edgevllm.serve.recipe.load import render_named
 
-    path = write_compose(render_named(recipe, set_, target), Path(out))
+    path = write_compose(render_named(recipe, set_, target, allow_host_access=allow_host_access),
+                         Path(out))
     console.step(f"wrote {path}: docker compose -f {path} up -d")
 
 

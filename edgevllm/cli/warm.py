@@ -24,12 +24,14 @@ _WARM_HELP = {
                      "(it must reach the server's port)",
     "tokenizer": "with --client-python: tokenizer folder or HF id (default: the recipe's model)",
     "image": "warm this image (tag or repo@sha256:...) instead of the recipe's",
+    "allow-host-access": "let the recipe's container reach the host (inv serve --help)",
 }
 
 
 @cli_task(help=_WARM_HELP, iterable=["set_"], positional=["recipe"], auto_shortflags=False)
 def warm(c, recipe, set_=None, target=None, engine=None, out=None, prompts="2", lengths=None,
-         wait="1800", build=False, client_python=None, tokenizer=None, image=None):
+         wait="1800", build=False, client_python=None, tokenizer=None, image=None,
+         allow_host_access=False):
     """Start a recipe's server once, warm it up, and bundle the JIT caches it filled.
 
     inv warm RECIPE: the bundle (<recipe>-<image id>.jitcache.tar) is what inv serve, inv copy
@@ -40,7 +42,7 @@ def warm(c, recipe, set_=None, target=None, engine=None, out=None, prompts="2", 
     from edgevllm.serve.cache.bundle import bundles_dir
     from edgevllm.serve.recipe.load import render_named
 
-    rendered = render_named(recipe, set_, target)
+    rendered = render_named(recipe, set_, target, allow_host_access=allow_host_access)
     if image:
         rendered.image = check(ImageRef, image, "--image")
     if rendered.topology.mode != "solo":

@@ -86,7 +86,11 @@ def load_yaml(data: str | bytes, origin: str, error: type[EdgeVllmError] = Confi
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
         problem = " ".join(str(getattr(exc, "problem", None) or "invalid YAML").split())
-        raise error(f"{origin}:{where}: {problem}; fix the YAML syntax") from None
+        if "nesting depth" in problem:  # libyaml's own limit, met before the events
+            raise error(f"{origin}: nested too deeply (more than {MAX_DEPTH} levels) to be a"
+                        " data file") from None
+        raise error(f"{origin}: not valid YAML ({where.strip() or 'syntax'}: {problem}); fix the"
+                    " YAML syntax") from None
     except (RecursionError, MemoryError, ValueError, OverflowError):
         raise error(f"{origin}: nested too deeply or sized beyond reason to be a data"
                     " file") from None

@@ -133,12 +133,13 @@ def _stop(engine: DockerEngine, container: str) -> None:
 def bench_recipe(loaded, sets: dict, sweeps: list[str], plan: SweepPlan, engine: DockerEngine,
                  out_dir: Path, *, wait_s: float = 1800, build: bool = False,
                  bandwidth_gbps: float | None = None,
-                 progress: Callable[[str], None] = lambda line: None) -> dict:
+                 progress: Callable[[str], None] = lambda line: None,
+                 allow_host_access: bool = False) -> dict:
     """Serve the recipe once per swept value, benchmark it from inside its container, stop it."""
     from edgevllm.serve.recipe.load import render
 
     combos = sweep_values(sweeps)
-    first = render(loaded, {**sets, **combos[0]})
+    first = render(loaded, {**sets, **combos[0]}, allow_host_access=allow_host_access)
     path = record_path(out_dir, first.name)
     record = new_record(first.name, target=first.target, model=first.model,
                         plan=_plan_dict(plan), sweep=combos,
@@ -146,7 +147,7 @@ def bench_recipe(loaded, sets: dict, sweeps: list[str], plan: SweepPlan, engine:
     expectations = parse_expectations(loaded.recipe.expect, first.source)
     ends = time.monotonic() + plan.run_timeout_s  # the whole run, every swept value together
     for combo in combos:
-        rendered = render(loaded, {**sets, **combo})
+        rendered = render(loaded, {**sets, **combo}, allow_host_access=allow_host_access)
         left = replace(plan, run_timeout_s=max(0.0, ends - time.monotonic()))
         if not _bench_one(rendered, combo, engine, left, record, path, wait_s, build, progress):
             break

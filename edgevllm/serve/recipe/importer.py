@@ -111,6 +111,8 @@ def convert(data: object, source: str, name: str | None = None) -> ImportResult:
     if topology["mode"] == "solo":
         given.add("tensor_parallel")  # eugr's solo mode fills it with 1
     target, container = _target(str(data["container"]), ctx.notes)
+    if topology["mode"] != "solo":  # a cluster talks NCCL over the nodes' own network
+        container["network"] = "host"
     required = _required(fields, given, ctx.notes)
     recipe = {
         "schema_version": 1,
@@ -320,8 +322,8 @@ def _target(container: str, notes: list[str]) -> tuple[str, dict]:
     """A ``vllm-thor`` container is a Thor recipe (the Jetson runtime); anything else is Spark."""
     if "thor" in container.lower():
         notes.append(f"container '{container}' is a Thor image: target thor (runtime nvidia)")
-        return "thor", {"runtime": "nvidia", "ipc": "host", "network": "host"}
-    return "spark", {"gpus": "all", "ipc": "host", "network": "host"}
+        return "thor", {"runtime": "nvidia", "ipc": "host"}
+    return "spark", {"gpus": "all", "ipc": "host"}
 
 
 def _image(container: str, notes: list[str]) -> str:

@@ -146,9 +146,12 @@ def _display(path: Path) -> Path:
 
 # -- rendering ----------------------------------------------------------------------------------
 def render(loaded: LoadedRecipe | Recipe, overrides: dict[str, object] | None = None, *,
-           clustered: bool = False, extra_args: list[str] | None = None) -> Rendered:
+           clustered: bool = False, extra_args: list[str] | None = None,
+           allow_host_access: bool | None = False) -> Rendered:
     """Fill every placeholder. ``clustered``: run a solo recipe in its clustered form
-    (``topology.cluster``); ``extra_args``: appended to the serve command (``inv serve -- ...``)."""
+    (``topology.cluster``); ``extra_args``: appended to the serve command (``inv serve -- ...``).
+    What the container asks of the host is checked (serve/hostaccess.py): refused, or with
+    ``allow_host_access`` granted and named; None only lists the recipe (nothing launches)."""
     if isinstance(loaded, LoadedRecipe):
         recipe, source, base = loaded.recipe, str(_display(loaded.path)), loaded.path.parent
     else:
@@ -178,7 +181,7 @@ def render(loaded: LoadedRecipe | Recipe, overrides: dict[str, object] | None = 
     for i, text in enumerate(recipe.container.ports):
         check(PortMapping, one(f"container.ports[{i}]", text) or "1",
               f"{source}: field 'container.ports[{i}]'", RecipeError)
-    return Rendered(
+    rendered = Rendered(
         name=recipe.name, source=source,
         image=image, build=build, target=str(values["target"]), model=str(values["model"]),
         command=command + [a for a in args if a != ""] + list(extra_args or []),
@@ -195,10 +198,16 @@ def render(loaded: LoadedRecipe | Recipe, overrides: dict[str, object] | None = 
         files=recipe_files_mounts(recipe, base, source),
         gpu_memory_gb=recipe.gpu_memory_gb,
     )
+    if allow_host_access is not None:
+        from edgevllm.serve.hostaccess import check_host_access
+
+        check_host_access(rendered, allow_host_access)
+    return rendered
 
 
 def render_named(ref: str, sets: Iterable[object] | None = None, target: str | None = None, *,
-                 clustered: bool = False, extra_args: list[str] | None = None) -> Rendered:
+                 clustered: bool = False, extra_args: list[str] | None = None,
+                 allow_host_access: bool = False) -> Rendered:
     """A recipe as the command line names it (a name or a YAML path), rendered with its ``--set``
     values (each one whole: a value may hold commas, JSON) and ``--target``. ``clustered`` asks a
     solo recipe for its clustered form; a cluster recipe is clustered already."""
@@ -207,7 +216,8 @@ def render_named(ref: str, sets: Iterable[object] | None = None, target: str | N
         overrides["target"] = target
     loaded = load_recipe(ref)
     clustered = clustered and loaded.recipe.topology.mode == "solo"
-    return render(loaded, overrides, clustered=clustered, extra_args=extra_args)
+    return render(loaded, overrides, clustered=clustered, extra_args=extra_args,
+                  allow_host_access=bool(allow_host_access))
 
 
 def merged_launch(target: str, overrides: LaunchOverrides) -> LaunchDefaults:
