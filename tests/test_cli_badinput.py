@@ -152,7 +152,7 @@ CASES: list[tuple[list[str], int, str]] = [
     (["compose", "--recipe", RECIPE], 2, "--out"),
     (["recipes", "--as-json", "extra"], 2, "unknown task or flag 'extra'"),
     (["recipe-import", "nosuch"], 2, "nosuch: no such file"),
-    # a recipe that asks for the host (serve/hostaccess.py) is refused by every task that
+    # a recipe that asks for the host (serve/recipe/hostaccess.py) is refused by every task that
     # launches it, unless --allow-host-access
     (["serve", "hostile.yaml", "--dry-run"], 11, "'--privileged' (not a flag a recipe may pass)"),
     (["compose", "--recipe", "hostile.yaml", "--out", "c.yaml"], 11, "--allow-host-access"),

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from edgevllm.common.dataload import MAX_DEPTH, MAX_VALUES, YAML_MAX_VALUES, load_json, load_yaml
 from edgevllm.common.errors import ConfigError, LockError, ManifestError, RecipeError
-from edgevllm.serve.recipe_folder import convert_file
+from edgevllm.serve.recipe.importfolder import convert_file
 from edgevllm.specs.lock import parse_lock, read_lock
 from support.properties import PROPERTY, alias_bomb, bounded, json_values, yaml_bombs
 

@@ -1,7 +1,8 @@
-"""What a recipe's container may ask of the host (serve/hostaccess.py): the shipped recipes pass,
-``--privileged``, host namespaces, capabilities and devices beyond the target's, mounts of ``/``,
-``/etc``, ``$HOME`` or the Docker socket are one line at render time (so for ``inv serve``, its
-clusters, ``inv compose``, ``inv warm`` and ``inv bench``), unless ``--allow-host-access``."""
+"""What a recipe's container may ask of the host (serve/recipe/hostaccess.py): the shipped
+recipes pass, ``--privileged``, host namespaces, capabilities and devices beyond the target's,
+mounts of ``/``, ``/etc``, ``$HOME`` or the Docker socket are one line at render time (so for
+``inv serve``, its clusters, ``inv compose``, ``inv warm`` and ``inv bench``), unless
+``--allow-host-access``."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from edgevllm.common.errors import RecipeError
-from edgevllm.serve.hostaccess import check_host_access
 from edgevllm.serve.launch import compose_document, run_options
-from edgevllm.serve.recipes import all_recipes, parse_recipe, render
+from edgevllm.serve.recipe.hostaccess import check_host_access
+from edgevllm.serve.recipe.load import all_recipes, parse_recipe, render
 from support.properties import PROPERTY, bounded
 
 HOME = os.path.expanduser("~")
@@ -55,6 +56,7 @@ HOSTILE_EXTRA = [
     ["-v", "/var/run/docker.sock:/var/run/docker.sock"], ["-v", "/run:/r"], ["-v", "/var:/v"],
     ["--mount", "type=bind,source=/,target=/host"], ["--mount=type=bind,src=/etc,dst=/e"],
     ["--runtime=sysbox-runc"], ["-e", "A=1", "--privileged"], ["--oom-kill-disable"],
+    ["--init", "--entrypoint"],  # a flag without its value would take edgevllm's next word
 ]
 
 
@@ -124,14 +126,15 @@ class _Local:
 
 
 BASE = rendered(recipe())
-SAFE = ["-e", "A=1", "--shm-size=1g", "--init", "--ulimit", "nofile=1024", "-v", "cache:/c"]
+SAFE = [["-e", "A=1"], ["--shm-size=1g"], ["--init"], ["--ulimit", "nofile=1024"],
+        ["-v", "cache:/c"]]
 UNSAFE = [["--privileged"], ["--pid=host"], ["-v", "/:/h"], ["--cap-add=SYS_ADMIN"],
           ["--security-opt", "label=disable"], ["--mount", "type=bind,src=/etc,dst=/e"],
           ["--device", "/dev/kmsg"], ["--userns", "host"]]
 
 
 @PROPERTY
-@given(st.lists(st.sampled_from([[w] for w in SAFE]) | st.sampled_from(UNSAFE)
+@given(st.lists(st.sampled_from(SAFE) | st.sampled_from(UNSAFE)
                 | st.lists(st.text(alphabet="-=:/,.a-z$~ ", max_size=16), max_size=2),
                 max_size=6))
 def test_any_extra_flags_pass_or_are_one_line(groups):

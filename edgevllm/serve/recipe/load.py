@@ -150,7 +150,7 @@ def render(loaded: LoadedRecipe | Recipe, overrides: dict[str, object] | None = 
            allow_host_access: bool | None = False) -> Rendered:
     """Fill every placeholder. ``clustered``: run a solo recipe in its clustered form
     (``topology.cluster``); ``extra_args``: appended to the serve command (``inv serve -- ...``).
-    What the container asks of the host is checked (serve/hostaccess.py): refused, or with
+    What the container asks of the host is checked (serve/recipe/hostaccess.py): refused, or with
     ``allow_host_access`` granted and named; None only lists the recipe (nothing launches)."""
     if isinstance(loaded, LoadedRecipe):
         recipe, source, base = loaded.recipe, str(_display(loaded.path)), loaded.path.parent
@@ -199,7 +199,7 @@ def render(loaded: LoadedRecipe | Recipe, overrides: dict[str, object] | None = 
         gpu_memory_gb=recipe.gpu_memory_gb,
     )
     if allow_host_access is not None:
-        from edgevllm.serve.hostaccess import check_host_access
+        from edgevllm.serve.recipe.hostaccess import check_host_access
 
         check_host_access(rendered, allow_host_access)
     return rendered

@@ -4,7 +4,7 @@ A recipe is data from others (a shared folder, an eugr import). ``container.extr
 ``docker run`` verbatim and ``container.volumes`` are bind mounts, so a recipe could ask for
 ``--privileged``, the host's namespaces, any capability or device, a mount of ``/``, ``/etc``,
 ``$HOME`` or the Docker socket: the keys to the machine. This is the one check every launch of
-a rendered recipe passes (``serve.recipes.render``: ``inv serve``, its clusters, ``inv
+a rendered recipe passes (``serve.recipe.load.render``: ``inv serve``, its clusters, ``inv
 compose``): only what serving needs passes (the target's own devices and capabilities, host
 networking for a cluster, mounts of ordinary folders); anything else is one line, unless the
 user says ``--allow-host-access``, and then each grant is named in a warning.
@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import os
 import posixpath
-from typing import TYPE_CHECKING
+from typing import Any
 
 from edgevllm.common import console
 from edgevllm.common.errors import RecipeError
 
-if TYPE_CHECKING:
-    from edgevllm.serve.recipes import Rendered
-
+Rendered = Any  # serve.recipe.load.Rendered (which calls this module: no import back)
 ALLOW_FLAG = "--allow-host-access"
 
 # docker run flags a recipe may pass as they are (each takes a value unless in _SWITCHES).
@@ -105,8 +103,12 @@ def _extra(argv: list[str], devices: set[str], caps: set[str], clustered: bool) 
         if flag not in _PLAIN and flag not in _CHECKED:
             found.append(f"'{flag}' (not a flag a recipe may pass)")
             continue
+        if not eq and i >= len(argv):
+            found.append(f"'{flag}' without its value (it would take the next word of the"
+                         " launch)")
+            continue
         if not eq:
-            value = str(argv[i]) if i < len(argv) else ""
+            value = str(argv[i])
             i += 1
         found += _flag_value(flag, value, devices, caps, clustered)
     return found
