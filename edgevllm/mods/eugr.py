@@ -35,6 +35,7 @@ import yaml
 from edgevllm.common.dataload import load_yaml
 from edgevllm.common.errors import ManifestError
 from edgevllm.common.fsutil import atomic_write_bytes, atomic_write_text, move_into_place
+from edgevllm.common.within import inside, links_out
 
 _URL = re.compile(r"^https?://\S+\Z")
 # How a script names its own folder before a file name: "$(dirname "$0")/x", "$SCRIPT_DIR/x".
@@ -57,7 +58,8 @@ def find_mod(source: Path, mod: str) -> EugrMod | None:
     """eugr's layout: ``<repo>/recipes[/<sub>]/x.yaml`` beside ``<repo>/mods/<mod>/run.sh``."""
     for folder in list(source.resolve().parents)[:4]:
         mod_dir = folder / mod
-        if (mod_dir / "run.sh").is_file():
+        if (mod_dir / "run.sh").is_file() and not mod_dir.is_symlink() and \
+                inside(mod_dir, "run.sh") is not None:
             return read_mod(mod, mod_dir)
     return None
 
@@ -101,9 +103,9 @@ def _copy(args: list[str], mod: EugrMod) -> None:
     paths = [a for a in args if not a.startswith("-")]
     if len(paths) != 2:
         return
-    source = mod.folder / _SELF_DIR.sub("", paths[0])
-    if not source.is_file():
-        return
+    source = inside(mod.folder, _SELF_DIR.sub("", paths[0]))
+    if source is None or not source.is_file():
+        return  # a host file (/abs/path, ../x, a link out) is never carried along
     dest = paths[1].rstrip("/")
     last = dest.rsplit("/", 1)[-1]
     into_folder = paths[1].endswith("/") or last in ("", ".") or "$" in last
@@ -148,6 +150,11 @@ def import_eugr_mod(folder: Path, dest_root: Path, targets: list[str],
     if not (folder / "run.sh").is_file():
         raise ManifestError(f"{folder}: not an eugr mod (no run.sh); an edgevllm mod has "
                             "manifest.yaml (docs/mods.md)")
+    outside = links_out(folder)
+    if outside:
+        raise ManifestError(f"{outside[0]}: a link out of the mod folder {folder} (or to "
+                            "nothing); edgevllm copies no file from outside a mod: put the file "
+                            "itself in the folder")
     mod = read_mod(folder.name, folder)
     if mod.start_only:
         raise ManifestError(f"{folder}: run.sh starts a background loop at every start, which an "
@@ -156,7 +163,8 @@ def import_eugr_mod(folder: Path, dest_root: Path, targets: list[str],
     name = mod_name(folder)
     with tempfile.TemporaryDirectory(dir=_made(dest_root), prefix=f".{name}-") as tmp:
         staged = Path(tmp) / name
-        shutil.copytree(folder, staged, ignore=shutil.ignore_patterns("__pycache__", ".git"))
+        shutil.copytree(folder, staged, symlinks=True,
+                        ignore=shutil.ignore_patterns("__pycache__", ".git"))
         downloads = [_pinned(staged, file, url, fetch or _download)
                      for file, url in sorted(mod.downloads.items())]
         manifest = {"name": name, "version": "eugr",

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgevllm.common.errors import RecipeError
+from edgevllm.common.within import inside
 from edgevllm.mods.eugr import EugrMod, find_mod
 from edgevllm.serve.recipe.buildargs import build_fields
 from edgevllm.serve.recipe.load import FILES_DIR, parse_recipe, valid_image_ref
@@ -442,7 +443,9 @@ def _eugr_mod(ctx: _Context, mod: str) -> EugrMod | None:
 
 
 def _mod_file(folder: Path, fname: str) -> Path | None:
-    hits = sorted(p for p in folder.rglob(fname) if p.is_file())
+    """A file of that name in the mod folder: inside it, never through a link out."""
+    hits = sorted(p for p in folder.rglob(fname) if p.is_file()
+                  and inside(folder, p.relative_to(folder).as_posix()) is not None)
     return hits[0] if hits else None
 
 
