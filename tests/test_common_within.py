@@ -11,13 +11,13 @@ import pytest
 import yaml
 from hypothesis import given
 from hypothesis import strategies as st
-from support.properties import PROPERTY
 
 from edgevllm.common.errors import ManifestError
 from edgevllm.common.paths import user_data_dir
 from edgevllm.common.within import inside, links_out
 from edgevllm.mods.eugr import import_eugr_mod, read_mod
 from edgevllm.serve.recipe.importfolder import import_file
+from support.properties import PROPERTY
 
 TOKEN = b"hf_" + b"s" * 34  # what must never leave the host
 
