@@ -7,6 +7,7 @@ import os
 from edgevllm.cli._common import cli_task
 from edgevllm.common import console
 from edgevllm.common.errors import ConfigError, ProbeError
+from edgevllm.common.escape import terminal
 from edgevllm.common.grammar import flag_float, flag_int, flag_port
 from edgevllm.common.kv import parse_pairs, split_csv
 from edgevllm.common.secrets import secret_problem
@@ -86,7 +87,7 @@ def _report(result, json_path) -> None:
         print(result.to_json(), end="")
         console.info(result.render())
         return
-    print(result.render())
+    print(terminal(result.render()))  # what the image printed is others' text
     if json_path:
         result.write_json(json_path)
         console.info(f"result written to {json_path}")

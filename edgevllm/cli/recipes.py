@@ -10,6 +10,7 @@ from pathlib import Path
 from edgevllm.cli._common import cli_task
 from edgevllm.common import console
 from edgevllm.common.errors import RecipeError
+from edgevllm.common.escape import one_line
 from edgevllm.common.grammar import flag_float, flag_int
 from edgevllm.common.kv import split_csv
 from edgevllm.containers.docker import DockerEngine
@@ -101,8 +102,8 @@ def recipes(c, as_json=False):
         return
     width = max([len(r["name"]) for r in rows] + [36])
     for r in rows:
-        print(f"{r['name']:<{width}} {r['target']:<6} {r['status']:<10} {r['topology']:<8} "
-              f"{r['image']}")
+        print(one_line(f"{r['name']:<{width}} {r['target']:<6} {r['status']:<10} "
+                       f"{r['topology']:<8} {r['image']}"))
 
 
 @cli_task(help=_SERVE_HELP, iterable=["set_", "node_env"], positional=["recipe"],
@@ -219,7 +220,8 @@ def status(c, engine=None, as_json=False):
     if not rows:
         console.info("no edgevllm containers on this engine")
     for r in rows:
-        print(f"{r['name']:<48} {r['recipe']:<36} {r['role']:<7} {r['state']:<9} {r['health']}")
+        print(one_line(f"{r['name']:<48} {r['recipe']:<36} {r['role']:<7} {r['state']:<9} "
+                       f"{r['health']}"))  # names and labels of any container: escaped
 
 
 @cli_task(help={**{k: v for k, v in _COMMON.items() if k != "engine"},
@@ -304,7 +306,7 @@ def doctor_nodes(target: str, nodes: str, image: str) -> None:
                 for f in check_node(node.name, node.engine, image, launch, env)]
     for f in findings:
         mark = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL"}[f.status]
-        print(f"{mark}  {f.node:8} {f.name:16} {f.detail}")
+        print(one_line(f"{mark}  {f.node:8} {f.name:16} {f.detail}"))
     failed = sorted({f.node for f in findings if f.status == "fail"})
     if failed:
         raise ClusterError(f"RDMA not usable on {', '.join(failed)} (see above): fix it, or run "

@@ -89,8 +89,8 @@ def load_yaml(data: str | bytes, origin: str, error: type[EdgeVllmError] = Confi
         if "nesting depth" in problem:  # libyaml's own limit, met before the events
             raise error(f"{origin}: nested too deeply (more than {MAX_DEPTH} levels) to be a"
                         " data file") from None
-        raise error(f"{origin}: not valid YAML ({where.strip() or 'syntax'}: {problem}); fix the"
-                    " YAML syntax") from None
+        raise error(f"{origin}:{where}: not valid YAML ({problem}); fix the YAML syntax") \
+            from None
     except (RecursionError, MemoryError, ValueError, OverflowError):
         raise error(f"{origin}: nested too deeply or sized beyond reason to be a data"
                     " file") from None
