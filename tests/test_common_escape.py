@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
-from support.properties import PROPERTY
 
 from edgevllm.common import console, escape
+from support.properties import PROPERTY
 
 ACTING = {chr(c) for c in (*range(0x00, 0x09), *range(0x0B, 0x20), *range(0x7F, 0xA0))} | {
     "\u061c", "\u200e", "\u200f", "\u2028", "\u2029", *map(chr, range(0x202A, 0x202F)),
