@@ -71,6 +71,9 @@ NOT_FLAG_PAIRS = {
     "edgevllm/serve/rdma.py": "the RDMA probe's output lines (devices=...)",
     "edgevllm/serve/recipe/buildargs.py": "eugr's build-and-copy.sh argv (--vllm-ref=X)",
     "edgevllm/inspect/inimage_dists.py": "an image's os-release (ID=debian); stdlib, in-image",
+    "edgevllm/serve/recipe/hostaccess.py": "a recipe's docker run argv (--flag=value) and "
+                                           "--mount fields (type=bind,src=...)",
+    "edgevllm/common/fsutil.py": "the output marker's own header (kind=..., folder=...)",
 }
 
 
