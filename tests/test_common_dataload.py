@@ -32,7 +32,7 @@ OWN_DATA = {
     "probe/inimage_check.py": "runs inside the image (standard library only)",
     "serve/startprobe.py": "runs inside the image (standard library only)",
     "serve/entry.py": "runs inside the image (standard library only)",
-    "builder/warm_inimage.py": "runs inside the image (standard library only)",
+    "builder/aot_inimage.py": "runs inside the image (standard library only)",
     "mods/applier.py": "runs inside the image (standard library only)",
 }
 PARSERS = {("json", "loads"), ("json", "load"), ("_json", "loads"), ("yaml", "safe_load"),
