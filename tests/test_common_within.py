@@ -62,7 +62,8 @@ def test_run_sh_copies_of_host_files_are_never_carried(tmp_path, link):
             import_file(recipe, out / "leak.yaml")
     else:
         result = import_file(recipe, out / "leak.yaml")
-        assert result.path.is_file() and len(result.warnings) == 4  # each file stays behind
+        assert result.path is not None and result.path.is_file()
+        assert len(result.warnings) == 4  # each argument's file stays behind
     assert _holds_token(out) == []
     assert not user_data_dir("mods").exists() or _holds_token(user_data_dir("mods")) == []
 

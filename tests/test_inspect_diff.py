@@ -166,7 +166,8 @@ def test_a_label_cannot_forge_no_differences_or_reach_the_terminal():
 @pytest.mark.parametrize("records, config, layers", [
     ({"mods": "abc", "verify": "x", "probe": 7}, {"Env": "A=1"}, None),
     ({"mods": [{"name": ["a"]}, 3], "verify": {"failures": "abc"}}, {"Env": [1, None]}, None),
-    ({"verify": {"failures": [1, {"path": {"p": 1}}]}}, {"Env": None}, [Layer(5, "big")]),
+    ({"verify": {"failures": [1, {"path": {"p": 1}}]}}, {"Env": None},
+     [Layer(5, "big")]),  # type: ignore[arg-type]  # others' data: any shape
 ])
 def test_records_of_any_shape_compare_without_a_traceback(records, config, layers):
     old = _image("a", {}, layers=[Layer("sha256:1", 10)])

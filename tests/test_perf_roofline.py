@@ -199,6 +199,7 @@ def test_a_refusal_says_what_to_do_given_hf_token(tmp_path, monkeypatch, status,
     loop.run_until_complete(runner.setup())
     site = web.TCPSite(runner, "127.0.0.1", 0)
     loop.run_until_complete(site.start())
+    assert site._server is not None and isinstance(site._server, asyncio.base_events.Server)
     port = site._server.sockets[0].getsockname()[1]
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()

@@ -40,7 +40,8 @@ def test_every_shipped_recipe_asks_nothing_of_the_host():
         for target in loaded.recipe.status:
             forms = [False, True] if loaded.recipe.topology.cluster else [False]
             for clustered in forms:
-                values = {"target": target, **{k: "x" for k in loaded.recipe.required}}
+                values: dict[str, object] = {"target": target,
+                                             **{k: "x" for k in loaded.recipe.required}}
                 render(loaded, values, clustered=clustered)  # raises on a host request
 
 
@@ -114,7 +115,7 @@ def test_allow_host_access_grants_and_names_each(capsys):
     found = rendered(recipe(extra=["--privileged"], volumes=["/:/host"]), allow=True)
     err = capsys.readouterr().err
     assert "--allow-host-access" in err and "'--privileged'" in err and "'/'" in err
-    options = run_options(found, _Local(), name="x")
+    options = run_options(found, _Local(), name="x")  # type: ignore[arg-type]
     assert "--privileged" in options.argv() and any("/:/host" in a for a in options.argv())
     assert compose_document(found)["services"]
 
