@@ -23,7 +23,9 @@ PACKAGE = Path(__file__).resolve().parents[1] / "edgevllm"
 # engine) wrote in the same run, or runs inside the image on the standard library alone.
 OWN_DATA = {
     "common/dataload.py": "the reader itself",
-    "containers/docker.py": "the Docker engine's own answers (docker inspect --format json)",
+    "containers/container.py": "the Docker engine's own answers (docker inspect, ps --format)",
+    "containers/images.py": "the Docker engine's own answers (docker image inspect)",
+    "containers/registry.py": "the Docker engine's own answers (buildx imagetools --format)",
     "image/registryauth.py": "a credential helper's answer on the user's host",
     "image/layerstore.py": "the engine's tar-split lines, each bounded by LINE_LIMIT",
     "cli/buildmany.py": "the result a child edgevllm process of this run wrote",
