@@ -21,7 +21,7 @@ from edgevllm.common.errors import ConfigError, EdgeVllmError
 
 MAX_DEPTH = 64  # nesting levels: no data file of ours goes past 8
 MAX_VALUES = 200_000  # scalars, lists and mappings together (JSON)
-YAML_MAX_VALUES = 50_000  # a lock in YAML holds a few thousand
+YAML_MAX_VALUES = 20_000  # a lock in YAML holds a few thousand
 YAML_MAX_BYTES = 2 << 20
 JSON_MAX_BYTES = 16 << 20
 

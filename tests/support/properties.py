@@ -157,5 +157,7 @@ def yaml_bombs(draw) -> str:
         closer = "]" if opener == "[" else "}"
         return opener * depth + "1" + closer * depth
     if kind == "wide":
-        return "[" + ",".join(["1"] * draw(st.integers(50_001, 60_000))) + "]"
+        from edgevllm.common.dataload import YAML_MAX_VALUES
+
+        return "[" + ",".join(["1"] * (YAML_MAX_VALUES + draw(st.integers(1, 5_000)))) + "]"
     return f"key: &{draw(st.from_regex(r'[a-z]{1,8}', fullmatch=True))} value\n"
