@@ -23,14 +23,14 @@ stream, only JSON documents of at most ``JSON_LIMIT`` are held) and refuses, wit
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import tarfile
 from dataclasses import dataclass, field
 from typing import IO
 
 from edgevllm.common.archives import open_tar, read_member, walk
-from edgevllm.common.errors import IntegrityError
+from edgevllm.common.dataload import load_json
+from edgevllm.common.errors import ConfigError, IntegrityError
 
 JSON_LIMIT = 8 << 20  # manifest.json, index.json, an image config: real ones are a few KiB
 HELD_LIMIT = 32 << 20  # every JSON document of one archive together
@@ -120,11 +120,11 @@ def _hash(shape: ArchiveShape, tar, member, name: str, label: str) -> str:
 
 def _json(shape: ArchiveShape, name: str, label: str):
     try:
-        return json.loads(shape.documents[name])
+        return load_json(shape.documents[name], name, ConfigError)
     except KeyError:
         raise IntegrityError(f"{label}: the archive has no {name}; it is not a docker save "
                              "archive") from None
-    except (ValueError, RecursionError):
+    except ConfigError:
         raise IntegrityError(f"{label}: {name} is not JSON; the archive is damaged") from None
 
 
@@ -160,8 +160,8 @@ def _v1_layer_json(shape: ArchiveShape, name: str) -> bool:
     if not _BLOB.fullmatch(name) or name not in shape.documents:
         return False
     try:
-        record = json.loads(shape.documents[name])
-    except (ValueError, RecursionError):
+        record = load_json(shape.documents[name], name, ConfigError)
+    except ConfigError:
         return False
     return (isinstance(record, dict) and isinstance(record.get("id"), str)
             and re.fullmatch(_HEX, record["id"]) is not None

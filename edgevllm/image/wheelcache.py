@@ -147,7 +147,8 @@ def check_signature(raw: bytes, config: bytes, trusted: list[Ed25519PublicKey],
         raise WheelCacheError(f"{where}: no key is trusted for the wheel cache, and a compile "
                               "key's artifact may be written first by anyone who can push: set "
                               "EDGEVLLM_WHEEL_CACHE_KEYS to the builders' public keys")
-    notes = json.loads(raw).get("annotations")
+    found = parse_json(raw, f"{where}: the manifest", WheelCacheError)
+    notes = found.get("annotations") if isinstance(found, dict) else None
     signature = notes.get(SIGNATURE_NOTE) if isinstance(notes, dict) else None
     try:
         signed = base64.b64decode(signature, validate=True) if isinstance(signature, str) \
