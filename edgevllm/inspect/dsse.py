@@ -129,11 +129,12 @@ def verify(envelope: dict, public: Ed25519PublicKey, origin: str) -> bytes:
 def read_envelope(path: Path | str) -> dict:
     try:
         data = load_json(read_file(path, ENVELOPE_LIMIT, "the provenance", SupplyChainError),
-                         str(path), SupplyChainError)
+                         str(path), ConfigError)
     except OSError as exc:
         raise SupplyChainError(f"{path}: cannot read the provenance ({exc.strerror})") from None
-    except (ValueError, RecursionError):  # RecursionError: nested thousands deep
-        raise SupplyChainError(f"{path}: not JSON; the provenance envelope is damaged") from None
+    except ConfigError as exc:  # nested thousands deep, a value bomb, not JSON at all
+        raise SupplyChainError(f"{path}: not JSON; the provenance envelope is damaged "
+                               f"({str(exc).removeprefix(f'{path}: ')})") from None
     if not isinstance(data, dict):
         raise SupplyChainError(f"{path}: not a DSSE envelope")
     return data
