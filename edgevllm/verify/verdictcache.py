@@ -31,6 +31,8 @@ import os
 import re
 from pathlib import Path
 
+from edgevllm.common.dataload import load_json
+from edgevllm.common.errors import ConfigError
 from edgevllm.common.fsutil import atomic_write_bytes
 from edgevllm.common.paths import cache_dir
 from edgevllm.verify.archive import Layer
@@ -193,12 +195,12 @@ def decode(data: bytes, key: str, name: str) -> Layer:
         raise BadRecord("over the size a record may have")
     head, newline, body = data.partition(b"\n")
     try:
-        header = json.loads(head[:4096])
+        header = load_json(head[:4096], name, ConfigError)
         if not newline or header != {"format": FORMAT, "key": key, "name": name,
                                      "sha256": hashlib.sha256(body).hexdigest()}:
             raise BadRecord("header does not match")
-        document = json.loads(body)
-    except (ValueError, RecursionError, TypeError):
+        document = load_json(body, name, ConfigError)
+    except (ConfigError, TypeError):
         raise BadRecord("not JSON") from None
     if not isinstance(document, dict):
         raise BadRecord("not an object")
