@@ -12,9 +12,8 @@ build platform is checked with no change here.
 
 from __future__ import annotations
 
-import json
-
-from edgevllm.common.errors import EngineError, ImageNotFoundError
+from edgevllm.common.dataload import load_json
+from edgevllm.common.errors import ConfigError, EngineError, ImageNotFoundError
 from edgevllm.containers.docker import DockerEngine
 from edgevllm.specs.buildspec import EffectiveSpec
 
@@ -39,8 +38,8 @@ def registry_serves(engine: DockerEngine, ref: str, platform: str) -> bool:
     if proc.returncode != 0:
         return False
     try:
-        manifest = json.loads(proc.stdout)
-    except ValueError:
+        manifest = load_json(proc.stdout, "the registry's manifest list", ConfigError)
+    except ConfigError:
         return False
     listed = manifest.get("manifests") if isinstance(manifest, dict) else None
     if not isinstance(listed, list):
