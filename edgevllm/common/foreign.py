@@ -8,6 +8,9 @@ here where it enters, and the caller's error class carries one line naming ``wha
 
 - ``plain_name``         one path component: letters, digits, ``._+-``; not ``.``/``..``
 - ``path_inside``        a relative path that stays inside its folder, links followed
+                         (``inside``: the same answer as the path or None, for a caller that
+                         skips such a name, as the eugr import skips a ``cp`` of a host file)
+- ``links_out``          the links of a folder that leave it or lead nowhere
 - ``remote_repository``  ``https``/``http``/``ssh``/``git`` URLs and ``user@host:path``; never a
                          local path, ``file://``, a transport helper or an option
 - ``git_ref``            a branch, tag or SHA as git's ref grammar has it, never an option
@@ -100,3 +103,29 @@ def git_ref(value: str, *, what: str, error: type[EdgeVllmError]) -> str:
             or "//" in text or "/." in text):
         raise error(f"{what}: '{_shown(text)}' is not a branch, tag or commit name")
     return text
+
+
+def inside(folder: Path, name: str) -> Path | None:
+    """``folder / name`` where ``path_inside`` takes ``name`` (also no ``~``); None otherwise."""
+    if not isinstance(name, str) or name.startswith("~"):
+        return None
+    try:
+        return path_inside(folder, name, what="name", error=EdgeVllmError)
+    except EdgeVllmError:
+        return None
+
+
+def links_out(folder: Path) -> list[Path]:
+    """Every symbolic link under ``folder`` whose target is outside it or missing (walked
+    without following links)."""
+    found = []
+    root = Path(os.path.realpath(folder))
+    for top, dirs, files in os.walk(folder):
+        for name in dirs + files:
+            path = Path(top) / name
+            if not path.is_symlink():
+                continue
+            real = Path(os.path.realpath(path))
+            if not path.exists() or (real != root and root not in real.parents):
+                found.append(path)
+    return sorted(found)

@@ -34,8 +34,8 @@ import yaml
 
 from edgevllm.common.dataload import load_yaml
 from edgevllm.common.errors import ManifestError
+from edgevllm.common.foreign import inside, links_out
 from edgevllm.common.fsutil import atomic_write_bytes, atomic_write_text, move_into_place
-from edgevllm.common.within import inside, links_out
 
 _URL = re.compile(r"^https?://\S+\Z")
 # How a script names its own folder before a file name: "$(dirname "$0")/x", "$SCRIPT_DIR/x".

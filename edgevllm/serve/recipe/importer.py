@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgevllm.common.errors import RecipeError
-from edgevllm.common.within import inside
+from edgevllm.common.foreign import inside
 from edgevllm.mods.eugr import EugrMod, find_mod
 from edgevllm.serve.recipe.buildargs import build_fields
 from edgevllm.serve.recipe.load import FILES_DIR, parse_recipe, valid_image_ref

@@ -1,4 +1,4 @@
-"""Names from others that become paths (common/within.py), and the eugr import that uses it: a
+"""Names from others that become paths (common/foreign.py), and the eugr import that uses it: a
 ``run.sh`` line ``cp /abs/host/file …``, ``cp ../x …`` or a link in a mod folder never brings a
 host file into the imported recipe, the user's mods or the image."""
 
@@ -13,8 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from edgevllm.common.errors import ManifestError
+from edgevllm.common.foreign import inside, links_out
 from edgevllm.common.paths import user_data_dir
-from edgevllm.common.within import inside, links_out
 from edgevllm.mods.eugr import import_eugr_mod, read_mod
 from edgevllm.serve.recipe.importfolder import import_file
 from support.properties import PROPERTY
