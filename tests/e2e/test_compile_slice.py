@@ -15,10 +15,8 @@ No Docker is needed; it is marked e2e because the four compiles take minutes on 
 
 from __future__ import annotations
 
-import ast
 import shutil
 import subprocess
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -28,9 +26,9 @@ from edgevllm.sources.plan import compare_with_binaries, plan_for_target
 from edgevllm.sources.prepare import SourceRequest, prepare_sources
 from edgevllm.specs.targets import load_target
 from edgevllm.verify.api import scan_path
-from support import downloads
+from support.cross_units import torch_nvcc_flags, wheel_members
 from support.cuda_libs import require_nvcc
-from support.downloads import file_lock, pypi_download
+from support.downloads import pypi_download
 from support.gitfixtures import git_cache, make_upstream_repo  # noqa: F401
 from support.sdists import pypi_sdist, sdist_tree
 
@@ -41,39 +39,14 @@ CUBLAS = ("nvidia-cublas==13.1.1.3", ["manylinux_2_27_x86_64"], None)   # header
 UNITS = ["csrc/activation_kernels.cu", "csrc/layernorm_kernels.cu"]
 
 
-def _unzip_once(wheel: Path, prefix: str, name: str) -> Path:
-    """Members of ``wheel`` under ``prefix``, extracted once into the test cache."""
-    root = downloads.test_cache_dir("compile-slice")
-    final = root / name
-    with file_lock(root / f".{name}.lock"):
-        if not final.is_dir():
-            tmp = root / f".{name}.tmp"
-            shutil.rmtree(tmp, ignore_errors=True)
-            with zipfile.ZipFile(wheel) as zf:
-                zf.extractall(tmp, [m for m in zf.namelist() if m.startswith(prefix)])
-            tmp.rename(final)
-    return final
-
-
-def torch_nvcc_flags(wheel: Path) -> list[str]:
-    """torch's own COMMON_NVCC_FLAGS, read from the wheel (what vLLM's CMake asks torch for)."""
-    with zipfile.ZipFile(wheel) as zf:
-        source = zf.read("torch/utils/cpp_extension.py").decode()
-    for node in ast.parse(source).body:
-        name = getattr(node.targets[0], "id", "") if isinstance(node, ast.Assign) else ""
-        if name == "COMMON_NVCC_FLAGS" and isinstance(node, ast.Assign):
-            return ast.literal_eval(node.value)
-    raise AssertionError("COMMON_NVCC_FLAGS not found in torch/utils/cpp_extension.py")
-
-
 @pytest.fixture(scope="module")
 def toolchain():
     nvcc = require_nvcc()
     if shutil.which("cmake") is None:
         pytest.fail("cmake is missing: install cmake >= 3.25 (apt-get install cmake)")
     torch_wheel = pypi_download(*TORCH)
-    torch_root = _unzip_once(torch_wheel, "torch/include/", "torch-2.14.0-include")
-    cublas_root = _unzip_once(pypi_download(*CUBLAS), "nvidia/cu13/include/",
+    torch_root = wheel_members(torch_wheel, "torch/include/", "torch-2.14.0-include")
+    cublas_root = wheel_members(pypi_download(*CUBLAS), "nvidia/cu13/include/",
                               "cublas-13.1.1.3-include")
     includes = [torch_root / "torch" / "include",
                 torch_root / "torch" / "include" / "torch" / "csrc" / "api" / "include",

@@ -86,7 +86,7 @@ def cross_packages() -> list[str]:
 
 
 # --- the tree and its plan ------------------------------------------------------------------------
-def _wheel_members(wheel: Path, prefix: str, name: str) -> Path:
+def wheel_members(wheel: Path, prefix: str, name: str) -> Path:
     """Members of ``wheel`` under ``prefix``, extracted once into the test cache."""
     root = test_cache_dir("compile-slice")
     final = root / name
@@ -113,8 +113,8 @@ def torch_nvcc_flags(wheel: Path) -> list[str]:
 
 def header_folders() -> dict[str, Path]:
     """torch's two include folders and cuBLAS's (torch includes it), by their mount names."""
-    torch_root = _wheel_members(pypi_download(*TORCH), "torch/include/", "torch-2.14.0-include")
-    cublas_root = _wheel_members(pypi_download(*CUBLAS), "nvidia/cu13/include/",
+    torch_root = wheel_members(pypi_download(*TORCH), "torch/include/", "torch-2.14.0-include")
+    cublas_root = wheel_members(pypi_download(*CUBLAS), "nvidia/cu13/include/",
                                  "cublas-13.1.1.3-include")
     include = torch_root / "torch" / "include"
     return {"torch": include, "torch-api": include / "torch" / "csrc" / "api" / "include",
