@@ -122,3 +122,21 @@ def test_any_json_value_reads_back_or_is_one_line(value, wrap):
     text = "[" * wrap * 30 + json.dumps(value) + "]" * wrap * 30
     found = bounded(load_json, text, "any.json", LockError)
     assert isinstance(found, LockError) or wrap * 30 < MAX_DEPTH
+
+
+def test_shell_words_of_others_are_bounded_before_they_are_split():
+    """The one splitter of others' shell text (an eugr command, a recipe's build args, a run.sh
+    line): a megabyte token is one line at once (shlex alone is quadratic in a token's length),
+    quoting that does not close is one line, and ordinary text splits as a shell would."""
+    from edgevllm.common.dataload import WORDS_MAX_CHARS, shell_words
+    from edgevllm.serve.recipe.buildargs import build_fields
+
+    assert shell_words("cp 'a b' c # x", "run.sh", comments=True) == ["cp", "a b", "c"]
+    huge = "--vllm-ref " + "a" * (1 << 20)
+    refused = bounded(shell_words, huge, "cmd", RecipeError)
+    assert isinstance(refused, RecipeError)
+    assert f"cmd: {len(huge)} characters, over the {WORDS_MAX_CHARS}" in str(refused)
+    with pytest.raises(ManifestError, match="x: cannot split it .*fix the quoting"):
+        shell_words("echo 'open", "x", ManifestError)
+    with pytest.raises(RecipeError, match=r"r\.yaml: field 'build_args': .* characters, over"):
+        build_fields([huge], "r.yaml", [])

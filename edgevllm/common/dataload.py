@@ -8,11 +8,16 @@ anything is built. Whatever is wrong is one line of the caller's error class, na
 
 ``tests/test_common_dataload.py::test_no_other_module_parses_outside_yaml_or_json`` holds that no
 other module calls ``yaml.safe_load`` or ``json.loads`` on data it did not write in the same run.
+
+``shell_words`` splits others' shell text (an eugr command, a recipe's build args, a ``run.sh``
+line) as a shell would, after bounding its length: ``shlex`` grows each token a character at a
+time, so a megabyte token took minutes.
 """
 
 from __future__ import annotations
 
 import json
+import shlex
 from typing import Any
 
 import yaml
@@ -24,6 +29,7 @@ MAX_VALUES = 200_000  # scalars, lists and mappings together (JSON)
 YAML_MAX_VALUES = 20_000  # a lock in YAML holds a few thousand
 YAML_MAX_BYTES = 2 << 20
 JSON_MAX_BYTES = 16 << 20
+WORDS_MAX_CHARS = 64 << 10  # a command line or a build-args item: real ones are under 4 KiB
 
 _LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present
 
@@ -126,3 +132,16 @@ def _depth(value: object) -> int:
             if isinstance(item, list) else ()
         stack.extend((child, level + 1) for child in children)
     return deepest
+
+
+def shell_words(text: str, origin: str, error: type[EdgeVllmError] = ConfigError, *,
+                comments: bool = False, limit: int = WORDS_MAX_CHARS) -> list[str]:
+    """``text`` split as a shell would, or one line of ``error`` naming ``origin`` (too long to
+    split, or quoting that does not close)."""
+    if len(text) > limit:
+        raise error(f"{origin}: {len(text)} characters, over the {limit} a command line may "
+                    "have; shorten it")
+    try:
+        return shlex.split(text, comments=comments)
+    except ValueError as exc:
+        raise error(f"{origin}: cannot split it ({exc}); fix the quoting") from None

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import shlex
 import shutil
 import tempfile
 import urllib.request
@@ -32,7 +31,7 @@ from typing import Callable
 
 import yaml
 
-from edgevllm.common.dataload import load_yaml
+from edgevllm.common.dataload import load_yaml, shell_words
 from edgevllm.common.errors import ManifestError
 from edgevllm.common.foreign import inside, links_out
 from edgevllm.common.fsutil import atomic_write_bytes, atomic_write_text, move_into_place
@@ -89,8 +88,8 @@ def _words(line: str) -> list[str]:
     if not stripped or stripped.startswith("#"):
         return []
     try:
-        return shlex.split(stripped, comments=True)
-    except ValueError:
+        return shell_words(stripped, "run.sh line", ManifestError, comments=True)
+    except ManifestError:  # a line not understood is not a copy edgevllm carries
         return []
 
 

@@ -12,9 +12,10 @@ SHA. Flags that choose one of eugr's own Dockerfiles or prebuilt images (``--exp
 from __future__ import annotations
 
 import re
-import shlex
 
+from edgevllm.common.dataload import shell_words
 from edgevllm.common.errors import RecipeError
+from edgevllm.common.escape import one_line
 from edgevllm.specs.refs import UPSTREAM_REPOS
 
 # flag → (source, field): the flags that name what is built
@@ -66,10 +67,8 @@ def build_fields(build_args: object, source: str, notes: list[str]) -> dict:
 
 
 def _split(item: str, source: str) -> list[str]:
-    try:
-        return shlex.split(item)
-    except ValueError as exc:
-        raise RecipeError(f"{source}: field 'build_args': {item!r}: {exc}") from None
+    return shell_words(item, f"{source}: field 'build_args': {one_line(item[:80])!r}",
+                       RecipeError)
 
 
 def _flag(tokens: list[str], index: int) -> tuple[str, str, int]:

@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import hashlib
 import re
-import shlex
 import string
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from edgevllm.common.dataload import shell_words
 from edgevllm.common.errors import RecipeError
 from edgevllm.common.foreign import inside
 from edgevllm.mods.eugr import EugrMod, find_mod
@@ -206,14 +206,7 @@ def command_tokens(command: str, source: str, notes: list[str]) -> tuple[list[st
         fields.append(name)
         pieces.append(_SENTINEL.format(len(fields) - 1))
     flat = re.sub(r"\\\r?\n", " ", "".join(pieces))
-    if len(flat) > MAX_COMMAND:  # shlex grows each token a character at a time: quadratic
-        raise RecipeError(f"{source}: field 'command': {len(flat)} characters, over the "
-                          f"{MAX_COMMAND} a command may have; shorten it")
-    try:
-        tokens = shlex.split(flat)
-    except ValueError as exc:
-        raise RecipeError(f"{source}: field 'command': cannot split it ({exc}); fix the quoting") \
-            from None
+    tokens = shell_words(flat, f"{source}: field 'command'", RecipeError, limit=MAX_COMMAND)
     return [_jinja_token(t, fields) for t in tokens], fields
 
 
