@@ -73,7 +73,10 @@ def test_a_default_prebuilt_turns_compile_where_this_keys_wheels_exist(
         "vllm": {"repo": upstream.url, "ref": "v0.1.0"}, "mods": [],
         "images": {"build": python_image_native, "runtime": python_image_native},
         "torch": {"version": None}, "apt_packages": [], "python": "python3.11",
-        "packages": {"flashinfer-python": None, "nvidia-cutlass-dsl": None}})
+        "packages": {"flashinfer-python": None, "nvidia-cutlass-dsl": None},
+        # The emulated road's key: the stand-in's closure has no target CUDA runtime, which the
+        # cross road (the default on amd64) needs; test_cross_build_e2e.py builds that road.
+        "toolchain": "emulated"})
     x86 = Builder(arch="amd64")
     ws = Workspace(tmp_path / "out" / "spark")
     assert start(spec, ws, engine, None, builder=x86).eff.mode == "prebuilt"

@@ -42,6 +42,9 @@ def release_spec(python_image_native, tmp_path, monkeypatch):
             "images": {"build": python_image_native, "runtime": python_image_native},
             "torch": {"version": None}, "apt_packages": [], "python": "python3.11",
             "packages": {"flashinfer-python": None, "nvidia-cutlass-dsl": None},
+            # The emulated road's compile key: the stand-in tree's closure has no target CUDA
+            # runtime, which the cross road (the default on amd64) needs to link.
+            "toolchain": "emulated",
             "wheel_cache": ref, **extra})
     return spec
 

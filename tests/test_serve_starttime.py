@@ -114,7 +114,10 @@ def _stop_quietly(engine: DockerEngine, name: str) -> None:
 def test_serve_wait_times_the_start_in_the_container(engine, python_image_native, capsys):
     name = "edgevllm-test-starttime"
     with BenchServer(ServerConfig(healthy=False, ttft_s=TTFT_S)) as server:
-        rendered = render(host_recipe(python_image_native, server.port, name))
+        # The fixture server is on the host's loopback: the container joins the host's network,
+        # which a recipe may do only with the user's --allow-host-access.
+        rendered = render(host_recipe(python_image_native, server.port, name),
+                          allow_host_access=True)
         _stop_quietly(engine, name)
         try:
             container = serve(rendered, engine)
@@ -140,7 +143,8 @@ def test_bench_recipe_records_each_start(engine, python_image_native, tmp_path):
                               tmp_path / f"{name}.yaml")
         _stop_quietly(engine, name)
         try:
-            record = bench_recipe(loaded, {}, [], plan, engine, tmp_path, wait_s=120)
+            record = bench_recipe(loaded, {}, [], plan, engine, tmp_path, wait_s=120,
+                                  allow_host_access=True)
         finally:
             _stop_quietly(engine, name)
     (run,) = record["runs"]

@@ -133,18 +133,14 @@ def parse_json(text: str | bytes, origin: str, error: type[EdgeVllmError] = Conf
     return load_json(text, origin, error)
 
 
-class _NotJson(EdgeVllmError):
-    pass
-
-
 def json_object(data: str | bytes, what: str, error: type[EdgeVllmError],
                 max_values: int = MAX_VALUES) -> dict:
     """Outside data that must be one JSON object (a registry's answer, a file header): the object,
     or one line, ``{what} is not JSON`` (nesting too deep counts) or ``{what} is not a JSON
     object``."""
     try:
-        found = load_json(data, what, _NotJson, max_values=max_values)
-    except _NotJson:
+        found = load_json(data, what, ConfigError, max_values=max_values)
+    except ConfigError:  # whatever was wrong with it, the caller's one line says "not JSON"
         raise error(f"{what} is not JSON") from None
     if not isinstance(found, dict):
         raise error(f"{what} is not a JSON object")

@@ -109,8 +109,11 @@ def harvested(engine, python_image_native, tmp_path_factory):
                          tmp_path / "jit", fixtures)
         _stop_quietly(engine)
         try:
+            # The fixture server listens on the host's loopback: the recipe's container joins
+            # the host's network, which a recipe may do only with --allow-host-access.
             proc = _cli("warm", str(recipe), "--client-python", client, "--tokenizer",
-                        tokenizer, "--lengths", "32:8", "--prompts", "2", "--wait", "120")
+                        tokenizer, "--lengths", "32:8", "--prompts", "2", "--wait", "120",
+                        "--allow-host-access")
         finally:
             _stop_quietly(engine)
         requests = server.requests
@@ -150,10 +153,11 @@ def test_warm_harvests_a_checked_bundle_and_serve_fills_a_fresh_start_from_it(
     data["serve"]["command"] = ["sleep", "600"]
     second = tmp_path / f"{NAME}.yaml"
     second.write_text(yaml.safe_dump(data))
-    dry = _cli("serve", str(second), "--dry-run", EDGEVLLM_CACHE=str(bundle.parents[1]))
+    dry = _cli("serve", str(second), "--dry-run", "--allow-host-access",
+               EDGEVLLM_CACHE=str(bundle.parents[1]))
     assert dry.returncode == 0 and f"cache bundle: {bundle}, checked" in dry.stderr, dry.stderr
     try:
-        serve(render(load_recipe(str(second))), engine)
+        serve(render(load_recipe(str(second)), allow_host_access=True), engine)
     finally:
         _stop_quietly(engine)
     folder = fresh / jit_folder(image_id)
@@ -185,7 +189,7 @@ def test_serve_refuses_a_flipped_byte_and_a_bundle_of_another_image(harvested, t
              (other_image, "was made for image sha256:000")]
     for change, said in cases:
         bad = _rewrite(bundle, tmp_path / "bad.jitcache.tar", change)
-        proc = _cli("serve", str(recipe), "--caches", str(bad))
+        proc = _cli("serve", str(recipe), "--caches", str(bad), "--allow-host-access")
         errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
         assert proc.returncode == 11, proc.stderr
         assert len(errors) == 1 and said in errors[0], proc.stderr
