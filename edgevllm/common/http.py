@@ -36,8 +36,11 @@ def _origin(url: str) -> tuple[str, str, int | None]:
 
 def is_loopback(host: str) -> bool:
     """``localhost``, 127.0.0.0/8 or ::1 (with or without a port or brackets)."""
-    bare = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
-    bare = bare.strip("[]").lower()
+    if host.startswith("[") and "]" in host:   # [::1] or [::1]:5000
+        bare = host[1:host.index("]")]
+    else:
+        bare = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+    bare = bare.lower()
     if bare == "localhost":
         return True
     try:

@@ -12,7 +12,6 @@ credential helpers. Nothing here reads, writes or prints a token.
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 import json
 import re
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ import requests
 from edgevllm.common import console, labels
 from edgevllm.common.errors import ConfigError, DockerUnavailableError, LockError, RegistryError
 from edgevllm.common.grammar import SHA256_DIGEST
+from edgevllm.common.http import is_loopback
 from edgevllm.common.schema import json_object
 from edgevllm.containers.docker import DockerEngine
 from edgevllm.image.records import read_records
@@ -142,16 +142,6 @@ def _split_ref(ref: str) -> tuple[str, str, str]:
     return host, name, reference
 
 
-def _is_loopback(host: str) -> bool:
-    bare = host.rsplit(":", 1)[0].strip("[]")
-    if bare == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(bare).is_loopback
-    except ValueError:
-        return False
-
-
 def _http_manifest(ref: str) -> bytes | None:
     """Anonymous registry API v2 read (docker, like us, allows plain HTTP only on loopback)."""
     host, name, tag = _split_ref(ref)
@@ -164,7 +154,7 @@ def registry_request(method: str, host: str, path: str, **kwargs) -> requests.Re
     registry gave); plain HTTP on loopback only, as docker does. A 401 is answered once with
     docker's login for the host (image/registryauth.py), which later calls to the same
     repository reuse. A registry that is down is one RegistryError line."""
-    scheme = "http" if _is_loopback(host) else "https"
+    scheme = "http" if is_loopback(host) else "https"
     url = path if "://" in path else f"{scheme}://{host}/v2/{path}"
     repository = _repository_of(url)
     headers = dict(kwargs.pop("headers", None) or {})
@@ -192,7 +182,7 @@ def _send(method: str, url: str, host: str, headers: dict, login: str | None,
     from edgevllm.common.http import credential_session
 
     sent = headers | ({"Authorization": login} if login else {})
-    origin = f"{'http' if _is_loopback(host) else 'https'}://{host}/"
+    origin = f"{'http' if is_loopback(host) else 'https'}://{host}/"
     try:  # the login goes to the registry's own origin only (not an upload Location elsewhere)
         return credential_session(origin).request(method, url, headers=sent,
                                             timeout=kwargs.pop("timeout", 300), **kwargs)
@@ -252,7 +242,7 @@ def put_blob(host: str, name: str, digest: str, data, size: int) -> None:
     if not location:
         raise RegistryError(f"{host}/{name}: the registry gave no upload location")
     if "://" not in location:
-        location = f"{'http' if _is_loopback(host) else 'https'}://{host}{location}"
+        location = f"{'http' if is_loopback(host) else 'https'}://{host}{location}"
     joiner = "&" if "?" in location else "?"
     answered(registry_request("PUT", host, f"{location}{joiner}digest={digest}", data=data,
                          headers={"Content-Type": "application/octet-stream",
