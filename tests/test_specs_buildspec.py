@@ -204,12 +204,12 @@ def test_a_lock_rebuilds_its_road_where_the_builder_emulates():
     takes the default road; on the target's own platform both compile natively."""
     from edgevllm.specs.lock import Lock
 
-    def lock_of(toolchain: str) -> Lock:
+    def lock_of(toolchain: str | None) -> Lock:
         return Lock(created_at="2026-11-27T00:00:00Z", target="thor", mode="compile",
-                    settings={"toolchain": toolchain})
+                    settings={"toolchain": toolchain} if toolchain else {})
 
     for toolchain, on_x86 in (("emulated", "emulated"), ("cross", "cross"),
-                              ("native", "cross")):
+                              ("native", "cross"), (None, "emulated")):  # None: before the road
         spec = BuildSpec(**lock_overrides(lock_of(toolchain)))
         assert resolve(spec, builder=X86).toolchain == on_x86
         assert resolve(spec, builder=ARM).toolchain == "native"
