@@ -472,9 +472,10 @@ def lock_overrides(lock, target: str | None = None) -> dict:
             data[key] = settings[key]
     # An emulated compile's lock asks for emulation again where the builder emulates (a cross
     # road is the default anyway, and a native builder compiles natively whatever was recorded).
-    # A compile lock from before the cross road records none: it was compiled natively or
-    # under emulation, never cross, so an emulating builder rebuilds it emulated (its key).
-    if settings.get("toolchain", "emulated" if lock.mode == "compile" else None) == "emulated":
+    # A lock from before the cross road records none: a compile then ran natively or under
+    # emulation, never cross, so an emulating builder rebuilds it emulated (its key). The field
+    # means nothing to the modes that compile nothing.
+    if settings.get("toolchain", "emulated") == "emulated":
         data["toolchain"] = "emulated"
     # The lock's mode, whatever builder rebuilds it: a compile lock compiles again (or reuses
     # its wheels by the compile key), never turns into prebuilt on an emulating builder.
