@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import struct
 import threading
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 from aiohttp import web
@@ -128,6 +130,25 @@ def test_unknown_layouts_say_roofline_unknown(tmp_path, config, tensors, reason)
         weights_per_token(str(folder))
 
 
+@contextlib.contextmanager
+def loopback_server(app: web.Application) -> Iterator[int]:
+    """``app`` served on 127.0.0.1 from a thread of its own while the block runs; its port."""
+    loop = asyncio.new_event_loop()
+    runner = web.AppRunner(app)
+    loop.run_until_complete(runner.setup())
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    loop.run_until_complete(site.start())
+    assert site._server is not None and isinstance(site._server, asyncio.base_events.Server)
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        yield site._server.sockets[0].getsockname()[1]
+    finally:
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+
+
 def test_hub_id_reads_headers_over_http_range_requests(tmp_path, monkeypatch):
     """A model id not in the local cache is read from the Hub: only header bytes travel."""
     folder = model_dir(tmp_path / "hub", {"vocab_size": 1000},
@@ -143,23 +164,10 @@ def test_hub_id_reads_headers_over_http_range_requests(tmp_path, monkeypatch):
 
     app = web.Application(middlewares=[count])
     app.router.add_static("/org/tiny/resolve/main", folder)
-    loop = asyncio.new_event_loop()
-    runner = web.AppRunner(app)
-    loop.run_until_complete(runner.setup())
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    loop.run_until_complete(site.start())
-    assert site._server is not None and isinstance(site._server, asyncio.base_events.Server)
-    port = site._server.sockets[0].getsockname()[1]
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    try:
+    with loopback_server(app) as port:
         monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
         monkeypatch.setenv("HF_HOME", str(tmp_path / "empty-hf-home"))
         roof = weights_per_token("org/tiny")
-    finally:
-        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
     assert roof.bytes_per_token == 128 + 128000 + 4096 * 4096 * 2
     assert sum(served) < 10_000, f"more than headers were downloaded: {served}"
 
@@ -194,16 +202,7 @@ def test_a_refusal_says_what_to_do_given_hf_token(tmp_path, monkeypatch, status,
 
     app = web.Application()
     app.router.add_get("/{tail:.*}", refuse)
-    loop = asyncio.new_event_loop()
-    runner = web.AppRunner(app)
-    loop.run_until_complete(runner.setup())
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    loop.run_until_complete(site.start())
-    assert site._server is not None and isinstance(site._server, asyncio.base_events.Server)
-    port = site._server.sockets[0].getsockname()[1]
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    try:
+    with loopback_server(app) as port:
         monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
         monkeypatch.setenv("HF_HOME", str(tmp_path / "empty-hf-home"))
         if token:
@@ -212,9 +211,5 @@ def test_a_refusal_says_what_to_do_given_hf_token(tmp_path, monkeypatch, status,
             monkeypatch.delenv("HF_TOKEN", raising=False)
         with pytest.raises(RooflineUnknown) as info:
             weights_per_token("org/gated")
-    finally:
-        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
     assert says in str(info.value) and never not in str(info.value)
     assert token is None or token not in str(info.value)
