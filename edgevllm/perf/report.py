@@ -7,6 +7,11 @@ ceiling. With two or more records, ``compare`` puts each later run beside the fi
 ``REGRESSION`` when a median moved the bad way by more than the spread (max - min) of the two
 runs' repeats together. ``plot(records, png)`` draws tok/s and ITL vs concurrency, one line per
 run (matplotlib, Agg backend: no display needed), written atomically.
+
+A record is others' data (a run's name, its labels, a server's error text): every table row is
+written by ``_row``, which escapes each cell for markdown (``common/escape.py``), so no value can
+add a column, a row or markup to the report. Only the figures this module formats are kept as
+written (``_Figure``).
 """
 
 from __future__ import annotations
@@ -14,12 +19,23 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+from edgevllm.common import escape
 from edgevllm.common.fsutil import atomic_write_bytes
 from edgevllm.perf.metrics import spread
 
 # figure, label, higher is better
 COMPARED = (("tok_s_stream", "tok/s/stream", True), ("tok_s_total", "tok/s total", True),
             ("ttft_ms", "TTFT ms", False), ("itl_ms", "ITL ms", False))
+
+
+class _Figure(str):
+    """Text this module formatted from numbers (brackets and signs stay as written)."""
+
+
+def _row(*cells: object) -> str:
+    """One markdown table row: every cell but this module's own figures escaped."""
+    return "| " + " | ".join(c if isinstance(c, _Figure) else escape.markdown(c)
+                             for c in cells) + " |"
 
 
 def _key(point: dict) -> tuple:
@@ -30,7 +46,7 @@ def _key(point: dict) -> tuple:
 def _cell(stats: dict | None) -> str:
     if not stats:
         return "-"
-    return f"{stats['median']:.1f} [{stats['min']:.1f}-{stats['max']:.1f}]"
+    return _Figure(f"{stats['median']:.1f} [{stats['min']:.1f}-{stats['max']:.1f}]")
 
 
 def _roof_share(record: dict, point: dict) -> str:
@@ -57,10 +73,10 @@ def markdown(records: list[dict]) -> str:
             s = point["summary"]
             what = f"in={point['input_len']} out={point['output_len']} {_label_text(point)}"
             failed = (s.get("failed") or {}).get("max", 0)
-            lines.append(f"| {record['name']} | {what.strip()} | {point['concurrency']} | "
-                         f"{_cell(s.get('tok_s_stream'))} | {_cell(s.get('tok_s_total'))} | "
-                         f"{_cell(s.get('ttft_ms'))} | {_cell(s.get('itl_ms'))} | "
-                         f"{failed:g} | {_roof_share(record, point)} |")
+            lines.append(_row(record["name"], what.strip(), point["concurrency"],
+                              _cell(s.get("tok_s_stream")), _cell(s.get("tok_s_total")),
+                              _cell(s.get("ttft_ms")), _cell(s.get("itl_ms")), f"{failed:g}",
+                              _roof_share(record, point)))
     return "\n".join(lines)
 
 
@@ -88,8 +104,8 @@ def compare(base: dict, other: dict) -> list[dict]:
 
 
 def compare_markdown(base: dict, other: dict) -> str:
-    lines = [f"{other['name']} ({other.get('started', '')}) vs {base['name']} "
-             f"({base.get('started', '')})", "",
+    lines = [escape.markdown(f"{other['name']} ({other.get('started', '')}) vs {base['name']} "
+                             f"({base.get('started', '')})"), "",
              "| C | point | figure | base | new | change | spread | verdict |",
              "|---|---|---|---|---|---|---|---|"]
     for row in compare(base, other):
@@ -97,9 +113,8 @@ def compare_markdown(base: dict, other: dict) -> str:
         verdict = "REGRESSION" if row["regression"] else "ok"
         point = f"in={row['input_len']} out={row['output_len']} " + " ".join(
             f"{k}={v}" for k, v in (row["labels"] or {}).items())
-        lines.append(f"| {row['concurrency']} | {point.strip()} | {row['figure']} | "
-                     f"{row['base']:.1f} | {row['other']:.1f} | {pct} | {row['noise']:.1f} | "
-                     f"{verdict} |")
+        lines.append(_row(row["concurrency"], point.strip(), row["figure"], f"{row['base']:.1f}",
+                          f"{row['other']:.1f}", pct, f"{row['noise']:.1f}", verdict))
     return "\n".join(lines)
 
 
@@ -160,10 +175,10 @@ def start_markdown(records: list[dict]) -> str:
             if not start:
                 continue
             note = start.get("error") or ""
-            lines.append(f"| {record['name']} ({record.get('started', '')}) | "
-                         f"{' '.join(f'{k}={v}' for k, v in (run.get('labels') or {}).items())} "
-                         f"| {_seconds(start.get('health_s'))} | "
-                         f"{_seconds(start.get('first_token_s'))} | {note} |")
+            values = " ".join(f"{k}={v}" for k, v in (run.get("labels") or {}).items())
+            lines.append(_row(f"{record['name']} ({record.get('started', '')})", values,
+                              _seconds(start.get("health_s")),
+                              _seconds(start.get("first_token_s")), note))
     if not lines:
         return ""
     return "\n".join(["| start | values | to health s | to first token s | note |",
@@ -178,6 +193,6 @@ def expectations_markdown(record: dict) -> str:
     for v in verdicts:
         sign = ">=" if v["kind"] == "at_least" else "<="
         measured = "-" if v["measured"] is None else f"{v['measured']:.2f}"
-        lines.append(f"| {v['metric']} C={v['concurrency']} {sign} {v['bound']:g} | {measured} "
-                     f"| {v['status']} | {v['source']} |")
+        lines.append(_row(f"{v['metric']} C={v['concurrency']} {sign} {v['bound']:g}", measured,
+                          v["status"], v["source"]))
     return "\n".join(lines)
