@@ -282,3 +282,126 @@ def test_a_missing_input_is_an_input_error_everywhere():
     assert offenders(raises_missing_input_otherwise, "common/errors.py") == set()
     stray = ast.parse("raise RecipeError(f'bundle {p}: no such file')")
     assert raises_missing_input_otherwise(stray.body[0])
+
+
+def constant(n: ast.AST, test) -> bool:
+    return isinstance(n, ast.Constant) and isinstance(n.value, str) and test(n.value)
+
+
+def matches_a_change_url(n: ast.AST) -> bool:
+    """A PR or commit URL recognised by hand: ``"/pull/" in x``, or a pattern naming ``/pull/``."""
+    def url_part(s: str) -> bool:
+        return "/pull/" in s or "/commit/" in s
+    if isinstance(n, ast.Compare) and isinstance(n.ops[0], (ast.In, ast.NotIn)):
+        return constant(n.left, url_part)
+    return isinstance(n, ast.Call) and ast.unparse(n.func).startswith("re.") and any(
+        constant(a, url_part) for a in n.args)
+
+
+def test_pr_urls_are_read_in_one_place():
+    """A PR or commit URL is recognised by specs/refs.py alone (``parse_pr_arg``,
+    ``parse_change_url``); the cherry-picks and a recipe's build_args ask it."""
+    assert offenders(matches_a_change_url, "specs/refs.py") == set()
+    stray = ast.parse("'/pull/' in spec\nre.compile(r'^(#?\\d+|https?://\\S+/pull/\\d+)')")
+    assert sum(matches_a_change_url(n) for n in ast.walk(stray)) == 2
+
+
+def test_deadlines_are_polled_in_one_place():
+    """Waiting until something happens or a deadline passes is common/poll.py's loop: no other
+    module sleeps (the in-image scripts run without edgevllm)."""
+    from edgevllm.common.labels import IN_IMAGE_SCRIPTS
+
+    assert offenders(calls("sleep"), "common/poll.py", *IN_IMAGE_SCRIPTS) == set()
+    assert calls("sleep")(ast.parse("time.sleep(0.5)", mode="eval").body)
+
+
+def opens_a_tar_to_read(n: ast.AST) -> bool:
+    if not (isinstance(n, ast.Call) and ast.unparse(n.func) == "tarfile.open"):
+        return False
+    mode = next((k.value for k in n.keywords if k.arg == "mode"), n.args[1] if len(n.args) > 1
+                else None)
+    return not (isinstance(mode, ast.Constant) and str(mode.value).startswith(("w", "x", "a")))
+
+
+def test_tars_are_read_through_the_gate():
+    """Every tar reader (published sets, layers, docker save, cache bundles) opens it through
+    common/archives.py; writers open their own."""
+    assert offenders(opens_a_tar_to_read, "common/archives.py") == set()
+    stray = ast.parse("tarfile.open(fileobj=f, mode='r|')\ntarfile.open(p)\n"
+                      "tarfile.open(fileobj=out, mode='w|')")
+    assert sum(opens_a_tar_to_read(n) for n in ast.walk(stray)) == 2
+
+
+def test_a_credential_header_is_sent_through_the_origin_bound_session():
+    """A module that sets ``Authorization`` sends it with common/http.py's credential_session."""
+    def sets_it(tree: ast.AST) -> bool:
+        return any(constant(n, lambda s: s.lower() == "authorization") for n in ast.walk(tree))
+    found = {rel for rel, tree in py_files("common/http.py") if sets_it(tree)
+             and not any(calls("credential_session")(n) for n in ast.walk(tree))}
+    assert not found, f"send a credential with edgevllm.common.http.credential_session: {found}"
+    assert sets_it(ast.parse("requests.get(u, headers={'Authorization': t})"))
+
+
+def test_bubblewrap_is_started_in_one_place():
+    """The sandbox's argv (bubblewrap, its namespaces) is common/sandbox.py's."""
+    def spells(n):
+        return constant(n, lambda s: s == "bwrap" or s.startswith("--unshare"))
+    assert offenders(spells, "common/sandbox.py") == set()
+    assert any(spells(n) for n in ast.walk(ast.parse("shutil.which('bwrap')")))
+
+
+def test_children_are_bounded_in_one_place():
+    """Resource limits on a child (address space, file size) are set by common/bounded.py."""
+    def limits(n):
+        return isinstance(n, ast.Attribute) and (n.attr == "setrlimit"
+                                                 or n.attr.startswith("RLIMIT_"))
+    assert offenders(limits, "common/bounded.py") == set()
+    stray = ast.parse("resource.setrlimit(resource.RLIMIT_AS, (1, 1))", mode="eval")
+    assert sum(limits(n) for n in ast.walk(stray)) == 2
+
+
+def test_terminal_escapes_are_handled_in_one_place():
+    """The escape character is spelt (to be escaped) by common/escape.py alone."""
+    def spells(n):
+        return constant(n, lambda s: "\x1b" in s or "\x9b" in s)
+    assert offenders(spells, "common/escape.py") == set()
+    assert any(spells(n) for n in ast.walk(ast.parse("s.replace('\\x1b', '?')")))
+
+
+def test_secret_shapes_are_spelt_in_one_place():
+    """What a token looks like (its prefix) is common/secrets.py's."""
+    prefixes = ("hf_", "ghp_", "gho_", "github_pat_", "glpat-", "xoxb-", "sk-", "AKIA")
+    def spells(n):
+        return constant(n, lambda s: s.startswith(prefixes) and "_cache" not in s
+                        and "_home" not in s)
+    assert offenders(spells, "common/secrets.py") == set()
+    assert any(spells(n) for n in ast.walk(ast.parse("t.startswith('ghp_')")))
+
+
+def test_the_wheel_cache_keys_are_read_in_one_place():
+    """Which keys the wheel cache trusts is builder/wheelcache.trusted_keys's answer."""
+    def reads(n):
+        return isinstance(n, ast.Call) and any(
+            constant(a, lambda s: s == "EDGEVLLM_WHEEL_CACHE_KEYS") for a in n.args)
+    assert offenders(reads, "builder/wheelcache.py") == set()
+    assert reads(ast.parse("os.environ.get('EDGEVLLM_WHEEL_CACHE_KEYS')", mode="eval").body)
+
+
+def test_cross_roads_are_spelt_in_one_place():
+    """A GNU triple or nvcc's target folder is a cross road's fact (specs/crossroads.yaml, read
+    by specs/cross.py); the in-image script gets them as arguments."""
+    from edgevllm.common.labels import IN_IMAGE_SCRIPTS
+
+    def spells(n):
+        return constant(n, lambda s: bool(re.fullmatch(r"[a-z0-9_]+-(unknown-)?linux-gnu\w*|"
+                                                       r"(sbsa|aarch64|x86_64)-linux", s)))
+    assert offenders(spells, "specs/cross.py", *IN_IMAGE_SCRIPTS) == set()
+    assert spells(ast.parse("'aarch64-linux-gnu'", mode="eval").body)
+
+
+def test_a_published_set_reaches_docker_load_only_after_its_check():
+    """``docker load`` of a published set happens in image/publish.load, after check_archive;
+    the only other load is distribute's pipe from a ``docker save`` of this engine's image."""
+    assert offenders(calls("load_from"), "image/publish.py") == set()
+    assert offenders(calls("load_stream"), "serve/cache/distribute.py") == set()
+    assert calls("load_from")(ast.parse("engine.load_from(feed)", mode="eval").body)

@@ -10,6 +10,7 @@ failure in one does not stop or hide the other; the exit code is non-zero if any
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 import threading
@@ -22,6 +23,7 @@ from edgevllm.common import console
 from edgevllm.common.errors import BuildError, ConfigError, SpecError
 from edgevllm.common.fsutil import atomic_write_json
 from edgevllm.common.kv import split_csv, split_pair
+from edgevllm.common.poll import poll
 from edgevllm.containers.docker import DockerEngine
 
 ENGINE_HELP = ("build on this Docker engine: ssh://[user@]host[:port], a docker context name, "
@@ -160,22 +162,25 @@ def _show_progress(runs: list[TargetBuild], threads: list[threading.Thread]) -> 
         from rich.text import Text
 
         with Live(console=console.err_console(), refresh_per_second=2) as live:
-            while any(t.is_alive() for t in threads):
+            def refresh() -> bool | None:
+                alive = any(t.is_alive() for t in threads)
                 live.update(Text("\n".join(run.status() for run in runs)))
-                time.sleep(0.5)
-            live.update(Text("\n".join(run.status() for run in runs)))
+                return None if alive else True
+
+            poll(refresh, math.inf, 0.5)
         return
     shown = {run.target: "" for run in runs}
-    while True:
+
+    def log_changes() -> bool | None:
         alive = any(t.is_alive() for t in threads)
         for run in runs:
             line = run.status().rsplit(" (", 1)[0]
             if line != shown[run.target]:
                 shown[run.target] = line
                 console.info(run.status())
-        if not alive:
-            return
-        time.sleep(0.5)
+        return None if alive else True
+
+    poll(log_changes, math.inf, 0.5)
 
 
 def _summary(runs: list[TargetBuild], results: dict[str, dict], json_path: str | None) -> None:

@@ -53,15 +53,16 @@ class BoundedTarInfo(tarfile.TarInfo):
 
 
 def open_tar(source: IO[bytes] | Path, label: str, error: type[EdgeVllmError],
-             tarinfo: type[tarfile.TarInfo] = BoundedTarInfo) -> tarfile.TarFile:
+             tarinfo: type[tarfile.TarInfo] = BoundedTarInfo,
+             bufsize: int = tarfile.RECORDSIZE) -> tarfile.TarFile:
     """A forward-only tar reader of ``source`` (a stream, or a file it opens and closes) whose
     refusals are ``error`` lines."""
     if not issubclass(tarinfo, BoundedTarInfo):
         raise TypeError("the tar header class must bound extended headers (BoundedTarInfo)")
     bound = type(tarinfo.__name__, (tarinfo,), {"edgevllm_error": error, "edgevllm_label": label})
     if isinstance(source, Path):
-        return tarfile.open(source, mode="r|", tarinfo=bound)
-    return tarfile.open(fileobj=source, mode="r|", tarinfo=bound)
+        return tarfile.open(source, mode="r|", tarinfo=bound, bufsize=bufsize)
+    return tarfile.open(fileobj=source, mode="r|", tarinfo=bound, bufsize=bufsize)
 
 
 def walk(tar: tarfile.TarFile, label: str, error: type[EdgeVllmError], filesystem: bool = False

@@ -28,13 +28,13 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Callable, Iterator
 
 from edgevllm.common import console
 from edgevllm.common.errors import ConfigError, EngineError
 from edgevllm.common.interrupts import sigterm_as_interrupt
+from edgevllm.common.poll import poll
 from edgevllm.containers.docker import QUICK_TIMEOUT_S, DockerEngine
 from edgevllm.containers.enginespec import parse_ssh_url
 
@@ -139,15 +139,19 @@ class SshForward:
         return f"unix://{self.socket}"
 
     def _wait_listening(self) -> None:
-        assert self.proc is not None
-        deadline = time.monotonic() + self.timeout_s
-        while not self.socket.is_socket():
-            if self.proc.poll() is not None:
-                code = f"exit code {self.proc.returncode}"
+        proc = self.proc
+        assert proc is not None
+
+        def listening() -> bool | None:
+            if self.socket.is_socket():
+                return True
+            if proc.poll() is not None:
+                code = f"exit code {proc.returncode}"
                 raise ForwardUnavailable(f"ssh ended ({self.ssh_said(code)})")
-            if time.monotonic() > deadline:
-                raise ForwardUnavailable(f"no forward within {self.timeout_s:.0f}s")
-            time.sleep(0.02)
+            return None
+
+        if poll(listening, self.timeout_s, 0.02) is None:
+            raise ForwardUnavailable(f"no forward within {self.timeout_s:.0f}s")
 
     def ssh_said(self, fallback: str) -> str:
         """ssh's last message (why it failed or ended)."""

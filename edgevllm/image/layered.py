@@ -29,6 +29,8 @@ from typing import IO, Callable
 
 import zstandard
 
+from edgevllm.common.archives import open_tar
+from edgevllm.common.errors import IntegrityError
 from edgevllm.common.streams import ByteReader, ByteWriter, as_binary_io
 from edgevllm.image.layercache import CachedLayer, LayerCache
 from edgevllm.image.layerstore import LocalLayerStore, StoreUnusable, chain_ids
@@ -181,7 +183,7 @@ def write_from_save(sink: FrameSink, cache: LayerCache, save: IO[bytes], image_i
     """``save``: the ``docker save`` stream of exactly this image."""
     stats, config, wanted = LayeredStats(saved=True), None, set(diff_ids)
     _directories(sink)
-    with tarfile.open(fileobj=save, mode="r|", bufsize=CHUNK) as tar:
+    with open_tar(save, f"docker save of {image_id}", IntegrityError, bufsize=CHUNK) as tar:
         for member in tar:
             digest = "sha256:" + member.name[len(BLOB_PREFIX):]
             if not member.isfile() or not member.name.startswith(BLOB_PREFIX):

@@ -17,6 +17,7 @@ from typing import Callable
 
 from edgevllm.common.dataload import load_json
 from edgevllm.common.errors import BenchError
+from edgevllm.common.poll import poll
 from edgevllm.perf.client import ClientArgs, ClientRunner, http_get, run_once
 from edgevllm.perf.metrics import figures, summarise
 from edgevllm.perf.record import save_record
@@ -52,21 +53,23 @@ class Server:
 def wait_for_health(base_url: str, timeout_s: float) -> None:
     """GET ``/health`` until it answers 200; one line saying what was seen when it never does."""
     deadline = time.monotonic() + timeout_s
-    last = "no answer"
-    while True:
+    seen = ["no answer"]
+
+    def healthy() -> bool | None:
         try:  # 5 s for the whole answer: a server that dribbles bytes cannot hold us
             answer = http_get(f"{base_url}/health", max(1.0, min(5.0, deadline - time.monotonic())),
                               limit=4096)
             if answer.status == 200:
-                return
-            last = f"HTTP {answer.status}"
+                return True
+            seen[0] = f"HTTP {answer.status}"
         except (OSError, http.client.HTTPException) as exc:
-            last = str(getattr(exc, "reason", exc)) or type(exc).__name__
+            seen[0] = str(getattr(exc, "reason", exc)) or type(exc).__name__
         except ValueError as exc:  # a URL urllib cannot use (bad port, bad host)
             raise BenchError(f"server {base_url}: {exc}; give http://HOST:PORT") from None
-        if time.monotonic() > deadline:
-            raise BenchError(f"server {base_url} not healthy after {timeout_s:.0f}s ({last})")
-        time.sleep(1)
+        return None
+
+    if poll(healthy, timeout_s, 1.0) is None:
+        raise BenchError(f"server {base_url} not healthy after {timeout_s:.0f}s ({seen[0]})")
 
 
 def _args(server: Server, plan: SweepPlan, result_dir: str, concurrency: int,

@@ -19,10 +19,9 @@ from edgevllm.specs.refs import (
     is_full_sha,
     looks_like_sha,
     normalize_repo,
-    parse_commit_url,
+    parse_change_url,
     parse_pr_arg,
     parse_pr_number,
-    parse_pr_url,
 )
 
 _PICK_HELP = "use a PR number, a PR URL, a full commit SHA, REPO#N or REPO@SHA"
@@ -49,20 +48,12 @@ class PickRequest(BaseModel):
             raise SourceError(f"--cherry-pick '': empty; {_PICK_HELP}")
         if re.fullmatch(r"#?\d+", spec):
             return cls(spec=spec, kind="pr", pr=parse_pr_number(spec, "--cherry-pick"))
-        if "://" in spec and "/pull/" in spec:
-            parsed = parse_pr_url(spec)
-            if parsed is None:
-                raise SourceError(
-                    f"--cherry-pick '{spec}': not a PR URL; use https://github.com/OWNER/REPO/pull/N"
-                )
-            return cls(spec=spec, kind="pr", repo=parsed[0], pr=parsed[1])
-        if "://" in spec and "/commit/" in spec:
-            parsed_commit = parse_commit_url(spec)
-            if parsed_commit is None:
-                raise SourceError(
-                    f"--cherry-pick '{spec}': not a commit URL; use https://github.com/OWNER/REPO/commit/SHA"
-                )
-            return cls(spec=spec, kind="commit", repo=parsed_commit[0], sha=parsed_commit[1])
+        url = parse_change_url(spec, "--cherry-pick")
+        if url is not None:
+            repo, change = url
+            if isinstance(change, int):
+                return cls(spec=spec, kind="pr", repo=repo, pr=change)
+            return cls(spec=spec, kind="commit", repo=repo, sha=change)
         if is_full_sha(spec.lower()):
             return cls(spec=spec, kind="commit", sha=spec.lower())
         repo, sep, number = spec.rpartition("#")

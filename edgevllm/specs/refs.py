@@ -175,6 +175,28 @@ def parse_commit_url(text: str) -> tuple[str, str] | None:
     return _github_repo(owner, name, text), sha.lower()
 
 
+def parse_change_url(text: str, what: str) -> tuple[str, int | str] | None:
+    """A PR URL -> (repo URL, N); a commit URL -> (repo URL, SHA); None for a URL that names
+    neither (a repository, ``REPO#N``, ``REPO@SHA``); a PR or commit URL off its grammar is one
+    line."""
+    if "://" not in text:
+        return None
+    segments = urlsplit(text.strip()).path.split("/")
+    if "pull" in segments:
+        pr = parse_pr_url(text)
+        if pr is None:
+            raise RefSyntaxError(f"{what} '{text}': not a PR URL; use "
+                                 "https://github.com/OWNER/REPO/pull/N")
+        return pr
+    if "commit" in segments:
+        commit = parse_commit_url(text)
+        if commit is None:
+            raise RefSyntaxError(f"{what} '{text}': not a commit URL; use "
+                                 "https://github.com/OWNER/REPO/commit/SHA")
+        return commit
+    return None
+
+
 def display_repo(url: str) -> str:
     """Short name for messages: ``vllm-project/vllm`` for GitHub, the URL or path otherwise."""
     key = repo_key(url)

@@ -14,9 +14,9 @@ from __future__ import annotations
 import re
 
 from edgevllm.common.dataload import shell_words
-from edgevllm.common.errors import RecipeError
+from edgevllm.common.errors import RecipeError, RefSyntaxError
 from edgevllm.common.escape import one_line
-from edgevllm.specs.refs import UPSTREAM_REPOS
+from edgevllm.specs.refs import UPSTREAM_REPOS, parse_pr_arg
 
 # flag → (source, field): the flags that name what is built
 _VALUE_FLAGS = {
@@ -31,7 +31,6 @@ _SCRIPT_VALUE_FLAGS = {"-t", "--tag", "--gpu-arch", "-j", "--build-jobs", "-u", 
                        "--network", "--config", "--torch-version", "--torchvision-version",
                        "--torchaudio-version", "-c", "--copy-to", "--copy-to-host"}
 _FORK_FLAGS = {"--exp-mxfp4", "--experimental-mxfp4", "--exp-b12x", "--experimental-b12x"}
-_PR = re.compile(r"^(#?\d{1,9}|https?://\S+/pull/\d+\S*)\Z")
 _REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/+-]{0,199}\Z")
 
 
@@ -85,9 +84,11 @@ def _carry(fields: dict[str, dict], flag: str, value: str, source: str) -> None:
     name, key = _VALUE_FLAGS[flag]
     section = fields.setdefault(name, {})
     if key == "cherry_picks":
-        if not _PR.match(value):
+        try:
+            parse_pr_arg(value, flag)
+        except RefSyntaxError:
             raise RecipeError(f"{source}: field 'build_args': {flag} '{value}' is not a PR "
-                              "number or PR URL")
+                              "number or PR URL") from None
         section.setdefault(key, []).append(value.lstrip("#"))
         return
     if not value or (key == "ref" and not _REF.match(value)) or any(c.isspace() for c in value):
