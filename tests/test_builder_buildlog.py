@@ -74,3 +74,17 @@ def test_elapsed_stops_when_the_build_finishes(monkeypatch):
     follower.finish()                   # ended at 900
     follower.finish()                   # a second call keeps the first end
     assert follower.elapsed() == 800.0
+
+
+def test_an_edgevllm_step_s_own_error_line_leads_the_failure_however_much_followed(tmp_path):
+    follower = BuildFollower()
+    follower.feed("#9 [build 2/3] RUN pip wheel .")
+    follower.feed("#9 3.1 edgevllm cross: error: the tree's build runs /b/tr, a program built for "
+                  "the target (aarch64)")
+    for n in range(60):   # CMake's and pip's lines after it: more than the tail keeps
+        follower.feed(f"#9 3.{n} traceback line {n}")
+    follower.feed("#9 ERROR: process did not complete successfully: exit code: 1")
+    message = follower.failure_message(None)
+    assert message.startswith("edgevllm cross: error: the tree's build runs /b/tr, a program "
+                              "built for the target (aarch64)\n  stage 'build' failed at: RUN")
+    assert "traceback line 59" in message and "traceback line 0\n" not in message

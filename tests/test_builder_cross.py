@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from edgevllm.builder import cross_inimage
-from edgevllm.builder.cross import SCRIPT, TOOLCHAIN, check_target_side, stage_cross
+from edgevllm.builder.cross import RUN_SCRIPT, SCRIPT, TOOLCHAIN, check_target_side, stage_cross
 from edgevllm.builder.render import cross_values, render_toolchain
 from edgevllm.common.errors import SpecError
 from edgevllm.sources.buildreqs import read_build_layout
@@ -35,7 +35,8 @@ SCRIPT_PATH = Path(cross_inimage.__file__)
 
 def test_the_staged_context_holds_the_rendered_toolchain_and_the_script(tmp_path):
     digest = stage_cross(ROAD, tmp_path / "ctx")
-    assert sorted(p.name for p in (tmp_path / "ctx").iterdir()) == sorted([SCRIPT, TOOLCHAIN])
+    assert sorted(p.name for p in (tmp_path / "ctx").iterdir()) == sorted(
+        [SCRIPT, RUN_SCRIPT, TOOLCHAIN])
     toolchain = (tmp_path / "ctx" / TOOLCHAIN).read_text()
     assert toolchain == render_toolchain(ROAD)
     for line in ("set(CMAKE_SYSTEM_PROCESSOR aarch64)",

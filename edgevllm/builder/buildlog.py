@@ -4,6 +4,8 @@ BuildKit's plain progress numbers every vertex (``#7``) and prints its name once
 (``#7 [build 1/1] RUN ...``), then its output lines (``#7 12.3 text``), then ``#7 DONE 4.5s``,
 ``#7 CACHED`` or ``#7 ERROR: ...``. This module keeps, per vertex, its stage and output, so that a
 failure is reported as one message naming the failing stage, with the last lines of its log.
+Where edgevllm's own in-image step said why it stopped (``edgevllm <step>: error: ...``), that
+line leads the message, however much output came after it.
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ _STEP = re.compile(r"^#(\d+) \[(?:(?P<platform>linux/\S+) )?(?P<stage>[\w.-]+)(?
 _OUTPUT = re.compile(r"^#(\d+) (?:\d+\.\d+ )?(?P<text>.*)\Z")
 _ERROR = re.compile(r"^#(\d+) ERROR: (?P<why>.*)\Z")
 _DONE = re.compile(r"^#(\d+) (DONE|CACHED)")
+# The one line an edgevllm in-image step prints when it stops the step (cross_inimage, cross_run,
+# aot_inimage): the reason the failure message leads with.
+_SAID = re.compile(r"^edgevllm [\w-]+: error: ")
 
 
 @dataclass
@@ -31,6 +36,7 @@ class Vertex:
     stage: str
     what: str
     output: deque = field(default_factory=lambda: deque(maxlen=40))
+    said: deque = field(default_factory=lambda: deque(maxlen=3))  # edgevllm's own error lines
     cached: bool = False
     done: bool = False
     error: str | None = None
@@ -69,6 +75,8 @@ class BuildFollower:
             vertex = self.vertices.get(int(match[1]))
             if vertex is not None:
                 vertex.output.append(match["text"])
+                if _SAID.match(match["text"]):
+                    vertex.said.append(match["text"])
             self._ccache_counter(match["text"])
 
     def _ccache_counter(self, text: str) -> None:
@@ -110,7 +118,8 @@ class BuildFollower:
             return f"the image build failed before any stage ran: {tail}{where}"
         shown = list(vertex.output)[-lines:]
         body = "\n    ".join(shown) if shown else "(no output)"
-        return (f"stage '{vertex.stage}' failed at: {vertex.what[:160]}\n"
+        said = f"{vertex.said[-1]}\n  " if vertex.said else ""
+        return (f"{said}stage '{vertex.stage}' failed at: {vertex.what[:160]}\n"
                 f"    {body}\n  {vertex.error}{where}")
 
 

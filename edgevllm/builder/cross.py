@@ -26,17 +26,19 @@ from edgevllm.specs.cross import CrossRoad
 
 CROSS_CONTEXT = "edgevllm-cross"
 SCRIPT = "cross_inimage.py"
+RUN_SCRIPT = "cross_run.py"  # the toolchain's emulator: runs build programs, refuses target ones
 TOOLCHAIN = "toolchain.cmake"
 # The target's CUDA runtime: what the cross link needs of the closure (nvcc links cudart).
 TARGET_CUDA_RUNTIME = "nvidia-cuda-runtime"
 
 
 def stage_cross(road: CrossRoad, dest: Path) -> str:
-    """Write the toolchain file and the in-image script into ``dest`` (a build context); the
+    """Write the toolchain file and the in-image scripts into ``dest`` (a build context); the
     sha256 of both, which the compile key counts."""
     dest.mkdir(parents=True, exist_ok=True)
     files = {TOOLCHAIN: render_toolchain(road).encode(),
-             SCRIPT: Path(__file__).with_name(SCRIPT).read_bytes()}
+             SCRIPT: Path(__file__).with_name(SCRIPT).read_bytes(),
+             RUN_SCRIPT: Path(__file__).with_name(RUN_SCRIPT).read_bytes()}
     digest = hashlib.sha256()
     for name, body in sorted(files.items()):
         atomic_write_bytes(dest / name, body)

@@ -31,7 +31,7 @@ STUB_SONAME = "libcuda.so.1"
 
 
 def fail(message: str) -> None:
-    print(f"edgevllm cross: {message}", file=sys.stderr, flush=True)
+    print(f"edgevllm cross: error: {message}", file=sys.stderr, flush=True)
     raise SystemExit(1)
 
 

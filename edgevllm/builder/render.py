@@ -99,7 +99,7 @@ def cross_values(eff: EffectiveSpec) -> dict | None:
 def render_toolchain(road: CrossRoad) -> str:
     """The CMake toolchain file of ``road`` (dockerfiles/cross-toolchain.cmake.j2)."""
     return _environment().get_template(CROSS_TOOLCHAIN_TEMPLATE).render(
-        road=road, target_venv=labels.CROSS_TARGET)
+        road=road, target_venv=labels.CROSS_TARGET, cross_run=labels.CROSS_RUN)
 
 
 def template_values(eff: EffectiveSpec) -> dict:

@@ -73,6 +73,8 @@ SERVE_MOUNT = "/edgevllm-serve"
 CROSS_MOUNT = "/edgevllm-cross"
 CROSS_TARGET = "/opt/edgevllm-target"
 CROSS_TOOLCHAIN = "/opt/edgevllm-cross/toolchain.cmake"
+# What CMake runs a "target program" with on a cross road (builder/cross_run.py).
+CROSS_RUN = "/opt/edgevllm-cross/run"
 # The shared compile cache's URL reaches the compile step only as this BuildKit secret (a file
 # under /run/secrets while the step runs); the step prints ccache's counters after this marker.
 CCACHE_REMOTE_SECRET = "ccache-remote"
@@ -84,7 +86,7 @@ CCACHE_STATS_MARKER = "edgevllm-ccache-stats"
 # tests/test_common_labels.py holds each of them to that, and holds this list complete.
 IN_IMAGE_SCRIPTS = ("mods/applier.py", "builder/aot_inimage.py", "probe/inimage_check.py",
                     "inspect/inimage_dists.py", "serve/entry.py", "serve/startprobe.py",
-                    "builder/cross_inimage.py")
+                    "builder/cross_inimage.py", "builder/cross_run.py")
 
 # The records a build leaves in an image: key → (the label holding its JSON, its files under HOME).
 RECORDS = {
@@ -118,5 +120,6 @@ def template_values() -> dict[str, dict[str, str]]:
                   "wheelhouse_mount": WHEELHOUSE_MOUNT, "cmake_deps_mount": CMAKE_DEPS_MOUNT,
                   "cmake_deps_env": CMAKE_DEPS_ENV, "ccache_remote": CCACHE_REMOTE_SECRET,
                   "ccache_stats": CCACHE_STATS_MARKER, "cross_mount": CROSS_MOUNT,
-                  "cross_target": CROSS_TARGET, "cross_toolchain": CROSS_TOOLCHAIN},
+                  "cross_target": CROSS_TARGET, "cross_toolchain": CROSS_TOOLCHAIN,
+                  "cross_run": CROSS_RUN},
     }

@@ -10,6 +10,10 @@ for thor) and nothing else; CMake found the CUDA toolkit through the target fold
 aarch64 CUDA wheels from PyPI laid out as a closure's venv, mounted as a build step mounts the
 closure. On an arm64 host there is no cross road: the build base is the native one and the test
 checks the native build of the same project instead.
+
+The toolchain's emulator (builder/cross_run.py) in the same base: FindPython's interpreter runs
+through it, and a project whose configure runs a target program (``try_run``) stops with its
+one line.
 """
 
 from __future__ import annotations
@@ -20,8 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from edgevllm.builder import cross_inimage
+from edgevllm.builder import cross_inimage, cross_run
 from edgevllm.builder.render import render_toolchain
+from edgevllm.common.labels import CROSS_RUN
 from edgevllm.specs.cross import CrossRoad, cross_road
 from edgevllm.verify.api import scan_path
 from support.downloads import pypi_download
@@ -69,12 +74,18 @@ def target_venv(tmp_path_factory) -> Path:
 def script(road: CrossRoad) -> str:
     """What the build stage runs (compile.Dockerfile.j2), then CMake on the project."""
     aliases = " ".join(f"--alias {a}" for a in road.cuda_target_aliases)
-    return (f"set -e; python3 /cross/cross_inimage.py --compiler {road.host_compiler} "
+    return (f"set -e; install -D -m 0755 /cross/cross_run.py {CROSS_RUN}; "
+            f"python3 /cross/cross_inimage.py --compiler {road.host_compiler} "
             f"--triple {road.triple} --min-gcc {road.min_gcc} --target-dir "
             f"{road.cuda_target_dir} {aliases} --target-venv /opt/edgevllm-target; "
             "cmake -S /work/src -B /work/b -DCMAKE_TOOLCHAIN_FILE=/cross/toolchain.cmake "
             "-DCMAKE_CUDA_COMPILER=$CUDA_HOME/bin/nvcc; cmake --build /work/b; "
             "grep -h 'CUDAToolkit_LIBRARY_ROOT\\|CUDA_CUDART:' /work/b/CMakeCache.txt")
+
+
+def stage_scripts(folder: Path) -> None:
+    for module in (cross_inimage, cross_run):
+        shutil.copyfile(str(module.__file__), folder / Path(str(module.__file__)).name)
 
 
 @pytest.mark.parametrize("arch,sass", [("121a", "sm_121a"), ("110a", "sm_110a")])
@@ -87,7 +98,7 @@ def test_cmake_builds_aarch64_kernels_with_the_rendered_toolchain(engine, target
     road = the_road()
     (tmp_path / "cross").mkdir()
     (tmp_path / "cross" / "toolchain.cmake").write_text(render_toolchain(road))
-    shutil.copyfile(cross_inimage.__file__, tmp_path / "cross" / "cross_inimage.py")
+    stage_scripts(tmp_path / "cross")
     (tmp_path / "work" / "src").mkdir(parents=True)
     (tmp_path / "work" / "src" / "kernel.cu").write_text(KERNEL)
     (tmp_path / "work" / "src" / "CMakeLists.txt").write_text(PROJECT.format(arch=arch))
@@ -105,3 +116,44 @@ def test_cmake_builds_aarch64_kernels_with_the_rendered_toolchain(engine, target
     if not native:   # CMake took cudart from the target's folder, under its aarch64-linux name
         found = proc.stdout.decode()
         assert "targets/aarch64-linux" in found or "targets/sbsa-linux" in found, found
+
+
+# FindPython asks the interpreter through the emulator (the build's x86_64 python3 runs); then a
+# try_run of a program compiled for the target, which nothing on this builder may run.
+TRY_RUN_PROJECT = """
+cmake_minimum_required(VERSION 3.25)
+project(tryrun LANGUAGES C)
+find_package(Python3 REQUIRED COMPONENTS Interpreter)
+message(STATUS "edgevllm-python: ${Python3_EXECUTABLE}")
+file(WRITE ${CMAKE_BINARY_DIR}/probe.c "int main(void) { return 0; }")
+try_run(RUN_CODE COMPILE_OK ${CMAKE_BINARY_DIR}/tr ${CMAKE_BINARY_DIR}/probe.c)
+message(STATUS "edgevllm-ran: ${RUN_CODE}")
+"""
+
+
+def test_the_emulator_runs_the_interpreter_and_refuses_a_target_program(engine, tmp_path):
+    from edgevllm.containers.docker import RunOptions
+    from support.images import cross_cuda_image
+    from support.platforms import native_arch
+
+    if native_arch() != "amd64":
+        pytest.fail("this test needs an x86_64 host: the cross road starts there")
+    road = the_road()
+    (tmp_path / "cross").mkdir()
+    (tmp_path / "cross" / "toolchain.cmake").write_text(render_toolchain(road))
+    stage_scripts(tmp_path / "cross")
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "CMakeLists.txt").write_text(TRY_RUN_PROJECT)
+    command = (f"install -D -m 0755 /cross/cross_run.py {CROSS_RUN}; "
+               "cmake -S /src -B /tmp/b -DCMAKE_TOOLCHAIN_FILE=/cross/toolchain.cmake 2>&1")
+    proc = engine.run(RunOptions(
+        image=cross_cuda_image(engine), remove=True, command=["bash", "-c", command],
+        volumes=[f"{tmp_path / 'cross'}:/cross:ro", f"{tmp_path / 'src'}:/src:ro"]),
+        timeout=300)
+    out = proc.stdout.decode()
+    assert proc.returncode != 0, out[-3000:]   # CMake was stopped, not handed an exit code
+    assert "-- edgevllm-python: " in out, out[-3000:]   # the interpreter ran through the emulator
+    assert "edgevllm cross: error: the tree's build runs " in out, out[-3000:]
+    assert "a program built for the target (aarch64)" in out
+    assert "--toolchain emulated" in out
+    assert "edgevllm-ran: 0" not in out   # the target program never ran (binfmt or not)
