@@ -405,3 +405,18 @@ def test_a_published_set_reaches_docker_load_only_after_its_check():
     assert offenders(calls("load_from"), "image/publish.py") == set()
     assert offenders(calls("load_stream"), "serve/cache/distribute.py") == set()
     assert calls("load_from")(ast.parse("engine.load_from(feed)", mode="eval").body)
+
+
+def test_mod_downloads_are_fetched_in_one_place():
+    """A mod's downloads are fetched by mods/downloads.py through common/http's gate; nothing in
+    the mods or the recipes (import included) opens a connection of its own."""
+    assert offenders(calls("fetch_bounded"), "common/http.py", "mods/downloads.py") == set()
+
+    def connects(n):
+        return isinstance(n, (ast.Import, ast.ImportFrom)) and any(
+            (getattr(n, "module", None) or a.name).split(".")[0] in ("urllib", "requests", "http")
+            and "parse" not in (getattr(n, "module", None) or a.name) for a in n.names)
+    found = {rel for rel, tree in py_files() if rel.startswith(("mods/", "serve/recipe/"))
+             and any(connects(n) for n in ast.walk(tree))}
+    assert not found, f"fetch a mod's files with edgevllm.mods.downloads: {found}"
+    assert connects(ast.parse("import urllib.request").body[0])

@@ -31,11 +31,8 @@ RECIPES = Path(__file__).parent / "fixtures" / "eugr-recipes" / "recipes"
 
 
 @pytest.fixture
-def imported(monkeypatch, user_config_home):
-    with web_standin.proxy() as env:
-        for key, value in env.items():
-            monkeypatch.setenv(key, value)
-        result = import_file(RECIPES / "download-mod.yaml", force=True)
+def imported(user_config_home):
+    result = import_file(RECIPES / "download-mod.yaml", force=True)  # offline: nothing fetched
     yield result
     assert result.path is not None
     result.path.unlink()
@@ -75,11 +72,13 @@ def test_render_recipe_bakes_the_mod_and_pins_instanttensor(imported, tmp_path, 
     assert code == 0, err
     assert "instanttensor" not in (tmp_path / "r" / "Dockerfile").read_text()
     staged = tmp_path / "r" / "edgevllm-mods"
-    assert (staged / "eugr-plugin-download" / "downloads" / "plugin_parser.py").read_bytes() \
-        == web_standin.PLUGIN
+    # render fetches nothing: the plan names the download the build fetches and pins
+    assert not (staged / "eugr-plugin-download" / "downloads").exists()
     plan = json.loads((staged / "plan.json").read_text())
     step = next(m for m in plan["mods"] if m["name"] == "eugr-plugin-download")["steps"][0]
     assert step["kind"] == "script" and step["run"] == "run.sh"
+    assert step["downloads"] == [{"url": web_standin.PLUGIN_URL,
+                                  "file": "downloads/plugin_parser.py"}]
     code, _, err = cli("render", "--recipe", "download-mod", "--lock", "x.lock.json", "--out",
                        str(tmp_path / "r2"))
     assert code != 0 and "error: --recipe and --lock: a lock rebuilds exactly" in err

@@ -30,10 +30,14 @@ if TYPE_CHECKING:
 LOCK_FILE_IN_IMAGE = labels.LOCK_FILENAME  # the meta context is copied to labels.HOME
 
 
-def stage_mods(eff: EffectiveSpec, ws: Workspace):
+def stage_mods(eff: EffectiveSpec, ws: Workspace, locked: Lock | None = None,
+               fetch: bool = True):
+    """The mods staged into the build context; their downloads fetched (``fetch``) and held to
+    the pins of the lock being rebuilt (``locked``)."""
     from edgevllm.mods.catalog import stage_mods as stage
 
-    return stage(eff.mods, eff.target.name, ws.context / "edgevllm-mods")
+    pins = {m.name: m.downloads for m in locked.mods} if locked is not None else None
+    return stage(eff.mods, eff.target.name, ws.context / "edgevllm-mods", pins, fetch)
 
 
 def base_image_lock(ref: str, engine: DockerEngine) -> BaseImageLock:

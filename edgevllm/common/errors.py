@@ -51,6 +51,10 @@ class OutputFolderError(ConfigError):
     """An output folder that holds files edgevllm did not write (it would have to delete them)."""
 
 
+class InsecureURLError(ConfigError):
+    """A URL edgevllm would fetch from others that is not https (plain http: loopback only)."""
+
+
 class MissingInputError(ConfigError):
     """A file or folder the user named is not there: an input error (2), whatever reads it."""
 
@@ -150,6 +154,14 @@ class IndexUnreachable(SourceError):
 
 class WheelHashMismatch(SourceError):
     """A wheel's bytes do not have the sha256 the lock pins."""
+
+
+class DownloadError(SourceError):
+    """A file from others (a mod's download) that cannot be fetched, or is over its limit."""
+
+
+class DownloadChangedError(LockError):
+    """A download's bytes are not the ones the lock (or the mod) pins by sha256."""
 
 
 # --- image build (6) ---------------------------------------------------------------------------

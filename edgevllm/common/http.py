@@ -17,6 +17,8 @@ from urllib.parse import urlsplit
 
 import requests
 
+from edgevllm.common.errors import EdgeVllmError, InsecureURLError
+
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
@@ -94,3 +96,28 @@ def credential_session(origin: str | None = None) -> CredentialSession:
 def bearer(token: str | None) -> dict[str, Any]:
     """The Authorization header for ``token`` (none when it is empty)."""
     return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def fetch_bounded(url: str, limit: int, what: str, error: type[EdgeVllmError],
+                  timeout_s: float = 120) -> bytes:
+    """The bytes at ``url``: https (plain http only to loopback), redirects by the rules above,
+    at most ``limit`` bytes; anything else is one line of ``error``, naming ``what``."""
+    scheme, host, _ = _origin(url)
+    if not (scheme == "https" or (scheme == "http" and host and is_loopback(host))):
+        raise InsecureURLError(f"{what}: {url} is not an https URL; edgevllm fetches from "
+                               "others over https only: change the URL to https")
+    body = bytearray()
+    try:
+        with credential_session(url).get(url, stream=True, timeout=timeout_s) as answer:
+            if answer.status_code != 200:
+                raise error(f"{what}: {url} answered HTTP {answer.status_code}; check the URL")
+            for block in answer.iter_content(1 << 16):
+                body += block
+                if len(body) > limit:
+                    size = f"{limit >> 20} MiB" if limit >= 1 << 20 else f"{limit} bytes"
+                    raise error(f"{what}: {url} is over the {size} a download may be; "
+                                "check that the URL names the file meant")
+    except requests.RequestException as exc:
+        raise error(f"{what}: cannot fetch {url} ({type(exc).__name__}); check the network "
+                    "(or a proxy: https_proxy)") from None
+    return bytes(body)

@@ -22,6 +22,7 @@ from edgevllm.common.dataload import load_json
 from edgevllm.common.errors import ManifestError, ModConflictError, ModNotForTargetError
 from edgevllm.common.fsutil import atomic_dir, atomic_write_json
 from edgevllm.common.schema import Strict, load_model
+from edgevllm.mods.downloads import Pins, Wanted, fetch_downloads
 from edgevllm.specs.modselect import MANIFEST, check_mod_names, mod_folders
 from edgevllm.specs.outcomes import FAILED
 
@@ -162,11 +163,12 @@ class VerifyStep(StepBase):
 
 
 class Download(Strict):
-    """A file an eugr script downloads, fetched on the host and pinned (the build is offline)."""
+    """A file an eugr script downloads: fetched by the build on the host (mods/downloads.py),
+    pinned in the lock; ``sha256`` when the import knew it."""
 
     url: str = Field(pattern=r"^https?://\S+$")
-    file: str = Field(min_length=1)  # in the mod folder
-    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    file: str = Field(min_length=1)  # in the staged mod folder
+    sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
 
 
 class ScriptStep(StepBase):
@@ -254,8 +256,9 @@ def load_mod(folder: Path) -> Mod:
                 raise ManifestError(f"{path}: field 'steps.{index}': data '{rel}' is missing "
                                     f"from {folder}")
         for download in step.downloads if isinstance(step, ScriptStep) else []:
-            if hashlib.sha256((folder / download.file).read_bytes()).hexdigest() != \
-                    download.sha256:
+            fetched = folder / download.file  # an older import fetched it; else the build does
+            if fetched.is_file() and download.sha256 and \
+                    hashlib.sha256(fetched.read_bytes()).hexdigest() != download.sha256:
                 raise ManifestError(f"{path}: field 'steps.{index}': {download.file} does not "
                                     f"match its sha256 (from {download.url}); import the mod "
                                     "again")
@@ -268,7 +271,7 @@ def _data_refs(step) -> list[str]:
     if isinstance(step, EditStep) and step.diff:
         return [step.diff]
     if isinstance(step, ScriptStep):
-        return [step.run, *(d.file for d in step.downloads)]
+        return [step.run]
     return []
 
 
@@ -336,8 +339,9 @@ def check_conflicts(mods: list[Mod]) -> None:
 
 
 # --- plan and staging --------------------------------------------------------------------------
-def plan_for(mods: list[Mod], target_name: str) -> dict:
-    """The JSON plan the applier runs: concrete steps, data paths relative to the plan folder."""
+def plan_for(mods: list[Mod], target_name: str, pins: Pins | None = None) -> dict:
+    """The JSON plan the applier runs: concrete steps, data paths relative to the plan folder,
+    each download with the sha256 the build pinned (``pins``)."""
     entries = []
     for mod in mods:
         steps = []
@@ -346,6 +350,9 @@ def plan_for(mods: list[Mod], target_name: str) -> dict:
             for key in ("source", "diff"):
                 if key in data:
                     data[key] = f"{mod.name}/{data[key]}"
+            for download in data.get("downloads", []):
+                if download["url"] in (pins or {}).get(mod.name, {}):
+                    download["sha256"] = (pins or {})[mod.name][download["url"]]
             steps.append(data)
         entries.append({"name": mod.name, "version": mod.lock_version(),
                         "description": mod.manifest.description.strip(),
@@ -353,8 +360,10 @@ def plan_for(mods: list[Mod], target_name: str) -> dict:
     return {"format": 1, "target": target_name, "mods": entries}
 
 
-def stage_mods(mod_names: list[str], target_name: str, dest: Path) -> StagedMods:
-    """Write applier.py, plan.json and the mods' data files into ``dest`` (a build context)."""
+def stage_mods(mod_names: list[str], target_name: str, dest: Path, locked: Pins | None = None,
+               fetch: bool = True) -> StagedMods:
+    """Write applier.py, plan.json and the mods' data files into ``dest`` (a build context), each
+    download fetched and pinned (``locked``: a lock's pins; ``fetch`` off: none fetched)."""
     mods = select_mods(mod_names, target_name)
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
@@ -363,13 +372,19 @@ def stage_mods(mod_names: list[str], target_name: str, dest: Path) -> StagedMods
         with atomic_dir(dest / mod.name) as tmp:  # an older copy goes only if edgevllm wrote it
             shutil.copytree(mod.folder, tmp, dirs_exist_ok=True,
                             ignore=shutil.ignore_patterns("__pycache__"))
+    wanted = [Wanted(mod.name, d.url, d.file, d.sha256) for mod in mods
+              for step in mod.manifest.steps if isinstance(step, ScriptStep)
+              for d in step.downloads]
+    pins = fetch_downloads(wanted, dest, locked, fetch)
     plan_path = dest / "plan.json"
-    atomic_write_json(plan_path, plan_for(mods, target_name))
+    atomic_write_json(plan_path, plan_for(mods, target_name, pins))
     env: dict[str, str] = {}
     for mod in mods:
         env.update(mod.env)
     return StagedMods(names=[m.name for m in mods],
-                      versions=[{"name": m.name, "version": m.lock_version()} for m in mods],
+                      versions=[{"name": m.name, "version": m.lock_version(),
+                                 **({"downloads": pins[m.name]} if m.name in pins else {})}
+                                for m in mods],
                       env=env, pip_packages=_pip_packages(mods), plan_path=plan_path)
 
 

@@ -14,27 +14,26 @@ every start. What a recipe's arguments can depend on is what the script leaves b
 
 The script is read, never run, here: one shell word list per line, no expansion but plain
 ``NAME=value`` variables. ``import_eugr_mod`` copies the folder into an edgevllm mod whose one
-step (``kind: script``) runs ``run.sh`` in the image build (the applier), with each file the
-script downloads fetched here on the host and pinned by sha256 (the build has no network).
+step (``kind: script``) runs ``run.sh`` in the image build (the applier). Each file the script
+downloads is recorded (its URL), never fetched here, so a folder imports offline: the build
+fetches it on the host and pins it by sha256 in its lock (mods/downloads.py; the image build has
+no network).
 """
 
 from __future__ import annotations
 
-import hashlib
 import re
 import shutil
 import tempfile
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import yaml
 
 from edgevllm.common.dataload import load_yaml, shell_words
 from edgevllm.common.errors import ManifestError
 from edgevllm.common.foreign import inside, links_out
-from edgevllm.common.fsutil import atomic_write_bytes, atomic_write_text, move_into_place
+from edgevllm.common.fsutil import atomic_write_text, move_into_place
 
 _URL = re.compile(r"^https?://\S+\Z")
 # How a script names its own folder before a file name: "$(dirname "$0")/x", "$SCRIPT_DIR/x".
@@ -142,10 +141,11 @@ def _check_imported(folder: Path) -> None:
                             "not replace it: move it away or rename it")
 
 
-def import_eugr_mod(folder: Path, dest_root: Path, targets: list[str],
-                    fetch: Callable[[str], bytes] | None = None) -> Path:
-    """Write ``dest_root/<mod_name>/``: the eugr folder's files, ``downloads/<file>`` for each
-    file its script downloads (fetched now), and ``manifest.yaml`` with one script step."""
+def import_eugr_mod(folder: Path, dest_root: Path, targets: list[str]) -> Path:
+    """Write ``dest_root/<mod_name>/``: the eugr folder's files and ``manifest.yaml`` with one
+    script step, recording each file the script downloads (its URL; its sha256 where an earlier
+    import pinned it): nothing is fetched here, the build fetches and locks it
+    (mods/downloads.py)."""
     if not (folder / "run.sh").is_file():
         raise ManifestError(f"{folder}: not an eugr mod (no run.sh); an edgevllm mod has "
                             "manifest.yaml (docs/mods.md)")
@@ -164,7 +164,9 @@ def import_eugr_mod(folder: Path, dest_root: Path, targets: list[str],
         staged = Path(tmp) / name
         shutil.copytree(folder, staged, symlinks=True,
                         ignore=shutil.ignore_patterns("__pycache__", ".git"))
-        downloads = [_pinned(staged, file, url, fetch or _download)
+        known = _known_pins(dest_root / name)
+        downloads = [{"url": url, "file": f"downloads/{file}",
+                      **({"sha256": known[url]} if url in known else {})}
                      for file, url in sorted(mod.downloads.items())]
         manifest = {"name": name, "version": "eugr",
                     "description": f"eugr mod {folder.name}: its run.sh, run at build time",
@@ -186,17 +188,12 @@ def _made(folder: Path) -> Path:
     return folder
 
 
-def _pinned(staged: Path, file: str, url: str, fetch: Callable[[str], bytes]) -> dict:
-    body = fetch(url)
-    atomic_write_bytes(staged / "downloads" / file, body)
-    return {"url": url, "file": f"downloads/{file}", "sha256": hashlib.sha256(body).hexdigest()}
-
-
-def _download(url: str) -> bytes:
+def _known_pins(earlier: Path) -> dict[str, str]:
+    """url -> sha256 of the downloads an earlier import of this mod pinned."""
     try:
-        # A fresh opener: it reads the proxy settings (http_proxy...) of this moment.
-        with urllib.request.build_opener().open(url, timeout=120) as response:
-            return response.read()
-    except OSError as exc:
-        raise ManifestError(f"cannot download {url} (the eugr mod's run.sh fetches it): {exc}; "
-                            "fetch it by hand into the mod folder and import again") from None
+        manifest = load_yaml((earlier / "manifest.yaml").read_bytes(), str(earlier), ManifestError)
+        steps = manifest["steps"] if isinstance(manifest, dict) else []
+        return {d["url"]: d["sha256"] for step in steps for d in step.get("downloads", [])
+                if isinstance(d, dict) and isinstance(d.get("sha256"), str)}
+    except (OSError, ManifestError, KeyError, TypeError, AttributeError):
+        return {}

@@ -140,6 +140,8 @@ class BaseImageLock(_Model):
 class ModLock(_Model):
     name: ModName
     version: Word
+    # what its script downloads, fetched by the build: url -> sha256
+    downloads: dict[Line, Sha256] = Field(default_factory=dict)
 
 
 class WheelLock(_Model):
@@ -248,6 +250,9 @@ def canonical_json(lock: Lock) -> str:
     for key in ("cmake_deps", "kernel_plan"):  # locks of trees without them hash as before
         if not data.get(key):
             data.pop(key, None)
+    for mod in data.get("mods", []):  # mods that download nothing hash as before
+        if not mod.get("downloads"):
+            mod.pop("downloads", None)
     return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 
 

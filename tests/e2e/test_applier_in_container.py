@@ -184,13 +184,18 @@ def test_eugr_script_mod_runs_in_the_image_without_network(engine, tmp_path, mon
     download comes from the pinned file, its files land in the image's /workspace."""
     from edgevllm.mods.catalog import stage_mods
     from edgevllm.mods.eugr import import_eugr_mod
+    from support import web_standin
 
     fixtures = Path(__file__).parents[1] / "fixtures" / "eugr-recipes" / "mods"
     mods = tmp_path / "mods"
-    for name in ("fix-chat-template", "plugin-download"):
-        import_eugr_mod(fixtures / name, mods, ["spark"], fetch=lambda url: b"# plugin\n")
-    monkeypatch.setenv("EDGEVLLM_MODS_PATH", str(mods))
-    stage_mods(["eugr-fix-chat-template", "eugr-plugin-download"], "spark", tmp_path / "stage")
+    with web_standin.serve({web_standin.PLUGIN_PATH: b"# plugin\n"}) as base:
+        plugin = web_standin.plugin_mod(fixtures / "plugin-download",
+                                        tmp_path / "eugr" / "plugin-download", base)
+        for folder in (fixtures / "fix-chat-template", plugin):
+            import_eugr_mod(folder, mods, ["spark"])
+        monkeypatch.setenv("EDGEVLLM_MODS_PATH", str(mods))
+        stage_mods(["eugr-fix-chat-template", "eugr-plugin-download"], "spark",
+                   tmp_path / "stage")  # the download fetched on the host, pinned
     code, output = run(
         engine, python_image(engine, native_arch()),
         [f"{tmp_path / 'stage'}:/edgevllm-mods:ro", f"{tmp_path}:/out"],

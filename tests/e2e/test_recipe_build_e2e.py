@@ -2,8 +2,9 @@
 
 What it exercises, with the real engine and buildx (under qemu on an x86 host):
 - ``inv recipe-import`` of an eugr-shaped recipe (written here) whose mod is an eugr ``run.sh``
-  that downloads a file (``wget``, answered by the web stand-in at import time and pinned by
-  sha256), and whose command loads with ``--load-format instanttensor``;
+  that downloads a file (``wget``: recorded by the import, which fetches nothing; fetched by the
+  build from the loopback stand-in of the web and locked by sha256), and whose command loads
+  with ``--load-format instanttensor``;
 - ``inv build --recipe`` of the imported recipe: the eugr mod runs in the image build (its file in
   the image's workspace, its outcome in the mods record), InstantTensor 0.2.2 from PyPI (its
   aarch64 wheel, the only platform PyPI has for it besides x86_64) in the locked closure by
@@ -25,7 +26,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -56,22 +56,31 @@ NEVER = "sys_platform == 'edgevllm-never'"
 
 
 @pytest.fixture(scope="module")
-def imported(tmp_path_factory, cli):
+def web():
+    """The stand-in of the web the mod's download comes from, up while the build fetches it."""
+    from support import web_standin
+
+    with web_standin.serve({web_standin.PLUGIN_PATH: web_standin.PLUGIN}) as base:
+        yield base
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory, cli, web):
     from support import web_standin
 
     folder = tmp_path_factory.mktemp("eugr")
-    shutil.copytree(FIXTURES / "mods" / "plugin-download", folder / "mods" / "plugin-download")
+    web_standin.plugin_mod(FIXTURES / "mods" / "plugin-download",
+                           folder / "mods" / "plugin-download", web)
     (folder / "recipes").mkdir()
     (folder / "recipes" / "instanttensor-plugin.yaml").write_text(RECIPE)
     out = tmp_path_factory.mktemp("recipes")
-    with web_standin.proxy() as web:
-        code, _, stderr = cli("recipe-import", str(folder), "--out", str(out), env=web)
+    code, _, stderr = cli("recipe-import", str(folder), "--out", str(out))  # fetches nothing
     assert code == 0, stderr
     return out / "instanttensor-plugin.yaml"
 
 
 @pytest.fixture(scope="module")
-def recipe_build(imported, python_image_arm64, engine, tmp_path_factory, cli):
+def recipe_build(imported, python_image_arm64, engine, tmp_path_factory, cli, web):
     from edgevllm.containers.host import host_arch
     from support.images import python_image
     from support.standin_wheels import standin_vllm_wheel
@@ -137,11 +146,15 @@ def test_instanttensor_native_extension_loads_in_the_image(recipe_build, engine)
     assert out.startswith("aarch64 ") and "_C.cpython-311-aarch64-linux-gnu.so" in out
 
 
-def test_eugr_mod_ran_at_build_time_with_its_pinned_download(recipe_build, engine):
-    from support.web_standin import PLUGIN
+def test_eugr_mod_ran_at_build_time_with_its_pinned_download(recipe_build, engine, web):
+    from edgevllm.specs.lock import read_lock
+    from support.web_standin import PLUGIN, PLUGIN_PATH
 
     result, _ = recipe_build
     mods = {m["name"]: m for m in result["mods"]["mods"]}
     assert mods["eugr-plugin-download"]["outcome"] == "applied", mods
     body = in_image(engine, TAG, "print(open('/workspace/plugin_parser.py').read(), end='')")
     assert body.encode() == PLUGIN
+    # the build fetched it and locked it by sha256
+    locked = next(m for m in read_lock(result["lock"]).mods if m.name == "eugr-plugin-download")
+    assert locked.downloads == {web + PLUGIN_PATH: hashlib.sha256(PLUGIN).hexdigest()}

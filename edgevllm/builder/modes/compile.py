@@ -74,7 +74,7 @@ UNFETCHED = {"wheelhouse": "<the tree's runtime requirements, resolved for the t
 
 
 def prepare(job: Job) -> PreparedBuild:
-    staged = stage_mods(job.eff, job.ws)
+    staged = stage_mods(job.eff, job.ws, job.locked, job.fetch)
     # The CMake deps (clones) come after the closure resolved: a tree whose requirements do not
     # resolve fails before anything is downloaded.
     tree = prepare_tree(job.eff, job.ws.root, job.locked,

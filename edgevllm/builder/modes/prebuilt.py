@@ -132,7 +132,7 @@ def print_preflight(eff: EffectiveSpec) -> None:
 def prepare(job: Job) -> PreparedBuild:
     eff = job.eff
     print_preflight(eff)
-    staged = stage_mods(eff, job.ws)
+    staged = stage_mods(eff, job.ws, job.locked, job.fetch)
     dockerfile = render_dockerfile(eff, staged.env)
     if not job.fetch:
         folders = {"wheelhouse": f"<the locked closure of vllm {prebuilt_wheel(eff.spec)}, "

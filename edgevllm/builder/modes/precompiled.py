@@ -110,7 +110,7 @@ def precompiled_lock(eff: EffectiveSpec, vllm: PreparedSource, closure: Closure,
 def prepare(job: Job) -> PreparedBuild:
     eff = job.eff
     print_preflight(eff)
-    staged = stage_mods(eff, job.ws)
+    staged = stage_mods(eff, job.ws, job.locked, job.fetch)
     tree = prepare_tree(eff, job.ws.root, job.locked, TreeOptions(fetch=job.fetch, kernels=False),
                         job.sources)
     if not tree.fetched:
