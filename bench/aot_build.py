@@ -1,17 +1,17 @@
 #!/usr/bin/env python3
-"""What ``--warm`` adds to a build, against the same build without it, in the same process.
+"""What ``--aot`` adds to a build, against the same build without it, in the same process.
 
 The build is the real vLLM 0.33.0 prebuilt image for spark on linux/amd64 (the closure resolved
 with uv and cached in the wheelhouse, as tests/e2e/test_aot_e2e.py builds it):
 
-0. prime: the build without --warm and without checks, untimed, so that both timed builds find
+0. prime: the build without --aot and without checks, untimed, so that both timed builds find
           the closure's layers in BuildKit's cache (seconds when they already are);
-1. plain: the build without --warm;
-2. warm:  the same build with --warm and the shipped tiny Llama config (head_dim 64: the FA2
+1. plain: the build without --aot;
+2. warm:  the same build with --aot and the shipped tiny Llama config (head_dim 64: the FA2
           batch-prefill module and the sampler), under a new file name each run, so the plan
           differs and the AOT step really runs FlashInfer's JIT (nothing is reused).
 
-Prints both wall times, the ratio warm/plain, and the AOT step's own seconds (its record).
+Prints both wall times, the ratio aot/plain, and the AOT step's own seconds (its record).
 
     python bench/aot_build.py [--config PATH] [--no-verify]
 """
@@ -73,7 +73,7 @@ def main() -> int:
         prime, _ = timed_build(dict(fields, verify=False), tmp / "prime", engine)
         engine.remove_image(prime.image, force=True)
         plain, plain_s = timed_build(fields, tmp / "plain", engine)
-        warm, warm_s = timed_build(dict(fields, warm=str(config)), tmp / "warm", engine)
+        warm, warm_s = timed_build(dict(fields, aot=str(config)), tmp / "warm", engine)
         for result in (plain, warm):
             engine.remove_image(result.image, force=True)
     record = warm.aot or {}
@@ -81,10 +81,10 @@ def main() -> int:
     print("platform             linux/amd64 (target spark, arch 12.1a), vLLM 0.33.0 prebuilt")
     print(f"config               {args.config.name}: "
           + ", ".join(m["name"] for m in record.get("modules", [])))
-    print(f"build without --warm {plain_s:8.1f} s")
-    print(f"build with --warm    {warm_s:8.1f} s   (the AOT step itself: "
+    print(f"build without --aot  {plain_s:8.1f} s")
+    print(f"build with --aot     {warm_s:8.1f} s   (the AOT step itself: "
           f"{record.get('seconds')} s, {megabytes:.1f} MB of modules)")
-    print(f"ratio warm/plain     {warm_s / plain_s:8.2f}")
+    print(f"ratio aot/plain      {warm_s / plain_s:8.2f}")
     return 0
 
 

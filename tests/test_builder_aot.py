@@ -1,4 +1,5 @@
-"""inv build --warm (FlashInfer AOT modules): the plan staged as a build context (module names as
+"""inv build --aot (FlashInfer AOT modules; --warm, its old name, still works):
+the plan staged as a build context (module names as
 data, never Dockerfile text), the template's AOT step for the target's arch, inv render showing
 both, the record's summary, and bad input. The step's in-image run is tests/e2e/test_aot_e2e.py."""
 
@@ -36,7 +37,7 @@ def test_stage_writes_the_script_and_the_plan(tmp_path):
 @pytest.mark.parametrize("target,arch", [("spark", "12.1a"), ("thor", "11.0a")])
 def test_the_aot_step_builds_for_the_targets_arch_after_the_mods(target, arch):
     spec = load_spec(target, overrides={"mode": "prebuilt", "vllm_wheel": "0.33.0",
-                                        "warm": str(TINY)})
+                                        "aot": str(TINY)})
     text = render_dockerfile(resolve(spec))
     step = text.index("aot_inimage.py")
     assert text.index("applier.py apply") < step < text.index("COPY --from=edgevllm-meta")
@@ -50,26 +51,46 @@ def test_the_aot_step_builds_for_the_targets_arch_after_the_mods(target, arch):
 
 
 def test_render_task_stages_the_aot_context(cli, tmp_path):
-    code, _, stderr = cli("render", "--target", "spark", "--vllm-wheel", "0.33.0", "--warm",
+    code, _, stderr = cli("render", "--target", "spark", "--vllm-wheel", "0.33.0", "--aot",
                           str(TINY), "--out", str(tmp_path / "r"))
     assert code == 0, stderr
+    assert "--warm" not in stderr
     plan = json.loads((tmp_path / "r" / "build-plan.json").read_text())
     assert plan["contexts"]["edgevllm-aot"].rstrip("/").endswith("edgevllm-aot")
     staged = json.loads((tmp_path / "r" / "edgevllm-aot" / "plan.json").read_text())
     assert [m["name"] for m in staged["modules"]] == [PRIMARY, "sampling"]
 
 
-def test_bad_warm_input_is_one_error_line(cli, tmp_path):
-    code, _, stderr = cli("render", "--target", "spark", "--warm", str(tmp_path / "none.json"),
+def test_warm_is_the_old_name_of_aot_and_says_so_in_one_line(cli, tmp_path):
+    """``--warm`` (the flag's name before) still builds them, with one line naming --aot; a spec
+    file's ``warm:`` still reads as ``aot``."""
+    code, _, stderr = cli("render", "--target", "spark", "--vllm-wheel", "0.33.0", "--warm",
+                          str(TINY), "--out", str(tmp_path / "r"))
+    assert code == 0, stderr
+    said = [line for line in stderr.splitlines() if "--warm" in line]
+    assert said == ["warning: --warm is now --aot (FlashInfer's AOT modules built into the "
+                    "image; inv warm harvests a running server's JIT caches)"]
+    assert (tmp_path / "r" / "edgevllm-aot" / "plan.json").is_file()
+    code, _, stderr = cli("render", "--target", "spark", "--warm", str(TINY), "--aot",
+                          str(tmp_path / "other.json"), "--out", str(tmp_path / "r2"))
+    assert code == 2 and "error: --warm" in stderr and "give --aot alone" in stderr
+    old = load_spec("spark", overrides={"mode": "prebuilt", "vllm_wheel": "0.33.0",
+                                        "warm": str(TINY)})
+    assert old.aot is not None and str(old.aot).endswith(TINY.name)
+    assert "aot" in old.model_dump() and "warm" not in old.model_dump()
+
+
+def test_bad_aot_input_is_one_error_line(cli, tmp_path):
+    code, _, stderr = cli("render", "--target", "spark", "--aot", str(tmp_path / "none.json"),
                           "--out", str(tmp_path / "r"))
-    assert code == 2 and "error: --warm" in stderr and "is not a file" in stderr
+    assert code == 2 and "error: --aot" in stderr and "is not a file" in stderr
     assert "Traceback" not in stderr
     odd = tmp_path / "config.json"
     odd.write_text(json.dumps({"hidden_size": 96 * 4, "num_attention_heads": 4}))
-    code, _, stderr = cli("render", "--target", "spark", "--warm", str(odd),
+    code, _, stderr = cli("render", "--target", "spark", "--aot", str(odd),
                           "--out", str(tmp_path / "r"))
     assert code == 2 and "head_dim 96" in stderr and "Traceback" not in stderr
-    code, _, stderr = cli("render", "--target", "spark", "--warm", "recipe:no-such-recipe",
+    code, _, stderr = cli("render", "--target", "spark", "--aot", "recipe:no-such-recipe",
                           "--out", str(tmp_path / "r"))
     assert code != 0 and "no-such-recipe" in stderr and "Traceback" not in stderr
 
@@ -125,27 +146,31 @@ def test_summary_of_the_in_image_record():
     assert aot_summary(None) is None and describe_aot(None) == []
 
 
-def test_the_lock_records_the_warm_modules_so_a_warmed_image_gets_its_own_tag():
+def test_the_lock_records_the_aot_modules_so_such_an_image_gets_its_own_tag():
     from edgevllm.builder.steps import lock_settings
     from edgevllm.specs.buildspec import lock_overrides
     from edgevllm.specs.lock import Lock, image_tag
 
     plain = resolve(load_spec("spark", overrides={"mode": "prebuilt", "vllm_wheel": "0.33.0"}))
-    warm = resolve(load_spec("spark", overrides={"mode": "prebuilt", "vllm_wheel": "0.33.0",
-                                                 "warm": str(TINY)}))
-    assert "warm" not in lock_settings(plain)
-    assert lock_settings(warm)["warm"] == {"config": "tiny-llama.json",
-                                           "modules": [PRIMARY, "sampling"]}
+    aot = resolve(load_spec("spark", overrides={"mode": "prebuilt", "vllm_wheel": "0.33.0",
+                                                "aot": str(TINY)}))
+    assert "aot" not in lock_settings(plain)
+    assert lock_settings(aot)["aot"] == {"config": "tiny-llama.json",
+                                         "modules": [PRIMARY, "sampling"]}
     locks = [Lock(target="spark", mode="prebuilt", settings=lock_settings(eff))
-             for eff in (plain, warm)]
+             for eff in (plain, aot)]
     assert image_tag(locks[0]) != image_tag(locks[1])
-    assert "warm" not in lock_overrides(locks[1])  # a lock rebuild warms only with --warm
+    assert "aot" not in lock_overrides(locks[1])  # a lock rebuild builds them only with --aot
+    # a lock from before the rename holds them as "warm": it still reads, and still rebuilds
+    before = Lock(target="spark", mode="prebuilt",
+                  settings={"warm": lock_settings(aot)["aot"]})
+    assert "warm" not in lock_overrides(before) and "aot" not in lock_overrides(before)
 
 
-def test_the_label_holds_the_summary_only_when_the_build_warmed():
+def test_the_label_holds_the_summary_only_when_the_build_built_them():
     from edgevllm.builder.steps import outcome_labels
 
     summary = {"arch_list": "12.1a", "modules": [{"name": "sampling", "bytes": 1,
                                                    "sha256": "0" * 64}]}
-    assert "io.edgevllm.warm" not in outcome_labels(None, {}, {})
-    assert json.loads(outcome_labels(None, {}, {}, summary)["io.edgevllm.warm"]) == summary
+    assert "io.edgevllm.aot" not in outcome_labels(None, {}, {})
+    assert json.loads(outcome_labels(None, {}, {}, summary)["io.edgevllm.aot"]) == summary

@@ -189,7 +189,7 @@ def test_in_image_flashinfer_facts_read_packages_and_the_jit_cache(tmp_path, mon
     assert facts["packages"]["flashinfer-jit-cache"] is None
     assert facts["jit_cache_modules"] == 1
     assert facts["aot_modules"] == []
-    aot = site / "flashinfer" / "data" / "aot" / "sampling"  # what inv build --warm fills
+    aot = site / "flashinfer" / "data" / "aot" / "sampling"  # what inv build --aot fills
     aot.mkdir(parents=True)
     (site / "flashinfer" / "__init__.py").write_text("")
     (aot / "sampling.so").write_bytes(b"\x7fELF")

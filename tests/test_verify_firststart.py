@@ -95,13 +95,13 @@ def test_flashinfer_prebuilt_packages_are_judged_per_target(tmp_path):
 
 
 def test_modules_built_in_by_warm_count_as_some_prebuilt_kernels(tmp_path):
-    """inv build --warm puts one model's modules in FlashInfer's AOT folder: counted per target
+    """inv build --aot puts one model's modules in FlashInfer's AOT folder: counted per target
     like a package; FlashInfer still JIT-builds what they do not cover."""
     root = _tree(tmp_path, {"site-packages/flashinfer/data/aot/sampling/sampling.so": "sm_121a"})
     spark = verify("spark", path=root).first_start()
     assert spark.flashinfer_state == "partial" and "flashinfer" in spark.caches
     (warmed,) = spark.flashinfer
-    assert warmed.name == "flashinfer-aot (--warm)" and warmed.running == warmed.units >= 1
+    assert warmed.name == "flashinfer-aot (--aot)" and warmed.running == warmed.units >= 1
     assert verify("thor", path=root).first_start().flashinfer_state == "jit"
 
 

@@ -1,4 +1,4 @@
-"""FlashInfer's AOT modules for one model, built into the image (``inv build --warm CONFIG``).
+"""FlashInfer's AOT modules for one model, built into the image (``inv build --aot CONFIG``).
 
 The host decides (``aotlist.aot_modules`` reads the model's config.json); the image builds:
 ``stage_aot`` writes the plan and the in-image script (``aot_inimage.py``) into the

@@ -1,4 +1,4 @@
-"""The FlashInfer AOT step, inside the image at build time (``inv build --warm``;
+"""The FlashInfer AOT step, inside the image at build time (``inv build --aot``;
 docs/first-start.md).
 
 FlashInfer's own JIT builds the modules that plan.json names (``builder/aotlist.py`` chose them

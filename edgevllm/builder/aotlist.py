@@ -2,7 +2,7 @@
 
 The list is derived from vLLM 0.33.0's own code (the sdist on PyPI) and named the way FlashInfer
 0.7.2 names its JIT modules (``flashinfer/jit/attention/modules.py``, ``flashinfer/jit/*.py``), so
-that the AOT step (``inv build --warm``) can build exactly these into the image's FlashInfer cache:
+that the AOT step (``inv build --aot``) can build exactly these into the image's FlashInfer cache:
 
 - **attention** (``vllm/v1/attention/backends/flashinfer.py``): prefill plans
   ``BatchPrefillWithPagedKVCacheWrapper`` / ``...RaggedKVCacheWrapper`` with ``backend="auto"``

@@ -80,17 +80,17 @@ def named_contexts(job: Job, tree: PreparedTree | None = None,
                    folders: dict[str, str] | None = None) -> dict[str, str]:
     """The named build contexts of one build, assembled here only: the tree's (vllm-src,
     flashinfer-src, cmake-deps), the mode's folders (wheelhouse, build-tools), the staged mods
-    (when any are selected), the FlashInfer AOT step's plan (--warm) and the meta folder (the
+    (when any are selected), the FlashInfer AOT step's plan (--aot) and the meta folder (the
     lock)."""
     eff, ws = job.eff, job.ws
     contexts = tree.context_dirs() if tree is not None else {}
     contexts |= folders or {}
     if eff.mods:
         contexts["edgevllm-mods"] = str(ws.context / "edgevllm-mods")
-    if eff.spec.warm:  # staged here, the one place every mode (and inv render) passes
+    if eff.spec.aot:  # staged here, the one place every mode (and inv render) passes
         from edgevllm.builder.aot import AOT_CONTEXT, stage_aot
 
-        stage_aot(eff.spec.warm, ws.context / AOT_CONTEXT)
+        stage_aot(eff.spec.aot, ws.context / AOT_CONTEXT)
         contexts[AOT_CONTEXT] = str(ws.context / AOT_CONTEXT)
     contexts["edgevllm-meta"] = str(ws.context / "edgevllm-meta") if job.fetch else META_PLACEHOLDER
     return contexts

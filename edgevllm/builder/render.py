@@ -120,7 +120,7 @@ def template_values(eff: EffectiveSpec) -> dict:
         "max_jobs": eff.max_jobs,
         "nvcc_threads": eff.nvcc_threads,
         "flashinfer_source": eff.spec.flashinfer.source is not None,
-        "aot": eff.spec.warm is not None,
+        "aot": eff.spec.aot is not None,
         "compile_cache_id": eff.spec.compile_cache_id or f"ccache-{eff.target.name}",
         "closure": closure_values(eff),
         "mode_vllm": mode_vllm_values(eff),

@@ -53,7 +53,7 @@ class BuildResult:
     compile_cache: dict | None = None  # ccache's hits and misses of the compile (when it ran)
     layers: dict | None = None  # bytes per layer and shadowed bytes (inspect/layersizes.py)
     image_seconds: float | None = None  # the runtime image's build (BuildKit), in seconds
-    aot: dict | None = None  # --warm: the FlashInfer AOT modules built in (builder/aot.py)
+    aot: dict | None = None  # --aot: the FlashInfer AOT modules built in (builder/aot.py)
     wheel_cache: dict | None = None  # what --wheel-cache got: pushed, unchanged, kept, failed
 
 
@@ -239,7 +239,7 @@ def summary_json(result: BuildResult) -> dict:
         "probe": result.probe, "publish_cache": result.publish_cache,
         "supply_chain": result.supply_chain, "compile_cache": result.compile_cache,
         "layers": result.layers, "image_seconds": result.image_seconds,
-        "warm": result.aot, "wheel_cache": result.wheel_cache, "tool_version": __version__,
+        "aot": result.aot, "wheel_cache": result.wheel_cache, "tool_version": __version__,
     }
 
 

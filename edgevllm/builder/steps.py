@@ -83,8 +83,9 @@ def check_base_images(eff: EffectiveSpec, engine: DockerEngine, origin: str) -> 
 
 def lock_settings(eff: EffectiveSpec) -> dict:
     """What else shapes the image; ``spec.lock_overrides`` turns it back into spec fields
-    (all but ``warm``: the modules --warm builds in, which give such an image its own tag; a
-    lock rebuild builds them again only with --warm given again)."""
+    (all but ``aot``: the modules --aot builds in, which give such an image its own tag; a
+    lock rebuild builds them again only with --aot given again; a lock from before the rename
+    holds them as ``warm``, which nothing reads back either)."""
     return {
         **_aot_setting(eff),
         "platform": eff.platform,
@@ -102,12 +103,12 @@ def lock_settings(eff: EffectiveSpec) -> dict:
 
 
 def _aot_setting(eff: EffectiveSpec) -> dict:
-    if not eff.spec.warm:
+    if not eff.spec.aot:
         return {}
     from edgevllm.builder.aot import aot_plan
 
-    plan = aot_plan(eff.spec.warm)
-    return {"warm": {"config": plan["config"], "modules": [m["name"] for m in plan["modules"]]}}
+    plan = aot_plan(eff.spec.aot)
+    return {"aot": {"config": plan["config"], "modules": [m["name"] for m in plan["modules"]]}}
 
 
 def static_labels(eff: EffectiveSpec, lock: Lock, tag: str) -> dict[str, str]:
@@ -200,7 +201,7 @@ def checks_or_skip(
 def outcome_labels(record: dict | None, verify: dict, probe: dict,
                    aot: dict | None = None) -> dict[str, str]:
     """What is only known once the image is built and checked (added config-only); ``aot``:
-    the FlashInfer AOT modules --warm built in (builder/aot.py ``aot_summary``)."""
+    the FlashInfer AOT modules --aot built in (builder/aot.py ``aot_summary``)."""
     compact = (",", ":")
     found = {
         labels.MODS: json.dumps(_mods_summary(record), separators=compact),

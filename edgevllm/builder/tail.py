@@ -5,7 +5,7 @@
              skipped when that folder already holds wheels: no input of the compile changed)
 3. runtime   the image, tagged ``<tag>-unverified``, with the wheels bind-mounted; its bytes per
              layer and bytes shadowed by a later layer printed, the target's size budget checked
-4. mods      the in-image mods record (and --warm's record of the FlashInfer modules it built),
+4. mods      the in-image mods record (and --aot's record of the FlashInfer modules it built),
              read back and printed
 5. checks    arch verify + probe level 1 (unless --no-verify, which is recorded); the kernel plan
              compared with the binaries verify scanned, from its verdict in memory. Verify reads
@@ -142,8 +142,8 @@ def compile_cache_report(runner: BuildRunner, eff: EffectiveSpec) -> dict | None
 
 
 def read_aot(runner: BuildRunner, eff: EffectiveSpec, candidate: str) -> dict | None:
-    """The AOT step's record (--warm), printed; None without one."""
-    if not eff.spec.warm:
+    """The AOT step's record (--aot), printed; None without one."""
+    if not eff.spec.aot:
         return None
     from edgevllm.builder.aot import aot_summary, describe_aot
 

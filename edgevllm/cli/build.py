@@ -16,7 +16,7 @@ def spec_from_flags(values: dict, verify: bool = True):
     from edgevllm.specs.buildspec import load_spec, lock_overrides, spec_from_dict
     from edgevllm.specs.lock import read_lock
 
-    overrides = spec_overrides(_with_aot_config(_with_mod_names(values)))
+    overrides = spec_overrides(_with_aot_config(aot_alias(_with_mod_names(values))))
     if not verify:
         overrides["verify"] = False
     target, spec, lock = values.get("target"), values.get("spec"), values.get("lock")
@@ -53,24 +53,39 @@ def _with_mod_names(values: dict) -> dict:
     return {**values, "add_mod": names}
 
 
-def _with_aot_config(values: dict) -> dict:
-    """``--warm recipe:NAME`` → the recipe's model's config.json in the local Hugging Face cache;
-    ``--warm PATH`` → that file, absolute (the spec is read from elsewhere than the shell)."""
-    warm = values.get("warm")
-    if not warm:
+def aot_alias(values: dict) -> dict:
+    """``--warm X`` (the flag's name before) is ``--aot X``, said in one line."""
+    old = values.get("warm")
+    if not old:
         return values
     from edgevllm.common.errors import ConfigError
 
-    if warm.startswith("recipe:"):
-        path = _recipe_model_config(warm.removeprefix("recipe:"))
+    if values.get("aot") and values["aot"] != old:
+        raise ConfigError(f"--warm {old} and --aot {values['aot']}: --warm is the old name of "
+                          "--aot; give --aot alone")
+    console.warn("--warm is now --aot (FlashInfer's AOT modules built into the image; "
+                 "inv warm harvests a running server's JIT caches)")
+    return {**values, "aot": old, "warm": None}
+
+
+def _with_aot_config(values: dict) -> dict:
+    """``--aot recipe:NAME`` → the recipe's model's config.json in the local Hugging Face cache;
+    ``--aot PATH`` → that file, absolute (the spec is read from elsewhere than the shell)."""
+    aot = values.get("aot")
+    if not aot:
+        return values
+    from edgevllm.common.errors import ConfigError
+
+    if aot.startswith("recipe:"):
+        path = _recipe_model_config(aot.removeprefix("recipe:"))
     else:
-        path = Path(warm).expanduser().absolute()
+        path = Path(aot).expanduser().absolute()
     if not path.is_file():
-        raise ConfigError(f"--warm {warm}: {path} is not a file; give a model's config.json")
+        raise ConfigError(f"--aot {aot}: {path} is not a file; give a model's config.json")
     from edgevllm.builder.aotlist import read_config
 
     read_config(path)  # a broken config is one line here, before preflight and any download
-    return {**values, "warm": str(path)}
+    return {**values, "aot": str(path)}
 
 
 def _recipe_model_config(name: str) -> Path:
@@ -83,7 +98,7 @@ def _recipe_model_config(name: str) -> Path:
     model = load_recipe(name).recipe.model
     found = try_to_load_from_cache(model, "config.json", cache_dir=str(host_hf_cache() / "hub"))
     if not isinstance(found, str):
-        raise ConfigError(f"--warm recipe:{name}: no local copy of {model}'s config.json under "
+        raise ConfigError(f"--aot recipe:{name}: no local copy of {model}'s config.json under "
                           f"{host_hf_cache()}; run 'inv model-fetch {name}' first, or give the "
                           "config.json's path")
     return Path(found)
@@ -176,6 +191,7 @@ def build(c, **values):
     from edgevllm.cli.buildmany import build_many, engine_of, engines_for
     from edgevllm.common.kv import split_csv
 
+    values = aot_alias(values)  # once, before a build per target would say it again
     targets = split_csv([values["target"]] if values.get("target") else [])
     if len(set(targets)) < len(targets):  # two builds of one target would share its out folder
         from edgevllm.common.errors import ConfigError

@@ -205,11 +205,13 @@ BUILD_FLAGS: tuple[Flag, ...] = (
             False,
         ),
         Flag(
-            "warm",
+            "aot",
             "build FlashInfer's AOT modules that vLLM asks for one model into the image: its "
             "config.json, or recipe:NAME (the recipe's model, from the local Hugging Face cache)",
-            "warm",
+            "aot",
         ),
+        Flag("warm", "deprecated: the old name of --aot (inv warm is another thing: it harvests "
+                     "a running server's JIT caches)"),
         Flag(
             "compile",
             "compile vLLM even when the change is Python-only (by default a Python-only "

@@ -34,7 +34,7 @@ LOCK_SHA = PREFIX + "lock-sha256"
 MODS = PREFIX + "mods"
 VERIFY = PREFIX + "verify"
 PROBE = PREFIX + "probe"
-AOT = PREFIX + "warm"                  # inv build --warm: the FlashInfer AOT modules built in
+AOT = PREFIX + "aot"                   # inv build --aot: the FlashInfer AOT modules built in
                                        # (the label keeps its name: images carry it)
 # On containers started by inv serve / cluster / probe.
 RECIPE = PREFIX + "recipe"

@@ -294,7 +294,7 @@ def flashinfer_kernel_facts():
     modules = 0
     for _folder, _dirs, files in os.walk(cache):
         modules += sum(1 for name in files if name.endswith(".so"))
-    # FlashInfer's AOT folder (inv build --warm fills it): loaded before any JIT.
+    # FlashInfer's AOT folder (inv build --aot fills it): loaded before any JIT.
     aot = []  # type: list
     folder = os.path.join(package_dir("flashinfer") or "/nonexistent", "data", "aot")
     if os.path.isdir(folder):

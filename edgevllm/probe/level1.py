@@ -309,7 +309,7 @@ def judge_first_start(result: ProbeResult, facts: dict, record: dict | None) -> 
         fi_state = (record or {}).get("flashinfer") or ("jit" if not prebuilt else "not judged")
         cached = kernels.get("jit_cache_modules", 0)
         warmed = len(kernels.get("aot_modules") or [])
-        built_in = f"; {warmed} modules built in by --warm" if warmed else ""
+        built_in = f"; {warmed} modules built in by --aot" if warmed else ""
         parts.append(f"FlashInfer {fi_state} ({', '.join(prebuilt) or 'no prebuilt packages'}; "
                      f"{cached} modules already in its JIT cache{built_in})")
     env = facts.get("env", {})

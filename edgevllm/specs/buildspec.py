@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol
 
-from pydantic import Field, field_validator
+from pydantic import AliasChoices, Field, field_validator
 
 from edgevllm.common.errors import SpecError
 from edgevllm.common.grammar import (
@@ -133,9 +133,10 @@ class BuildSpec(Strict):
     # After the checks pass, compress the image's layers into the publish layer cache, so the
     # first `inv publish` assembles cached frames (no docker save). Does not change the image.
     publish_cache: bool = False
-    # inv build --warm: a model's config.json; FlashInfer's modules vLLM asks for that model are
-    # built into the image (builder/aot.py, docs/first-start.md).
-    warm: HostPath | None = None
+    # inv build --aot: a model's config.json; FlashInfer's modules vLLM asks for that model are
+    # built into the image (builder/aot.py, docs/first-start.md). ``warm:``, its name before,
+    # is still read.
+    aot: HostPath | None = Field(default=None, validation_alias=AliasChoices("aot", "warm"))
 
     @field_validator("env", "build_args")
     @classmethod

@@ -9,7 +9,7 @@ Three kinds of work happen at first use and are kept by a cache afterwards:
 - **FlashInfer's JIT**: FlashInfer builds its kernels with nvcc at first use unless a prebuilt
   package holds code that runs on the target: ``flashinfer-cubin`` (raw cubins) or
   ``flashinfer-jit-cache`` (compiled modules). Each package present is counted by units that run,
-  and so are the modules ``inv build --warm`` built into FlashInfer's AOT folder
+  and so are the modules ``inv build --aot`` built into FlashInfer's AOT folder
   (``flashinfer/data/aot``: the JIT builds the modules they do not cover).
 - **Triton and vLLM's compile**: always at first use, whatever the image holds.
 
@@ -36,9 +36,9 @@ CACHES = {
 # Top folders (below site-packages) of FlashInfer's prebuilt kernel packages.
 FLASHINFER_PACKAGES = {"flashinfer_cubin": "flashinfer-cubin",
                        "flashinfer_jit_cache": "flashinfer-jit-cache"}
-# FlashInfer's own AOT folder, which inv build --warm fills with one model's modules.
+# FlashInfer's own AOT folder, which inv build --aot fills with one model's modules.
 FLASHINFER_AOT = "flashinfer/data/aot/"
-WARMED = "flashinfer-aot (--warm)"
+WARMED = "flashinfer-aot (--aot)"
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""``inv build --warm`` end to end on the real vLLM 0.33.0 prebuilt image for spark (the host's
+"""``inv build --aot`` end to end on the real vLLM 0.33.0 prebuilt image for spark (the host's
 platform, built as tests/e2e/test_real_vllm_e2e.py builds it, from the same cached closure).
 
 The AOT step runs FlashInfer 0.7.2's own JIT inside the image build, with the closure's nvcc
@@ -51,7 +51,7 @@ def warm_build(engine, cli, tmp_path_factory):
                       apt_packages=[], torch={"version": "2.14.0", "index_url": None},
                       image_repo=REPO)
     code, _, stderr = cli("build", "--spec", str(spec), "--vllm-wheel", VLLM,
-                          "--base-image", base, "--override", CERTIFI, "--warm", str(TINY),
+                          "--base-image", base, "--override", CERTIFI, "--aot", str(TINY),
                           "--out", str(out), "--json", str(out / "result.json"),
                           env={"EDGEVLLM_CACHE": str(test_cache_dir("edgevllm-cache"))},
                           timeout=5400)
@@ -66,12 +66,12 @@ def test_the_build_records_each_module(warm_build, engine):
     from edgevllm.builder.aotlist import modules_for_file
 
     result, _, stderr = warm_build
-    warm = result["warm"]
+    warm = result["aot"]
     assert [m["name"] for m in warm["modules"]] == modules_for_file(TINY)
     assert warm["arch_list"] == "12.1a" and warm["config"] == "tiny-llama.json"
     assert all(m["bytes"] > 100_000 and len(m["sha256"]) == 64 for m in warm["modules"])
     assert f"flashinfer aot: 2 module(s) for 12.1a in {warm['seconds']}s" in stderr
-    label = engine.image_labels(result["image"])["io.edgevllm.warm"]
+    label = engine.image_labels(result["image"])["io.edgevllm.aot"]
     assert json.loads(label) == warm
 
 
@@ -79,7 +79,7 @@ def test_verify_finds_sm_121a_code_in_each_module(warm_build):
     result, out, _ = warm_build
     report = json.loads((out / "spark" / "verify.json").read_text())
     scanned = {lib["path"]: lib for lib in report["libraries"]}
-    for module in result["warm"]["modules"]:
+    for module in result["aot"]["modules"]:
         path = f"{AOT}/{module['name']}/{module['name']}.so".lstrip("/")
         found = [lib for p, lib in scanned.items() if p.lstrip("/").endswith(path)]
         assert found, f"{path} not scanned: {sorted(scanned)[:5]}"
@@ -126,7 +126,7 @@ def test_a_fresh_container_loads_them_without_nvcc_or_ninja(warm_build, engine, 
     assert found["hidden"] == {"nvcc": None, "ninja": None, "/usr/local/cuda/bin/nvcc": False}
     assert found["prefill"] == [True, True, True] and found["sampling"] is True
     assert found["jit_cache"] == []  # nothing was compiled into FlashInfer's JIT cache
-    assert found["aot"] == sorted(m["name"] for m in result["warm"]["modules"])
+    assert found["aot"] == sorted(m["name"] for m in result["aot"]["modules"])
 
 
 def _driver_stand_in(engine, image: str, tmp_path: Path) -> Path:
