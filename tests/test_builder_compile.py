@@ -15,9 +15,9 @@ from edgevllm.builder.modes import check_lock_mode
 from edgevllm.builder.modes.compile import (
     build_requires,
     check_torch,
-    closure_inputs,
     compile_closure,
     exported,
+    tree_closure_inputs,
 )
 from edgevllm.builder.render import render_dockerfile
 from edgevllm.common.errors import SourceError, SpecError
@@ -47,7 +47,7 @@ def tree_layout(tmp_path: Path, files: dict[str, str]):
 def test_closure_inputs_are_the_trees_requirements_with_the_pins_as_overrides():
     eff = compile_eff(torch=NO_TORCH_INDEX, overrides=["certifi>=2026.10.18"])
     layout = read_build_layout(FAKE_VLLM)
-    inputs = closure_inputs(eff, layout, ["fastsafetensors==0.3.3"])
+    inputs = tree_closure_inputs(eff, layout, ["fastsafetensors==0.3.3"])
     assert inputs["requirements"][0] == "packaging>=24"   # requirements/common.txt, via cuda.txt
     assert inputs["requirements"][1].startswith("uv==")   # the in-image installer
     assert "fastsafetensors==0.3.3" in inputs["requirements"]
@@ -58,7 +58,7 @@ def test_closure_inputs_are_the_trees_requirements_with_the_pins_as_overrides():
     assert inputs["platform"] == "aarch64-manylinux_2_34" and inputs["indexes"] == []
     source = compile_eff(torch=NO_TORCH_INDEX,
                          flashinfer={"source": {"repo": "https://example.invalid/fi.git"}})
-    assert any(o.startswith("flashinfer-python ; ") for o in closure_inputs(
+    assert any(o.startswith("flashinfer-python ; ") for o in tree_closure_inputs(
         source, layout, [])["overrides"]), "a compiled FlashInfer replaces PyPI's"
     # What the build exports stays out of the closure's install (vllm-files installs it).
     assert exported(eff) == ("vllm",) and exported(source) == ("vllm", "flashinfer-python")
@@ -70,7 +70,7 @@ def test_a_tree_without_runtime_requirements_is_refused_naming_the_file():
                                  runtime_requirements=())
     with pytest.raises(SourceError, match=r"no runtime requirement file for CUDA \(looked for "
                                         r"requirements/cuda.txt"):
-        closure_inputs(compile_eff(torch=NO_TORCH_INDEX), layout, [])
+        tree_closure_inputs(compile_eff(torch=NO_TORCH_INDEX), layout, [])
 
 
 def test_a_closure_without_torch_is_refused_when_the_build_needs_one():
@@ -117,12 +117,12 @@ def _closure(*names: str) -> Closure:
 
 
 def test_a_lock_rebuild_resolves_nothing(monkeypatch):
-    import edgevllm.builder.modes.compile as compile_mode
+    import edgevllm.builder.modes.closure as closure_module
 
     def no_resolve(**_):
         raise AssertionError("a lock rebuild must not resolve")
 
-    monkeypatch.setattr(compile_mode, "resolve_closure", no_resolve)
+    monkeypatch.setattr(closure_module, "resolve_closure", no_resolve)
     locked = Lock(target="spark", mode="compile",
                   closure=ClosureLock(**_closure("torch", "uv").to_dict()))
     closure = compile_closure(compile_eff(torch=NO_TORCH_INDEX), read_build_layout(FAKE_VLLM),

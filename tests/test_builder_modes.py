@@ -4,19 +4,17 @@ the shared base; the mode is decided in one place (builder/modes.start, with spe
 from __future__ import annotations
 
 from pathlib import Path
-from typing import get_args
 
 from edgevllm.builder.modes import MODES, prepare, start
 from edgevllm.builder.render import template_name
 from edgevllm.builder.runner import Workspace
 from edgevllm.common.paths import templates_dir
-from edgevllm.specs.buildspec import BuildMode, load_spec
-from edgevllm.specs.lock import Lock
+from edgevllm.specs.buildspec import load_spec
+from edgevllm.specs.moderecord import mode_records
 
 
 def test_every_mode_has_a_module_and_a_template_on_the_base():
-    assert set(MODES) == set(get_args(BuildMode))
-    assert set(MODES) == set(get_args(Lock.model_fields["mode"].annotation))
+    assert set(MODES) == set(mode_records())  # and each its record
     for name, mode in MODES.items():
         assert mode.name == name and callable(mode.prepare)
         template = (templates_dir() / template_name(name)).read_text()
@@ -95,3 +93,25 @@ def test_a_default_prebuilt_turns_compile_where_this_keys_wheels_exist(
     assert job.eff.mode == "compile" and str(ws.wheels(key)) in job.eff.mode_reason
     assert job.prepared is not None and prepare(job) is job.prepared
     assert job.prepared.compile_key == key and job.prepared.eff.mode_reason == job.eff.mode_reason
+
+
+def test_the_modes_stand_side_by_side_over_the_closure():
+    """A mode imports what the modes share (builder/modes/closure.py), never another mode; the
+    shared module imports no mode; the registry (``__init__``) alone sees them all."""
+    import ast
+
+    folder = Path(__file__).resolve().parents[1] / "edgevllm" / "builder" / "modes"
+    names = set(MODES)
+    for path in sorted(folder.glob("*.py")):
+        if path.stem == "__init__":
+            continue
+        tree = ast.parse(path.read_text())
+        imported = {n.module.rsplit(".", 1)[-1] for n in ast.walk(tree)
+                    if isinstance(n, ast.ImportFrom) and n.module
+                    and n.module.startswith("edgevllm.builder.modes.")}
+        imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+                     and n.module == "edgevllm.builder.modes" for a in n.names}
+        assert not imported & (names - {path.stem}), f"{path.name} imports another mode"
+        assert path.stem == "closure" or path.stem in names, f"{path.name}: a mode in no MODES"
+        if path.stem in names:
+            assert "closure" in imported, f"{path.name} does not stand on closure.py"

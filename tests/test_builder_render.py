@@ -230,7 +230,7 @@ def test_targets_and_modes_with_one_closure_share_its_install(tmp_path):
     after them, in the stage ``runtime``."""
     import hashlib
 
-    from edgevllm.builder.modes.prebuilt import OVER_CLOSURE, closure_overrides
+    from edgevllm.builder.modes.closure import OVER_CLOSURE, closure_overrides
     from edgevllm.sources.wheels import Closure, Wheelhouse, WheelPin
 
     effs = {"spark": resolve(load_spec("spark", overrides={"vllm_wheel": "0.33.0"})),

@@ -61,7 +61,7 @@ def test_a_plain_recipe_still_gets_what_its_arguments_need(tmp_path):
 def test_render_recipe_bakes_the_mod_and_pins_instanttensor(imported, tmp_path, cli):
     # --compile: the pin is a resolver override of the compile's locked closure, as in every mode
     # (the Dockerfile installs the closure by hash and names no package)
-    from edgevllm.builder.modes.prebuilt import closure_overrides
+    from edgevllm.builder.modes.closure import closure_overrides
     from edgevllm.cli.build import spec_from_flags
     from edgevllm.specs.buildspec import resolve
 

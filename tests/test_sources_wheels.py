@@ -270,7 +270,7 @@ def test_prebuilt_dockerfile_installs_the_closure_offline_by_hash():
 
 
 def test_prebuilt_overrides_come_from_target_mods_and_user():
-    from edgevllm.builder.modes.prebuilt import NEVER, closure_overrides
+    from edgevllm.builder.modes.closure import NEVER, closure_overrides
     from edgevllm.specs.buildspec import load_spec, resolve
 
     eff = resolve(load_spec("thor", None, {"vllm_wheel": "0.33.0",
@@ -285,13 +285,13 @@ def test_prebuilt_overrides_come_from_target_mods_and_user():
 def test_prebuilt_installs_every_pinned_package_even_one_vllm_does_not_ask_for():
     """A recipe's InstantTensor is nobody's dependency: as a requirement it joins the closure
     (an override alone pins only what something asks for)."""
-    from edgevllm.builder.modes.prebuilt import closure_inputs
+    from edgevllm.builder.modes.closure import release_inputs
     from edgevllm.specs.buildspec import load_spec, resolve
 
     eff = resolve(load_spec("spark", None, {"vllm_wheel": "0.33.0",
                                             "packages": {"instanttensor": "0.2.2",
                                                          "nvidia-cutlass-dsl": None}}))
-    inputs = closure_inputs(eff, [])
+    inputs = release_inputs(eff, [])
     assert inputs["requirements"][0] == "vllm==0.33.0"
     assert inputs["requirements"][2:] == ["flashinfer-python==0.7.2.post1",
                                           "instanttensor==0.2.2"]

@@ -31,6 +31,8 @@ from edgevllm.specs.buildspec import (
     stock_kernel_note,
 )
 from edgevllm.specs.lock import Lock, read_lock
+from edgevllm.specs.moderecord import mode_record
+from edgevllm.specs.targets import load_target
 
 
 def build(
@@ -45,28 +47,29 @@ def build(
 
 def _build(spec: BuildSpec, out: Path, engine: DockerEngine, lock_path: Path | None
            ) -> BuildResult:
-    target = resolve(spec).target
+    target = load_target(spec.target)
     engine.check_daemon()
     builder = modes.builder_of(engine, target)
-    eff = resolve(spec, builder=builder)
+    eff = resolve(spec, builder=builder)  # once; again only where the tree or wheels decide
     ws = Workspace(out / target.name)
     reusable = may_reuse(spec, ws)  # a compile that reuses its wheels needs no compile's disk
     preflight(eff, engine, out, compiles=not reusable)
     locked = lock_for(lock_path, target.name, eff.mode)
     if locked is not None:
         check_base_images(eff, engine, f"--lock {lock_path}")
-    job = modes.start(spec, ws, engine, locked, builder=builder)
+    job = modes.start(spec, ws, engine, locked, builder=builder, eff=eff)
+    record = mode_record(job.eff.mode)
     console.step(f"mode: {job.eff.mode} ({job.eff.mode_reason})")
-    if job.eff.mode == "compile":
+    if record.compiles:
         console.step(f"toolchain: {job.eff.toolchain} ({job.eff.toolchain_reason})")
-    if job.eff.mode == "prebuilt" and not (spec.mode or spec.vllm_wheel):
-        console.info(stock_kernel_note(job.eff))
+    if record.kernels == "release" and not (spec.mode or spec.vllm_wheel):
+        console.info(stock_kernel_note(job.eff))  # chosen for the builder: what it costs
     check_build_bases(job.eff, engine, builder.arch, reusable)  # before the closure is fetched
     build = modes.prepare(job)
     reused = compiled_wheels(job, build) is not None  # the output's, or the wheel cache's
-    if reusable and not reused and job.eff.mode == "compile" and engine.runs_here:
+    if reusable and not reused and record.compiles and engine.runs_here:
         check_disk(out, disk_gb(job.eff))  # not this key's wheels: it compiles after all
-    if job.eff.mode == "compile" and job.eff.toolchain != "native" and not reused:
+    if build.compiles and job.eff.toolchain != "native" and not reused:
         say = console.warn if job.eff.toolchain == "emulated" else console.info
         say(compile_estimate(build, builder, job.eff))
     return tail.run(job, build)

@@ -25,6 +25,7 @@ from edgevllm.sources.buildreqs import BuildLayout, unread_layout
 from edgevllm.sources.wheels import MODE_REQUIREMENTS_FILE
 from edgevllm.specs.buildspec import EffectiveSpec
 from edgevllm.specs.cross import CrossRoad
+from edgevllm.specs.moderecord import mode_record
 
 RELABEL_DOCKERFILE = "relabel.Dockerfile"
 CROSS_TOOLCHAIN_TEMPLATE = "cross-toolchain.cmake.j2"
@@ -74,10 +75,11 @@ def closure_values(eff: EffectiveSpec) -> dict:
 
 
 def mode_vllm_values(eff: EffectiveSpec) -> dict:
-    """Where the stage ``vllm-files`` (dockerfiles/_install.j2) takes the mode's vLLM from: the
-    exported ``wheels`` context where the mode builds one, else the release wheel the
-    ``wheelhouse`` holds, by its pin in the file the closure's requirements.txt leaves it to."""
-    return {"source": "wheels" if eff.mode != "prebuilt" else "wheelhouse",
+    """Where the stage ``vllm-files`` (dockerfiles/_install.j2) takes the mode's vLLM from (its
+    record's ``vllm_from``): the exported ``wheels`` context where the mode builds one, else the
+    release wheel the ``wheelhouse`` holds, by its pin in the file the closure's
+    requirements.txt leaves it to."""
+    return {"source": mode_record(eff.mode).vllm_from,
             "requirements": MODE_REQUIREMENTS_FILE}
 
 

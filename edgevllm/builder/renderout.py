@@ -19,6 +19,8 @@ from edgevllm.builder.runner import Workspace
 from edgevllm.common import console
 from edgevllm.common.fsutil import output_dir
 from edgevllm.specs.buildspec import BuildSpec, EffectiveSpec
+from edgevllm.specs.moderecord import mode_record
+from edgevllm.specs.targets import load_target
 
 
 def render_to(spec: BuildSpec, out: Path, force: bool = False,
@@ -28,12 +30,13 @@ def render_to(spec: BuildSpec, out: Path, force: bool = False,
     from edgevllm.specs.buildspec import resolve
 
     # With this machine as the builder (as start() takes it): a toolchain that cannot be is
-    # refused here, before the folder is touched.
-    eff = resolve(spec, builder=modes.builder_of(None, resolve(spec).target))
+    # refused here, before the folder is touched. Resolved once: start() takes it as it is.
+    builder = modes.builder_of(None, load_target(spec.target))
+    eff = resolve(spec, builder=builder)
     locked = lock_for(lock_path, eff.target.name, eff.mode)
     with output_dir(out, force, kind="render") as tmp:  # never deletes what edgevllm did not write
         job = modes.start(spec, Workspace(tmp, context_dir=tmp), engine=None, locked=locked,
-                          fetch=False)
+                          fetch=False, builder=builder, eff=eff)
         build = modes.prepare(job)
         (tmp / "Dockerfile").write_text(build.dockerfile)
         contexts = {name: _relative(value, tmp)
@@ -44,7 +47,7 @@ def render_to(spec: BuildSpec, out: Path, force: bool = False,
             mode=job.eff.mode,
             mode_reason=job.eff.mode_reason,
             toolchain=(f"{job.eff.toolchain} ({job.eff.toolchain_reason})"
-                       if job.eff.mode == "compile" else ""),
+                       if mode_record(job.eff.mode).compiles else ""),
             dockerfile="Dockerfile",
             contexts=contexts,
             build_args=build.build_args,

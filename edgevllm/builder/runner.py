@@ -34,6 +34,7 @@ from edgevllm.containers.enginehost import check_engine_disk, engine_platform
 from edgevllm.containers.host import check_disk, slow_emulation
 from edgevllm.specs.buildspec import EffectiveSpec
 from edgevllm.specs.lock import BaseImageLock
+from edgevllm.specs.moderecord import mode_record
 
 
 @dataclass
@@ -93,10 +94,12 @@ def preflight(eff: EffectiveSpec, engine: DockerEngine, out: Path, compiles: boo
 
 
 def disk_gb(eff: EffectiveSpec, compiles: bool = True) -> float:
-    """The free disk a build asks for: the target's compile figure (the devel image, the build
-    stage, the compile cache) where a wheel is built, the closure's (``prebuilt.min_disk_gb``)
-    for prebuilt and for a compile that reuses its compiled wheels (nothing compiles)."""
-    if eff.mode == "prebuilt" or (eff.mode == "compile" and not compiles):
+    """The free disk a build asks for, as its mode's record says: the target's compile figure
+    (the devel image, the build stage, the compile cache) where a wheel is built, the closure's
+    (``prebuilt.min_disk_gb``) for a closure mode and for a compile that reuses its compiled
+    wheels (``compiles`` False: nothing compiles)."""
+    record = mode_record(eff.mode)
+    if record.disk == "closure" or (record.compiles and not compiles):
         return eff.target.prebuilt.min_disk_gb
     return eff.target.min_disk_gb
 

@@ -23,6 +23,7 @@ from edgevllm.specs.lock import (
     label_value,
     now_utc,
 )
+from edgevllm.specs.moderecord import mode_record
 
 if TYPE_CHECKING:
     from edgevllm.verify.judge import Verdict
@@ -67,10 +68,12 @@ def check_base_images(eff: EffectiveSpec, engine: DockerEngine, origin: str) -> 
     """A rebuild from a lock: every base it names is on the engine or in its registry (by its
     digest where the lock has one), or the build stops here in one line naming it, before
     anything is fetched."""
-    used = ([("build", eff.images.build)] if eff.mode == "compile" else []) + [
-        ("runtime", eff.images.runtime), ("byte-code", eff.bytecode_image)]
+    bases = {"build": eff.images.build, "runtime": eff.images.runtime,
+             "bytecode": eff.bytecode_image}
+    used = [(role.replace("bytecode", "byte-code"), bases[role])
+            for role in mode_record(eff.mode).bases]
     roles: dict[str, list[str]] = {}
-    for role, ref in used:  # prebuilt's only base: build and runtime are the same
+    for role, ref in used:  # a prebuilt image's one base: build and runtime are the same
         roles.setdefault(ref, []).append(role)
     for ref, named in roles.items():
         if engine.image_exists(ref) or engine.manifest_digest(ref, timeout=60):
@@ -146,13 +149,6 @@ def print_mods(record: dict | None) -> None:
         )
 
 
-def verify_policy(eff: EffectiveSpec):
-    """The gate: the default one, or the stock-kernel one where vLLM's kernels are a release's."""
-    from edgevllm.verify.policy import STOCK_POLICY
-
-    return None if eff.mode == "compile" else STOCK_POLICY
-
-
 def run_checks(
     eff: EffectiveSpec, engine: DockerEngine, image: str, ws: Workspace
 ) -> tuple[dict, dict, Verdict]:
@@ -160,6 +156,7 @@ def run_checks(
     The verdict itself comes back too: the plan is compared with it in memory."""
     from edgevllm.probe import probe_level1
     from edgevllm.verify.api import verify as arch_verify
+    from edgevllm.verify.policy import mode_policy
 
     console.step("checks: kernel-arch coverage")
     verdict = arch_verify(
@@ -167,7 +164,7 @@ def run_checks(
         image=image,
         engine=engine,
         json_out=ws.root / "verify.json",
-        policy=verify_policy(eff),
+        policy=mode_policy(eff.mode),
     )
     verify_summary = verdict.summary_dict()
     console.step("checks: probe level 1 (imports, torch arch list, mods record, env)")

@@ -25,6 +25,7 @@ from edgevllm.builder.runner import Workspace
 from edgevllm.common import console
 from edgevllm.common.errors import ConfigError, RegistryError, WheelCacheError
 from edgevllm.specs.buildspec import BuildSpec
+from edgevllm.specs.moderecord import mode_record
 
 
 def may_reuse(spec: BuildSpec, ws: Workspace) -> bool:
@@ -54,7 +55,9 @@ def told_to_compile(job: Job) -> bool:
     """--compile (or mode compile in a spec): a refused artifact compiles instead. A lock's
     own mode is not that: without --compile its rebuild stops like any other build."""
     spec = job.eff.spec
-    return spec.mode == "compile" and not spec.mode_from_lock
+    if spec.mode is None or spec.mode_from_lock:
+        return False
+    return mode_record(spec.mode).compiles
 
 
 def _fetch(ref: str, key: str, folder: Path, compile_instead: bool) -> Path | None:

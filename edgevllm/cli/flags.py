@@ -287,7 +287,8 @@ def spec_overrides(values: dict[str, Any], flags: Iterable[Flag] = BUILD_FLAGS) 
     PR flags go through the one PR parser: a PR URL of a fork sets the source's repository to
     the fork, and a ``--*-repo`` that names another repository is refused.
     """
-    if values.get("compile") and values.get("mode") not in (None, "", "compile"):
+    compile_mode = by_name(BUILD_FLAGS)["compile"].const  # the mode --compile asks for
+    if values.get("compile") and values.get("mode") not in (None, "", compile_mode):
         raise SpecError(f"--compile and --mode {values['mode']}: give one of them")
     data: dict = {}
     for flag in flags:

@@ -95,25 +95,25 @@ def _set_ceiling(text: str) -> None:
 
 
 def _policy_for_image(image: str | None, engine):
-    """The stock-kernel gate for an image whose lock says its kernels are a release's (prebuilt,
-    precompiled): the gate its build used. None (the default gate) for anything else."""
+    """The gate the image's build used (``verify.policy.mode_policy`` of the mode its lock
+    records): the stock-kernel gate where its kernels are a release's, else None (the default)."""
     if not image:
         return None
     from edgevllm.common import console
     from edgevllm.common.errors import EdgeVllmError
     from edgevllm.image.records import label_records
-    from edgevllm.verify.policy import STOCK_POLICY
+    from edgevllm.verify.policy import mode_policy
 
     try:
         lock = label_records(image, engine.image_labels(image)).get("lock")
     except EdgeVllmError:
         return None  # the scan itself reports a missing image
     mode = lock.get("mode") if isinstance(lock, dict) else None
-    if mode not in ("prebuilt", "precompiled"):
-        return None
-    console.info(f"policy: the stock-kernel gate (the image's lock says mode {mode}: its "
-                 "kernels are a release's); --policy picks another")
-    return STOCK_POLICY
+    policy = mode_policy(mode if isinstance(mode, str) else None)
+    if policy is not None:
+        console.info(f"policy: the stock-kernel gate (the image's lock says mode {mode}: its "
+                     "kernels are a release's); --policy picks another")
+    return policy
 
 
 def _why(verdict) -> str:

@@ -9,9 +9,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Annotated, Literal, Protocol
 
-from pydantic import AliasChoices, Field, field_validator
+from pydantic import AfterValidator, AliasChoices, Field, field_validator
 
 from edgevllm.common.errors import SpecError
 from edgevllm.common.grammar import (
@@ -37,6 +37,7 @@ from edgevllm.common.schema import Strict, parse_model
 from edgevllm.common.secrets import check_no_secrets
 from edgevllm.containers.host import platform_arch
 from edgevllm.specs.cross import CrossRoad, Toolchain, compile_toolchain, cross_blockers
+from edgevllm.specs.moderecord import check_mode, mode_record
 from edgevllm.specs.modselect import select_mod_names
 from edgevllm.specs.refs import UPSTREAM_REPOS, normalize_repo
 from edgevllm.specs.targets import BaseImages, Target, TorchSource, load_target
@@ -69,7 +70,8 @@ class FlashInferSpec(Strict):
     source: SourceSpec | None = None
 
 
-BuildMode = Literal["compile", "prebuilt", "precompiled"]
+# A build mode: a name with a record (builder/modes/<name>.yaml, specs/moderecord.py).
+BuildMode = Annotated[Name, AfterValidator(check_mode)]
 
 
 class BuildSpec(Strict):
@@ -170,7 +172,7 @@ class EffectiveSpec(Strict):
     max_jobs: int
     nvcc_threads: int
     env: dict[EnvName, Line]
-    mode: BuildMode = "compile"
+    mode: BuildMode
     mode_reason: str = ""
     # A compile's toolchain on this builder (specs/cross.compile_toolchain): native, cross (the
     # build stages on the builder's platform, with ``cross`` its road) or emulated.
@@ -269,6 +271,14 @@ def choose_mode(spec: BuildSpec, tree: TreeChange | None = None,
     return _default_mode(spec, builder)
 
 
+def decided_spec(spec: BuildSpec, mode: str, tree: TreeChange | None) -> BuildSpec:
+    """The spec as decided: a Python-only tree builds precompiled over its release's wheel."""
+    if mode == "precompiled" and tree is not None:
+        return spec.model_copy(update={"mode": "precompiled",
+                                       "vllm_wheel": spec.vllm_wheel or tree.release})
+    return spec
+
+
 def _check_mode_fields(spec: BuildSpec) -> None:
     if spec.mode == "compile" and spec.vllm_wheel:
         raise SpecError(
@@ -325,14 +335,14 @@ def prebuilt_wheel(spec: BuildSpec) -> str:
 
 
 def base_images(spec: BuildSpec, target: Target, mode: str) -> BaseImages:
-    """--base-image / spec.images / the target's images for this mode, in that order."""
+    """--base-image / spec.images / the target's images for this mode's base, in that order."""
     if spec.base_image:
         return BaseImages(build=spec.base_image, runtime=spec.base_image)
     if spec.images:
         return spec.images
-    if mode in ("prebuilt", "precompiled"):
+    if mode_record(mode).base == "prebuilt-image":
         return BaseImages(build=target.prebuilt.image, runtime=target.prebuilt.image)
-    return target.images  # compile: the devel image builds; the runtime is the target's lean base
+    return target.images  # devel-image: the devel image builds, the lean runtime base runs
 
 
 def load_spec_file(path: Path, overrides: dict | None = None) -> BuildSpec:
@@ -365,9 +375,8 @@ def resolve(spec: BuildSpec, tree: TreeChange | None = None,
     """Every default filled in from the target, for the mode ``choose_mode`` picks (a tree that
     turns out Python-only becomes precompiled over the release below it)."""
     mode, reason = choose_mode(spec, tree, builder)
-    if mode == "precompiled" and tree is not None:
-        spec = spec.model_copy(update={"mode": "precompiled",
-                                       "vllm_wheel": spec.vllm_wheel or tree.release})
+    spec = decided_spec(spec, mode, tree)
+    record = mode_record(mode)
     target = load_target(spec.target)
     packages = dict(target.packages)
     if spec.flashinfer.version:
@@ -379,13 +388,13 @@ def resolve(spec: BuildSpec, tree: TreeChange | None = None,
             packages.pop(name, None)
         else:
             packages[name] = version.lstrip("=")  # --package NAME==VER reads as NAME=VER too
-    prebuilt = mode in ("prebuilt", "precompiled")  # both install a released wheel's closure
+    prebuilt = record.base == "prebuilt-image"  # the target's prebuilt image, Python and packages
     default_apt = target.prebuilt.apt_packages if prebuilt else target.apt_packages
     platform = spec.platform or target.platform
     toolchain, road, why = compile_toolchain(spec.toolchain, builder.arch if builder else None,
                                              platform, target.cuda_version, target.name,
                                              cross_blockers(spec.flashinfer.source is not None))
-    if road is not None and mode == "compile" and spec.apt_packages is None:
+    if road is not None and record.compiles and spec.apt_packages is None:
         default_apt = [*default_apt, *road.apt_packages]  # the cross g++ in the build base
     apt = spec.apt_packages if spec.apt_packages is not None else default_apt
     return EffectiveSpec(
@@ -394,13 +403,13 @@ def resolve(spec: BuildSpec, tree: TreeChange | None = None,
         mode=mode,
         mode_reason=reason,
         platform=platform,
-        toolchain=toolchain if mode == "compile" else "native",
-        toolchain_reason=why if mode == "compile" else "",
-        cross=road if mode == "compile" else None,
+        toolchain=toolchain if record.compiles else "native",
+        toolchain_reason=why if record.compiles else "",
+        cross=road if record.compiles else None,
         images=base_images(spec, target, mode),
         torch=spec.torch if spec.torch is not None else target.torch,
         apt_packages=apt,
-        runtime_apt_packages=_runtime_apt(spec, target, mode, apt),
+        runtime_apt_packages=_runtime_apt(spec, target, prebuilt, apt),
         python=spec.python or (target.prebuilt.python if prebuilt else target.python),
         packages=packages,
         mods=select_mod_names(target.default_mods, spec.mods, spec.add_mods, spec.remove_mods),
@@ -410,11 +419,12 @@ def resolve(spec: BuildSpec, tree: TreeChange | None = None,
     )
 
 
-def _runtime_apt(spec: BuildSpec, target: Target, mode: str, apt: list[str]) -> list[str]:
-    """The runtime stage's packages: the build base's where the modes share one base."""
+def _runtime_apt(spec: BuildSpec, target: Target, prebuilt: bool, apt: list[str]) -> list[str]:
+    """The runtime stage's packages: the build base's where the stages share the prebuilt image
+    (or the spec names them), else the prebuilt ones (the build toolchain stays in the devel)."""
     if spec.runtime_apt_packages is not None:
         return spec.runtime_apt_packages
-    if mode != "compile" or spec.apt_packages is not None:
+    if prebuilt or spec.apt_packages is not None:
         return apt
     return target.prebuilt.apt_packages
 

@@ -44,6 +44,7 @@ from edgevllm.common.grammar import (
 )
 from edgevllm.common.schema import parse_model
 from edgevllm.common.secrets import HOW_TO_PASS, check_no_secrets, redact, token_kind
+from edgevllm.specs.moderecord import LEGACY_MODE, check_mode
 
 SCHEMA_VERSION = 1
 LOCK_FILENAME = labels.LOCK_FILENAME
@@ -199,7 +200,7 @@ class Lock(_Model):
     # env, compile jobs), so that `inv build --lock` needs nothing but the lock.
     settings: dict[str, Any] = Field(default_factory=dict)
     tags: list[ImageTagOrRef] = Field(default_factory=list)  # user tags; not hashed
-    mode: Literal["compile", "prebuilt", "precompiled"] = "compile"
+    mode: Annotated[Name, AfterValidator(check_mode)] = LEGACY_MODE  # a mode with a record
     closure: Optional[ClosureLock] = None  # every wheel the image installs, by sha256
     # compile/precompiled: the tree's build requirements (pinned like the closure, build stages
     # only); precompiled: the release whose kernels were reused.
@@ -242,8 +243,8 @@ def now_utc() -> str:
 
 def canonical_json(lock: Lock) -> str:
     data = lock.model_dump(mode="json", exclude=_UNHASHED)
-    if data.get("closure") is None and data.get("mode") == "compile":
-        del data["closure"], data["mode"]  # compile locks made before they locked a closure
+    if data.get("closure") is None and data.get("mode") == LEGACY_MODE:
+        del data["closure"], data["mode"]  # locks made before they recorded a mode or a closure
     for key in ("build_closure", "kernels_from"):  # absent where a mode has none
         if data.get(key) is None:
             data.pop(key, None)

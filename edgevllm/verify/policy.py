@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from edgevllm.common.dataload import load_yaml
 from edgevllm.common.errors import PolicyError
 from edgevllm.common.schema import parse_model
+from edgevllm.specs.moderecord import mode_records
 
 Requirement = Literal["native", "compatible", "ptx-jit", "report"]
 Mode = Literal["every-unit", "coverage", "report"]
@@ -35,6 +36,14 @@ DEFAULT_POLICY = Path(__file__).with_name("policy.yaml")
 # A release's own kernels (prebuilt / precompiled builds): core extensions must run, not be native.
 STOCK_POLICY = Path(__file__).with_name("policy-stock.yaml")
 _PACKAGE_ROOTS = ("site-packages/", "dist-packages/")
+
+
+def mode_policy(mode: str | None) -> Path | None:
+    """The gate an image of build mode ``mode`` is verified with, at build time and in
+    ``inv verify`` alike (the mode record's ``gate``): the stock-kernel policy where its kernels
+    are a release's, else None (the default). A mode with no record here: None."""
+    record = mode_records().get(mode or "")
+    return STOCK_POLICY if record is not None and record.gate == "stock" else None
 
 
 @functools.lru_cache(maxsize=256)

@@ -2,10 +2,19 @@
 
 ``start`` is where a build's mode is decided (``specs.buildspec.choose_mode`` holds the rule; a
 PR or picks, or ``--mode precompiled``, asks the prepared tree first); ``prepare`` hands the job
-to its mode. Adding a mode: a module here with ``name`` and ``prepare(job) -> PreparedBuild``,
-its line in ``MODES``, ``dockerfiles/<name>.Dockerfile.j2`` on the shared base, the mode's
-name and rule in ``specs/buildspec.py`` (``BuildMode``, ``choose_mode``) and its name in
-``specs/lock.py`` (``Lock.mode``).
+to its mode. The modes stand side by side over ``closure.py`` (the closure, wheelhouse, build
+tools and the one lock builder they share) and import it, never each other.
+
+Adding a mode (one module, one record, one template, one registry line):
+1. ``<name>.py`` here: ``name`` and ``prepare(job) -> PreparedBuild`` (its stages from its record)
+2. ``<name>.yaml`` beside it: its record, every fact the rest of the tool asks of a mode
+   (kernels, base, where its vLLM comes from, disk, verify gate, stages, contexts, bases;
+   the schema with each field's meaning: ``specs/moderecord.py``)
+3. ``dockerfiles/<name>.Dockerfile.j2`` on the shared base
+4. its line in ``MODES``
+A spec, a lock or ``--mode`` may then name it. Only for the default rule to pick it on its own
+does ``specs.buildspec.choose_mode`` change. ``tests/test_specs_moderecord.py`` builds such a
+throwaway mode and checks what it renders.
 """
 
 from __future__ import annotations
@@ -21,9 +30,15 @@ from edgevllm.common import console
 from edgevllm.common.errors import EdgeVllmError, SpecError
 from edgevllm.containers.docker import DockerEngine
 from edgevllm.containers.host import host_arch
-from edgevllm.specs.buildspec import Builder, BuildSpec, resolve, wants_tree_check
+from edgevllm.specs.buildspec import (
+    Builder,
+    BuildSpec,
+    EffectiveSpec,
+    resolve,
+    wants_tree_check,
+)
 from edgevllm.specs.lock import Lock
-from edgevllm.specs.targets import Target
+from edgevllm.specs.targets import Target, load_target
 
 MODES: dict[str, Mode] = {
     compile_mode.name: compile_mode,
@@ -47,15 +62,18 @@ def builder_of(engine: DockerEngine | None, target: Target) -> Builder:
 
 
 def start(spec: BuildSpec, ws: Workspace, engine: DockerEngine | None, locked: Lock | None,
-          fetch: bool = True, builder: Builder | None = None) -> Job:
+          fetch: bool = True, builder: Builder | None = None,
+          eff: EffectiveSpec | None = None) -> Job:
     """The job with its mode decided: by the spec and the builder, or (where
     ``wants_tree_check`` and fetching is on) by the prepared tree's change against the release
-    below it; a default prebuilt turns compile where this build's compiled wheels exist."""
+    below it; a default prebuilt turns compile where this build's compiled wheels exist.
+    ``eff``: the spec as the caller resolved it for ``builder`` (resolved here where None); it
+    is resolved again only where the decision changes (the tree's change, compiled wheels)."""
     from edgevllm.builder.tree import fetch_sources, requests_for
     from edgevllm.sources.pythononly import python_only_change
 
-    builder = builder or builder_of(engine, resolve(spec).target)
-    eff = resolve(spec, builder=builder)
+    builder = builder or builder_of(engine, load_target(spec.target))
+    eff = eff or resolve(spec, builder=builder)
     if not wants_tree_check(spec):
         job = Job(eff=eff, ws=ws, engine=engine, locked=locked, fetch=fetch)
         return _reuse_compiled(job, spec, builder) if _could_reuse(job, spec) else job

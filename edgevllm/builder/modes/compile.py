@@ -7,16 +7,17 @@ Prepares, in order (seconds, before any download or container; each failure is o
 3. closure   the tree's own runtime requirements for CUDA (``requirements/cuda.txt`` and what it
              includes, read by ``sources/buildreqs.py``) resolved with uv for the target's
              platform and Python, the torch pin, the target/spec/mod pins and ``--override`` as
-             overrides (``modes/prebuilt.closure_overrides``: one resolver, ``sources.wheels``);
+             overrides (``modes/closure.closure_inputs``: one resolver, ``sources.wheels``);
              or taken from ``--lock``. A closure without torch where the build needs it fails.
 4. tools     the tree's build requirements, at the closure's versions, pinned by hash
-             (``modes/precompiled.build_tools``); installed in the build stages only
+             (``modes/closure.build_tools``); installed in the build stages only
 5. wheels    both downloaded into the shared wheelhouse, checked by hash (``prepare_wheelhouse``)
 6. lock      the tree, the closure and the build tools by sha256, the kernel plan, the images;
              the compile key: every input of the ``wheels`` stage, the closure's hashes among
              them, so an unchanged build (``inv build --lock``) reuses ``wheels/<key>/``
 Runs ``wheels`` (exported) then ``runtime``: the closure on the target's lean runtime base, the
-compiled wheels over it with ``--no-deps`` (``dockerfiles/base.Dockerfile.j2``).
+compiled wheels over it with ``--no-deps`` (``dockerfiles/base.Dockerfile.j2``). Its facts for
+the rest of the tool are its record, ``compile.yaml`` beside this module.
 """
 
 from __future__ import annotations
@@ -35,33 +36,30 @@ from edgevllm.builder.cross import (
     cross_build_tools,
     stage_cross,
 )
-from edgevllm.builder.modes.prebuilt import (
-    NEVER,
-    closure_overrides,
-    closure_platform,
+from edgevllm.builder.modes.closure import (
+    base_lock,
+    build_tools,
+    closure_inputs,
+    from_lock,
     mode_labels,
+    pins_key,
     prepare_wheelhouse,
+    resolved,
 )
-from edgevllm.builder.modes.precompiled import build_tools, pins_key
 from edgevllm.builder.prepared import Job, PreparedBuild, engine_of, named_contexts
 from edgevllm.builder.render import render_dockerfile
 from edgevllm.builder.runner import compile_key
-from edgevllm.builder.steps import base_image_locks, lock_settings, stage_mods
+from edgevllm.builder.steps import stage_mods
 from edgevllm.builder.tree import PreparedTree, TreeOptions, prepare_tree
 from edgevllm.common import console
 from edgevllm.common.errors import SourceError, SpecError
 from edgevllm.common.secrets import url_without_password
 from edgevllm.containers.docker import DockerEngine
 from edgevllm.sources.buildreqs import BuildLayout
-from edgevllm.sources.wheels import (
-    Closure,
-    ClosureError,
-    UnresolvableError,
-    resolve_closure,
-    uv_version,
-)
+from edgevllm.sources.wheels import Closure, ClosureError, UnresolvableError
 from edgevllm.specs.buildspec import EffectiveSpec
-from edgevllm.specs.lock import ClosureLock, Lock, ModLock, now_utc
+from edgevllm.specs.lock import ClosureLock, Lock, ModLock
+from edgevllm.specs.moderecord import mode_record
 
 if TYPE_CHECKING:
     from edgevllm.mods.catalog import StagedMods
@@ -106,7 +104,7 @@ def prepare_over(job: Job, tree: PreparedTree, staged: StagedMods,
     units = sum(e.cuda_sources for e in plan.extensions if e.language == "CUDA") if plan else 0
     cross = stage_cross_context(job)
     if not tree.fetched:
-        return PreparedBuild(eff=eff, dockerfile=dockerfile, stages=("wheels", "runtime"),
+        return PreparedBuild(eff=eff, dockerfile=dockerfile, stages=mode_record(name).stages,
                              contexts=named_contexts(job, then(tree, job),
                                                      UNFETCHED | cross.contexts),
                              lock=None, build_args=build_args, compiles=True,
@@ -123,7 +121,7 @@ def prepare_over(job: Job, tree: PreparedTree, staged: StagedMods,
     contexts = named_contexts(job, tree, {n: str(p) for n, p in folders.items()}
                               | cross.contexts)
     return PreparedBuild(eff=eff, dockerfile=dockerfile, contexts=contexts,
-                         stages=("wheels", "runtime"), lock=lock, build_args=build_args,
+                         stages=mode_record(name).stages, lock=lock, build_args=build_args,
                          compile_key=key, labels=mode_labels(lock), compiles=True,
                          compile_units=units,
                          runtime_what="runtime image (closure + compiled wheels)")
@@ -155,9 +153,8 @@ def compile_build_tools(eff: EffectiveSpec, layout: BuildLayout, closure: Closur
     if eff.toolchain != "cross":
         return build_tools(eff, build_requires(layout), closure, locked if same else None)
     check_target_side(eff, closure, layout)
-    if same and locked is not None and locked.build_closure is not None:
-        return Closure.from_dict(locked.build_closure.model_dump())
-    return cross_build_tools(eff, build_requires(layout), closure, layout)
+    tools = from_lock(locked, "build_closure") if same else None
+    return tools or cross_build_tools(eff, build_requires(layout), closure, layout)
 
 
 def exported(eff: EffectiveSpec) -> tuple[str, ...]:
@@ -173,46 +170,34 @@ def build_requires(layout: BuildLayout) -> list[str]:
     return list(dict.fromkeys([*layout.pyproject_requires, *layout.build_requirements]))
 
 
-def closure_inputs(eff: EffectiveSpec, layout: BuildLayout, mod_packages: list[str]) -> dict:
-    """Keyword arguments for ``resolve_closure``: the tree's runtime requirements (its vLLM is
-    the compiled wheel, so not among them), uv (the in-image installer), the mods' packages."""
+def tree_closure_inputs(eff: EffectiveSpec, layout: BuildLayout, mod_packages: list[str]
+                        ) -> dict:
+    """The closure's inputs (``closure.closure_inputs``) from the tree's runtime requirements (its
+    vLLM is the compiled wheel, so not among them); a FlashInfer from source removes PyPI's."""
     if not layout.runtime_file:
         raise SourceError("the vLLM tree has no runtime requirement file for CUDA (looked for "
                           "requirements/cuda.txt, requirements-cuda.txt): a compile's closure "
                           "is resolved from it; give a vLLM tree that has one")
-    platform, version = closure_platform(eff)
-    requirements = [line for line, _ in layout.runtime_requirements]
-    # The pinned packages are installed whether or not the tree asks for them, as a prebuilt
-    # installs them (a recipe's InstantTensor, a cross road's target CUDA runtime).
-    pinned = [f"{name}=={pin}" for name, pin in sorted(eff.packages.items())]
-    requirements += [f"uv=={uv_version()}", *pinned, *mod_packages]
-    overrides = closure_overrides(eff, mod_packages)
-    if eff.spec.flashinfer.source is not None:  # the compiled FlashInfer replaces PyPI's
-        overrides.append(f"flashinfer-python ; {NEVER}")
-    indexes = [eff.torch.index_url] if eff.torch.index_url else []
-    return {"requirements": list(dict.fromkeys(requirements)), "platform": platform,
-            "python_version": version, "overrides": overrides, "indexes": indexes}
+    removed = ("flashinfer-python",) if eff.spec.flashinfer.source is not None else ()
+    return closure_inputs(eff, [line for line, _ in layout.runtime_requirements], mod_packages,
+                          removed)
 
 
 def compile_closure(eff: EffectiveSpec, layout: BuildLayout, locked: Lock | None,
                     mod_packages: list[str]) -> Closure:
     """The locked closure (from ``--lock``: nothing resolved), or the tree's, resolved."""
     started = time.monotonic()
-    if locked is not None and locked.closure is not None:
-        console.step(f"closure: {len(locked.closure.wheels)} wheels from the lock (no resolve)")
-        closure = Closure.from_dict(locked.closure.model_dump())
+    closure = from_lock(locked)
+    if closure is not None:
+        console.step(f"closure: {len(closure.pins)} wheels from the lock (no resolve)")
     else:
         if locked is not None:
             console.info("  the lock records no closure (made before compile locked one): "
                          "resolving the tree's")
-        inputs = closure_inputs(eff, layout, mod_packages)
-        console.step(f"closure: resolving {layout.runtime_file} of the tree "
-                     f"({len(layout.runtime_requirements)} requirements) for "
-                     f"{inputs['platform']} / Python {inputs['python_version']} (uv)")
-        for override in inputs["overrides"]:
-            console.info(f"  override {override}")
+        inputs = tree_closure_inputs(eff, layout, mod_packages)
         try:
-            closure = resolve_closure(**inputs)
+            closure = resolved(inputs, f"{layout.runtime_file} of the tree "
+                                       f"({len(layout.runtime_requirements)} requirements)")
         except UnresolvableError as exc:
             raise ClosureError(unresolvable(exc.reason, layout, inputs)) from None
     check_torch(eff, layout, closure)
@@ -250,26 +235,18 @@ def unresolvable(reason: str, layout: BuildLayout, inputs: dict) -> str:
 def make_lock(eff: EffectiveSpec, tree: PreparedTree, mod_versions: list[dict],
               build_args: dict[str, str], engine: DockerEngine,
               closures: tuple[Closure, Closure]) -> Lock:
-    """The lock, whole: built once here and not changed after."""
+    """The closure's lock with the tree, its kernel plan and CMake deps, the toolchain and the
+    build tools: built once here and not changed after."""
     closure, tools = closures
-    images = base_image_locks(eff, engine, build=eff.images.build)
-    packages = {n: p.version for n in ("torch", *eff.packages) if (p := closure.pin(n))}
-    return Lock(
-        created_at=now_utc(),
-        target=eff.target.name,
-        mode="compile",
-        base_images=images,
+    mods = [ModLock(**m) for m in mod_versions] + tree.patch_locks()
+    return base_lock(
+        eff, closure, mod_versions, engine, {"toolchain": eff.toolchain},
         vllm=tree.lock_entry("vllm"),
         flashinfer=tree.lock_entry("flashinfer"),
-        packages=packages,
-        mods=[ModLock(**m) for m in mod_versions] + tree.patch_locks(),
+        mods=mods,
         build_args=build_args,
         cmake_deps=tree.cmake_deps,
         kernel_plan=tree.plan_summary(),
-        settings={**lock_settings(eff), "mode": "compile", "overrides": list(eff.spec.overrides),
-                  "toolchain": eff.toolchain},
-        tags=list(eff.spec.tags),
-        closure=ClosureLock(**closure.to_dict()),
         build_closure=ClosureLock(**tools.to_dict()),
         compile_cache=url_without_password(eff.spec.compile_cache)
         if eff.spec.compile_cache else None,

@@ -9,8 +9,9 @@ In order (everything that can fail in seconds happens before any download or con
              naming them; ``--compile`` (mode compile) never looks.
 2. mods      staged (their pip packages join the closure, as in the prebuilt mode)
 3. closure   the release wheel and its closure, resolved and downloaded exactly as the prebuilt
-             mode does (``modes/prebuilt.py``), or taken from ``--lock``: the image holds the same
-             closure a prebuilt image of that release holds, and shares its install layer
+             mode does (``modes/closure.release_closure``), or taken from ``--lock``: the image
+             holds the same closure a prebuilt image of that release holds, and shares its
+             install layer
 4. tools     the tree's ``[build-system] requires`` (``sources/buildreqs.py``), resolved with
              every closure pin as an override (same versions where they overlap), pinned by hash
              and locked as ``build_closure``; installed in the build stage only
@@ -21,24 +22,23 @@ In order (everything that can fail in seconds happens before any download or con
              in the shared tail (``builder/tail.py``)
 
 The lock records ``mode: precompiled``, the closure (the release wheel's sha256 among it), the
-build tools and ``kernels_from`` (release, tag, commit, wheel file and sha256).
+build tools and ``kernels_from`` (release, tag, commit, wheel file and sha256). Its facts for the
+rest of the tool are its record, ``precompiled.yaml`` beside this module.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-
 from packaging.version import InvalidVersion, Version
 
-from edgevllm.builder.modes.prebuilt import (
+from edgevllm.builder.modes.closure import (
     OVER_CLOSURE,
-    closure_platform,
-    locked_or_resolved,
+    base_lock,
+    build_tools,
     mode_labels,
-    prebuilt_lock,
+    pins_key,
     prepare_wheelhouse,
     print_preflight,
+    release_closure,
 )
 from edgevllm.builder.prepared import Job, PreparedBuild, engine_of, named_contexts
 from edgevllm.builder.render import render_dockerfile
@@ -50,9 +50,10 @@ from edgevllm.common.errors import BuildError, SpecError
 from edgevllm.containers.docker import DockerEngine
 from edgevllm.sources.prepare import PreparedSource
 from edgevllm.sources.pythononly import PythonOnlyCheck
-from edgevllm.sources.wheels import Closure, ClosureError, WheelPin, resolve_closure
+from edgevllm.sources.wheels import Closure, ClosureError, WheelPin
 from edgevllm.specs.buildspec import EffectiveSpec
 from edgevllm.specs.lock import ClosureLock, KernelsFromLock, Lock
+from edgevllm.specs.moderecord import mode_record
 
 name = "precompiled"
 
@@ -74,37 +75,19 @@ def release_wheel(closure: Closure, check: PythonOnlyCheck) -> WheelPin:
     return pin
 
 
-def build_tools(eff: EffectiveSpec, requires: list[str], closure: Closure,
-                locked: Lock | None) -> Closure:
-    """The tree's build requirements (``requires``), pinned like the closure, at its versions
-    where they overlap (from the lock when rebuilding). The compile mode's too."""
-    if locked is not None and locked.build_closure is not None:
-        return Closure.from_dict(locked.build_closure.model_dump())
-    platform, version = closure_platform(eff)
-    console.step(f"build tools: {', '.join(requires)} (the tree's build requirements, at the "
-                 "closure's versions)")
-    overrides = [f"{p.name}=={p.version}" for p in closure.pins]
-    return resolve_closure(list(requires), platform=platform,
-                           python_version=version, overrides=overrides,
-                           indexes=list(closure.indexes))
-
-
 def precompiled_lock(eff: EffectiveSpec, vllm: PreparedSource, closure: Closure, tools: Closure,
                      check: PythonOnlyCheck, wheel: WheelPin, mod_versions: list[dict],
                      build_args: dict[str, str], engine: DockerEngine) -> Lock:
-    """The prebuilt lock of the closure, with the tree, the build tools and the release."""
-    lock = prebuilt_lock(eff, closure, mod_versions, engine)
-    settings = {**lock.settings, "mode": "precompiled", "vllm_wheel": eff.spec.vllm_wheel}
+    """The closure's lock, with the tree, the build tools and the release."""
     if not (check.release and check.release_tag and check.release_commit):
         raise BuildError("precompiled mode needs the release whose kernels are reused; "
                          "none was found for this tree: pass --compile")
     kernels = KernelsFromLock(release=check.release, release_tag=check.release_tag,
                               release_commit=check.release_commit, wheel=wheel.filename,
                               sha256=wheel.sha256, changed=len(check.changed))
-    return lock.model_copy(update={
-        "mode": "precompiled", "settings": settings, "vllm": vllm.to_lock_entry(),
-        "build_args": build_args, "build_closure": ClosureLock(**tools.to_dict()),
-        "kernels_from": kernels})
+    return base_lock(eff, closure, mod_versions, engine, {"vllm_wheel": eff.spec.vllm_wheel},
+                     vllm=vllm.to_lock_entry(), build_args=build_args,
+                     build_closure=ClosureLock(**tools.to_dict()), kernels_from=kernels)
 
 
 def prepare(job: Job) -> PreparedBuild:
@@ -135,14 +118,14 @@ def prepare(job: Job) -> PreparedBuild:
                       lock.base_images)
     contexts = named_contexts(job, tree, {n: str(p) for n, p in folders.items()})
     return PreparedBuild(eff=eff, dockerfile=dockerfile, contexts=contexts,
-                         stages=("wheels", "runtime"), lock=lock, build_args=build_args,
+                         stages=mode_record(name).stages, lock=lock, build_args=build_args,
                          compile_key=key, wheelhouse=folders["wheelhouse"],
                          labels=mode_labels(lock), runtime_what="runtime image (prebuilt closure)")
 
 
 def _closure(eff: EffectiveSpec, locked: Lock | None, mod_packages: list[str]) -> Closure:
     try:
-        return locked_or_resolved(eff, locked, mod_packages)
+        return release_closure(eff, locked, mod_packages)
     except ClosureError as exc:  # e.g. a fork's release that PyPI does not have
         raise ClosureError(f"{exc}; or --compile to compile the tree's kernels") from None
 
@@ -152,11 +135,7 @@ def _unfetched(job: Job, tree: PreparedTree, env: dict[str, str]) -> PreparedBui
     folders = {"wheelhouse": "<the release's locked closure, its wheel among it>",
                "build-tools": "<the tree's [build-system] requires, pinned by sha256>"}
     return PreparedBuild(eff=job.eff, dockerfile=render_dockerfile(job.eff, env, tree.layout),
-                         contexts=named_contexts(job, tree, folders), stages=("wheels", "runtime"),
+                         contexts=named_contexts(job, tree, folders),
+                         stages=mode_record(name).stages,
                          lock=None, build_args={"VLLM_VERSION": "<from the resolved source>"})
 
-
-def pins_key(closure: Closure) -> str:
-    """A closure's part of a compile key: its wheels' hashes."""
-    text = json.dumps(sorted(p.sha256 for p in closure.pins))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
