@@ -420,3 +420,19 @@ def test_mod_downloads_are_fetched_in_one_place():
              and any(connects(n) for n in ast.walk(tree))}
     assert not found, f"fetch a mod's files with edgevllm.mods.downloads: {found}"
     assert connects(ast.parse("import urllib.request").body[0])
+
+
+# Folders removed outside common/fsutil.py, and why each is edgevllm's own.
+OTHER_REMOVERS = {"mods/eugr.py": "replaces an earlier eugr import, known by its manifest "
+                                  "(_check_imported refuses any other folder first)"}
+
+
+def test_folders_are_deleted_in_one_place():
+    """Deleting a folder is common/fsutil.py's (only what edgevllm wrote); a scratch folder of
+    this process is a TemporaryDirectory; the in-image scripts clean their own."""
+    from edgevllm.common.labels import IN_IMAGE_SCRIPTS
+
+    found = offenders(calls("rmtree"), "common/fsutil.py", *IN_IMAGE_SCRIPTS)
+    assert found - set(OTHER_REMOVERS) == set(), "delete through edgevllm.common.fsutil"
+    assert set(OTHER_REMOVERS) - found == set(), "no longer deletes a folder: drop it"
+    assert calls("rmtree")(ast.parse("shutil.rmtree(p)", mode="eval").body)

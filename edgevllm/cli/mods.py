@@ -117,7 +117,6 @@ def tune_moe(
     from edgevllm.mods.tunemoe import (
         MOE_MOD,
         TuneRequest,
-        remove_scratch,
         run_options,
         scratch_dir,
         tune,
@@ -126,20 +125,19 @@ def tune_moe(
 
     device = load_target(target).device_name
     configs = get_mod(MOE_MOD).folder / "configs"
-    out = scratch_dir()
-    req = TuneRequest(
-        image=image,
-        model=model,
-        script=Path(script or "benchmark_moe.py"),
-        out_dir=out,
-        tp_size=flag_int(tp_size, "--tp-size", 1, 64),
-        dtype=dtype,
-        batch_sizes=tuple(flag_int(b, "--batch-size", 1, 1 << 20)
-                          for b in split_csv(batch_size)),
-        trust_remote_code=trust_remote_code,
-    )
-    engine = DockerEngine()
-    try:
+    with scratch_dir() as out:
+        req = TuneRequest(
+            image=image,
+            model=model,
+            script=Path(script or "benchmark_moe.py"),
+            out_dir=Path(out),
+            tp_size=flag_int(tp_size, "--tp-size", 1, 64),
+            dtype=dtype,
+            batch_sizes=tuple(flag_int(b, "--batch-size", 1, 1 << 20)
+                              for b in split_csv(batch_size)),
+            trust_remote_code=trust_remote_code,
+        )
+        engine = DockerEngine()
         if dry_run:
             print(engine.command_line(run_options(req).argv()))
             return
@@ -151,8 +149,6 @@ def tune_moe(
             flag_int(experts, "--experts", 1, 1 << 20) if experts else None,
             flag_int(intermediate, "--intermediate", 1, 1 << 30) if intermediate else None,
         )
-    finally:
-        remove_scratch(out)
     for path in stored:
         console.info(
             f"stored {path} (set 'tuned: true' in the manifest once all files are measured)"

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,9 +126,6 @@ def tune(req: TuneRequest, engine: DockerEngine, configs_dir: Path, device_name:
     return ingest(req.out_dir, configs_dir, device_name, experts, intermediate)
 
 
-def scratch_dir() -> Path:
-    return Path(tempfile.mkdtemp(prefix="edgevllm-tune-"))
-
-
-def remove_scratch(path: Path) -> None:
-    shutil.rmtree(path, ignore_errors=True)
+def scratch_dir() -> tempfile.TemporaryDirectory:
+    """The tuner's output folder, of this process alone: gone when its ``with`` block ends."""
+    return tempfile.TemporaryDirectory(prefix="edgevllm-tune-")

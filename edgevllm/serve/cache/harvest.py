@@ -19,7 +19,6 @@ import datetime as _dt
 import hashlib
 import io
 import json
-import shutil
 import tarfile
 import tempfile
 from pathlib import Path
@@ -154,16 +153,14 @@ def harvest(engine: DockerEngine, container: str, key: BundleKey, caches: dict[s
     ``out_dir``; see module doc."""
     out_dir.mkdir(parents=True, exist_ok=True)
     out = out_dir / bundle_name(key.recipe, key.image_id)
-    work = Path(tempfile.mkdtemp(prefix=".harvest-", dir=out_dir))
-    try:
+    with tempfile.TemporaryDirectory(prefix=".harvest-", dir=out_dir) as scratch:
+        work = Path(scratch)
         for name, where in sorted(caches.items()):
             try:
                 engine.copy_from(container, where, work / name)
             except EdgeVllmError as exc:
                 console.warn(f"cache {name} ({where}): not copied ({exc}); left out")
         return out, bundle_folder(work, key, caches, out)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
 
 
 def seed(engine: DockerEngine, container: str, bundle: Path, manifest: Manifest,
