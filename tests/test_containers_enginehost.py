@@ -10,7 +10,12 @@ import pytest
 
 from edgevllm.common.errors import ConfigError, DiskSpaceError
 from edgevllm.containers.docker import DockerEngine, parse_ssh_url
-from edgevllm.containers.enginehost import check_engine_disk, engine_free_gb, engine_platform
+from edgevllm.containers.enginehost import (
+    check_build_disk,
+    check_engine_disk,
+    engine_free_gb,
+    engine_platform,
+)
 from edgevllm.containers.host import host_arch
 
 
@@ -79,3 +84,19 @@ def test_an_ssh_engine_that_does_not_answer_has_unknown_disk(tmp_path, monkeypat
     monkeypatch.setenv("EDGEVLLM_MIN_DISK_GB", "")
     with pytest.raises(DiskSpaceError, match="only 3.0 GB free on engine ssh://root@127.0.0.1:1"):
         check_engine_disk(engine, 60)
+
+
+def test_a_builds_disk_is_this_machines_for_a_local_engine_and_the_engines_otherwise(
+        tmp_path, monkeypatch):
+    """One question for every build (runner, pipeline, doctor): the disk where the engine
+    builds. A local engine: the output's folder here; a remote one: its own machine."""
+    monkeypatch.delenv("EDGEVLLM_MIN_DISK_GB", raising=False)
+    local = DockerEngine()
+    assert local.runs_here
+    assert check_build_disk(local, tmp_path / "out", 0.001) == \
+        f">= 0.001 GB free under {tmp_path / 'out'}"
+    with pytest.raises(DiskSpaceError, match=f"GB free under {tmp_path / 'out'}, this needs"):
+        check_build_disk(local, tmp_path / "out", 10**9)
+    remote = DockerEngine.named("tcp://192.0.2.1:2376")   # nothing is asked of it
+    assert check_build_disk(remote, tmp_path / "out", 10**9).startswith(
+        "engine tcp://192.0.2.1:2376: free disk unknown")   # this machine's disk is not its

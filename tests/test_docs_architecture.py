@@ -436,3 +436,12 @@ def test_folders_are_deleted_in_one_place():
     assert found - set(OTHER_REMOVERS) == set(), "delete through edgevllm.common.fsutil"
     assert set(OTHER_REMOVERS) - found == set(), "no longer deletes a folder: drop it"
     assert calls("rmtree")(ast.parse("shutil.rmtree(p)", mode="eval").body)
+
+
+def test_a_builds_disk_is_checked_where_its_engine_builds():
+    """Free disk for a build is asked through containers/enginehost.py (this machine's output
+    for a local engine, the engine's machine over ssh otherwise), never by reading this
+    machine's disk by the build's rule: a remote build checked here would pass on the wrong
+    disk. (A file this machine writes, a published tarball, reads its own folder's disk.)"""
+    assert offenders(calls("check_disk"), "containers/host.py", "containers/enginehost.py") == set()
+    assert calls("check_disk")(ast.parse("host.check_disk(out, 8)", mode="eval").body)

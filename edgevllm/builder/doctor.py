@@ -15,9 +15,8 @@ from typing import Callable
 
 from edgevllm.common.errors import BinfmtMissingError, EdgeVllmError, MissingToolError
 from edgevllm.containers.docker import DockerEngine
-from edgevllm.containers.enginehost import check_engine_disk, engine_platform
+from edgevllm.containers.enginehost import check_build_disk, engine_platform
 from edgevllm.containers.host import (
-    check_disk,
     emulator_version,
     host_arch,
     platform_arch,
@@ -86,10 +85,7 @@ def run_checks(target: Target, out: Path, engine: DockerEngine) -> list[Finding]
         return f"qemu {version[0]}.{version[1]}" if version else "qemu version unknown"
 
     def disk() -> str:
-        if not engine.runs_here:
-            return check_engine_disk(engine, target.min_disk_gb)
-        check_disk(out, target.min_disk_gb)
-        return f">= {target.min_disk_gb:g} GB free under {out}"
+        return check_build_disk(engine, out, target.min_disk_gb)
 
     findings = [_check("docker daemon", daemon), _check("docker buildx", buildx),
                 _check("emulation / platform", platform),

@@ -21,7 +21,7 @@ from edgevllm.builder.wheelcache import compiled_wheels, may_reuse
 from edgevllm.common import console
 from edgevllm.common.errors import BuildError
 from edgevllm.containers.docker import DockerEngine
-from edgevllm.containers.host import check_disk
+from edgevllm.containers.enginehost import check_build_disk
 from edgevllm.containers.sshforward import one_connection
 from edgevllm.specs.buildspec import (
     Builder,
@@ -67,8 +67,9 @@ def _build(spec: BuildSpec, out: Path, engine: DockerEngine, lock_path: Path | N
     check_build_bases(job.eff, engine, builder.arch, reusable)  # before the closure is fetched
     build = modes.prepare(job)
     reused = compiled_wheels(job, build) is not None  # the output's, or the wheel cache's
-    if reusable and not reused and record.compiles and engine.runs_here:
-        check_disk(out, disk_gb(job.eff))  # not this key's wheels: it compiles after all
+    if reusable and not reused and record.compiles:
+        # not this key's wheels: it compiles after all, on the engine's disk
+        console.info(check_build_disk(engine, out, disk_gb(job.eff)))
     if build.compiles and job.eff.toolchain != "native" and not reused:
         say = console.warn if job.eff.toolchain == "emulated" else console.info
         say(compile_estimate(build, builder, job.eff))

@@ -30,8 +30,8 @@ from edgevllm.common import console
 from edgevllm.common.errors import BuildError, EdgeVllmError, EngineLostError
 from edgevllm.common.fsutil import atomic_dir, atomic_write_json, atomic_write_text
 from edgevllm.containers.docker import BuildOptions, DockerEngine
-from edgevllm.containers.enginehost import check_engine_disk, engine_platform
-from edgevllm.containers.host import check_disk, slow_emulation
+from edgevllm.containers.enginehost import check_build_disk, engine_platform
+from edgevllm.containers.host import slow_emulation
 from edgevllm.specs.buildspec import EffectiveSpec
 from edgevllm.specs.lock import BaseImageLock
 from edgevllm.specs.moderecord import mode_record
@@ -85,12 +85,12 @@ def preflight(eff: EffectiveSpec, engine: DockerEngine, out: Path, compiles: boo
     how = engine_platform(engine, eff.platform)
     if not engine.runs_here:
         console.info(how.line())
-        console.info(check_engine_disk(engine, need_gb))
+        console.info(check_build_disk(engine, out, need_gb))
         return
     slow = slow_emulation(eff.platform) if how.how == "emulated" else None
     if slow:
         console.warn(slow)
-    check_disk(out, need_gb)
+    check_build_disk(engine, out, need_gb)
 
 
 def disk_gb(eff: EffectiveSpec, compiles: bool = True) -> float:

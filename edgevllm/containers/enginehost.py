@@ -12,10 +12,11 @@ import re
 import shlex
 import subprocess
 from dataclasses import dataclass
+from pathlib import Path
 
 from edgevllm.common.errors import BinfmtMissingError, DiskSpaceError, EngineError
 from edgevllm.containers.docker import DockerEngine
-from edgevllm.containers.host import check_emulation, disk_need_gb, platform_arch
+from edgevllm.containers.host import check_disk, check_emulation, disk_need_gb, platform_arch
 from edgevllm.containers.sshforward import ssh_argv
 
 SSH_TIMEOUT_S = 20
@@ -84,3 +85,13 @@ def check_engine_disk(engine: DockerEngine, need_gb: float) -> str:
             f"only {free:.1f} GB free on engine {engine.describe()}, this build needs about "
             f"{need_gb:.0f} GB there: free disk space on it (docker builder prune there)")
     return f"engine {engine.describe()}: {free:.0f} GB free"
+
+
+def check_build_disk(engine: DockerEngine, out: Path, need_gb: float) -> str:
+    """The free disk a build needs, where that engine keeps what it builds: the output's disk
+    for an engine on this machine, the engine's machine's otherwise (a line when it cannot be
+    asked). One line to print; ``DiskSpaceError`` where too little is free."""
+    if not engine.runs_here:
+        return check_engine_disk(engine, need_gb)
+    check_disk(out, need_gb)
+    return f">= {disk_need_gb(need_gb):g} GB free under {out}"
