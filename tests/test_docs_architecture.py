@@ -445,3 +445,24 @@ def test_a_builds_disk_is_checked_where_its_engine_builds():
     disk. (A file this machine writes, a published tarball, reads its own folder's disk.)"""
     assert offenders(calls("check_disk"), "containers/host.py", "containers/enginehost.py") == set()
     assert calls("check_disk")(ast.parse("host.check_disk(out, 8)", mode="eval").body)
+
+
+def test_host_reaching_run_flags_are_judged_in_one_place():
+    """The docker run flags that reach the host (devices, capabilities, privileges, namespaces)
+    are judged by serve/recipe/hostaccess.py, spelt into argv by containers/options.py, and
+    made from the target's RDMA data by serve/rdma.py alone: a second reader of a recipe's
+    flags would be a second, weaker gate."""
+    reach = {"--device", "--cap-add", "--privileged", "--security-opt", "--pid", "--userns"}
+    spells = lambda n: constant(n, lambda s: s.split("=", 1)[0] in reach)  # noqa: E731
+    assert offenders(spells, "serve/recipe/hostaccess.py", "containers/options.py",
+                     "serve/rdma.py") == set()
+    assert sum(spells(n) for n in ast.walk(ast.parse("['--privileged', '--pid=host']"))) == 2
+
+
+def test_the_toolchain_file_is_rendered_and_staged_in_one_place():
+    """The cross toolchain file is rendered by builder/render.py and staged by builder/cross.py
+    alone (its sha256 is a compile-key input: a second writer could change the file unkeyed)."""
+    assert offenders(calls("render_toolchain"), "builder/cross.py") == set()
+    template = lambda n: constant(n, lambda s: s.endswith("toolchain.cmake.j2"))  # noqa: E731
+    assert offenders(template, "builder/render.py") == set()
+    assert calls("render_toolchain")(ast.parse("render.render_toolchain(road)", mode="eval").body)

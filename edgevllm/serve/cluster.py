@@ -37,7 +37,7 @@ from edgevllm.serve.launch import (
     health_command,
     run_options,
 )
-from edgevllm.serve.rdma import error_line, missing_device
+from edgevllm.serve.rdma import error_line, missing_device, run_flags
 from edgevllm.serve.recipe.load import Rendered
 
 LABEL_NODE = labels.NODE
@@ -230,12 +230,8 @@ class Cluster:
         return options
 
     def rdma_flags(self) -> list[str]:
-        """``--device`` per verbs device, ``--cap-add``, ``--ulimit`` (never --privileged)."""
-        rdma = self.rendered.launch.rdma
-        if not self.options.rdma:
-            return []
-        return ([f"--device={d}" for d in rdma.devices] + [f"--cap-add={c}" for c in rdma.cap_add]
-                + [a for k, v in rdma.ulimits.items() for a in ("--ulimit", f"{k}={v}")])
+        """The target's RDMA flags (``rdma.run_flags``) where the cluster runs with RDMA."""
+        return run_flags(self.rendered.launch.rdma) if self.options.rdma else []
 
     def plan(self) -> list[Step]:
         steps: list[Step] = []

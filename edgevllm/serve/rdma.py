@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from edgevllm.containers.docker import DockerEngine, RunOptions
-from edgevllm.specs.targets import LaunchDefaults
+from edgevllm.specs.targets import LaunchDefaults, RdmaLaunch
 
 # Constant script (no value reaches the shell): one KEY=VALUE line per fact.
 _PROBE = ("echo devices=$(ls /dev/infiniband 2>/dev/null); "
@@ -46,12 +46,17 @@ class NodeFinding:
     detail: str
 
 
+def run_flags(rdma: RdmaLaunch) -> list[str]:
+    """What a container needs to reach the RDMA NICs, from the target's data: ``--device`` per
+    verbs device, ``--cap-add``, ``--ulimit`` (never ``--privileged``). A cluster's nodes and
+    the node probe run with exactly these."""
+    return ([f"--device={d}" for d in rdma.devices] + [f"--cap-add={c}" for c in rdma.cap_add]
+            + [a for k, v in rdma.ulimits.items() for a in ("--ulimit", f"{k}={v}")])
+
+
 def probe_argv(image: str, launch: LaunchDefaults, env: dict[str, str]) -> list[str]:
-    rdma = launch.rdma
-    extra = ([f"--device={d}" for d in rdma.devices] + [f"--cap-add={c}" for c in rdma.cap_add]
-             + [a for k, v in rdma.ulimits.items() for a in ("--ulimit", f"{k}={v}")])
     return RunOptions(image=image, command=["-c", _PROBE], remove=True, entrypoint="sh",
-                      network="host", env=env, extra=extra).argv()
+                      network="host", env=env, extra=run_flags(launch.rdma)).argv()
 
 
 def check_node(node: str, engine: DockerEngine, image: str, launch: LaunchDefaults,
