@@ -99,6 +99,31 @@ def test_a_record_reads_back_exactly(tmp_path):
     assert VerdictCache(tmp_path, "another key", 1 << 30).get(name) is None
 
 
+def test_a_record_of_a_real_closure_layers_size_reads_back(tmp_path):
+    """The real vLLM 0.33.0 image's closure layer (8.5 GB: torch, cuBLAS, cuDNN...) gave a
+    record of 258,894 values that was written and then read as a miss on every build (a data
+    file's bound of 200,000 values): whatever ``put`` keeps, ``get`` must give back."""
+    from edgevllm.verify.fatbin import FatbinEntry
+    from edgevllm.verify.library import LibraryReport
+
+    libraries = {}
+    for index in range(40):
+        report = LibraryReport(f"{SITE}/nvidia/cu13/lib/libbig{index}.so.13", 1 << 30)
+        report.entries = [FatbinEntry("sass", 121, "a", "zstd", unit, ".nv_fatbin", unit * 64,
+                                      4096, 8192) for unit in range(800)]
+        libraries[report.path] = report
+    layer = Layer(kept=libraries, present=set(libraries))
+    name = _sha(b"a closure layer of a real image's size")
+    data = encode(layer, "key", name)
+    assert data.count(b",") > 250_000 and len(data) < verdictcache.ENTRY_LIMIT
+    cache = VerdictCache(tmp_path, "key", 1 << 30)
+    assert cache.put(name, layer)
+    back = cache.get(name)
+    assert back is not None
+    assert facts(sorted(back.kept.values(), key=lambda r: r.path)) == \
+        facts(sorted(layer.kept.values(), key=lambda r: r.path))
+
+
 def test_the_cache_keeps_to_its_ceiling_least_recently_used_first(tmp_path):
     records = [_record(tmp_path, str(i)) for i in range(4)]
     size = len(encode(records[0][1], "key", records[0][0]))

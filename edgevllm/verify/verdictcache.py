@@ -42,6 +42,10 @@ from edgevllm.verify.library import LibraryReport
 FORMAT = 1
 DEFAULT_MAX_BYTES = 1 << 30
 ENTRY_LIMIT = 64 << 20  # one record: the 15,970 FlashInfer cubins' reports take 6.4 MB
+# Values a record's body may hold: the real vLLM 0.33.0 image's closure layer (torch, cuBLAS,
+# cuDNN, NCCL...) holds 258,894 in 4.8 MB, past ``dataload``'s default for a data file; a
+# record is about 19 bytes a value, so this is the size bound's, not a second, tighter one.
+VALUE_LIMIT = ENTRY_LIMIT // 16
 ROOT_SETTING, MAX_SETTING = "EDGEVLLM_VERIFY_CACHE", "EDGEVLLM_VERIFY_CACHE_MAX"
 _NAME = re.compile(r"[0-9a-f]{64}\Z")
 _TEXT_LIMIT, _LIST_LIMIT = 1 << 16, 1 << 22
@@ -199,7 +203,8 @@ def decode(data: bytes, key: str, name: str) -> Layer:
         if not newline or header != {"format": FORMAT, "key": key, "name": name,
                                      "sha256": hashlib.sha256(body).hexdigest()}:
             raise BadRecord("header does not match")
-        document = load_json(body, name, ConfigError)
+        document = load_json(body, name, ConfigError, max_bytes=ENTRY_LIMIT,
+                             max_values=VALUE_LIMIT)
     except (ConfigError, TypeError):
         raise BadRecord("not JSON") from None
     if not isinstance(document, dict):
