@@ -56,6 +56,7 @@ class BuildResult:
     image_seconds: float | None = None  # the runtime image's build (BuildKit), in seconds
     aot: dict | None = None  # --aot: the FlashInfer AOT modules built in (builder/aot.py)
     wheel_cache: dict | None = None  # what --wheel-cache got: pushed, unchanged, kept, failed
+    tail: dict | None = None  # seconds of each step after the image (builder/tail.py ``Clock``)
 
 
 @dataclass
@@ -242,7 +243,8 @@ def summary_json(result: BuildResult) -> dict:
         "probe": result.probe, "publish_cache": result.publish_cache,
         "supply_chain": result.supply_chain, "compile_cache": result.compile_cache,
         "layers": result.layers, "image_seconds": result.image_seconds,
-        "aot": result.aot, "wheel_cache": result.wheel_cache, "tool_version": __version__,
+        "aot": result.aot, "wheel_cache": result.wheel_cache, "tail": result.tail,
+        "tool_version": __version__,
     }
 
 

@@ -150,29 +150,41 @@ def print_mods(record: dict | None) -> None:
 
 
 def run_checks(
-    eff: EffectiveSpec, engine: DockerEngine, image: str, ws: Workspace
+    eff: EffectiveSpec, engine: DockerEngine, image: str, ws: Workspace,
+    timings: dict[str, float] | None = None,
 ) -> tuple[dict, dict, Verdict]:
-    """Arch verify and probe level 1; raises (leaving only the unverified tag) when either fails.
-    The verdict itself comes back too: the plan is compared with it in memory."""
-    from edgevllm.probe import probe_level1
+    """Arch verify and probe level 1, side by side: the probe's container imports the image's
+    code while verify reads its layers on the host; raises (leaving only the unverified tag)
+    when either fails. The verdict itself comes back too: the plan is compared with it in
+    memory. ``timings``: the seconds of each check are added to it."""
+    import time
+
+    from edgevllm.probe.level1 import Level1Run
     from edgevllm.verify.api import verify as arch_verify
     from edgevllm.verify.policy import mode_policy
 
-    console.step("checks: kernel-arch coverage")
-    verdict = arch_verify(
-        eff.target.name,
-        image=image,
-        engine=engine,
-        json_out=ws.root / "verify.json",
-        policy=mode_policy(eff.mode),
-    )
+    console.step("checks: kernel-arch coverage, and probe level 1 (imports, torch arch list, "
+                 "mods record, env) in the image meanwhile")
+    started = time.perf_counter()
+    pending = Level1Run(engine, image, eff.target.name, required=eff.spec.probe_required,
+                        runtime_env=eff.env)
+    try:
+        verdict = arch_verify(eff.target.name, image=image, engine=engine,
+                              json_out=ws.root / "verify.json", policy=mode_policy(eff.mode))
+    except BaseException:
+        pending.cancel()
+        raise
+    verified = time.perf_counter()
     verify_summary = verdict.summary_dict()
-    console.step("checks: probe level 1 (imports, torch arch list, mods record, env)")
-    probe = probe_level1(
-        engine, image, eff.target.name, required=eff.spec.probe_required, runtime_env=eff.env,
-        first_start=verify_summary["first_start"],
-    )
+    probe = pending.result(first_start=verify_summary["first_start"])
+    if timings is not None:
+        timings["verify"] = round(verified - started, 1)
+        timings["probe"] = probe.duration_s or 0.0
+        timings["probe_after_verify"] = round(time.perf_counter() - verified, 1)
     probe_summary = {"passed": probe.passed, "summary": probe.summary()}
+    if probe.facts.get("from_cache"):
+        console.info("  probe level 1: the facts of the probe cache (the same layers, config, "
+                     "engine and check script were probed before; judged afresh)")
     first = probe.get("first-start")
     if first is not None:
         console.info(f"  first start: {first.message}")
@@ -187,10 +199,11 @@ def run_checks(
 
 
 def checks_or_skip(
-    eff: EffectiveSpec, engine: DockerEngine, image: str, ws: Workspace
+    eff: EffectiveSpec, engine: DockerEngine, image: str, ws: Workspace,
+    timings: dict[str, float] | None = None,
 ) -> tuple[dict, dict, Verdict | None]:
     if eff.spec.verify:
-        return run_checks(eff, engine, image, ws)
+        return run_checks(eff, engine, image, ws, timings)
     console.warn("checks skipped (--no-verify); the image's labels say so")
     return {"skipped": True}, {"skipped": True}, None
 

@@ -84,14 +84,17 @@ def run(job: Job, build: PreparedBuild) -> BuildResult:
                                           build_contexts=runtime_contexts(build, str(wheels)),
                                           labels=static_labels(build.eff, lock, tag)),
                              build.runtime_what)
-    layers = layer_report(engine, candidate, build.eff)
+    clock = Clock()
+    with clock("layers"):
+        layers = layer_report(engine, candidate, build.eff)
     aot = read_aot(runner, build.eff, candidate)
     record, verify, probe, image_id = check_and_tag(job, build, lock, runner, candidate, tags,
-                                                    aot)
+                                                    aot, clock)
     # Written once the image is tagged: a build that stopped (an engine gone) leaves no lock.
     lock_file = write_lock(lock, job.ws.root / f"{tag}.lock.json")
     copy_lock_beside(lock_file, job.ws.root / "latest.lock.json")
-    shared = share(job, build, wheels)
+    with clock("wheel_cache"):
+        shared = share(job, build, wheels)
     result = BuildResult(image=tags[0], tags=tags, image_id=image_id, lock_path=lock_file,
                          log_path=runner.log_path, wheels_dir=build.wheelhouse or wheels,
                          compiled=exported and build.compiles, mods_record=record,
@@ -99,9 +102,45 @@ def run(job: Job, build: PreparedBuild) -> BuildResult:
                          image_seconds=round(image_build.elapsed(), 1), aot=aot,
                          wheel_cache=shared)
     if build.eff.spec.publish_cache:
-        result.publish_cache = prime_publish_cache(engine, result.image)
-    result.supply_chain = supply_chain(engine, result.image, lock_file)
+        with clock("publish_cache"):
+            result.publish_cache = prime_publish_cache(engine, result.image)
+    with clock("sbom"):
+        result.supply_chain = supply_chain(engine, result.image, lock_file)
+    result.tail = clock.report()
     return result
+
+
+class Clock:
+    """Seconds of each step of the tail (the build summary's ``tail``, printed in one line):
+    where the time after BuildKit's image goes (issue 34: the checks at the speed of the
+    build). ``checks`` adds verify's and the probe's own (``steps.run_checks``)."""
+
+    def __init__(self):
+        import time
+
+        self.now = time.perf_counter
+        self.started = self.now()
+        self.seconds: dict[str, float] = {}
+        self.verify_layers: dict | None = None  # which layers verify read, which it knew
+
+    def __call__(self, step: str):
+        import contextlib
+
+        @contextlib.contextmanager
+        def timed():
+            began = self.now()
+            try:
+                yield
+            finally:
+                self.seconds[step] = round(self.seconds.get(step, 0.0) + self.now() - began, 1)
+        return timed()
+
+    def report(self) -> dict:
+        total = round(self.now() - self.started, 1)
+        parts = ", ".join(f"{step} {seconds}" for step, seconds in self.seconds.items()
+                          if seconds >= 0.1)
+        console.info(f"tail: {total} s after the image ({parts})")
+        return {"seconds": {"total": total, **self.seconds}, "verify_layers": self.verify_layers}
 
 
 def layer_report(engine: DockerEngine, image: str, eff: EffectiveSpec) -> dict:
@@ -156,20 +195,26 @@ def read_aot(runner: BuildRunner, eff: EffectiveSpec, candidate: str) -> dict | 
 
 
 def check_and_tag(job: Job, build: PreparedBuild, lock: Lock, runner: BuildRunner,
-                  candidate: str, tags: list[str],
-                  aot: dict | None = None) -> tuple[dict | None, dict, dict, str]:
+                  candidate: str, tags: list[str], aot: dict | None = None,
+                  clock: Clock | None = None) -> tuple[dict | None, dict, dict, str]:
     """Mods record, checks, outcome labels (and the AOT record's) and the final tags on the
     candidate image → (mods record, verify summary, probe summary, image id)."""
     engine, eff = runner.engine, build.eff
-    record = read_mods_record(engine, candidate)
+    clock = clock or Clock()
+    with clock("mods_record"):
+        record = read_mods_record(engine, candidate)
     print_mods(record)
-    verify, probe, verdict = checks_or_skip(eff, engine, candidate, job.ws)
+    with clock("checks"):
+        verify, probe, verdict = checks_or_skip(eff, engine, candidate, job.ws, clock.seconds)
     if verdict is not None and lock.kernel_plan:
         verify["plan"] = plan_against_binaries(lock, verdict)
-    image_id = relabel(runner, engine, candidate,
-                       outcome_labels(record, verify, probe, aot) | build.labels, tags,
-                       eff.platform, job.ws.context)
-    engine.remove_image(candidate)
+    if verdict is not None and verdict.reading is not None:
+        clock.verify_layers = verdict.reading.to_json()
+    with clock("labels"):
+        image_id = relabel(runner, engine, candidate,
+                           outcome_labels(record, verify, probe, aot) | build.labels, tags,
+                           eff.platform, job.ws.context)
+        engine.remove_image(candidate)
     return record, verify, probe, image_id
 
 

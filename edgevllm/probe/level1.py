@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import threading
 import time
 import uuid
 from importlib import resources
@@ -44,16 +45,25 @@ def check_script() -> bytes:
 
 
 # -- running the script ---------------------------------------------------------------------------
-def collect_facts(engine: DockerEngine, image: str, target: ProbeTarget, components: list[str],
-                  timeout: float, import_timeout: int, python: str = "python3") -> dict[str, Any]:
-    """Run the check script in a throw-away container and return its JSON facts."""
-    name = f"edgevllm-probe-l1-{uuid.uuid4().hex[:8]}"
+def check_arguments(target: ProbeTarget, components: list[str],
+                    import_timeout: int) -> list[str]:
+    """The check script's command line (after ``-``): what it is asked to exercise."""
     command = ["-", "--target-arch", target.cuda_arch, "--mods-record", MODS_RECORD,
                "--lock", LOCK_FILE, "--import-timeout", str(import_timeout)]
     for component in components:
         command += ["--component", component]
     for key in sorted(set(target.runtime_env) | {"LD_PRELOAD"} | set(CACHE_ENV)):
         command += ["--env-key", key]
+    return command
+
+
+def collect_facts(engine: DockerEngine, image: str, target: ProbeTarget, components: list[str],
+                  timeout: float, import_timeout: int, python: str = "python3",
+                  name: str | None = None) -> dict[str, Any]:
+    """Run the check script in a throw-away container (``name``: its name, to stop it from
+    elsewhere) and return its JSON facts."""
+    name = name or f"edgevllm-probe-l1-{uuid.uuid4().hex[:8]}"
+    command = check_arguments(target, components, import_timeout)
     options = RunOptions(image=image, command=command, entrypoint=python, name=name,
                          remove=True, network="none", labels={PROBE_LABEL: "1"}, extra=["-i"])
     try:
@@ -339,22 +349,100 @@ def probe_level1(engine: DockerEngine, image: str, target: Any,
     ``first_start``: verify's first-start record (``FirstStart.compact``) when the caller has
     it (a build, before the labels are written); else the image's verify label is read.
     """
-    target = probe_target(target)
-    if runtime_env is not None:
-        target = dataclasses.replace(target, runtime_env=dict(runtime_env))
-    need = set(target.required_imports if required is None else required)
-    components = list(dict.fromkeys([*DEFAULT_COMPONENTS, *sorted(need)]))
-    result = ProbeResult(image=image, target=target.name, level=1)
-    inspect = engine.image_inspect(image)
-    labels = inspect.get("Config", {}).get("Labels") or {}
-    result.facts["image_id"] = inspect.get("Id")
-    started = time.monotonic()
-    try:
-        facts = collect_facts(engine, image, target, components, timeout, import_timeout, python)
-    except EngineError as exc:  # a timeout or a daemon failure: a failed probe, not a crash
-        result.add("probe-run", FAIL, str(exc))
-        result.duration_s = round(time.monotonic() - started, 1)
+    pending = Level1Run(engine, image, target, required=required, timeout=timeout,
+                        import_timeout=import_timeout, runtime_env=runtime_env, python=python)
+    return pending.result(first_start)
+
+
+class Level1Run:
+    """Probe level 1 under way: its container runs in a thread from here on, so the caller can
+    do other work meanwhile (the build's tail reads the image's layers for verify); ``result``
+    waits for it and judges, ``cancel`` stops it. The same arguments as ``probe_level1``."""
+
+    def __init__(self, engine: DockerEngine, image: str, target: Any,
+                 required: Iterable[str] | None = None, timeout: float = LEVEL1_TIMEOUT_S,
+                 import_timeout: int = 600, runtime_env: dict[str, str] | None = None,
+                 python: str = "python3"):
+        target = probe_target(target)
+        if runtime_env is not None:
+            target = dataclasses.replace(target, runtime_env=dict(runtime_env))
+        self.engine, self.image, self.target = engine, image, target
+        self.need = set(target.required_imports if required is None else required)
+        components = list(dict.fromkeys([*DEFAULT_COMPONENTS, *sorted(self.need)]))
+        self.inspect = engine.image_inspect(image)  # a missing image fails here, at once
+        self.name = f"edgevllm-probe-l1-{uuid.uuid4().hex[:8]}"
+        self.started = time.monotonic()
+        self.facts: dict[str, Any] | None = None
+        self.error: BaseException | None = None
+        self.cache, self.key = cached_facts_key(engine, self.inspect, [
+            python, *check_arguments(target, components, import_timeout)])
+        self.facts = self.cache.get(self.key) if self.cache and self.key else None
+        self.from_cache = self.facts is not None
+        self._thread = threading.Thread(
+            target=self._collect, args=(components, timeout, import_timeout, python),
+            name=self.name, daemon=True)
+        if not self.from_cache:
+            self._thread.start()
+
+    def _collect(self, components: list[str], timeout: float, import_timeout: int,
+                 python: str) -> None:
+        try:
+            self.facts = collect_facts(self.engine, self.image, self.target, components,
+                                       timeout, import_timeout, python, name=self.name)
+        except BaseException as exc:  # handed to the caller's thread by ``result``
+            self.error = exc
+            return
+        if self.cache is not None and self.key is not None:
+            self.cache.put(self.key, self.facts)
+
+    def cancel(self) -> None:
+        """Stop the probe's container (the caller failed or was interrupted meanwhile)."""
+        if self._thread.is_alive():
+            self.engine.remove_container(self.name)
+            self._thread.join(timeout=60)
+
+    def result(self, first_start: dict | None = None) -> ProbeResult:
+        """Wait for the container, then judge its facts (``first_start``: as ``probe_level1``)."""
+        try:
+            while self._thread.is_alive():
+                self._thread.join(timeout=0.5)  # a join with a timeout: Ctrl-C gets through
+        except BaseException:
+            self.cancel()
+            raise
+        result = ProbeResult(image=self.image, target=self.target.name, level=1)
+        result.facts["image_id"] = self.inspect.get("Id")
+        result.facts["from_cache"] = self.from_cache
+        if isinstance(self.error, EngineError):  # a timeout or a daemon failure: a failed probe
+            result.add("probe-run", FAIL, str(self.error))
+        elif self.error is not None:
+            raise self.error
+        else:
+            judge_all(result, self.facts or {}, self.need, self.target,
+                      self.inspect.get("Config", {}).get("Labels") or {}, first_start)
+        result.duration_s = round(time.monotonic() - self.started, 1)
         return result
+
+
+def cached_facts_key(engine: DockerEngine, inspected: dict, arguments: list[str]):
+    """(the probe cache, this probe's key in it), or (None, None) when the cache is off or the
+    engine names no layers (``probe/factcache.py`` says what the key holds and why)."""
+    from edgevllm.probe.factcache import FactCache, fact_key
+
+    cache = FactCache.configured()
+    if cache is None:
+        return None, None
+    emulator = ""
+    arch = str(inspected.get("Architecture") or "")
+    if engine.describe() == "default" and arch:
+        from edgevllm.containers.host import emulator_version, host_arch
+
+        if arch != host_arch():
+            emulator = str(emulator_version(f"linux/{arch}") or "unknown")
+    return cache, fact_key(inspected, engine.describe(), check_script(), arguments, emulator)
+
+
+def judge_all(result: ProbeResult, facts: dict, need: set[str], target: ProbeTarget,
+              labels: dict[str, str], first_start: dict | None) -> None:
     result.facts["python"] = facts.get("python")
     judge_imports(result, facts, need)
     judge_extensions(result, facts, need)
@@ -365,5 +453,3 @@ def probe_level1(engine: DockerEngine, image: str, target: Any,
     judge_lock(result, facts)
     judge_jit(result, facts)
     judge_first_start(result, facts, first_start or recorded_first_start(labels))
-    result.duration_s = round(time.monotonic() - started, 1)
-    return result
