@@ -64,11 +64,12 @@ def _record_line(name: str, data: bytes) -> str:
     return f"{name},sha256={digest},{len(data)}"
 
 
-def standin_vllm_wheel(dest: Path) -> Path:
-    """``dest/vllm-0.1.0-py3-none-any.whl`` (written once; the same bytes every time)."""
+def standin_vllm_wheel(dest: Path, extra: dict[str, bytes] | None = None) -> Path:
+    """``dest/vllm-0.1.0-py3-none-any.whl`` (written once; the same bytes every time);
+    ``extra``: more files by their path in the wheel (a CUDA library for verify to read)."""
     wheel = dest / f"vllm-{VERSION}-py3-none-any.whl"
     info = f"vllm-{VERSION}.dist-info"
-    files = {name: text.encode() for name, text in FILES.items()}
+    files = {name: text.encode() for name, text in FILES.items()} | (extra or {})
     files[f"{info}/METADATA"] = (f"Metadata-Version: 2.1\nName: vllm\nVersion: {VERSION}\n"
                                  "Summary: edgevllm test stand-in\n").encode()
     files[f"{info}/WHEEL"] = (b"Wheel-Version: 1.0\nGenerator: edgevllm-tests\n"
