@@ -17,7 +17,7 @@ from edgevllm.probe import factcache
 from edgevllm.probe.factcache import FactCache, decode, fact_key
 
 LAYERS = ["sha256:" + c * 64 for c in "abc"]
-INSPECTED = {"RootFS": {"Layers": LAYERS}, "Os": "linux", "Architecture": "arm64",
+INSPECTED: dict = {"RootFS": {"Layers": LAYERS}, "Os": "linux", "Architecture": "arm64",
              "Variant": "v8", "Config": {"Env": ["PATH=/usr/bin", "A=1"], "User": "",
                                          "WorkingDir": "/"}}
 FACTS = {"imports": {"vllm": {"ok": True, "version": "0.33.0"}}, "env": {"A": "1"}}
@@ -30,7 +30,7 @@ def key(inspected=INSPECTED, engine="default", script=b"script", arguments=("-",
 def changed(path: str, value):
     inspected = copy.deepcopy(INSPECTED)
     *parents, last = path.split(".")
-    node = inspected
+    node: dict = inspected
     for part in parents:
         node = node[part]
     node[last] = value
