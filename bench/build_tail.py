@@ -63,9 +63,11 @@ def small_spec(engine, work: Path) -> dict:
     from support.cuda_libs import nvcc_libs
     from support.images import python_image
     from support.platforms import native_arch, native_platform
-    from support.standin_wheels import standin_vllm_wheel
+    from support.standin_wheels import host_library, standin_vllm_wheel
 
-    wheel = standin_vllm_wheel(work, {"vllm/_C.abi3.so": nvcc_libs()["sm_121a"].read_bytes()})
+    wheel = standin_vllm_wheel(work, {"torch/lib/libtorch_cuda.so":
+                                      nvcc_libs()["sm_121a"].read_bytes(),
+                                      "vllm/libstandin_host.so": host_library(work)})
     base = python_image(engine, native_arch())
     return {"target": "spark", "platform": native_platform(), "python": "python3.11",
             "images": {"build": base, "runtime": base}, "bytecode_image": base,
