@@ -62,6 +62,7 @@ def test_a_one_mod_rebuild_reads_only_its_new_layers_with_a_full_scans_verdict(
     from edgevllm.builder.pipeline import build
     from edgevllm.specs.buildspec import spec_from_dict
     from edgevllm.verify.api import verify
+    from edgevllm.verify.policy import mode_policy
 
     monkeypatch.setenv("EDGEVLLM_VERIFY_CACHE", str(tmp_path / "verify-cache"))
     monkeypatch.setenv("EDGEVLLM_MODS_PATH", str(tmp_path / "mods"))
@@ -90,7 +91,7 @@ def test_a_one_mod_rebuild_reads_only_its_new_layers_with_a_full_scans_verdict(
                            .replace(f"{second.image}-unverified", second.image))
         monkeypatch.setenv("EDGEVLLM_VERIFY_CACHE_MAX", "0")
         full = verify("spark", image=second.image, engine=engine,
-                      json_out=tmp_path / "full.json", policy=_stock())
+                      json_out=tmp_path / "full.json", policy=mode_policy("prebuilt"))
         assert full.reading is not None and len(full.reading.read) == len(set(after))
         fresh = json.loads((tmp_path / "full.json").read_text())
         assert built == fresh
@@ -101,8 +102,3 @@ def test_a_one_mod_rebuild_reads_only_its_new_layers_with_a_full_scans_verdict(
         for tag in tags:
             subprocess.run(["docker", "rmi", "-f", tag], capture_output=True)
 
-
-def _stock():
-    from edgevllm.verify.policy import STOCK_POLICY
-
-    return STOCK_POLICY
