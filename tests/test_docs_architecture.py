@@ -466,3 +466,13 @@ def test_the_toolchain_file_is_rendered_and_staged_in_one_place():
     template = lambda n: constant(n, lambda s: s.endswith("toolchain.cmake.j2"))  # noqa: E731
     assert offenders(template, "builder/render.py") == set()
     assert calls("render_toolchain")(ast.parse("render.render_toolchain(road)", mode="eval").body)
+
+
+def test_part_names_are_spelt_in_one_place():
+    """A split set's part names (<file>.part000, ...) are written, found and recognised through
+    image/tarball.py: a second spelling once took any name holding ".part" for a tarball."""
+    def names_a_part(s: str) -> bool:   # not ".partial", not prose
+        return re.search(r"\.part(\d|\[|\Z)", s) is not None
+    spells = lambda n: constant(n, names_a_part)  # noqa: E731
+    assert offenders(spells, "image/tarball.py") == set()
+    assert sum(spells(n) for n in ast.walk(ast.parse("f'{name}.part{i:03d}'"))) == 1

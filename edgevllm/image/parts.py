@@ -16,7 +16,7 @@ from typing import IO, Callable
 from edgevllm.common.fsutil import move_into_place
 from edgevllm.common.streams import as_binary_io
 from edgevllm.image.layercache import ZstdSettings
-from edgevllm.image.tarball import CHUNK
+from edgevllm.image.tarball import CHUNK, part_name
 
 DEFAULT_LEVEL = {"zst": 3, "gz": 6}
 GZIP_BLOCK = 8 << 20  # one gzip member per block, compressed in parallel
@@ -91,7 +91,7 @@ class PartWriter:
     def final_names(self, suffix: str) -> list[str]:
         if len(self.parts) == 1:
             return [f"{self.stem}{suffix}"]
-        return [f"{self.stem}{suffix}.part{i:03d}" for i in range(len(self.parts))]
+        return [part_name(f"{self.stem}{suffix}", i) for i in range(len(self.parts))]
 
     def commit(self, suffix: str) -> list[Path]:
         """Rename every part to its final name; the final paths, in order."""

@@ -68,6 +68,7 @@ from edgevllm.image.tarball import (
     TarballSet,
     check_stream_length,
     open_tarball,
+    part_glob,
 )
 
 DEFAULT_WINDOW_LOG = 27  # zstd --long=27: 128 MiB, the largest window decoders take by default
@@ -383,7 +384,7 @@ def _existing_outputs(out_dir: Path, name: str) -> list[Path]:
     names = [f"{name}{MANIFEST_SUFFIX}"] + [f"{name}{s}" for s in FORMAT_SUFFIX.values()]
     found = [out_dir / n for n in names if (out_dir / n).exists()]
     for suffix in FORMAT_SUFFIX.values():
-        found += sorted(out_dir.glob(f"{glob_escape(name)}{suffix}.part[0-9][0-9][0-9]*"))
+        found += sorted(out_dir.glob(part_glob(f"{glob_escape(name)}{suffix}")))
     return found
 
 

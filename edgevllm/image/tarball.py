@@ -384,7 +384,23 @@ def _gzip_chunks(raw: ByteReader, label: str) -> Iterator[bytes]:
 
 
 # --- finding the parts -------------------------------------------------------------------------
+# A split set's part names, written (image/parts.py), found (image/publish.py) and recognised
+# (verify/diff.py) through these: <file>.part000, .part001, ...
 _PART_RE = re.compile(r"^(?P<base>.+)\.part\d{3,}\Z")
+
+
+def part_name(name: str, index: int) -> str:
+    """The file name of part ``index`` of the set whose whole file would be ``name``."""
+    return f"{name}.part{index:03d}"
+
+
+def part_glob(escaped_name: str) -> str:
+    """A glob for every part of ``escaped_name`` (already glob-escaped)."""
+    return f"{escaped_name}.part[0-9][0-9][0-9]*"
+
+
+def is_part_name(name: str) -> bool:
+    return _PART_RE.match(name) is not None
 
 
 def open_tarball(path: Path | str) -> TarballSet:

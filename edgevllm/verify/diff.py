@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from edgevllm.image.tarball import is_part_name
 from edgevllm.verify.judge import Verdict
 
 _TARBALL_ENDINGS = (".tar", ".tar.gz", ".tgz", ".tar.zst", ".manifest.json")
@@ -45,7 +46,7 @@ def source_kind(text: str) -> dict:
     path = Path(text)
     if path.is_dir() or (path.is_file() and path.suffix in (".whl", ".so", ".cubin")):
         return {"path": text}
-    if path.is_file() and (text.endswith(_TARBALL_ENDINGS) or ".part" in path.name):
+    if path.is_file() and (text.endswith(_TARBALL_ENDINGS) or is_part_name(path.name)):
         return {"tarball": text}
     if path.is_file():
         return {"path": text}
