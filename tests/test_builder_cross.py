@@ -42,7 +42,10 @@ def test_the_staged_context_holds_the_rendered_toolchain_and_the_script(tmp_path
     for line in ("set(CMAKE_SYSTEM_PROCESSOR aarch64)",
                  "set(CMAKE_CUDA_HOST_COMPILER aarch64-linux-gnu-g++)",
                  'set(CMAKE_CUDA_FLAGS_INIT "-target-dir sbsa-linux")',
-                 "set(CMAKE_POLICY_DEFAULT_CMP0190 NEW)"):
+                 "set(CMAKE_POLICY_DEFAULT_CMP0190 NEW)",
+                 # torch's vendored FindCUDA reads the toolkit from the environment when
+                 # cross-compiling (vLLM 0.33.0's find_package(Torch) failed without it)
+                 'set(ENV{CUDA_TOOLKIT_ROOT} "$ENV{CUDA_HOME}")'):
         assert line in toolchain
     assert stage_cross(ROAD, tmp_path / "again") == digest   # the same bytes, the same key
     # Another road's compilers: another toolchain file, another compile key. (Its flags to the
@@ -59,6 +62,12 @@ def test_the_template_values_of_a_cross_compile_and_of_the_others():
     assert values is not None
     assert values["nvcc_flags"] == "-ccbin aarch64-linux-gnu-g++ -target-dir sbsa-linux"
     assert values["host_platform"] == "linux-aarch64" and values["aliases"] == ["aarch64-linux"]
+    # CMP0190's default on CMake's command line: a project's cmake_minimum_required reads it
+    # before project() reads the toolchain file (CMake 4, which vLLM 0.33.0's build brings, then
+    # found no Python when cross-compiling).
+    assert values["cmake_args"].split() == [
+        "-DCMAKE_TOOLCHAIN_FILE=/opt/edgevllm-cross/toolchain.cmake",
+        "-DCMAKE_POLICY_DEFAULT_CMP0190=NEW"]
     emulated = resolve(load_spec("thor", overrides={"mode": "compile", "toolchain": "emulated"}),
                        builder=x86)
     assert cross_values(emulated) is None

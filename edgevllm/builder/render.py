@@ -94,8 +94,18 @@ def cross_values(eff: EffectiveSpec) -> dict | None:
             "c_compiler": road.c_compiler, "min_gcc": road.min_gcc,
             "target_dir": road.cuda_target_dir, "aliases": road.cuda_target_aliases,
             "nvcc_flags": " ".join(road.nvcc_flags()),
+            "cmake_args": " ".join(toolchain_cmake_args()),
             # what bdist_wheel writes into the wheel's tag (sysconfig.get_platform())
             "host_platform": road.wheel_platform.replace("_", "-", 1)}
+
+
+def toolchain_cmake_args() -> list[str]:
+    """What a cross compile hands the tree's CMake on its command line (``CMAKE_ARGS``, which
+    vLLM's setup.py forwards): the toolchain file, and CMP0190's default, which a project's
+    ``cmake_minimum_required`` reads before ``project()`` reads the toolchain file (CMake >= 4.1
+    then finds no Python when cross-compiling; vLLM's build requirements bring CMake 4)."""
+    return [f"-DCMAKE_TOOLCHAIN_FILE={labels.CROSS_TOOLCHAIN}",
+            "-DCMAKE_POLICY_DEFAULT_CMP0190=NEW"]
 
 
 def render_toolchain(road: CrossRoad) -> str:
