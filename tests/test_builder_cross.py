@@ -45,7 +45,7 @@ def test_the_staged_context_holds_the_rendered_toolchain_and_the_script(tmp_path
                  "set(CMAKE_POLICY_DEFAULT_CMP0190 NEW)",
                  # torch's vendored FindCUDA reads the toolkit from the environment when
                  # cross-compiling (vLLM 0.33.0's find_package(Torch) failed without it)
-                 'set(ENV{CUDA_TOOLKIT_ROOT} "$ENV{CUDA_HOME}")'):
+                 'set(ENV{CUDA_TOOLKIT_ROOT} "${_edgevllm_cuda}")'):
         assert line in toolchain
     assert stage_cross(ROAD, tmp_path / "again") == digest   # the same bytes, the same key
     # Another road's compilers: another toolchain file, another compile key. (Its flags to the
@@ -68,6 +68,13 @@ def test_the_template_values_of_a_cross_compile_and_of_the_others():
     assert values["cmake_args"].split() == [
         "-DCMAKE_TOOLCHAIN_FILE=/opt/edgevllm-cross/toolchain.cmake",
         "-DCMAKE_POLICY_DEFAULT_CMP0190=NEW"]
+    # A setup.py's torch extension (DeepGEMM's, on Spark) links the target's torch and CUDA
+    # first and is named for the target (thor's Python: the closure venv's site-packages).
+    version = cross.python.removeprefix("python")   # 3.12
+    site = f"/opt/edgevllm-target/lib/python{version}/site-packages"
+    assert values["ldflags"].split() == [
+        f"-L{site}/torch/lib", "-L${CUDA_HOME:-/usr/local/cuda}/targets/sbsa-linux/lib"]
+    assert values["ext_suffix"] == f".cpython-{version.replace('.', '')}-aarch64-linux-gnu.so"
     emulated = resolve(load_spec("thor", overrides={"mode": "compile", "toolchain": "emulated"}),
                        builder=x86)
     assert cross_values(emulated) is None

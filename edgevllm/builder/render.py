@@ -22,7 +22,7 @@ from edgevllm import __version__
 from edgevllm.common import labels
 from edgevllm.common.paths import templates_dir
 from edgevllm.sources.buildreqs import BuildLayout, unread_layout
-from edgevllm.sources.wheels import MODE_REQUIREMENTS_FILE
+from edgevllm.sources.wheels import MODE_REQUIREMENTS_FILE, python_version_of
 from edgevllm.specs.buildspec import EffectiveSpec
 from edgevllm.specs.cross import CrossRoad
 from edgevllm.specs.moderecord import mode_record
@@ -95,8 +95,21 @@ def cross_values(eff: EffectiveSpec) -> dict | None:
             "target_dir": road.cuda_target_dir, "aliases": road.cuda_target_aliases,
             "nvcc_flags": " ".join(road.nvcc_flags()),
             "cmake_args": " ".join(toolchain_cmake_args()),
+            **setuptools_cross_values(road, python_version_of(eff.python) or ""),
             # what bdist_wheel writes into the wheel's tag (sysconfig.get_platform())
             "host_platform": road.wheel_platform.replace("_", "-", 1)}
+
+
+def setuptools_cross_values(road: CrossRoad, python_version: str) -> dict[str, str]:
+    """What a ``setup.py`` that builds a torch extension with the build Python's
+    ``torch.utils.cpp_extension`` (DeepGEMM's, inside vLLM's build on Spark) needs on a cross
+    road: the target's torch and CUDA libraries first on the linker's path (the build
+    interpreter's x86_64 ones come after, and the cross linker skips them), and the target's
+    extension suffix (else the module is named for the build interpreter's platform)."""
+    site = f"{labels.CROSS_TARGET}/lib/python{python_version}/site-packages"
+    cuda = "${CUDA_HOME:-/usr/local/cuda}"
+    return {"ldflags": f"-L{site}/torch/lib -L{cuda}/targets/{road.cuda_target_dir}/lib",
+            "ext_suffix": f".cpython-{python_version.replace('.', '')}-{road.triple}.so"}
 
 
 def toolchain_cmake_args() -> list[str]:
