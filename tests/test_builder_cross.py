@@ -171,3 +171,36 @@ def test_render_names_the_toolchain_in_its_plan(tmp_path):
     release = json.loads((tmp_path / "p" / "build-plan.json").read_text())
     expected = ("prebuilt", "") if host_arch() == "amd64" else ("compile", "native")
     assert (release["mode"], release["toolchain"].split(" ")[0]) == expected
+
+
+def test_the_libcuda_stub_defines_the_driver_api_so_the_link_keeps_it(tmp_path):
+    """The stub answers every CUresult function of cuda.h under its exported name (cuda.h's
+    macros applied: cuMemAlloc -> cuMemAlloc_v2). An extension linked against it with
+    ``--as-needed`` then records libcuda.so.1 as needed, as one built against the driver does;
+    with the bare stub of before, vLLM 0.33.0's cumem_allocator lost the entry and failed to
+    load (undefined symbol: cuMemRelease). Run with this machine's gcc (the build stage's cross
+    gcc takes the same arguments)."""
+    include = tmp_path / "include"
+    include.mkdir()
+    (include / "cuda.h").write_text(
+        "typedef int CUresult;\n#define CUDAAPI\n#define cuMemAlloc cuMemAlloc_v2\n"
+        "CUresult CUDAAPI cuMemRelease(unsigned long long handle);\n"
+        "CUresult CUDAAPI cuMemAlloc(void **ptr, unsigned long bytes);\n"
+        "const char *cuNotADriverFunction(void);\n")
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    assert cross_inimage.driver_stub(lib, "gcc", include) == 2
+    symbols = subprocess.run(["nm", "-D", "--defined-only", str(lib / "libcuda.so")],
+                             capture_output=True, text=True, check=True).stdout.split()
+    assert {"cuMemRelease", "cuMemAlloc_v2"} <= set(symbols) and "cuMemAlloc" not in symbols
+    (tmp_path / "ext.c").write_text("int cuMemRelease(unsigned long long);\n"
+                                    "int release(void) { return cuMemRelease(0); }\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", str(tmp_path / "ext.c"), "-o",
+                    str(tmp_path / "ext.so"), "-Wl,--as-needed", f"-L{lib}", "-lcuda"],
+                   check=True)
+    dynamic = subprocess.run(["readelf", "-d", str(tmp_path / "ext.so")], capture_output=True,
+                             text=True, check=True).stdout
+    assert "Shared library: [libcuda.so.1]" in dynamic
+    (include / "cuda.h").write_text("/* no driver API */\n")
+    with pytest.raises(SystemExit):
+        cross_inimage.driver_stub(tmp_path / "other", "gcc", include)

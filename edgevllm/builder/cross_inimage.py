@@ -101,21 +101,45 @@ def assemble_lib(dest: Path, trees: list[Path]) -> int:
     return count
 
 
-def driver_stub(dest: Path, compiler: str) -> None:
-    """``stubs/libcuda.so`` (soname libcuda.so.1), built with the cross compiler: enough to link
-    against; the device's driver answers at run time."""
+# CUDA_ERROR_STUB_LIBRARY: what every function of NVIDIA's own stub libcuda answers.
+STUB_ANSWER = 34
+DRIVER_FUNCTION = re.compile(r"\bCUresult\s+(cu[A-Z][A-Za-z0-9_]*)\s*\(")
+
+
+def driver_functions(compiler: str, include: Path) -> list[str]:
+    """The driver API's functions as the linker sees them: ``cuda.h`` of ``include`` through the
+    preprocessor (its macros give the exported names, e.g. ``cuMemAlloc_v2``)."""
+    proc = subprocess.run([compiler, "-E", "-P", "-x", "c", f"-I{include}", "-"],
+                          input="#include <cuda.h>\n", capture_output=True, text=True)
+    names = sorted(set(DRIVER_FUNCTION.findall(proc.stdout))) if proc.returncode == 0 else []
+    if not names:
+        fail(f"no driver API in {include}/cuda.h for the libcuda stub "
+             f"({proc.stderr.strip()[-200:] or 'no CUresult functions'}): the build base's CUDA "
+             "must have its headers (a CUDA devel image)")
+    return names
+
+
+def driver_stub(dest: Path, compiler: str, include: Path) -> int:
+    """``stubs/libcuda.so`` (soname libcuda.so.1), built with the cross compiler: every driver
+    function of ``cuda.h``, answering as NVIDIA's stub does. A linker that drops libraries no
+    symbol is taken from (``--as-needed``) then still records libcuda.so.1 as needed, as a
+    native build against the driver does; the device's driver answers at run time. Returns the
+    number of functions."""
+    names = driver_functions(compiler, include)
     stubs = dest / "stubs"
     stubs.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         source = Path(tmp) / "stub.c"
-        source.write_text("int edgevllm_libcuda_stub;\n")
-        proc = subprocess.run([compiler, "-shared", "-x", "c", str(source), "-o",
+        source.write_text("".join(f"int {name}(void) {{ return {STUB_ANSWER}; }}\n"
+                                  for name in names))
+        proc = subprocess.run([compiler, "-shared", "-fPIC", "-x", "c", str(source), "-o",
                                str(stubs / "libcuda.so"), f"-Wl,-soname,{STUB_SONAME}"],
                               capture_output=True, text=True)
     if proc.returncode != 0:
         fail(f"{compiler} could not link a shared library: {proc.stderr.strip()[-300:]}")
     if not (dest / "libcuda.so").exists():
         (dest / "libcuda.so").symlink_to("stubs/libcuda.so")
+    return len(names)
 
 
 WRAPPED = re.compile(r"#\s*include\s+<([A-Za-z0-9_.-]+)/(python3\.\d+)/pyconfig\.h>")
@@ -153,14 +177,14 @@ def assemble(args: argparse.Namespace) -> None:
         fail(f"the closure holds no CUDA runtime for the target (nvidia-cuda-runtime under "
              f"{site}/nvidia): the closure must carry the target's CUDA wheels (torch's "
              "cuda-toolkit set does)")
-    driver_stub(folder / "lib", args.compiler)
+    functions = driver_stub(folder / "lib", args.compiler, folder / "include")
     for alias in args.alias:
         link = cuda / "targets" / alias
         if not link.exists():
             link.symlink_to(args.target_dir)
     configs = python_config(args.triple)
     print(f"edgevllm cross: {folder}: {headers} headers, {libraries} target libraries from "
-          f"{len(trees)} CUDA wheel trees, the libcuda stub; "
+          f"{len(trees)} CUDA wheel trees, the libcuda stub ({functions} driver functions); "
           f"{len(configs)} pyconfig.h for {args.triple}", flush=True)
 
 
