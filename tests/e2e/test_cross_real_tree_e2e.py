@@ -2,9 +2,10 @@
 x86_64 host, then a slice of its real targets built, for spark (12.1a) and thor (11.0a).
 
 What it exercises: the road's own pieces, as the compile template hands them to a build step
-(``builder/render.py`` ``cross_values``: the toolchain file of ``render_toolchain``, the
-``CMAKE_ARGS`` of ``toolchain_cmake_args``, ``NVCC_PREPEND_FLAGS``, the cross ``CC``/``CXX``;
-``builder/cross_inimage.py`` laying out ``targets/sbsa-linux`` from the target's wheels), in the
+(``builder/render.py`` ``cross_values``: the ``CMAKE_ARGS`` of ``toolchain_cmake_args``,
+``NVCC_PREPEND_FLAGS``, the cross ``CC``/``CXX``/``LDFLAGS``; the ``edgevllm-cross`` context of
+``builder/cross.py`` ``stage_cross``: the rendered toolchain file, its emulator ``cross_run.py``,
+``cross_inimage.py`` laying out ``targets/sbsa-linux`` from the target's wheels), in the
 cross build base (support/images.cross_cuda_image: Debian trixie, its aarch64 g++ 14, the x86_64
 nvcc 13.0). The tree is PyPI's sdist through the build's own source preparation and the target's
 source patches. The build Python is x86_64 with torch 2.14.0 and vLLM's build requirements (CMake
@@ -39,14 +40,14 @@ from __future__ import annotations
 
 import re
 import shlex
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from edgevllm.builder import cross_inimage
-from edgevllm.builder.render import cross_values, render_toolchain
+from edgevllm.builder.cross import RUN_SCRIPT, TOOLCHAIN, stage_cross
+from edgevllm.builder.render import cross_values
+from edgevllm.common.labels import CROSS_RUN, CROSS_TOOLCHAIN
 from edgevllm.mods.patches import apply_source_patches
 from edgevllm.sources.plan import plan_for_target
 from edgevllm.sources.prepare import SourceRequest, prepare_sources
@@ -146,7 +147,8 @@ def build_env_lines(values: dict) -> list[str]:
         f"python3 /cross/cross_inimage.py --compiler {values['host_compiler']} --triple "
         f"{values['triple']} --min-gcc {values['min_gcc']} --target-dir {values['target_dir']} "
         f"{aliases} --target-venv /opt/edgevllm-target",
-        "mkdir -p /opt/edgevllm-cross && cp /cross/toolchain.cmake /opt/edgevllm-cross/"]
+        f"mkdir -p {Path(CROSS_TOOLCHAIN).parent} && cp /cross/{TOOLCHAIN} {CROSS_TOOLCHAIN} "
+        f"&& install -m 0755 /cross/{RUN_SCRIPT} {CROSS_RUN}"]
 
 
 def prepared_tree(upstream, dest: Path, target: str) -> Path:
@@ -176,9 +178,7 @@ def test_the_real_tree_configures_and_its_slice_builds_for_the_device(
     deps_root, origins = cmake_dep_dirs(plan.deps, tmp_path / "deps")
     print("\n".join(f"cmake dep {name}: {origin}" for name, origin in sorted(origins.items())))
     deps = {d.env_var: f"/src/deps/{d.name}" for d in plan.deps if d.env_var}
-    (tmp_path / "cross").mkdir()
-    (tmp_path / "cross" / "toolchain.cmake").write_text(render_toolchain(eff.cross))
-    shutil.copyfile(cross_inimage.__file__, tmp_path / "cross" / "cross_inimage.py")
+    stage_cross(eff.cross, tmp_path / "cross")   # the edgevllm-cross build context
     (tmp_path / "work").mkdir()
     (tmp_path / "work" / "run.sh").write_text(
         build_script(values, target.torch_cuda_arch_list, deps))
@@ -254,9 +254,7 @@ def test_a_setup_py_torch_extension_builds_with_the_build_python_for_the_target(
                   builder=Builder("amd64"))
     values = cross_values(eff)
     assert values is not None and eff.cross is not None
-    (tmp_path / "cross").mkdir()
-    (tmp_path / "cross" / "toolchain.cmake").write_text(render_toolchain(eff.cross))
-    shutil.copyfile(cross_inimage.__file__, tmp_path / "cross" / "cross_inimage.py")
+    stage_cross(eff.cross, tmp_path / "cross")   # the edgevllm-cross build context
     work = tmp_path / "work"
     work.mkdir()
     (work / "ext.cpp").write_text(TORCH_EXTENSION)
