@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -89,10 +90,20 @@ def upstream(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def sides():
-    """(the build Python's wheels for linux/amd64, the target's venv for linux/arm64)."""
-    build = wheel_set("amd64", [TORCH, *BUILD_REQUIREMENTS], PYTHON)
-    return build, unpacked_site(wheel_set("arm64", TARGET_REQUIREMENTS, PYTHON), PYTHON)
+def sides(engine, tmp_path_factory):
+    """(the build Python's venv folder, mounted at /opt/venv, the folder of the wheels it is made
+    from: empty once it is made; the target's venv for linux/arm64)."""
+    from support.downloads import test_cache_dir
+    from support.images import cross_cuda_image
+
+    image = cross_cuda_image(engine)
+    venv = test_cache_dir("cross-real", f"build-venv-{engine.image_id(image)[7:19]}")
+    made = (venv / ".complete").exists()
+    build = (tmp_path_factory.mktemp("no-wheels") if made
+             else wheel_set("amd64", [TORCH, *BUILD_REQUIREMENTS], PYTHON))
+    yield venv, build, unpacked_site("arm64", TARGET_REQUIREMENTS, PYTHON)
+    if (venv / ".complete").exists() and not made:   # the venv holds them now
+        shutil.rmtree(build)
 
 
 def build_script(values: dict, arch_list: str, deps: dict[str, str]) -> str:
@@ -162,7 +173,6 @@ def prepared_tree(upstream, dest: Path, target: str) -> Path:
 def test_the_real_tree_configures_and_its_slice_builds_for_the_device(
         engine, upstream, sides, git_cache, tmp_path, target_name):  # noqa: F811
     from edgevllm.containers.docker import RunOptions
-    from support.downloads import test_cache_dir
     from support.images import cross_cuda_image, cross_runtime_image
     from support.platforms import native_arch, require_runnable
 
@@ -182,9 +192,8 @@ def test_the_real_tree_configures_and_its_slice_builds_for_the_device(
     (tmp_path / "work").mkdir()
     (tmp_path / "work" / "run.sh").write_text(
         build_script(values, target.torch_cuda_arch_list, deps))
-    build_wheels, target_venv = sides
+    venv, build_wheels, target_venv = sides
     image = cross_cuda_image(engine)
-    venv = test_cache_dir("cross-real", f"build-venv-{engine.image_id(image)[7:19]}")
     proc = engine.run(RunOptions(
         image=image, remove=True, command=["bash", "/work/run.sh"],
         volumes=[f"{tree}:/src/vllm", f"{deps_root}:/src/deps:ro", f"{venv}:/opt/venv",
@@ -247,7 +256,6 @@ def test_a_setup_py_torch_extension_builds_with_the_build_python_for_the_target(
     ENV (LDFLAGS puts the target's torch first; SETUPTOOLS_EXT_SUFFIX names the module for the
     target). The module loads and runs in the linux/arm64 base (qemu) with the aarch64 torch."""
     from edgevllm.containers.docker import RunOptions
-    from support.downloads import test_cache_dir
     from support.images import cross_cuda_image, cross_runtime_image
 
     eff = resolve(load_spec("spark", overrides={"mode": "compile", "python": f"python{PYTHON}"}),
@@ -263,9 +271,8 @@ def test_a_setup_py_torch_extension_builds_with_the_build_python_for_the_target(
         *build_env_lines(values), *[f'export {k}="{v}"' for k, v in cross_env(values).items()],
         "cd /work && python3 setup.py -q build_ext --inplace > build.log 2>&1 "
         "|| { grep -v 'skipping incompatible' build.log | tail -40; exit 1; }"]))
-    build_wheels, target_venv = sides
+    venv, build_wheels, target_venv = sides
     image = cross_cuda_image(engine)
-    venv = test_cache_dir("cross-real", f"build-venv-{engine.image_id(image)[7:19]}")
     proc = engine.run(RunOptions(
         image=image, remove=True, command=["bash", "/work/run.sh"],
         volumes=[f"{venv}:/opt/venv", f"{build_wheels}:/build-wheels:ro",

@@ -5,7 +5,7 @@ cross road, each cached under ``${EDGEVLLM_TEST_CACHE}/cross-real`` so CI's seco
   x86_64 torch 2.14.0 and vLLM's build requirements for the build Python, the aarch64 torch and
   its CUDA wheels for the target side.
 - ``unpacked_site``: such a set unpacked as a venv's ``lib/python3.X/site-packages`` (the target
-  side, as the closure's venv is mounted into a compiling step).
+  side, as the closure's venv is mounted into a compiling step); the wheels then go.
 - ``cmake_dep_dirs``: what vLLM's CMake clones. First the tree's own pins through the build's own
   fetch (``sources/cmakedeps.fetch_cmake_deps``, GitHub); where that cannot reach GitHub, the
   stand-ins kept in the cache, each folder with an ``EDGEVLLM-STANDIN`` file saying what it is
@@ -59,13 +59,17 @@ def wheel_set(arch: str, requirements: list[str], python_version: str) -> Path:
     return final
 
 
-def unpacked_site(wheels: Path, python_version: str) -> Path:
-    """The wheels of ``wheels`` unpacked as a venv's site-packages (cached); returns the venv
-    folder (``lib/python3.X/site-packages`` below it)."""
-    final = wheels.with_name(wheels.name + "-venv")
-    with file_lock(final.with_name(f".{final.name}.lock")):
+def unpacked_site(arch: str, requirements: list[str], python_version: str) -> Path:
+    """``requirements`` for linux/<arch> unpacked as a venv's site-packages (cached; the wheels
+    are removed once unpacked: the disk holds them once); returns the venv folder
+    (``lib/python3.X/site-packages`` below it)."""
+    key = hashlib.sha256("|".join([arch, python_version, *requirements]).encode()).hexdigest()
+    root = test_cache_dir("cross-real")
+    final = root / f"site-{arch}-cp{python_version.replace('.', '')}-{key[:12]}"
+    with file_lock(root / f".{final.name}.lock"):
         if final.is_dir():
             return final
+        wheels = wheel_set(arch, requirements, python_version)
         partial = final.with_name(final.name + ".partial")
         shutil.rmtree(partial, ignore_errors=True)
         site = partial / "lib" / f"python{python_version}" / "site-packages"
@@ -74,6 +78,7 @@ def unpacked_site(wheels: Path, python_version: str) -> Path:
             with zipfile.ZipFile(wheel) as zf:
                 zf.extractall(site)
         os.replace(partial, final)
+        shutil.rmtree(wheels)
     return final
 
 
