@@ -26,11 +26,11 @@ loads a wheel's, with the road's ``libcuda.so.1`` stub standing in for the drive
 with the device; cumem_allocator links it, and records it as needed as a native build does).
 
 What stands in: the CMake dependencies vLLM pins and this machine cannot fetch
-(support/cross_real.cmake_dep_dirs: the pins first, through the build's own fetch; else the
-stand-ins in the test cache, each naming itself, listed in docs/build-modes.md: CUTLASS v4.7.0
-for v4.7.1, flash-attention and FlashMLA snapshots, the upstream DeepGEMM and FlashKDA, folders
-holding only a note for DeepSelect, MSA, tml-fa4 and triton_kernels). None of the stand-ins'
-code is in the slice; the configure reads them.
+(support/cross_real.cmake_dep_dirs: the pins first, through the build's own fetch; else
+stand-ins any machine that reaches PyPI can make, each naming itself, listed in
+docs/build-modes.md: CUTLASS 4.2.0's headers from PyPI's nvidia-cutlass wheel for v4.7.1, and
+for the others empty files at the paths the tree's own external-project CMake names). None of
+the stand-ins' code is in the slice; the configure reads them.
 
 Not exercised: ``inv build`` itself (its compile step would build every target: hours on two
 cores, and it fetches the pins by commit), DeepGEMM's setuptools build, the wheel.
@@ -185,7 +185,7 @@ def test_the_real_tree_configures_and_its_slice_builds_for_the_device(
     assert values is not None and eff.toolchain == "cross" and eff.cross is not None
     tree = prepared_tree(upstream, tmp_path / "vllm", target_name)
     plan = plan_for_target(tree, target, torch_version="2.14.0", check=False)
-    deps_root, origins = cmake_dep_dirs(plan.deps, tmp_path / "deps")
+    deps_root, origins = cmake_dep_dirs(plan.deps, tmp_path / "deps", tree)
     print("\n".join(f"cmake dep {name}: {origin}" for name, origin in sorted(origins.items())))
     deps = {d.env_var: f"/src/deps/{d.name}" for d in plan.deps if d.env_var}
     stage_cross(eff.cross, tmp_path / "cross")   # the edgevllm-cross build context

@@ -7,22 +7,26 @@ cross road, each cached under ``${EDGEVLLM_TEST_CACHE}/cross-real`` so CI's seco
 - ``unpacked_site``: such a set unpacked as a venv's ``lib/python3.X/site-packages`` (the target
   side, as the closure's venv is mounted into a compiling step); the wheels then go.
 - ``cmake_dep_dirs``: what vLLM's CMake clones. First the tree's own pins through the build's own
-  fetch (``sources/cmakedeps.fetch_cmake_deps``, GitHub); where that cannot reach GitHub, the
-  stand-ins kept in the cache, each folder with an ``EDGEVLLM-STANDIN`` file saying what it is
-  (``docs/build-modes.md`` lists them). A dependency with neither fails, naming the folder.
+  fetch (``sources/cmakedeps.fetch_cmake_deps``, GitHub); where that cannot reach GitHub (this
+  project's machines reach PyPI only), stand-ins any such machine can make, each folder with an
+  ``EDGEVLLM-STANDIN`` note saying what it is (``docs/build-modes.md`` lists them): CUTLASS's
+  headers from PyPI's ``nvidia-cutlass`` wheel, and for every other dependency empty files at the
+  paths the tree's own ``cmake/external_projects/*.cmake`` name (what its configure checks or
+  reads). The slice compiles none of their code.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
-from .downloads import file_lock, test_cache_dir
+from .downloads import file_lock, pypi_download, test_cache_dir
 
 STANDIN_FILE = "EDGEVLLM-STANDIN"
 GLIBC = (17, 18, 24, 25, 26, 27, 28, 31, 34)
@@ -82,13 +86,21 @@ def unpacked_site(arch: str, requirements: list[str], python_version: str) -> Pa
     return final
 
 
-def standin_root() -> Path:
-    return test_cache_dir("cross-real", "deps")
+# CUTLASS's headers as PyPI ships them (cutlass_library/source/{include,tools/util/include}).
+CUTLASS_WHEEL = "nvidia-cutlass==4.2.0.0"
+CUTLASS_IN_WHEEL = "cutlass_library/source/"
+# A file a dependency's CMake names under its folder: ${<name>_SOURCE_DIR}/path/file.ext
+_NAMED_FILE = re.compile(r"\$\{([\w-]+)_SOURCE_DIR\}/([\w./+-]+\.\w+)")
+# What vLLM's CMake would have taken from CUTLASS's own CMakeLists (headers only).
+_CUTLASS_CMAKE = """# edgevllm stand-in: the include folders CUTLASS's own CMakeLists would set
+set(CUTLASS_INCLUDE_DIR "${CMAKE_CURRENT_SOURCE_DIR}/include" CACHE PATH "")
+set(CUTLASS_TOOLS_UTIL_INCLUDE_DIR "${CMAKE_CURRENT_SOURCE_DIR}/tools/util/include" CACHE PATH "")
+"""
 
 
-def cmake_dep_dirs(deps, dest: Path) -> tuple[Path, dict[str, str]]:
+def cmake_dep_dirs(deps, dest: Path, tree: Path) -> tuple[Path, dict[str, str]]:
     """(the folder holding every dependency under its name, dep name -> where it came from:
-    ``pinned <commit>`` or the first line of the stand-in's note)."""
+    ``pinned <commit>`` or the stand-in's note)."""
     from edgevllm.common.errors import EdgeVllmError
     from edgevllm.sources.cmakedeps import fetch_cmake_deps
 
@@ -96,14 +108,47 @@ def cmake_dep_dirs(deps, dest: Path) -> tuple[Path, dict[str, str]]:
         records = fetch_cmake_deps(deps, dest)
         return dest, {name: f"pinned {r.commit[:12]}" for name, r in records.items()}
     except EdgeVllmError as exc:
-        why = str(exc)
+        why = f"the pins cannot be fetched ({str(exc)[:200]})"
+    standins = dest.with_name(dest.name + "-standins")
+    named = _named_files(tree)
     origins = {}
     for dep in deps:
-        note = standin_root() / dep.name / STANDIN_FILE
-        if not note.is_file():
-            raise AssertionError(
-                f"CMake dependency {dep.name} ({dep.repo} {dep.tag}): the pin cannot be fetched "
-                f"({why}) and {note.parent} holds no stand-in; put a checkout there with an "
-                f"{STANDIN_FILE} file saying what it is (docs/build-modes.md lists them)")
-        origins[dep.name] = note.read_text().strip().splitlines()[0]
-    return standin_root(), origins
+        folder = standins / dep.name
+        folder.mkdir(parents=True)
+        if dep.name == "cutlass":
+            note = _cutlass_headers(folder, dep)
+        else:
+            files = sorted(set(named.get(dep.name, []) + named.get(dep.name.replace("-", "_"), [])))
+            for rel in files:
+                (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+                (folder / rel).touch()
+            note = (f"stand-in for {dep.repo} {dep.tag}: empty files at the {len(files)} "
+                    f"paths vLLM's CMake names; {why}")
+        (folder / STANDIN_FILE).write_text(note + "\n")
+        origins[dep.name] = note
+    return standins, origins
+
+
+def _named_files(tree: Path) -> dict[str, list[str]]:
+    """Per dependency name, the files the tree's external-project CMake names in its folder."""
+    named: dict[str, list[str]] = {}
+    for cmake in sorted((tree / "cmake" / "external_projects").glob("*.cmake")):
+        for name, rel in _NAMED_FILE.findall(cmake.read_text()):
+            if ".." not in rel.split("/"):
+                named.setdefault(name, []).append(rel)
+    return named
+
+
+def _cutlass_headers(folder: Path, dep) -> str:
+    """CUTLASS's include folders from PyPI's wheel, and the CMake lines that name them."""
+    wheel = pypi_download(CUTLASS_WHEEL)
+    with zipfile.ZipFile(wheel) as zf:
+        for member in zf.namelist():
+            rel = member[len(CUTLASS_IN_WHEEL):]
+            if member.startswith(CUTLASS_IN_WHEEL) and rel.startswith(
+                    ("include/", "tools/util/include/")) and not member.endswith("/"):
+                (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+                (folder / rel).write_bytes(zf.read(member))
+    (folder / "CMakeLists.txt").write_text(_CUTLASS_CMAKE)
+    return (f"stand-in for {dep.repo} {dep.tag}: CUTLASS {CUTLASS_WHEEL.split('==')[1]}'s "
+            f"headers from PyPI's nvidia-cutlass wheel (headers only, as vLLM builds it)")
