@@ -476,3 +476,26 @@ def test_part_names_are_spelt_in_one_place():
     spells = lambda n: constant(n, names_a_part)  # noqa: E731
     assert offenders(spells, "image/tarball.py") == set()
     assert sum(spells(n) for n in ast.walk(ast.parse("f'{name}.part{i:03d}'"))) == 1
+
+
+def test_each_cache_folder_has_one_owner():
+    """Each folder of the edgevllm cache (``common/paths.cache_dir``) is read and written by one
+    module: the verdict cache's ``verify`` by verify/verdictcache.py, the probe's by
+    probe/factcache.py, JIT bundles by serve/cache/bundle.py, and so on. A second module writing
+    into another's folder would bypass its key, bound and checks."""
+    owners: dict[str, set[str]] = {}
+    for rel, tree in py_files("common/paths.py"):
+        for n in ast.walk(tree):
+            if calls("cache_dir")(n) and n.args and isinstance(n.args[0], ast.Constant):
+                owners.setdefault(str(n.args[0].value), set()).add(rel)
+    assert {name: mods for name, mods in owners.items() if len(mods) > 1} == {}
+    assert owners["verify"] == {"verify/verdictcache.py"}
+    assert owners["probe"] == {"probe/factcache.py"}
+    assert owners["jit-bundles"] == {"serve/cache/bundle.py"}
+
+
+def test_the_build_mode_is_chosen_in_one_place():
+    """The mode rule (specs/buildspec.py ``choose_mode``) is asked by ``resolve`` alone: anyone
+    else picking a mode would be a second rule."""
+    assert offenders(calls("choose_mode"), "specs/buildspec.py") == set()
+    assert calls("choose_mode")(ast.parse("buildspec.choose_mode(spec, b)", mode="eval").body)
