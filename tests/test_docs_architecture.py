@@ -486,7 +486,8 @@ def test_each_cache_folder_has_one_owner():
     owners: dict[str, set[str]] = {}
     for rel, tree in py_files("common/paths.py"):
         for n in ast.walk(tree):
-            if calls("cache_dir")(n) and n.args and isinstance(n.args[0], ast.Constant):
+            if isinstance(n, ast.Call) and calls("cache_dir")(n) and n.args \
+                    and isinstance(n.args[0], ast.Constant):
                 owners.setdefault(str(n.args[0].value), set()).add(rel)
     assert {name: mods for name, mods in owners.items() if len(mods) > 1} == {}
     assert owners["verify"] == {"verify/verdictcache.py"}
