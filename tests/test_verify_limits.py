@@ -101,3 +101,34 @@ def test_a_small_unit_that_inflates_past_a_gigabyte_stops_at_the_unit_limit():
     finally:
         tracemalloc.stop()
     assert peak < MAX_UNIT_BYTES + (8 << 20), peak >> 20
+
+
+def test_a_cache_ceiling_comes_from_its_setting_or_is_one_line(monkeypatch):
+    import pytest
+
+    from edgevllm.common.errors import ConfigError
+    from edgevllm.verify.limits import size_setting
+
+    monkeypatch.delenv("EDGEVLLM_X_MAX", raising=False)
+    assert size_setting("EDGEVLLM_X_MAX", 7, "x cache") == 7
+    monkeypatch.setenv("EDGEVLLM_X_MAX", "2M")
+    assert size_setting("EDGEVLLM_X_MAX", 7, "x cache") == 2 << 20
+    monkeypatch.setenv("EDGEVLLM_X_MAX", "lots")
+    with pytest.raises(ConfigError, match=r"^EDGEVLLM_X_MAX='lots': .* or 0 \(no x cache\)$"):
+        size_setting("EDGEVLLM_X_MAX", 7, "x cache")
+
+
+def test_the_oldest_records_go_first_until_the_rest_fit(tmp_path):
+    import os
+
+    from edgevllm.verify.limits import drop_oldest
+
+    records = []
+    for age, name in enumerate(["new", "mid", "old"]):
+        path = tmp_path / name
+        path.write_bytes(b"x" * 10)
+        os.utime(path, (1000 - age, 1000 - age))
+        records.append((path.stat().st_mtime, 10, str(path)))
+    assert drop_oldest(records, 20) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mid", "new"]
+    assert drop_oldest(records, 0) == 2 and not list(tmp_path.iterdir())

@@ -68,16 +68,9 @@ def fact_key(inspected: dict, engine_name: str, script: bytes, arguments: list[s
 
 
 def max_bytes() -> int:
-    from edgevllm.verify.limits import parse_size
+    from edgevllm.verify.limits import size_setting
 
-    text = os.environ.get(MAX_SETTING, "").strip()
-    if not text:
-        return DEFAULT_MAX_BYTES
-    size = parse_size(text)
-    if size is None:
-        raise ConfigError(f"{MAX_SETTING}='{text}': expected a size such as 64M, 1G, or 0 "
-                          "(no probe cache)")
-    return size
+    return size_setting(MAX_SETTING, DEFAULT_MAX_BYTES, "probe cache")
 
 
 class FactCache:
@@ -134,6 +127,8 @@ class FactCache:
     def prune(self) -> int:
         """Least recently used records out until the rest are under the ceiling; only
         ``<sha256>.facts`` files (what this module writes) are ever removed."""
+        from edgevllm.verify.limits import drop_oldest
+
         try:
             with os.scandir(self.root) as entries:
                 records = [(e.stat(follow_symlinks=False).st_mtime,
@@ -141,16 +136,7 @@ class FactCache:
                            if _NAME.match(e.name) and e.is_file(follow_symlinks=False)]
         except OSError:
             return 0
-        total, removed = sum(size for _, size, _ in records), 0
-        for _, size, path in sorted(records):
-            if total <= self.limit:
-                break
-            try:
-                os.unlink(path)
-            except OSError:
-                continue
-            total, removed = total - size, removed + 1
-        return removed
+        return drop_oldest(records, self.limit)
 
 
 def decode(data: bytes, key: str) -> dict[str, Any]:

@@ -45,6 +45,33 @@ def parse_size(text: str) -> int | None:
     return int(match.group(1)) << (10 * " KMGT".index(match.group(2).upper() or " "))
 
 
+def size_setting(name: str, default: int, off: str) -> int:
+    """A size ceiling from the environment variable ``name`` (bytes, or 512M / 2G; 0 turns
+    ``off`` off), ``default`` where it is unset; one line naming the variable otherwise."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    size = parse_size(text)
+    if size is None:
+        raise ConfigError(f"{name}='{text}': expected a size such as 64M, 1G, or 0 (no {off})")
+    return size
+
+
+def drop_oldest(records: list[tuple[float, int, str]], limit: int) -> int:
+    """Remove the least recently used of ``records`` ((mtime, bytes, path), files the caller
+    wrote) until the rest take at most ``limit`` bytes; how many went."""
+    total, removed = sum(size for _, size, _ in records), 0
+    for _, size, path in sorted(records):
+        if total <= limit:
+            break
+        try:
+            os.unlink(path)
+        except OSError:
+            continue
+        total, removed = total - size, removed + 1
+    return removed
+
+
 def human(size: int) -> str:
     for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
         if size >= 1 << shift:

@@ -38,6 +38,7 @@ from edgevllm.common.paths import cache_dir
 from edgevllm.verify.archive import Layer
 from edgevllm.verify.fatbin import FatbinEntry
 from edgevllm.verify.library import LibraryReport
+from edgevllm.verify.limits import drop_oldest
 
 FORMAT = 1
 DEFAULT_MAX_BYTES = 1 << 30
@@ -87,17 +88,9 @@ def cache_key(target: str) -> str:
 
 def max_bytes() -> int:
     """The ceiling from ``EDGEVLLM_VERIFY_CACHE_MAX`` (bytes, or 512M / 2G), else 1 GiB."""
-    from edgevllm.common.errors import ConfigError
-    from edgevllm.verify.limits import parse_size
+    from edgevllm.verify.limits import size_setting
 
-    text = os.environ.get(MAX_SETTING, "").strip()
-    if not text:
-        return DEFAULT_MAX_BYTES
-    size = parse_size(text)
-    if size is None:
-        raise ConfigError(f"{MAX_SETTING}='{text}': expected a size such as 1G, 512M, or 0 "
-                          "(no verify cache)")
-    return size
+    return size_setting(MAX_SETTING, DEFAULT_MAX_BYTES, "verify cache")
 
 
 class VerdictCache:
@@ -162,16 +155,7 @@ class VerdictCache:
                             entry.is_file(follow_symlinks=False):
                         stat = entry.stat(follow_symlinks=False)
                         records.append((stat.st_mtime, stat.st_size, entry.path))
-        total, removed = sum(size for _, size, _ in records), 0
-        for _, size, path in sorted(records):
-            if total <= self.limit:
-                break
-            try:
-                os.unlink(path)
-            except OSError:
-                continue
-            total, removed = total - size, removed + 1
-        return removed
+        return drop_oldest(records, self.limit)
 
 
 def _listing(folder: Path) -> list[os.DirEntry]:
