@@ -52,13 +52,9 @@ def parse_args() -> argparse.Namespace:
 
 
 def write_mod(root: Path, text: str) -> None:
-    folder = root / MOD
-    (folder / "data").mkdir(parents=True, exist_ok=True)
-    (folder / "data" / "setting.txt").write_text(text)
-    (folder / "manifest.yaml").write_text(
-        f"name: {MOD}\nversion: \"1\"\ndescription: the build tail bench's mod\n"
-        "targets: [spark]\nsteps:\n  - kind: files\n    title: install the setting\n"
-        "    source: data\n    dest: /opt/edgevllm/bench-tail\n")
+    from support.files_mod import write_files_mod
+
+    write_files_mod(root, MOD, text, "/opt/edgevllm/bench-tail", "the build tail bench's mod")
 
 
 def small_spec(engine, work: Path) -> dict:

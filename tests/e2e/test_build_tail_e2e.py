@@ -18,6 +18,8 @@ import subprocess
 
 import pytest
 
+from support.files_mod import write_files_mod
+
 pytestmark = pytest.mark.e2e
 
 NEVER = "sys_platform == 'edgevllm-never'"
@@ -26,13 +28,7 @@ MOD = "tail-test-mod"
 
 def write_mod(root, text: str):
     """A files-only mod under ``root`` (EDGEVLLM_MODS_PATH): one data file it installs."""
-    folder = root / MOD
-    (folder / "data").mkdir(parents=True, exist_ok=True)
-    (folder / "data" / "setting.txt").write_text(text)
-    (folder / "manifest.yaml").write_text(
-        f"name: {MOD}\nversion: \"1\"\ndescription: the build tail test's mod\n"
-        "targets: [spark]\nsteps:\n  - kind: files\n    title: install the setting\n"
-        "    source: data\n    dest: /opt/edgevllm/tail-test\n")
+    write_files_mod(root, MOD, text, "/opt/edgevllm/tail-test", "the build tail test's mod")
 
 
 @pytest.fixture()
