@@ -30,6 +30,7 @@ from edgevllm.specs.buildspec import EffectiveSpec
 from edgevllm.specs.lock import CMakeDepLock, Lock, ModLock, SourceLock
 
 if TYPE_CHECKING:
+    from edgevllm.sources.depfolder import Supplied
     from edgevllm.sources.plan import KernelPlan
 
 TITLES = {"vllm": "vLLM", "flashinfer": "FlashInfer"}
@@ -146,7 +147,9 @@ def prepare_tree(eff: EffectiveSpec, root: Path, locked: Lock | None = None,
     if options.kernels:
         plan = kernel_plan(eff, sources["vllm"], options.check_plan)
     if deps_dir is not None and plan is not None:
-        deps = cmake_deps(plan, deps_dir, locked)
+        from edgevllm.sources.cmakedeps import preflight_supplied
+
+        deps = cmake_deps(plan, deps_dir, locked, preflight_supplied(eff.spec.cmake_deps, locked))
     return PreparedTree(requests=requests, sources=sources, patches=patches, layout=layout,
                         kernel_plan=plan, cmake_deps=deps, deps_dir=deps_dir)
 
@@ -201,13 +204,16 @@ def kernel_plan(eff: EffectiveSpec, prepared: PreparedSource, check: bool = True
     return plan
 
 
-def cmake_deps(plan: KernelPlan, dest: Path, locked: Lock | None) -> dict[str, CMakeDepLock]:
+def cmake_deps(plan: KernelPlan, dest: Path, locked: Lock | None,
+               supplied: dict[str, Supplied] | None = None) -> dict[str, CMakeDepLock]:
     """Every repository the tree's CMake would clone, fetched on the host by commit into ``dest``
-    (the "cmake-deps" build context)."""
+    (the "cmake-deps" build context), or taken from a folder the user ``supplied``
+    (``--cmake-dep``: ``sources/cmakedeps.preflight_supplied`` checked it first)."""
     from edgevllm.sources.cmakedeps import fetch_cmake_deps
     from edgevllm.sources.cmakedeps import summarize as deps_summary
 
-    deps = fetch_cmake_deps(plan.deps, dest, locked.cmake_deps if locked else None)
+    deps = fetch_cmake_deps(plan.deps, dest, locked.cmake_deps if locked else None,
+                            supplied=supplied)
     for line in deps_summary(deps):
         console.info(f"  {line}")
     return deps

@@ -27,6 +27,7 @@ class Flag:
     kind: str = "str"  # str | int | bool | list | csv | pairs
     default: Any = None
     const: Any = None  # a bool flag that sets its field to this value (--compile)
+    example: str = "KEY=VALUE"  # a pairs flag's shape, in its error
 
     @property
     def option(self) -> str:
@@ -222,6 +223,16 @@ BUILD_FLAGS: tuple[Flag, ...] = (
             False,
             const="compile",
         ),
+        Flag(
+            "cmake_dep",
+            "NAME=FOLDER (repeatable): a compile takes what the tree's CMake clones as NAME "
+            "from this folder instead of fetching it (air-gapped builders, mirrors, stand-ins); "
+            "with --lock it must have the lock's tree hash, without one it is recorded as "
+            "supplied, unproven",
+            "cmake_deps",
+            "pairs",
+            example="NAME=FOLDER",
+        ),
     )
 )
 
@@ -260,7 +271,7 @@ def _value(flag: Flag, raw: Any) -> Any:
     if flag.kind == "list":
         return list(raw) or None
     if flag.kind == "pairs":
-        return parse_pairs(raw, flag.option, SpecError) or None
+        return parse_pairs(raw, flag.option, SpecError, flag.example) or None
     if flag.kind == "bool":
         value = True if flag.const is None else flag.const
         return value if raw else None

@@ -59,6 +59,11 @@ class MissingInputError(ConfigError):
     """A file or folder the user named is not there: an input error (2), whatever reads it."""
 
 
+class SuppliedFolderError(ConfigError):
+    """A folder the user supplies in place of a fetch (``--cmake-dep NAME=FOLDER``) that its gate
+    refuses: a link out, a device, a name, a cap passed."""
+
+
 # --- environment: tools missing (3) ------------------------------------------------------------
 class MissingToolError(EdgeVllmError):
     """A required program or service is missing or not running."""

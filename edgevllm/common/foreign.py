@@ -7,6 +7,8 @@ A tree, a mod, a recipe or a lock names things that edgevllm then turns into a f
 here where it enters, and the caller's error class carries one line naming ``what``:
 
 - ``plain_name``         one path component: letters, digits, ``._+-``; not ``.``/``..``
+- ``file_name``          one name inside a folder from others (a repository's file: any UTF-8
+                         name without a control character, separator or backslash)
 - ``path_inside``        a relative path that stays inside its folder, links followed
                          (``inside``: the same answer as the path or None, for a caller that
                          skips such a name, as the eugr import skips a ``cp`` of a host file)
@@ -44,6 +46,21 @@ def plain_name(value: str, *, what: str, error: type[EdgeVllmError]) -> str:
     if not isinstance(value, str) or not _PLAIN.fullmatch(value) or value.strip(".") == "":
         raise error(f"{what}: '{_shown(str(value))}' is not a plain name (letters, digits and "
                     "._+-, starting with a letter or digit); it would become a path")
+    return value
+
+
+def file_name(value: str, *, what: str, error: type[EdgeVllmError]) -> str:
+    """``value`` when it is one name inside a folder from others as a repository has it (dots,
+    spaces, brackets are fine): UTF-8, no control character, separator or backslash, not
+    ``.``/``..``."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise error(f"{what}: a name that is not UTF-8; only UTF-8 names are taken") from None
+    if (not value or value in (".", "..") or "/" in value or "\\" in value
+            or _CONTROL.search(value)):
+        raise error(f"{what}: '{_shown(value)}' is not a file name (no control character, '/' or "
+                    "'\\', not '.' or '..')")
     return value
 
 

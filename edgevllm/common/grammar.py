@@ -165,6 +165,15 @@ def _compile_cache_url(value: str) -> str:
     return value
 
 
+def _plain_name(value: str) -> str:
+    from edgevllm.common.foreign import plain_name
+
+    try:
+        return plain_name(value, what="name", error=ConfigError)
+    except ConfigError as exc:
+        raise ValueError(str(exc).removeprefix("name: ")) from None
+
+
 def _strict_str(value: Any) -> Any:
     # YAML turns 1.10 into 1.1 and 13.0 into a float: a grammar string must be written as text.
     if not isinstance(value, str):
@@ -186,6 +195,7 @@ CudaVersion = _text(_matcher(CUDA_VERSION, "a CUDA version such as 13.0.2"))
 Platform = _text(_matcher(PLATFORM, "a platform os/arch[/variant] such as linux/arm64"))
 Name = _text(_matcher(NAME, "a lower-case name (a-z, 0-9, '.', '_', '-')"))
 ModName = _text(_matcher(MOD_NAME, "a mod name such as thor-runtime"))
+PlainName = _text(_plain_name)  # a name from others that becomes a folder (common/foreign.py)
 PythonModule = _text(_matcher(MODULE, "a Python module name such as vllm"))
 ImageRef = _text(_image_ref)
 ImageRepo = _text(_matcher(IMAGE_REPO, "a lower-case image repository such as edgevllm/vllm"))

@@ -58,8 +58,9 @@ def picks(f: Facts) -> dict | None:
 def cmake_deps(f: Facts) -> dict | None:
     if f.lock is None:
         return None
-    return {name: {"commit": dep.commit, "tree": dep.tree} for name, dep in
-            f.lock.cmake_deps.items()}
+    return {name: {"commit": dep.commit, "tree": dep.tree}
+            | ({"supplied": "a folder standing in, unproven"} if dep.supplied else {})
+            for name, dep in f.lock.cmake_deps.items()}
 
 
 def build_inputs(f: Facts) -> dict | None:

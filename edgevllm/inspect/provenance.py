@@ -63,13 +63,23 @@ def _dependencies(lock: Lock | None) -> list[dict]:
         deps += [{"name": f"{name}:pick:{p.spec}", "uri": f"git+{p.repo}",
                   "digest": {"gitCommit": p.head_sha, "sha256": p.diff_sha256},
                   "annotations": {"skipped": p.skipped}} for p in src.picks]
-    deps += [{"name": f"cmake-dep:{name}", "uri": f"git+{dep.repo}",
-              "digest": {"gitCommit": dep.commit, "gitTree": dep.tree}}
-             for name, dep in sorted(lock.cmake_deps.items())]
+    deps += [_cmake_dep(name, dep) for name, dep in sorted(lock.cmake_deps.items())]
     for closure in (lock.closure, lock.build_closure):
         deps += [{"name": f"wheel:{w.filename}", "uri": w.url or f"pypi:{w.name}=={w.version}",
                   "digest": {"sha256": w.sha256}} for w in (closure.wheels if closure else [])]
     return deps
+
+
+def _cmake_dep(name: str, dep) -> dict:
+    """A fetched dependency by commit and tree; a supplied folder (``--cmake-dep``) by its tree
+    only, said to stand in for the repository and ref, unproven."""
+    if not dep.supplied:
+        return {"name": f"cmake-dep:{name}", "uri": f"git+{dep.repo}",
+                "digest": {"gitCommit": dep.commit, "gitTree": dep.tree}}
+    return {"name": f"cmake-dep:{name}", "uri": f"supplied-folder:{name}",
+            "digest": {"gitTree": dep.tree},
+            "annotations": {"supplied": True, "standsInFor": f"git+{dep.repo}@{dep.ref}",
+                            "proven": False}}
 
 
 def statement(ref: str, image_id: str, lock: Lock | None, mods_record: list | None,

@@ -176,9 +176,13 @@ def _lock_components(lock: Lock | None, mods_record: list | None) -> list:
                                                  "release-version": src.version})
             + [p for pick in picks for p in _props(pick=pick)]))
     for name, dep in sorted(lock.cmake_deps.items()):
+        # A supplied folder (--cmake-dep, no lock) has no commit: it stands in for repo + ref.
         found.append(Component(type=ComponentType.LIBRARY, group="cmake-dep", name=name,
-                               version=dep.commit, bom_ref=f"cmake-dep:{name}",
-                               properties=_props(repo=dep.repo, ref=dep.ref, tree=dep.tree)))
+                               version=dep.commit or f"tree-{dep.tree}",
+                               bom_ref=f"cmake-dep:{name}",
+                               properties=_props(repo=dep.repo, ref=dep.ref, tree=dep.tree,
+                                                 supplied="stands in, unproven"
+                                                 if dep.supplied else None)))
     outcomes = {m.get("name"): m.get("outcome") or m.get("status")
                 for m in mods_record or [] if isinstance(m, dict)}
     for mod in lock.mods:

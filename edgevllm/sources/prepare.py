@@ -231,11 +231,13 @@ def export_source(
     cache_root: Path | None = None,
     prefix: str = "",
     depth: int = 0,
+    trees: dict[str, str] | None = None,
 ) -> dict[str, str]:
     """Export ``commit`` and, recursively, its submodules at their pinned commits -> {path: sha}.
 
     FlashInfer vendors CUTLASS and spdlog as submodules; the build context must hold them, and
-    nothing is cloned inside Docker. Each submodule repository gets its own mirror.
+    nothing is cloned inside Docker. Each submodule repository gets its own mirror. ``trees``,
+    where given, gets each submodule's tree hash by path (what a supplied folder is proven by).
     """
     export_tree(mirror, commit, dest)
     links = gitlinks(mirror, commit)
@@ -262,9 +264,10 @@ def export_source(
                 ) from None
             (dest / path).mkdir(parents=True, exist_ok=True)
             recorded[f"{prefix}{path}"] = sha
-            recorded.update(
-                export_source(sub, sha, dest / path, cache_root, f"{prefix}{path}/", depth + 1)
-            )
+            if trees is not None:
+                trees[f"{prefix}{path}"] = tree_of(sub, sha)
+            recorded.update(export_source(sub, sha, dest / path, cache_root, f"{prefix}{path}/",
+                                          depth + 1, trees))
     return recorded
 
 

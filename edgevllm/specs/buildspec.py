@@ -27,6 +27,7 @@ from edgevllm.common.grammar import (
     Name,
     PackageName,
     PackagePin,
+    PlainName,
     Platform,
     PythonCommand,
     PythonModule,
@@ -139,6 +140,9 @@ class BuildSpec(Strict):
     # built into the image (builder/aot.py, docs/first-start.md). ``warm:``, its name before,
     # is still read.
     aot: HostPath | None = Field(default=None, validation_alias=AliasChoices("aot", "warm"))
+    # --cmake-dep NAME=FOLDER: a folder in place of what the tree's CMake clones as NAME, never
+    # fetched (sources/depfolder.py's gate; proven against --lock's tree hash where given).
+    cmake_deps: dict[PlainName, HostPath] = Field(default_factory=dict)
 
     @field_validator("env", "build_args")
     @classmethod
@@ -262,10 +266,8 @@ def choose_mode(spec: BuildSpec, tree: TreeChange | None = None,
     if spec.mode:
         return spec.mode, f"mode {spec.mode} asked for"
     if spec.vllm_wheel:
-        return "prebuilt", (
-            f"--vllm-wheel {spec.vllm_wheel}: the released wheel and its locked "
-            "closure; nothing is compiled"
-        )
+        return "prebuilt", (f"--vllm-wheel {spec.vllm_wheel}: the released wheel and its locked "
+                            "closure; nothing is compiled")
     if builder is None:
         return "compile", "vLLM compiled from source for the target's arch list"
     return _default_mode(spec, builder)
@@ -281,10 +283,8 @@ def decided_spec(spec: BuildSpec, mode: str, tree: TreeChange | None) -> BuildSp
 
 def _check_mode_fields(spec: BuildSpec) -> None:
     if spec.mode == "compile" and spec.vllm_wheel:
-        raise SpecError(
-            "field 'vllm_wheel' installs a released wheel: it needs mode prebuilt "
-            "(or precompiled), not compile"
-        )
+        raise SpecError("field 'vllm_wheel' installs a released wheel: it needs mode prebuilt "
+                        "(or precompiled), not compile")
     if spec.mode == "precompiled" and spec.flashinfer.source is not None:
         raise SpecError("field 'flashinfer.source' compiles FlashInfer: it needs mode compile, "
                         "not precompiled")

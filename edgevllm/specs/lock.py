@@ -112,15 +112,28 @@ class SourceLock(_Model):
 
 
 class CMakeDepLock(_Model):
-    """A repository the vLLM tree's CMake would clone at configure time, fetched on the host."""
+    """A repository the vLLM tree's CMake would clone at configure time, fetched on the host, or
+    a folder the user supplied in its place (``--cmake-dep``, ``sources/depfolder.py``)."""
 
     repo: Line
     ref: Line  # the tree's GIT_TAG (a tag, branch or SHA)
-    commit: Sha  # what ref resolved to
-    tree: Sha  # git tree hash of that commit
+    commit: Optional[Sha] = None  # what ref resolved to; None where supplied
+    tree: Sha  # git tree hash of that commit (of the supplied folder's content)
     env_var: EnvName  # the tree's *_SRC_DIR override the build sets
     declared_at: Line = ""  # file:line of the FetchContent call
     submodules: dict[Line, Sha] = Field(default_factory=dict)  # path -> commit, exported too
+    # path -> tree hash of each submodule's commit (locks since --cmake-dep; before, a supplied
+    # folder's submodule content is not proven, only the top-level tree with them as gitlinks)
+    submodule_trees: dict[Line, Sha] = Field(default_factory=dict)
+    # A folder the user supplied (--cmake-dep) without a lock: it stands in for repo + ref, is
+    # not proven to be them, and a rebuild needs a folder with this very tree hash.
+    supplied: bool = False
+
+    @model_validator(mode="after")
+    def _commit_or_supplied(self) -> "CMakeDepLock":
+        if (self.commit is None) != self.supplied:
+            raise ValueError("a fetched dependency has a commit, a supplied one none")
+        return self
 
 
 class BaseImageLock(_Model):
@@ -251,6 +264,10 @@ def canonical_json(lock: Lock) -> str:
     for key in ("cmake_deps", "kernel_plan"):  # locks of trees without them hash as before
         if not data.get(key):
             data.pop(key, None)
+    for dep in data.get("cmake_deps", {}).values():  # locks before --cmake-dep hash as before
+        for key in ("commit", "submodule_trees", "supplied"):
+            if not dep.get(key):
+                dep.pop(key, None)
     for mod in data.get("mods", []):  # mods that download nothing hash as before
         if not mod.get("downloads"):
             mod.pop("downloads", None)

@@ -128,4 +128,10 @@ def _reuse_compiled(job: Job, spec: BuildSpec, builder: Builder) -> Job:
 
 def prepare(job: Job) -> PreparedBuild:
     """The job's build: already prepared where the mode rule needed its compile key."""
+    from edgevllm.specs.moderecord import mode_record
+
+    if job.eff.spec.cmake_deps and not mode_record(job.eff.mode).compiles:
+        console.warn(f"--cmake-dep {', '.join(sorted(job.eff.spec.cmake_deps))}: this build is "
+                     f"{job.eff.mode} and compiles nothing, so the folders are not used "
+                     "(--compile compiles)")
     return job.prepared or MODES[job.eff.mode].prepare(job)

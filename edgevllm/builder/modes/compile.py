@@ -63,6 +63,7 @@ from edgevllm.specs.moderecord import mode_record
 
 if TYPE_CHECKING:
     from edgevllm.mods.catalog import StagedMods
+    from edgevllm.sources.depfolder import Supplied
 
 name = "compile"
 VERSION_PLACEHOLDER = "<from the resolved source>"
@@ -72,23 +73,30 @@ UNFETCHED = {"wheelhouse": "<the tree's runtime requirements, resolved for the t
 
 
 def prepare(job: Job) -> PreparedBuild:
+    from edgevllm.sources.cmakedeps import preflight_supplied
+
+    # --cmake-dep's folders through their gate first (stat only; a render too): seconds.
+    supplied = preflight_supplied(job.eff.spec.cmake_deps, job.locked)
     staged = stage_mods(job.eff, job.ws, job.locked, job.fetch)
     # The CMake deps (clones) come after the closure resolved: a tree whose requirements do not
     # resolve fails before anything is downloaded.
     tree = prepare_tree(job.eff, job.ws.root, job.locked,
                         TreeOptions(fetch=job.fetch, cmake_deps=False), job.sources)
-    return prepare_over(job, tree, staged, with_cmake_deps)
+    return prepare_over(job, tree, staged,
+                        lambda tree, job: with_cmake_deps(tree, job, supplied))
 
 
-def with_cmake_deps(tree: PreparedTree, job: Job) -> PreparedTree:
-    """The tree with what its CMake would clone, fetched by commit (``builder/tree.cmake_deps``)."""
+def with_cmake_deps(tree: PreparedTree, job: Job,
+                    supplied: dict[str, Supplied] | None = None) -> PreparedTree:
+    """The tree with what its CMake would clone, fetched by commit or taken from the folders the
+    user ``supplied`` (``builder/tree.cmake_deps``)."""
     from edgevllm.builder.tree import cmake_deps
 
     deps_dir = job.ws.root / "deps"
     if not tree.fetched or tree.kernel_plan is None:
         return dataclasses.replace(tree, deps_dir=deps_dir)
-    return dataclasses.replace(tree, deps_dir=deps_dir,
-                               cmake_deps=cmake_deps(tree.kernel_plan, deps_dir, job.locked))
+    return dataclasses.replace(tree, deps_dir=deps_dir, cmake_deps=cmake_deps(
+        tree.kernel_plan, deps_dir, job.locked, supplied))
 
 
 def prepare_over(job: Job, tree: PreparedTree, staged: StagedMods,
