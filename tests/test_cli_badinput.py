@@ -82,6 +82,21 @@ CASES: list[tuple[list[str], int, str]] = [
       "linux/amd64"], 2, "toolchain cross: "),   # natively (x86_64) / no road (arm64)
     (["render", "--lock", "spark.lock.json", "--mode", "prebuilt"], 2,
      "--lock: the lock is a compile build's and this build is prebuilt"),
+    # --cmake-dep NAME=FOLDER: the folder through its gate, its name against the lock's tree
+    (["render", "--target", "thor", "--compile", "--cmake-dep", "cutlass=nothere"], 2,
+     "--cmake-dep cutlass=nothere: no such folder"),
+    (["render", "--target", "thor", "--compile", "--cmake-dep", "cutlass"], 2,
+     "--cmake-dep 'cutlass': expected NAME=FOLDER"),
+    (["build", "--target", "spark", "--cmake-dep", "cutlass"], 2, "expected NAME=FOLDER"),
+    (["render", "--target", "thor", "--compile", "--cmake-dep", "../x=adir"], 2,
+     "'../x' is not a plain name"),
+    (["render", "--target", "thor", "--compile", "--cmake-dep", "cutlass=spark.lock.json"], 2,
+     "--cmake-dep cutlass=spark.lock.json: not a folder"),
+    (["render", "--target", "thor", "--compile", "--cmake-dep", "cutlass=linkout"], 2,
+     "leads out of its folder through a link"),
+    (["render", "--lock", "compile.lock.json", "--cmake-dep", "nosuch=adir"], 2,
+     "--cmake-dep nosuch: the tree's CMake declares no dependency 'nosuch'"),
+    (["render", "--lock", "supplied.lock.json"], 5, "give --cmake-dep cutlass=FOLDER"),
     # plan and sources
     (["plan", "--target", "nosuch"], 2, "unknown target"),
     (["plan", "--target", "thor", "--vllm-pr", "abc"], 2, "--vllm-pr 'abc'"),
@@ -215,6 +230,18 @@ def _inputs(folder: Path) -> None:
     (folder / "string.lock.json").write_text(json.dumps({"target": "spark",
                                                          "schema_version": "1"}))
     (folder / "adir").mkdir()
+    (folder / "linkout").mkdir()
+    (folder / "linkout" / "evil").symlink_to("../spark.lock.json")
+    (folder / "twofiles").mkdir()
+    for name in ("a", "b"):
+        (folder / "twofiles" / name).write_text(name)
+    dep: dict[str, object] = {"repo": "https://github.com/NVIDIA/cutlass", "ref": "v4.7.1",
+                              "tree": "b" * 40, "env_var": "VLLM_CUTLASS_SRC_DIR"}
+    records = {"compile": {**dep, "commit": "a" * 40}, "supplied": {**dep, "supplied": True}}
+    for name, record in records.items():
+        (folder / f"{name}.lock.json").write_text(json.dumps({
+            "target": "spark", "schema_version": 1, "mode": "compile",
+            "kernel_plan": {"cuda_archs": ["12.1a"]}, "cmake_deps": {"cutlass": record}}))
     import yaml
 
     hostile = yaml.safe_load((REPO / "recipes" / f"{RECIPE}.yaml").read_text())
@@ -272,6 +299,21 @@ def test_bad_input_in_process(argv, expected, needle, workdir, capsys, monkeypat
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     _check(code, capsys.readouterr().err, expected, needle, before, workdir)
+
+
+def test_a_cmake_dep_folder_over_its_cap_is_one_line(workdir, capsys, monkeypatch):
+    """The caps of a supplied folder are the builder's to set (EDGEVLLM_CMAKE_DEP_MAX_FILES);
+    one past them is one line naming the cap."""
+    monkeypatch.setenv("EDGEVLLM_CMAKE_DEP_MAX_FILES", "1")
+    before = _tree(workdir)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        program().run(["edgevllm", "render", "--target", "thor", "--compile", "--cmake-dep",
+                       "cutlass=twofiles"])
+    assert isinstance(exc.value.code, int)
+    _check(exc.value.code, capsys.readouterr().err, 2,
+           "more than 1 files, the cap of a dependency folder (EDGEVLLM_CMAKE_DEP_MAX_FILES)",
+           before, workdir)
 
 
 @pytest.mark.parametrize(("binary", "argv", "expected", "needle"), SUBPROCESS_CASES,

@@ -186,3 +186,32 @@ def test_any_labels_and_records_give_escaped_markdown(labels, records, config, l
     text = bounded(lambda: markdown(compare(_image("a", {}), new)))
     assert isinstance(text, str) and not any(ch in text for ch in UNSAFE)
     assert text.startswith("# a → b\n")
+
+
+def test_a_supplied_cmake_dep_shows_in_diff_sbom_and_provenance():
+    """A folder supplied without a lock (--cmake-dep) in place of a fetched dependency: inv diff
+    names the change and says it is a stand-in; the SBOM and the provenance say so too."""
+    from edgevllm.inspect import provenance, sbom
+    from edgevllm.specs.lock import CMakeDepLock
+
+    old, new = make_lock(), make_lock()
+    fetched = old.cmake_deps["cutlass"]
+    new.cmake_deps["cutlass"] = CMakeDepLock(repo=fetched.repo, ref=fetched.ref,
+                                             tree=sha("my-folder"), env_var=fetched.env_var,
+                                             supplied=True)
+    result = compare(Facts("a", "lock", lock=old), Facts("b", "lock", lock=new))
+    assert result["sections"] == {"cmake_deps": {"changed": {"cutlass": {
+        "old": {"commit": sha("cutlass"), "tree": sha("cutlass-tree")},
+        "new": {"commit": None, "tree": sha("my-folder"),
+                "supplied": "a folder standing in, unproven"}}}}}
+    doc = json.loads(sbom.build_sbom(sbom.Subject("img:1", "sha256:" + "1" * 64, []), new, [],
+                                     [], []))
+    component = next(c for c in doc["components"] if c.get("group") == "cmake-dep")
+    assert component["version"] == f"tree-{sha('my-folder')}"
+    assert {"name": "edgevllm:supplied", "value": "stands in, unproven"} in component["properties"]
+    statement = provenance.statement("img:1", "sha256:" + "1" * 64, new, [], "{}")
+    deps = {d["name"]: d for d in statement["predicate"]["buildDefinition"]
+            ["resolvedDependencies"]}
+    assert deps["cmake-dep:cutlass"]["digest"] == {"gitTree": sha("my-folder")}
+    assert deps["cmake-dep:cutlass"]["annotations"] == {
+        "supplied": True, "standsInFor": f"git+{fetched.repo}@{fetched.ref}", "proven": False}

@@ -16,8 +16,10 @@ from pathlib import Path
 import pytest
 
 from edgevllm.common.errors import LockError, RefNotFoundError, SourceError
-from edgevllm.sources.cmakedeps import ENV_FILE, env_file_text, fetch_cmake_deps
+from edgevllm.sources.cmakedeps import ENV_FILE, env_file_text, fetch_cmake_deps, preflight_supplied
+from edgevllm.sources.depfolder import survey, take
 from edgevllm.sources.plan import CMakeDep, evaluate_plan
+from edgevllm.specs.lock import Lock
 from support.gitfixtures import (  # noqa: F401
     add_submodule,
     git_cache,
@@ -226,3 +228,142 @@ def test_a_remote_dependency_names_no_submodule_on_the_host(git_cache, tmp_path)
                                                   "remote URL") as info:
                 fetch_cmake_deps([dep], tmp_path / "deps")
         assert "\n" not in str(info.value) and not (tmp_path / "deps").exists()
+
+
+# --- folders the user supplies (--cmake-dep NAME=FOLDER, sources/depfolder.py) -------------------
+def _exported(source: Path, dest: Path) -> dict[str, Path]:
+    """Each dependency's folder as a user would hand it over: a plain copy of an export."""
+    shutil.copytree(source, dest, symlinks=True)
+    (dest / ENV_FILE).unlink()
+    return {p.name: p for p in sorted(dest.iterdir())}
+
+
+def test_supplied_folders_with_the_locks_trees_rebuild_the_same_lock_fetching_nothing(  # noqa: F811
+        offline_world, git_cache, tmp_path):
+    tree, upstreams, _ = offline_world
+    deps = plan(tree).deps
+    first = fetch_cmake_deps(deps, tmp_path / "first")
+    fa = first["vllm-flash-attn"]
+    assert fa.submodule_trees == {"csrc/cutlass": first["cutlass"].tree}  # each one's own tree
+    folders = _exported(tmp_path / "first", tmp_path / "user")
+    never = tmp_path / "no-git-cache"
+    supplied = {name: survey(name, path) for name, path in folders.items()}
+    again = fetch_cmake_deps(deps, tmp_path / "again", locked=first, cache_root=never,
+                             supplied=supplied)
+    assert again == first and not never.exists()  # the lock's records, nothing fetched
+    assert (tmp_path / "again" / ENV_FILE).read_text() == env_file_text(first)
+    assert (tmp_path / "again" / "vllm-flash-attn" / "csrc" / "cutlass" / "include" / "cutlass"
+            / "cutlass.h").is_file()
+
+
+def test_a_supplied_folder_that_is_not_the_locks_is_one_line_naming_both_trees(  # noqa: F811
+        offline_world, git_cache, tmp_path):
+    tree, _, _ = offline_world
+    deps = plan(tree).deps
+    first = fetch_cmake_deps(deps, tmp_path / "first")
+    folders = _exported(tmp_path / "first", tmp_path / "user")
+    (folders["qutlass"] / "README").write_text("changed\n")
+    with pytest.raises(LockError) as info:
+        fetch_cmake_deps(deps, tmp_path / "again", locked=first,
+                         supplied={"qutlass": survey("qutlass", folders["qutlass"])})
+    message = str(info.value)
+    assert message.startswith(f"--cmake-dep qutlass={folders['qutlass']}: tree ")
+    assert first["qutlass"].tree in message and "not the lock's" in message
+    assert "supply exactly that content" in message and "\n" not in message
+    assert not (tmp_path / "again").exists()
+
+
+def test_a_supplied_folders_submodule_is_proven_by_its_own_tree(  # noqa: F811
+        offline_world, git_cache, tmp_path, capsys):
+    tree, _, _ = offline_world
+    deps = plan(tree).deps
+    first = fetch_cmake_deps(deps, tmp_path / "first")
+    folders = _exported(tmp_path / "first", tmp_path / "user")
+    fa = folders["vllm-flash-attn"]
+    header = fa / "csrc" / "cutlass" / "include" / "cutlass" / "cutlass.h"
+    header.write_text("// not CUTLASS\n")
+    only_fa = {"vllm-flash-attn": survey("vllm-flash-attn", fa)}
+    with pytest.raises(LockError, match=r"submodule csrc/cutlass has tree [0-9a-f]{40}, not the "
+                                        rf"lock's {first['cutlass'].tree}"):
+        fetch_cmake_deps(deps, tmp_path / "a", locked=first, supplied=only_fa)
+    # A lock from before submodule trees: the top-level tree (the submodule a gitlink) holds,
+    # and preflight says the submodule's content is not proven.
+    old = {**first, "vllm-flash-attn": first["vllm-flash-attn"].model_copy(
+        update={"submodule_trees": {}})}
+    again = fetch_cmake_deps(deps, tmp_path / "b", locked=old, supplied=only_fa)
+    assert again["vllm-flash-attn"] == old["vllm-flash-attn"]
+    assert ("cmake dep vllm-flash-attn: the content of submodule(s) csrc/cutlass is not proven"
+            in " ".join(capsys.readouterr().err.split()))
+    shutil.rmtree(fa / "csrc" / "cutlass")
+    with pytest.raises(LockError, match="submodule csrc/cutlass of .* is missing"):
+        fetch_cmake_deps(deps, tmp_path / "c", locked=old,
+                         supplied={"vllm-flash-attn": survey("vllm-flash-attn", fa)})
+
+
+def test_without_a_lock_a_supplied_folder_is_recorded_as_a_stand_in(  # noqa: F811
+        offline_world, git_cache, tmp_path):
+    from edgevllm.sources.gittree import tree_hash
+
+    tree, _, _ = offline_world
+    deps = plan(tree).deps
+    stand_in = tmp_path / "my-cutlass"
+    (stand_in / "include" / "cutlass").mkdir(parents=True)
+    (stand_in / "include" / "cutlass" / "cutlass.h").write_text("// a mirror's CUTLASS\n")
+    supplied = {"cutlass": survey("cutlass", stand_in)}
+    records = fetch_cmake_deps(deps, tmp_path / "deps", supplied=supplied)
+    cutlass = records["cutlass"]
+    assert cutlass.supplied and cutlass.commit is None and cutlass.ref == "v4.7.1"
+    assert cutlass.tree == tree_hash(take(supplied["cutlass"], tmp_path / "copy"))
+    assert not records["qutlass"].supplied and records["qutlass"].commit  # the rest fetched
+    # Its lock rebuilds only with that very folder.
+    with pytest.raises(LockError, match="the lock records a supplied folder .* give --cmake-dep "
+                                        "cutlass=FOLDER"):
+        fetch_cmake_deps(deps, tmp_path / "a", locked=records)
+    assert fetch_cmake_deps(deps, tmp_path / "b", locked=records, supplied=supplied) == records
+    (stand_in / "include" / "cutlass" / "cutlass.h").write_text("// another\n")
+    with pytest.raises(LockError, match="the folder supplied when the lock was made"):
+        fetch_cmake_deps(deps, tmp_path / "c", locked=records,
+                         supplied={"cutlass": survey("cutlass", stand_in)})
+
+
+def test_a_supplied_name_the_tree_does_not_declare_is_one_line(tmp_path):
+    from edgevllm.common.errors import ConfigError
+
+    (tmp_path / "f").mkdir()
+    (tmp_path / "f" / "a").write_text("a\n")
+    dep = CMakeDep(name="cutlass", repo="https://example.invalid/c.git", tag="v1", file="f",
+                   line=1, env_var="C_SRC_DIR")
+    with pytest.raises(ConfigError, match=r"--cmake-dep cutlas: the tree's CMake declares no "
+                                          r"dependency 'cutlas' \(it declares: cutlass\)"):
+        fetch_cmake_deps([dep], tmp_path / "deps", supplied={"cutlas": survey("cutlas",
+                                                                                tmp_path / "f")})
+    assert not (tmp_path / "deps").exists()
+
+
+def _lock_with(records: dict) -> Lock:
+    return Lock(target="spark", mode="compile", kernel_plan={"cuda_archs": ["12.1a"]},
+                cmake_deps=records)
+
+
+def test_preflight_checks_names_against_a_compile_lock_and_says_what_is_proven(tmp_path, capsys):
+    from edgevllm.common.errors import ConfigError
+    from edgevllm.specs.lock import CMakeDepLock
+
+    (tmp_path / "f").mkdir()
+    (tmp_path / "f" / "a").write_text("a\n")
+    fetched = CMakeDepLock(repo="https://example.invalid/c.git", ref="v1", commit="a" * 40,
+                           tree="b" * 40, env_var="C_SRC_DIR")
+    stand_in = CMakeDepLock(repo="https://example.invalid/d.git", ref="v2", tree="c" * 40,
+                            env_var="D_SRC_DIR", supplied=True)
+    given = {"cutlass": str(tmp_path / "f"), "deepgemm": str(tmp_path / "f")}
+    found = preflight_supplied(given, _lock_with({"cutlass": fetched, "deepgemm": stand_in}))
+    assert set(found) == {"cutlass", "deepgemm"}
+    err = " ".join(capsys.readouterr().err.split())
+    assert "cmake dep cutlass: " in err and "checked against the lock's tree bbbbbbbbbbbb" in err
+    with pytest.raises(ConfigError, match="declares no dependency 'nosuch'"):
+        preflight_supplied({"nosuch": str(tmp_path / "f")}, _lock_with({"cutlass": fetched}))
+    with pytest.raises(LockError, match="give --cmake-dep deepgemm=FOLDER"):
+        preflight_supplied({}, _lock_with({"deepgemm": stand_in}))
+    preflight_supplied({"cutlass": str(tmp_path / "f")}, None)
+    err = " ".join(capsys.readouterr().err.split())
+    assert err.startswith("warning: cmake dep cutlass: ") and "unproven (no --lock)" in err

@@ -184,3 +184,34 @@ def test_yaml_lock_errors_name_the_file(tmp_path):
     path.write_text("vllm: [unclosed\n")
     with pytest.raises(LockError, match="bad.lock.yaml: line [0-9]+: not valid YAML"):
         read_lock(path)
+
+
+def test_cmake_deps_from_before_supplied_folders_hash_as_before():
+    """A CMake dependency record from a lock made before --cmake-dep (no submodule trees, no
+    ``supplied``) renders as it did: the same canonical JSON, so the same hash and tag."""
+    from edgevllm.specs.lock import CMakeDepLock, canonical_json
+
+    old: dict[str, Any] = {"repo": "https://github.com/NVIDIA/cutlass", "ref": "v4.7.1",
+                           "commit": SHA_A, "tree": SHA_B, "env_var": "VLLM_CUTLASS_SRC_DIR",
+                           "declared_at": "x.cmake:3", "submodules": {}}
+    lock = sample_lock(cmake_deps={"cutlass": CMakeDepLock(**old)})
+    assert json.loads(canonical_json(lock))["cmake_deps"] == {"cutlass": old}
+    with_trees = sample_lock(cmake_deps={"cutlass": CMakeDepLock(
+        **{**old, "submodules": {"x": SHA_C}}, submodule_trees={"x": SHA_D})})
+    assert lock_hash(with_trees) != lock_hash(lock)
+
+
+def test_a_supplied_dependency_has_a_tree_and_no_commit():
+    from edgevllm.specs.lock import CMakeDepLock
+
+    supplied = CMakeDepLock(repo="https://github.com/NVIDIA/cutlass", ref="v4.7.1", tree=SHA_B,
+                            env_var="VLLM_CUTLASS_SRC_DIR", supplied=True)
+    again = parse_lock(json.dumps(json.loads(sample_lock(cmake_deps={"cutlass": supplied})
+                                             .model_dump_json())))
+    assert again.cmake_deps["cutlass"] == supplied
+    for bad in ({"supplied": True, "commit": SHA_A}, {"supplied": False}):
+        data = json.loads(sample_lock(cmake_deps={"cutlass": supplied}).model_dump_json())
+        data["cmake_deps"]["cutlass"].update(bad)
+        data["cmake_deps"]["cutlass"].setdefault("commit", None)
+        with pytest.raises(LockError, match="a fetched dependency has a commit, a supplied one"):
+            parse_lock(json.dumps(data))

@@ -34,6 +34,10 @@ def render_to(spec: BuildSpec, out: Path, force: bool = False,
     builder = modes.builder_of(None, load_target(spec.target))
     eff = resolve(spec, builder=builder)
     locked = lock_for(lock_path, eff.target.name, eff.mode)
+    if mode_record(eff.mode).compiles:  # --cmake-dep's folders, before the folder is touched
+        from edgevllm.sources.cmakedeps import check_supplied
+
+        check_supplied(eff.spec.cmake_deps, locked)
     with output_dir(out, force, kind="render") as tmp:  # never deletes what edgevllm did not write
         job = modes.start(spec, Workspace(tmp, context_dir=tmp), engine=None, locked=locked,
                           fetch=False, builder=builder, eff=eff)

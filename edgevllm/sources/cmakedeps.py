@@ -141,9 +141,8 @@ def fetch_cmake_deps(deps: list[CMakeDep], dest: Path | str,
     return records
 
 
-def preflight_supplied(given: dict[str, str], locked: Lock | None) -> dict[str, Supplied]:
-    """``--cmake-dep``'s folders through the gate (stat only), before anything is fetched, and
-    one line each: checked against the lock's tree, or a stand-in nothing proves (a warning). A
+def check_supplied(given: dict[str, str], locked: Lock | None) -> dict[str, Supplied]:
+    """``--cmake-dep``'s folders through the gate (stat only), before anything is fetched. A
     compile lock names every dependency of its tree, so a name it lacks is refused here, and a
     folder it records as supplied must be given again."""
     supplied = {name: survey(name, folder) for name, folder in sorted(given.items())}
@@ -151,6 +150,13 @@ def preflight_supplied(given: dict[str, str], locked: Lock | None) -> dict[str, 
         check_supplied_names(sorted(locked.cmake_deps), supplied)
         for name, pinned in sorted(locked.cmake_deps.items()):
             _check_lock_supplied(name, pinned, supplied)
+    return supplied
+
+
+def preflight_supplied(given: dict[str, str], locked: Lock | None) -> dict[str, Supplied]:
+    """``check_supplied``, then one line per folder: checked against the lock's tree, or a
+    stand-in nothing proves (a warning)."""
+    supplied = check_supplied(given, locked)
     for name, folder in supplied.items():
         pinned = locked.cmake_deps.get(name) if locked is not None else None
         if pinned is not None:

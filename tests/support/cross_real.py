@@ -106,7 +106,7 @@ def cmake_dep_dirs(deps, dest: Path, tree: Path) -> tuple[Path, dict[str, str]]:
 
     try:
         records = fetch_cmake_deps(deps, dest)
-        return dest, {name: f"pinned {r.commit[:12]}" for name, r in records.items()}
+        return dest, {name: f"pinned {(r.commit or '')[:12]}" for name, r in records.items()}
     except EdgeVllmError as exc:
         why = f"the pins cannot be fetched ({str(exc)[:200]})"
     standins = dest.with_name(dest.name + "-standins")
