@@ -422,6 +422,32 @@ def test_mod_downloads_are_fetched_in_one_place():
     assert connects(ast.parse("import urllib.request").body[0])
 
 
+def test_git_objects_are_hashed_in_one_place():
+    """A git blob or tree id (a supplied folder's identity) is computed by sources/gittree.py
+    alone: no other module spells an object's header."""
+    def spells(n):
+        return isinstance(n, ast.Constant) and isinstance(n.value, (bytes, str)) and (
+            n.value[:5] in (b"blob ", b"tree ", "blob ", "tree ") and "%" in str(n.value)
+            or n.value in (b"blob ", b"tree ", "blob ", "tree "))
+    assert offenders(spells, "sources/gittree.py") == set()
+    assert spells(ast.parse('b"blob %d\\0"', mode="eval").body)
+    assert spells(ast.parse('"tree "', mode="eval").body)
+
+
+def test_supplied_folders_are_read_through_their_gate():
+    """A supplied dependency folder is surveyed and taken by sources/depfolder.py only, and that
+    module runs no child (no git in a folder from others)."""
+    reads = lambda n: calls("survey")(n) or calls("take")(n)  # noqa: E731
+    assert offenders(reads, "sources/depfolder.py", "sources/cmakedeps.py") == set()
+    gate = ast.parse((PACKAGE / "sources" / "depfolder.py").read_text())
+    imported = {(getattr(n, "module", None) or a.name).split(".")[-1] for n in ast.walk(gate)
+                if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
+    assert not imported & {"subprocess", "gitcache", "bounded", "sandbox", "cherrypick"}
+    starts = {"system", "popen", "Popen", "run", "run_bounded", "GitMirror", "execv", "spawnv"}
+    assert not [n for n in ast.walk(gate) if isinstance(n, ast.Call)
+                and ast.unparse(n.func).rsplit(".", 1)[-1] in starts]
+
+
 # Folders removed outside common/fsutil.py, and why each is edgevllm's own.
 OTHER_REMOVERS = {"mods/eugr.py": "replaces an earlier eugr import, known by its manifest "
                                   "(_check_imported refuses any other folder first)"}

@@ -269,7 +269,7 @@ def test_a_supplied_folder_that_is_not_the_locks_is_one_line_naming_both_trees( 
     message = str(info.value)
     assert message.startswith(f"--cmake-dep qutlass={folders['qutlass']}: tree ")
     assert first["qutlass"].tree in message and "not the lock's" in message
-    assert "supply exactly that content" in message and "\n" not in message
+    assert "supply exactly that commit's files" in message and "\n" not in message
     assert not (tmp_path / "again").exists()
 
 

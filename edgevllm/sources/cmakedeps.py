@@ -214,8 +214,8 @@ def prove(name: str, supplied: Supplied, entries: list[Entry], pinned: CMakeDepL
     found = tree_hash(with_gitlinks(entries, pinned.submodules), algorithm)
     if found != pinned.tree:
         raise LockError(f"{where}: tree {found} is not the lock's {pinned.tree} ({what}); supply "
-                        "exactly that content (e.g. git archive of the commit, with its "
-                        "submodules) or rebuild without --lock")
+                        "exactly that commit's files, with its submodules' (the folder a "
+                        "build exported, out/<target>/deps), or rebuild without --lock")
     for path, tree in sorted(pinned.submodule_trees.items()):
         own = tree_hash(with_gitlinks(below(entries, path), nested(pinned.submodules, path)),
                         algorithm)
