@@ -5,18 +5,25 @@ entries holding raw bytes, "file" entries naming a file whose contents follow) b
 unpacked files (``overlay2/<cache-id>/diff``). Replaying one through the other gives back the
 layer's tar byte for byte; that is what ``docker save`` itself does, here without the daemon's
 CPU and the extra pipe. Used only when it can be trusted: the engine is the local default one,
-its root folder is readable (root), its storage driver is overlay2; and every layer read this way
-must hash to its diff id, every config to the image id, or the caller falls back to
+its root folder is readable (root), its storage driver is overlay2; and every layer replayed this
+way must hash to its diff id, every config to the image id, or the caller falls back to
 ``docker save`` (``StoreUnusable``). Nothing is ever written here.
+
+A reader that needs only some files (verify: the libraries) takes the members' headers alone
+(``headers``: each member's own tar header block, the file's contents never read) and opens the
+files it wants (``open_file``: the file in the layer's folder, a regular file of the size its
+header says).
 """
 
 from __future__ import annotations
 
 import base64
 import gzip
+import io
 import hashlib
 import json
 import os
+import stat
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +31,7 @@ from pathlib import Path
 from edgevllm.containers.docker import DockerEngine
 
 READ_CHUNK = 1 << 20
+BLOCK = 512  # a tar header block
 LINE_LIMIT = 16 << 20  # one tar-split entry: a header segment, or a file's name (a few KiB)
 
 
@@ -95,7 +103,23 @@ class LocalLayerStore:
             if entry["type"] == 1:
                 yield entry["name"], entry["size"]
 
-    def _diff_dir(self, chain_id: str) -> Path:
+    def headers(self, chain_id: str) -> Iterator[tuple[bytes, int]]:
+        """Each member's header blocks (its extended headers, then its own ustar block; the
+        padding of the file before it cut off) and the size of its contents, from tar-split
+        alone: no file of the layer is opened."""
+        raw, after = b"", 0  # the header bytes seen since the last file; the padding they start with
+        for entry in self._entries(chain_id):
+            if entry["type"] == 2:
+                raw += entry["payload"]
+                continue
+            blocks = raw[after:]
+            if not blocks or len(blocks) % BLOCK or blocks[-BLOCK:][257:262] != b"ustar":
+                raise StoreUnusable(f"layer {chain_id}: the header of '{entry['name'][:200]}' is "
+                                    "not a whole ustar block")
+            yield blocks, entry["size"]
+            raw, after = b"", -entry["size"] % BLOCK
+
+    def diff_dir(self, chain_id: str) -> Path:
         try:
             cache_id = (self.layerdb / chain_id.split(":", 1)[1] / "cache-id").read_text().strip()
         except OSError as exc:
@@ -104,7 +128,7 @@ class LocalLayerStore:
 
     def tar_blocks(self, chain_id: str) -> Iterator[bytes]:
         """The layer's tar, replayed from its headers and its unpacked files."""
-        diff = self._diff_dir(chain_id)
+        diff = self.diff_dir(chain_id)
         inside = os.path.realpath(diff) + os.sep
         for entry in self._entries(chain_id):
             if entry["type"] == 2:
@@ -128,16 +152,36 @@ def _checked(entry: object, path: Path) -> dict:
     raise StoreUnusable(f"{path}: an entry is not a tar-split segment or file")
 
 
-def _file_blocks(diff: Path, inside: str, entry: dict) -> Iterator[bytes]:
-    name = entry["name"]
+def _opened(diff: Path, inside: str, name: str) -> int:
+    """A descriptor of the layer's file ``name``, which must lie inside ``diff``."""
     if name.startswith("/") or ".." in name.split("/"):
         raise StoreUnusable(f"layer entry '{name}' points outside its layer")
     if not os.path.realpath(diff / name).startswith(inside):
         raise StoreUnusable(f"layer entry '{name}' leads outside its layer through a symlink")
-    left = entry["size"]
     try:
         # O_NOFOLLOW: a layer's regular file is never a symlink in its diff folder.
-        with os.fdopen(os.open(diff / name, os.O_RDONLY | os.O_NOFOLLOW), "rb") as handle:
+        return os.open(diff / name, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as exc:
+        raise StoreUnusable(f"{diff / name}: {exc.strerror}") from None
+
+
+def open_file(diff: Path, name: str, size: int) -> io.BufferedReader:
+    """The layer's regular file ``name`` (a member's name in ``diff_dir``), refused unless it
+    is a regular file of exactly the ``size`` its tar header says."""
+    handle = os.fdopen(_opened(diff, os.path.realpath(diff) + os.sep, name), "rb")
+    found = os.fstat(handle.fileno())
+    if not stat.S_ISREG(found.st_mode) or found.st_size != size:
+        handle.close()
+        raise StoreUnusable(f"{diff / name}: not a regular file of the {size} bytes its tar "
+                            "header says")
+    return handle
+
+
+def _file_blocks(diff: Path, inside: str, entry: dict) -> Iterator[bytes]:
+    name = entry["name"]
+    left = entry["size"]
+    try:
+        with os.fdopen(_opened(diff, inside, name), "rb") as handle:
             while left:
                 block = handle.read(min(left, READ_CHUNK))
                 if not block:

@@ -6,9 +6,11 @@ reports, its library paths, whiteouts and opaque folders) comes from the cache w
 before, under the same rules; the others are read by the one layer reader (``archive.py``) on the
 cheapest road the engine allows:
 
-- ``layer store``: the local default engine's overlay2 store (``image/layerstore.py``), one layer's
-  tar replayed from its tar-split headers and unpacked files, its sha256 checked against its diff
-  id as it passes (a mismatch, or a store that cannot give it, falls back to the next road);
+- ``layer store``: the local default engine's overlay2 store (``image/layerstore.py``): a layer's
+  member list from its tar-split headers and only its libraries' files, mapped where they lie
+  (``storelayer.py``); with ``EDGEVLLM_VERIFY_HASH_LAYERS=1`` (or a ``keep`` that is no library
+  reader's) its whole tar replayed and its sha256 checked against its diff id as it passes (a
+  mismatch, or a store that cannot give it, falls back to the next road);
 - ``docker save``: the image's stream, every other engine (ssh, contexts, containerd's store);
   a layer already known passes unread (docker 25+ names its layers by diff id).
 
@@ -100,9 +102,11 @@ def scan_layers(engine, ref: str, keep: Keep, cache=None, store: bool = True
 
 def _from_store(engine, image_id: str, order: list[str], missing: list[str], keep: Keep,
                 records: dict[str, Layer], reading: Reading) -> None:
-    """Each missing layer from the local layer store, hashed against its diff id; stops at the
-    first the store cannot give exactly (the rest go through docker save)."""
+    """Each missing layer from the local layer store (its libraries alone, or its whole tar
+    hashed against its diff id); stops at the first the store cannot give exactly (the rest go
+    through docker save)."""
     from edgevllm.image.layerstore import LocalLayerStore, StoreUnusable, chain_ids
+    from edgevllm.verify.storelayer import hash_layers, read_store_layer
 
     store = LocalLayerStore.find(engine)
     if store is None:
@@ -110,15 +114,19 @@ def _from_store(engine, image_id: str, order: list[str], missing: list[str], kee
     chains: dict[str, str] = {}
     for diff_id, chain in zip(order, chain_ids(order), strict=True):
         chains.setdefault(diff_id, chain)
+    inspect = None if hash_layers() else getattr(keep, "inspect", None)
     for diff_id in missing:
         label = f"layer {diff_id[7:19]} of image {reading.image}"
         try:
             with ParseStream(label):
-                blocks = as_binary_io(_Blocks(store.tar_blocks(chains[diff_id])))
-                layer = read_layer(blocks, label, keep, hashed=True)
+                if inspect is not None:
+                    layer = read_store_layer(store, chains[diff_id], label, inspect)
+                else:
+                    blocks = as_binary_io(_Blocks(store.tar_blocks(chains[diff_id])))
+                    layer = read_layer(blocks, label, keep, hashed=True)
         except (StoreUnusable, NotATarballError):
             return
-        if layer.sha256 != diff_id:
+        if inspect is None and layer.sha256 != diff_id:
             return
         records[diff_id] = record_of(layer)
         reading.read[diff_id] = "layer store"

@@ -167,12 +167,21 @@ def inspect_file(path: Path, label: str, inspect: Inspect = inspect_buffer) -> L
             return inspect(label, view)
 
 
-def library_keep(inspect: Inspect) -> Keep:
-    """The layer reader's ``keep``: an ELF library's report, for a library's name."""
-    def keep(tar: tarfile.TarFile, member: tarfile.TarInfo, path: str) -> LibraryReport | None:
+class LibraryKeep:
+    """The layer reader's ``keep``: an ELF library's report, for a library's name; its
+    ``inspect`` is what a reader that opens the libraries itself (``storelayer``) calls."""
+
+    def __init__(self, inspect: Inspect):
+        self.inspect = inspect
+
+    def __call__(self, tar: tarfile.TarFile, member: tarfile.TarInfo, path: str
+                 ) -> LibraryReport | None:
         name = path.rpartition("/")[2]
-        return _read_library(tar, member, path, inspect) if is_library_name(name) else None
-    return keep
+        return _read_library(tar, member, path, self.inspect) if is_library_name(name) else None
+
+
+def library_keep(inspect: Inspect) -> LibraryKeep:
+    return LibraryKeep(inspect)
 
 
 def _read_library(tar: tarfile.TarFile, member, path: str, inspect: Inspect
