@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import gzip
 import io
-import json
 import os
 import tarfile
 from pathlib import Path
@@ -20,10 +19,8 @@ import pytest
 from hypothesis import example, given
 
 from edgevllm.image.layerstore import LocalLayerStore, StoreUnusable
+from support.layer_store import CHAIN, fake_store, lines, tar_split
 from support.properties import PROPERTY, bounded, mutated, replaced_field
-from support.sdists import extract_all
-
-CHAIN = "sha256:" + "c" * 64
 
 
 def _layer_tar() -> bytes:
@@ -44,53 +41,24 @@ def _layer_tar() -> bytes:
 
 
 TAR = _layer_tar()
+ENTRIES = tar_split(TAR)
 
 
-def _tar_split(data: bytes) -> list[dict]:
-    """The entries Docker keeps for a layer: raw header bytes (type 2), then each file's name and
-    size (type 1, its contents in the diff folder), and the tail."""
-    entries, at = [], 0
-    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-        for member in tar.getmembers():
-            entries.append({"type": 2, "payload": base64.b64encode(
-                data[at:member.offset_data]).decode()})
-            entries.append({"type": 1, "name": member.name + ("/" if member.isdir() else ""),
-                            "size": member.size if member.isfile() else 0})
-            at = member.offset_data + (member.size if member.isfile() else 0)
-    return entries + [{"type": 2, "payload": base64.b64encode(data[at:]).decode()}]
-
-
-ENTRIES = _tar_split(TAR)
-
-
-def _store(root: Path, lines: bytes) -> LocalLayerStore:
-    layer = root / "image" / "overlay2" / "layerdb" / "sha256" / CHAIN.split(":")[1]
-    layer.mkdir(parents=True, exist_ok=True)
-    (layer / "cache-id").write_text("cache1\n")
-    (layer / "tar-split.json.gz").write_bytes(gzip.compress(lines))
-    diff = root / "overlay2" / "cache1" / "diff"
-    if not diff.exists():
-        diff.mkdir(parents=True)
-        with tarfile.open(fileobj=io.BytesIO(TAR)) as tar:
-            extract_all(tar, diff)
-    return LocalLayerStore(root)
-
-
-def _lines(entries: list) -> bytes:
-    return b"".join(json.dumps(e).encode() + b"\n" for e in entries)
+def _store(root: Path, data: bytes) -> LocalLayerStore:
+    return fake_store(root, TAR, data)
 
 
 def _replay(store: LocalLayerStore):
     """Everything the store gives for the layer, or the StoreUnusable that stopped it."""
     try:
         return (b"".join(store.tar_blocks(CHAIN)), store.tar_size(CHAIN),
-                list(store.members(CHAIN)))
+                list(store.members(CHAIN)), list(store.headers(CHAIN)))
     except StoreUnusable as exc:
         return exc
 
 
 def test_a_layer_replays_byte_for_byte(tmp_path):
-    blocks, size, members = _replay(_store(tmp_path, _lines(ENTRIES)))
+    blocks, size, members, _ = _replay(_store(tmp_path, lines(ENTRIES)))
     assert blocks == TAR and size == len(TAR)
     assert ("usr/lib/libx.so.1", 3004) in members and ("usr/share/", 0) in members
 
@@ -104,13 +72,13 @@ def test_a_layer_replays_byte_for_byte(tmp_path):
 @example({"entries": [{"type": 1, "name": "etc/\0passwd", "size": 1}]})
 def test_tar_split_entries_with_any_field_replaced(tmp_path_factory, document):
     entries = document.get("entries")
-    lines = _lines(entries if isinstance(entries, list) else [entries])
-    found = bounded(_replay, _store(tmp_path_factory.mktemp("store"), lines))
+    data = lines(entries if isinstance(entries, list) else [entries])
+    found = bounded(_replay, _store(tmp_path_factory.mktemp("store"), data))
     assert isinstance(found, (tuple, StoreUnusable)), found
 
 
 @PROPERTY
-@given(mutated(gzip.compress(_lines(ENTRIES))))
+@given(mutated(gzip.compress(lines(ENTRIES))))
 def test_a_tar_split_file_with_its_bytes_mutated(tmp_path_factory, data):
     store = _store(tmp_path_factory.mktemp("store"), b"")
     (store.layerdb / CHAIN.split(":")[1] / "tar-split.json.gz").write_bytes(data)
@@ -130,7 +98,7 @@ def _file(name: str, size: int) -> list[dict]:
     (_file("lib", 10), "symbolic link"),  # lib -> usr/lib, inside: still not the file named
 ], ids=["dotdot", "absolute", "dotdot inside", "symlink out", "an exabyte", "a symlink"])
 def test_hostile_entries_are_store_unusable(tmp_path, entries, needle):
-    store = _store(tmp_path, _lines(entries))
+    store = _store(tmp_path, lines(entries))
     os.symlink("/etc", store.root / "overlay2" / "cache1" / "diff" / "escape")
     found = bounded(_replay, store)
     assert isinstance(found, StoreUnusable) and needle in str(found), found
@@ -143,3 +111,43 @@ def test_a_line_of_gigabytes_is_refused_at_the_line_limit(tmp_path, monkeypatch)
     store = _store(tmp_path, b'{"type": 2, "payload": "' + b"A" * 100_000 + b'"}\n')
     found = bounded(_replay, store)
     assert isinstance(found, StoreUnusable) and "an entry over 4096 bytes" in str(found)
+
+
+def test_headers_are_each_members_own_blocks_without_its_contents(tmp_path):
+    """The padding of the file before is cut off: each is exactly what tarfile reads the
+    member from (the pax header, then the ustar block), and the size its contents have."""
+    headers = list(_store(tmp_path, lines(ENTRIES)).headers(CHAIN))
+    with tarfile.open(fileobj=io.BytesIO(TAR)) as tar:
+        members = tar.getmembers()
+    assert [size for _, size in headers] == [m.size for m in members]
+    assert [blocks for blocks, _ in headers] == [TAR[m.offset:m.offset_data] for m in members]
+
+
+def test_a_header_that_is_not_a_whole_ustar_block_is_store_unusable(tmp_path):
+    cut = [{"type": 2, "payload": base64.b64encode(bytes(700)).decode()},
+           {"type": 1, "name": "a", "size": 0}]
+    with pytest.raises(StoreUnusable, match="not a whole ustar block"):
+        list(_store(tmp_path, lines(cut)).headers(CHAIN))
+
+
+@pytest.mark.parametrize(("name", "size", "needle"), [
+    ("usr/lib/libx.so.1", 3004, None),
+    ("usr/lib/libx.so.1", 3005, "not a regular file of the 3005 bytes"),
+    ("usr/share", 0, "not a regular file"),
+    ("lib", 0, "symbolic link"),
+    ("../x", 1, "points outside its layer"),
+    ("escape/passwd", 1, "through a symlink"),
+    ("missing.so", 1, "No such file"),
+], ids=["the file", "another size", "a folder", "a symlink", "dotdot", "symlink out", "missing"])
+def test_open_file_gives_only_a_regular_file_of_its_headers_size(tmp_path, name, size, needle):
+    from edgevllm.image.layerstore import open_file
+
+    store = _store(tmp_path, lines(ENTRIES))
+    diff = store.diff_dir(CHAIN)
+    os.symlink("/etc", diff / "escape")
+    if needle is None:
+        with open_file(diff, name, size) as handle:
+            assert handle.read() == b"\x7fELF" + bytes(3000)
+        return
+    with pytest.raises(StoreUnusable, match=needle):
+        open_file(diff, name, size)

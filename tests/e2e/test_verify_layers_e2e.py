@@ -6,9 +6,10 @@ another library; with a file that is no ELF), deletes (whiteout) and hides (opaq
 Exercises ``inv verify --image``'s layered road (edgevllm/verify/layered.py, verdictcache.py) on
 the real engine: ``docker load`` of two images built from the same layers (real nvcc-built
 libraries, tests/support/verify_layers.py), ``docker image inspect`` for their diff ids, the
-local overlay2 layer store (each layer hashed to its diff id), and the ``docker save`` road
-(known layers pass unread) when the store is not used; ``--diff`` of the two reads each layer
-once."""
+local overlay2 layer store (each layer's tar-split headers and its libraries alone, mapped in
+place; with ``EDGEVLLM_VERIFY_HASH_LAYERS=1`` each layer replayed and hashed to its diff id: the
+same verdict), and the ``docker save`` road (known layers pass unread) when the store is not
+used; ``--diff`` of the two reads each layer once."""
 
 from __future__ import annotations
 
@@ -100,6 +101,28 @@ def full_scan_verdict(engine, image: str) -> dict:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(api, "scan_image", lambda eng, ref, inspect: full_scan(eng, ref))
         return verify("spark", image=image, engine=engine).to_json()
+
+
+def test_the_hashed_replay_gives_what_the_libraries_alone_give(engine, two_images, monkeypatch):
+    from edgevllm.image.layerstore import LocalLayerStore
+
+    _, second, _ = two_images
+    keep = library_keep(TargetInspect(SPARK))
+    replayed = []
+    real = LocalLayerStore.tar_blocks
+
+    def counted(store, chain):
+        replayed.append(chain)
+        return real(store, chain)
+
+    monkeypatch.setattr(LocalLayerStore, "tar_blocks", counted)
+    alone, reading = scan_layers(engine, second, keep)
+    assert set(reading.read.values()) == {"layer store"} and replayed == []
+    monkeypatch.setenv("EDGEVLLM_VERIFY_HASH_LAYERS", "1")
+    hashed, reading = scan_layers(engine, second, keep)
+    assert set(reading.read.values()) == {"layer store"} and len(replayed) == 3
+    assert facts(alone) == facts(hashed) == facts(full_scan(engine, second))
+    assert judged(alone) == judged(full_scan(engine, second))
 
 
 def test_the_docker_save_road_skips_known_layers_with_the_same_verdict(engine, two_images,
