@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import base64
 import gzip
-import io
 import hashlib
+import io
 import json
 import os
 import stat
@@ -107,7 +107,7 @@ class LocalLayerStore:
         """Each member's header blocks (its extended headers, then its own ustar block; the
         padding of the file before it cut off) and the size of its contents, from tar-split
         alone: no file of the layer is opened."""
-        raw, after = b"", 0  # the header bytes seen since the last file; the padding they start with
+        raw, after = b"", 0  # header bytes since the last file; the padding they start with
         for entry in self._entries(chain_id):
             if entry["type"] == 2:
                 raw += entry["payload"]
@@ -168,13 +168,13 @@ def _opened(diff: Path, inside: str, name: str) -> int:
 def open_file(diff: Path, name: str, size: int) -> io.BufferedReader:
     """The layer's regular file ``name`` (a member's name in ``diff_dir``), refused unless it
     is a regular file of exactly the ``size`` its tar header says."""
-    handle = os.fdopen(_opened(diff, os.path.realpath(diff) + os.sep, name), "rb")
-    found = os.fstat(handle.fileno())
+    descriptor = _opened(diff, os.path.realpath(diff) + os.sep, name)
+    found = os.fstat(descriptor)
     if not stat.S_ISREG(found.st_mode) or found.st_size != size:
-        handle.close()
+        os.close(descriptor)
         raise StoreUnusable(f"{diff / name}: not a regular file of the {size} bytes its tar "
                             "header says")
-    return handle
+    return os.fdopen(descriptor, "rb")
 
 
 def _file_blocks(diff: Path, inside: str, entry: dict) -> Iterator[bytes]:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import IO, Callable
 
 from edgevllm.common.errors import NotATarballError, ResourceLimitError, ScanError
-from edgevllm.verify.archive import Keep, read_image, regular, stack
+from edgevllm.verify.archive import read_image, regular, stack
 from edgevllm.verify.elf import is_elf
 from edgevllm.verify.library import LibraryReport, inspect_buffer, is_library_name
 from edgevllm.verify.limits import DEFLATE_RATIO, SPILL_BYTES, check_declared

@@ -43,7 +43,8 @@ class _Headers:
     header blocks alone: each member parsed by ``tarfile`` from its own blocks."""
 
     def __init__(self, headers: Iterator[tuple[bytes, int]], label: str):
-        self.headers, self.label, self.members = headers, label, []
+        self.headers, self.label = headers, label
+        self.members: list[tarfile.TarInfo] = []
 
     def next(self) -> tarfile.TarInfo | None:
         found = next(self.headers, None)
