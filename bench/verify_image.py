@@ -14,10 +14,12 @@ included), on a warm page cache (one ``docker save`` of each image first, not co
   each;
 - stream: ``verify`` through one ``docker save`` stream, every layer read (the road before the
   verify cache; the build's checks paid it on every build); with ``--no-save``, ``full``
-  instead: every layer read from the layer store with the verify cache off (docker save makes
-  the engine's legacy store write a copy of the image on its disk first: 10 GB);
-- cold: ``verify`` with an empty verify cache (every layer read, from the layer store when the
-  engine is local);
+  instead: every layer's whole tar replayed from the layer store and hashed against its diff id,
+  the verify cache off (``EDGEVLLM_VERIFY_HASH_LAYERS=1``: the store road before it read the
+  libraries alone; docker save makes the engine's legacy store write a copy of the image on its
+  disk first: 10 GB);
+- cold: ``verify`` with an empty verify cache (every layer read: from the layer store when the
+  engine is local, its headers and its libraries alone);
 - warm: ``verify`` of B after A (only B's own layers read);
 - again: ``verify`` of A once more (every layer known).
 Printed: seconds, ratios to the baseline of the same image, peak resident memory (VmHWM), the
@@ -152,7 +154,8 @@ def baseline(image: str, cuobjdump: Path) -> tuple[float, int]:
 
 def verify_child(target: str, image: str, road: str, cache: Path) -> dict:
     env = {"EDGEVLLM_VERIFY_CACHE": str(cache), "PYTHONPATH": str(ROOT),
-           **({"EDGEVLLM_VERIFY_CACHE_MAX": "0"} if road == "full" else {})}
+           **({"EDGEVLLM_VERIFY_CACHE_MAX": "0", "EDGEVLLM_VERIFY_HASH_LAYERS": "1"}
+              if road == "full" else {})}
     _, out = measured([sys.executable, "-c", CHILD, target, image, road], env)
     return json.loads(out.splitlines()[-1])
 
@@ -192,6 +195,7 @@ def report(target: str, first: str, second: str, engine, cuobjdump: Path, work: 
     for image in dict.fromkeys((first, second)) if save else ():  # the page cache warm
         subprocess.run(f"docker save {image} > /dev/null", shell=True, check=True)
     cache = work / "verify-cache"
+    load = os.getloadavg()[0]  # other jobs on the host inflate every time, the baseline most
     rows = {}
     rows["baseline A"] = baseline(first, cuobjdump)
     runs = {f"{full} A": (first, full), "cold A": (first, "layered"),
@@ -215,6 +219,8 @@ def report(target: str, first: str, second: str, engine, cuobjdump: Path, work: 
         results["again A"]["verdict"]
     same_b = results[f"{full} B"]["verdict"] == results["warm B"]["verdict"]
     print(f"verdicts identical to the full scan ({full}): A {same_a}, B {same_b}")
+    print(f"load average (1 min) at the start {load:.1f}, at the end {os.getloadavg()[0]:.1f}; "
+          f"{os.cpu_count()} cores")
     print(f"goals (issue 34): warm >= 20x baseline: "
           f"{rows['baseline B'][0] / results['warm B']['seconds']:.1f}x; cold >= 2x: "
           f"{rows['baseline A'][0] / results['cold A']['seconds']:.1f}x")
