@@ -109,12 +109,17 @@ def read_store_layer(store, chain_id: str, label: str, inspect) -> Layer:
 def _library(open_file, diff: Path, name: str, size: int, path: str, inspect
              ) -> LibraryReport | None:
     """One library-named file's report, mapped where it lies; None when it is no ELF."""
+    from edgevllm.image.layerstore import StoreUnusable
+
     with open_file(diff, name, size) as handle:
-        if not is_elf(handle.read(4)):
-            return None
-        check_declared(size, path)
-        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:
-            report = inspect(path, view)
+        try:
+            if not is_elf(handle.read(4)):
+                return None
+            check_declared(size, path)
+            with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as view:
+                report = inspect(path, view)
+        except OSError as exc:
+            raise StoreUnusable(f"{diff / name}: {exc.strerror or exc}") from None
     return cast(LibraryReport, report)
 
 
