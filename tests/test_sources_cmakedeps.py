@@ -61,8 +61,10 @@ def offline_world(real_tree, tmp_path):
     cutlass = _stand_in(tmp_path, "cutlass", {"include/cutlass/cutlass.h": "// stand-in\n"})
     upstreams = {"cutlass": cutlass}
     for dep in deps:
-        if dep.name != "cutlass":
-            upstreams[dep.name] = _stand_in(tmp_path, dep.name, {"README": f"{dep.name}\n"})
+        if dep.name != "cutlass":  # triton's override names a folder inside the clone
+            inside = {f"{dep.override_subdir}/__init__.py": ""} if dep.override_subdir else {}
+            upstreams[dep.name] = _stand_in(tmp_path, dep.name,
+                                            {"README": f"{dep.name}\n", **inside})
     # As upstream FA has (its .gitmodules names a remote: here beside it on the git daemon).
     add_submodule(upstreams["vllm-flash-attn"], "csrc/cutlass", cutlass, url="../cutlass.git")
     for name, tag in TAGGED.items():
@@ -103,7 +105,10 @@ def test_every_clone_fetched_exported_recorded_then_cloned_no_more(  # noqa: F81
     env = (tmp_path / "deps" / ENV_FILE).read_text()
     assert "export VLLM_CUTLASS_SRC_DIR=/src/deps/cutlass\n" in env
     assert "export FLASH_MLA_SRC_DIR=/src/deps/flashmla\n" in env
-    assert env == env_file_text(records)
+    # vLLM's triton_kernels.cmake: its override is triton's python package folder, not the clone
+    assert ("export TRITON_KERNELS_SRC_DIR=/src/deps/triton_kernels/python/triton_kernels/"
+            "triton_kernels\n") in env
+    assert env == env_file_text(records, {"triton_kernels": "python/triton_kernels/triton_kernels"})
     # What the build does with them: the tree's own CMake takes every *_SRC_DIR branch.
     for name, record in records.items():
         monkeypatch.setenv(record.env_var, str(tmp_path / "deps" / name))
@@ -251,7 +256,8 @@ def test_supplied_folders_with_the_locks_trees_rebuild_the_same_lock_fetching_no
     again = fetch_cmake_deps(deps, tmp_path / "again", locked=first, cache_root=never,
                              supplied=supplied)
     assert again == first and not never.exists()  # the lock's records, nothing fetched
-    assert (tmp_path / "again" / ENV_FILE).read_text() == env_file_text(first)
+    env = (tmp_path / "first" / ENV_FILE).read_text()
+    assert (tmp_path / "again" / ENV_FILE).read_text() == env
     assert (tmp_path / "again" / "vllm-flash-attn" / "csrc" / "cutlass" / "include" / "cutlass"
             / "cutlass.h").is_file()
 
@@ -367,3 +373,22 @@ def test_preflight_checks_names_against_a_compile_lock_and_says_what_is_proven(t
     preflight_supplied({"cutlass": str(tmp_path / "f")}, None)
     err = " ".join(capsys.readouterr().err.split())
     assert err.startswith("warning: cmake dep cutlass: ") and "unproven (no --lock)" in err
+
+
+def test_a_source_without_the_folder_the_override_names_is_refused(  # noqa: F811
+        offline_world, git_cache, tmp_path):
+    """triton's override stands for python/triton_kernels/triton_kernels of the clone: a source
+    without it (here a supplied folder of triton's root files alone) would ship the wrong tree as
+    vLLM's triton_kernels package; one line, nothing left."""
+    tree, _, _ = offline_world
+    deps = plan(tree).deps
+    [triton] = [d for d in deps if d.name == "triton_kernels"]
+    assert triton.override_subdir == "python/triton_kernels/triton_kernels"
+    folder = tmp_path / "triton-root-only"
+    folder.mkdir()
+    (folder / "README.md").write_text("triton\n")
+    with pytest.raises(SourceError, match=r"triton_kernels .*TRITON_KERNELS_SRC_DIR names the "
+                                          r"clone's python/triton_kernels/triton_kernels/"):
+        fetch_cmake_deps(deps, tmp_path / "deps",
+                         supplied={"triton_kernels": survey("triton_kernels", folder)})
+    assert not (tmp_path / "deps").exists()

@@ -113,6 +113,10 @@ def test_external_dependencies_with_their_overrides(tree):
     assert deps["vllm-flash-attn"].env_var == "VLLM_FLASH_ATTN_SRC_DIR"
     assert deps["qutlass"].env_var == "QUTLASS_SRC_DIR"
     assert all(d.env_var for d in deps.values())
+    # The one override that stands for a folder inside its clone (its declare has no
+    # SOURCE_SUBDIR, the clone's has): every other override is the clone's root.
+    assert {n: d.override_subdir for n, d in deps.items() if d.override_subdir} == {
+        "triton_kernels": "python/triton_kernels/triton_kernels"}
 
 
 def test_nothing_is_written_into_the_tree(tree):

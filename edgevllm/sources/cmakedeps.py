@@ -137,8 +137,25 @@ def fetch_cmake_deps(deps: list[CMakeDep], dest: Path | str,
                 records[dep.name] = supply_one(dep, supplied[dep.name], folder, pinned)
             else:
                 records[dep.name] = fetch_one(dep, folder, pinned, cache_root)
-        (tmp / ENV_FILE).write_text(env_file_text(records))
+            _check_inside(dep, folder)
+        (tmp / ENV_FILE).write_text(env_file_text(records, _insides(deps)))
     return records
+
+
+def _insides(deps: list[CMakeDep]) -> dict[str, str]:
+    return {dep.name: dep.override_subdir for dep in deps if dep.override_subdir}
+
+
+def _check_inside(dep: CMakeDep, folder: Path) -> None:
+    """The folder the tree's override must name exists in what was fetched or supplied."""
+    if not dep.override_subdir:
+        return
+    inside = path_inside(folder, dep.override_subdir, what=f"CMake dependency {dep.name} "
+                         "SOURCE_SUBDIR", error=SourceError)
+    if not inside.is_dir():
+        raise SourceError(f"CMake dependency {dep.name} ({dep.file}:{dep.line}): the tree's "
+                          f"override {dep.env_var} names the clone's {dep.override_subdir}/, "
+                          "which this source lacks; give the whole repository")
 
 
 def check_supplied(given: dict[str, str], locked: Lock | None) -> dict[str, Supplied]:
@@ -232,11 +249,15 @@ def _outermost(links: dict[str, str]) -> list[str]:
     return sorted(p for p in links if not any(p.startswith(o + "/") for o in links))
 
 
-def env_file_text(records: dict[str, CMakeDepLock]) -> str:
-    """Shell lines the build stage sources: each override points at its mounted folder."""
+def env_file_text(records: dict[str, CMakeDepLock], inside: dict[str, str] | None = None) -> str:
+    """Shell lines the build stage sources: each override points at its mounted folder, or at
+    the subfolder the tree's override stands for (``inside``: name -> the clone's SOURCE_SUBDIR,
+    e.g. triton's python/triton_kernels/triton_kernels)."""
     lines = ["# Written by edgevllm: vLLM's CMake reads these instead of cloning.\n"]
     for name, record in sorted(records.items()):
-        lines.append(f"export {record.env_var}={shlex.quote(f'{MOUNT_POINT}/{name}')}\n")
+        subdir = (inside or {}).get(name)
+        folder = "/".join([MOUNT_POINT, name, *([subdir] if subdir else [])])
+        lines.append(f"export {record.env_var}={shlex.quote(folder)}\n")
     return "".join(lines)
 
 

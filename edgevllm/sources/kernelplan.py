@@ -48,6 +48,9 @@ class CMakeDep:
     line: int
     env_var: str | None   # the *_SRC_DIR variable that replaces the clone, when the tree has one
     url: str = ""         # a tarball URL instead of git (not lockable here)
+    # Where the override must point inside the clone: the clone's SOURCE_SUBDIR when the tree's
+    # override declare has none (both branches then read the same folder); "" for the root.
+    override_subdir: str = ""
 
 
 @dataclass

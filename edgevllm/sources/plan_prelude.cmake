@@ -288,10 +288,11 @@ function(_ev_det _ev_line _ev_name)
 endfunction()
 
 function(_ev_fc_record _ev_line _ev_kind _ev_name)
-  cmake_parse_arguments(PARSE_ARGV 3 _ev "" "GIT_REPOSITORY;GIT_TAG;SOURCE_DIR;URL" "")
+  cmake_parse_arguments(PARSE_ARGV 3 _ev "" "GIT_REPOSITORY;GIT_TAG;SOURCE_DIR;URL;SOURCE_SUBDIR" "")
   string(TOLOWER "${_ev_name}" _ln)
   _ev_rec(DEP "${_ev_line}" "${_ev_kind}" "${_ev_name}"
-          "${_ev_GIT_REPOSITORY}" "${_ev_GIT_TAG}" "${_ev_SOURCE_DIR}" "${_ev_URL}")
+          "${_ev_GIT_REPOSITORY}" "${_ev_GIT_TAG}" "${_ev_SOURCE_DIR}" "${_ev_URL}"
+          "${_ev_SOURCE_SUBDIR}")
   if(_ev_SOURCE_DIR)
     _set_property(GLOBAL PROPERTY _ev_src_${_ln} "${_ev_SOURCE_DIR}")
   endif()

@@ -191,14 +191,39 @@ def _add_target_flags(plan: KernelPlan, fields: list[str]) -> None:
 
 
 def _add_dep(plan: KernelPlan, fields: list[str], shadow: str) -> None:
-    where, _how, name, repo, tag, _source_dir, url = (fields + [""] * 7)[:7]
+    where, _how, name, repo, tag, _source_dir, url, subdir = (fields + [""] * 8)[:8]
     file, line = _where(where)
     if not repo and not url:
         return  # a local SOURCE_DIR (an override in effect), or populating an earlier declare
     if any(d.name == name for d in plan.deps):
         return
+    path = _tree_file(shadow, file)
+    env_var = _override_var(path, line)
+    inside = subdir if subdir and env_var and _override_has_no_subdir(path, env_var) else ""
     plan.deps.append(CMakeDep(name=name, repo=repo, tag=tag, file=file, line=line,
-                              env_var=_override_var(_tree_file(shadow, file), line), url=url))
+                              env_var=env_var, url=url, override_subdir=inside))
+
+
+# A FetchContent_Declare call of the tree's CMake (in the evaluated copy, the recording command
+# that replaced it), comments removed; its arguments hold no ")".
+_DECLARE = re.compile(r"(?:FetchContent_Declare|_ev_fcd)\s*\(([^)]*)\)", re.I)
+
+
+def _override_has_no_subdir(path: Path | None, env_var: str) -> bool:
+    """Whether the declare the tree makes with its override (``SOURCE_DIR`` from ``env_var``)
+    names no ``SOURCE_SUBDIR``: the override folder then stands for the clone's subfolder (both
+    declares read the same folder; vLLM 0.33.0's triton_kernels says so in words too)."""
+    if path is None:
+        return False
+    try:
+        text = "\n".join(line.split("#", 1)[0]
+                         for line in path.read_text(errors="replace").splitlines())
+    except OSError:
+        return False
+    for body in _DECLARE.findall(text):
+        if f"ENV{{{env_var}}}" in body or f"${{{env_var}}}" in body:
+            return not re.search(r"\bSOURCE_SUBDIR\b", body)
+    return False
 
 
 def _override_var(path: Path | None, line: int) -> str | None:

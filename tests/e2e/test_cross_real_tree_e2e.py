@@ -187,7 +187,9 @@ def test_the_real_tree_configures_and_its_slice_builds_for_the_device(
     plan = plan_for_target(tree, target, torch_version="2.14.0", check=False)
     deps_root, origins = cmake_dep_dirs(plan.deps, tmp_path / "deps", tree)
     print("\n".join(f"cmake dep {name}: {origin}" for name, origin in sorted(origins.items())))
-    deps = {d.env_var: f"/src/deps/{d.name}" for d in plan.deps if d.env_var}
+    deps = {d.env_var: "/".join(["/src/deps", d.name, *([d.override_subdir] if d.override_subdir
+                                                       else [])])
+            for d in plan.deps if d.env_var}
     stage_cross(eff.cross, tmp_path / "cross")   # the edgevllm-cross build context
     (tmp_path / "work").mkdir()
     (tmp_path / "work" / "run.sh").write_text(

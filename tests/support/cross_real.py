@@ -125,6 +125,9 @@ def cmake_dep_dirs(deps, dest: Path, tree: Path) -> tuple[Path, dict[str, str]]:
             note = (f"stand-in for {dep.repo} {dep.tag}: empty files at the {len(files)} "
                     f"paths vLLM's CMake names; {why}")
         (folder / STANDIN_FILE).write_text(note + "\n")
+        if dep.override_subdir:  # where the tree's override points inside the clone (triton's)
+            (folder / dep.override_subdir).mkdir(parents=True, exist_ok=True)
+            (folder / dep.override_subdir / STANDIN_FILE).write_text(note + "\n")
         origins[dep.name] = note
     return standins, origins
 
