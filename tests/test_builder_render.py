@@ -114,6 +114,21 @@ def test_render_modes_differ_where_they_should(cli, tmp_path):
     assert "FROM scratch AS wheels" not in (tmp_path / "prebuilt" / "Dockerfile").read_text()
 
 
+def test_render_names_the_supplied_cmake_deps_and_warns_they_are_unproven(cli, tmp_path):
+    """``--cmake-dep``: the folder passes its gate in the render too, the plan's cmake-deps
+    context names it, and preflight says that nothing proves it is the tree's pin."""
+    (tmp_path / "cutlass" / "include").mkdir(parents=True)
+    (tmp_path / "cutlass" / "include" / "cutlass.h").write_text("// a mirror\n")
+    code, _, stderr = cli("render", "--target", "thor", "--compile", "--out", str(tmp_path / "r"),
+                          "--cmake-dep", f"cutlass={tmp_path / 'cutlass'}")
+    assert code == 0, stderr
+    plan = json.loads((tmp_path / "r" / "build-plan.json").read_text())
+    assert plan["contexts"]["cmake-deps"].endswith("; cutlass from --cmake-dep>")
+    said = " ".join(stderr.split())
+    assert f"warning: cmake dep cutlass: {tmp_path / 'cutlass'} (1 files" in said
+    assert "stands in for the tree's pin, unproven (no --lock)" in said
+
+
 def test_compile_key_of_an_unchanged_input_stays_the_same():
     """The stages the wheels target needs feed the compile key (builder/runner.compile_key): a
     change of the templates that leaves those stages alone keeps every cached compile valid.

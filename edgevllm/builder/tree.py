@@ -59,6 +59,7 @@ class PreparedTree:
     kernel_plan: KernelPlan | None = None
     cmake_deps: dict[str, CMakeDepLock] = field(default_factory=dict)
     deps_dir: Path | None = None               # the "cmake-deps" context (a compile's only)
+    supplied: tuple[str, ...] = ()             # the dependencies --cmake-dep gives folders for
 
     @property
     def fetched(self) -> bool:
@@ -78,8 +79,9 @@ class PreparedTree:
             found[f"{name}-src"] = (str(exported_tree(prepared)) if prepared else
                                     f"<prepared {TITLES[name]} tree: {'; '.join(request.plan())}>")
         if self.deps_dir is not None:
+            given = f"; {', '.join(self.supplied)} from --cmake-dep" if self.supplied else ""
             found["cmake-deps"] = (str(self.deps_dir) if self.fetched else
-                                   "<what the tree's CMake would clone, fetched by commit>")
+                                   f"<what the tree's CMake would clone, fetched by commit{given}>")
         return found
 
     def lock_entry(self, name: str) -> SourceLock | None:

@@ -94,7 +94,7 @@ def with_cmake_deps(tree: PreparedTree, job: Job,
 
     deps_dir = job.ws.root / "deps"
     if not tree.fetched or tree.kernel_plan is None:
-        return dataclasses.replace(tree, deps_dir=deps_dir)
+        return dataclasses.replace(tree, deps_dir=deps_dir, supplied=tuple(sorted(supplied or {})))
     return dataclasses.replace(tree, deps_dir=deps_dir, cmake_deps=cmake_deps(
         tree.kernel_plan, deps_dir, job.locked, supplied))
 
