@@ -230,9 +230,10 @@ def prove(name: str, supplied: Supplied, entries: list[Entry], pinned: CMakeDepL
                             "supply the folder with its submodules' files")
     found = tree_hash(with_gitlinks(entries, pinned.submodules), algorithm)
     if found != pinned.tree:
+        todo = ("that very folder" if pinned.supplied else "exactly that commit's files, with "
+                "its submodules' (the folder a build exported, out/<target>/deps)")
         raise LockError(f"{where}: tree {found} is not the lock's {pinned.tree} ({what}); supply "
-                        "exactly that commit's files, with its submodules' (the folder a "
-                        "build exported, out/<target>/deps), or rebuild without --lock")
+                        f"{todo}, or rebuild without --lock")
     for path, tree in sorted(pinned.submodule_trees.items()):
         own = tree_hash(with_gitlinks(below(entries, path), nested(pinned.submodules, path)),
                         algorithm)
