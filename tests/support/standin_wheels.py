@@ -87,17 +87,18 @@ def standin_vllm_wheel(dest: Path, extra: dict[str, bytes] | None = None) -> Pat
     return wheel
 
 
-def host_library(work: Path) -> bytes:
+def host_library(work: Path, compiler: str = "gcc") -> bytes:
     """A shared object with no device code and no dependency (not even libc), built with the
-    host's gcc for the host's platform: what the probe's ``vllm-extensions`` check loads in a
-    stand-in vLLM (a pure-Python vLLM fails it)."""
+    host's gcc for the host's platform (or ``compiler``'s, e.g. aarch64-linux-gnu-gcc): what the
+    probe's ``vllm-extensions`` check loads in a stand-in vLLM (a pure-Python vLLM fails it)."""
     import subprocess
 
     source = work / "standin_host.c"
     source.write_text("int edgevllm_standin(void) { return 1; }\n")
     built = work / "libstandin_host.so"
-    proc = subprocess.run(["gcc", "-shared", "-fPIC", "-nostdlib", "-o", str(built), str(source)],
+    proc = subprocess.run([compiler, "-shared", "-fPIC", "-nostdlib", "-o", str(built), str(source)],
                           capture_output=True, text=True)
     if proc.returncode != 0:
-        raise RuntimeError(f"gcc could not build a stand-in library (install gcc): {proc.stderr}")
+        raise RuntimeError(f"{compiler} could not build a stand-in library (install it: gcc, "
+                           f"gcc-aarch64-linux-gnu): {proc.stderr}")
     return built.read_bytes()
