@@ -96,8 +96,8 @@ def host_library(work: Path, compiler: str = "gcc") -> bytes:
     source = work / "standin_host.c"
     source.write_text("int edgevllm_standin(void) { return 1; }\n")
     built = work / "libstandin_host.so"
-    proc = subprocess.run([compiler, "-shared", "-fPIC", "-nostdlib", "-o", str(built), str(source)],
-                          capture_output=True, text=True)
+    proc = subprocess.run([compiler, "-shared", "-fPIC", "-nostdlib", "-o", str(built),
+                           str(source)], capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"{compiler} could not build a stand-in library (install it: gcc, "
                            f"gcc-aarch64-linux-gnu): {proc.stderr}")
