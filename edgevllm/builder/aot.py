@@ -17,6 +17,7 @@ from pathlib import Path
 from edgevllm.builder.aotlist import aot_modules, read_config
 from edgevllm.common.errors import ConfigError
 from edgevllm.common.fsutil import atomic_write_json
+from edgevllm.specs.buildspec import Builder
 
 AOT_CONTEXT = "edgevllm-aot"
 SCRIPT = "aot_inimage.py"
@@ -70,3 +71,13 @@ def describe_aot(summary: dict | None) -> list[str]:
               for m in summary["modules"]]
     lines += [f"  note: {note}" for note in summary["notes"]]
     return lines
+
+
+def aot_road(platform: str, builder: Builder | None) -> str:
+    """Where the AOT step runs on this builder, for preflight (``Builder.emulates``, the
+    fact the compile's toolchain rule reads too)."""
+    if builder is None or not builder.emulates(platform):
+        return "in the image, FlashInfer's JIT with the image's own nvcc (native)"
+    return (f"in the image under emulation ({platform} on this {builder.arch} builder: nvcc "
+            "runs about 10x slower than natively); inv build has no cross road for the AOT "
+            "step yet (docs/first-start.md)")

@@ -83,14 +83,18 @@ def link_stub(work):
     return folder
 
 
-def toolchain(cuda_home, work):
+def toolchain(cuda_home, work, target_lib=None):
     """nvcc's and the headers' CUDA release, and the flags FlashInfer's knobs
-    (FLASHINFER_EXTRA_CUDAFLAGS / _LDFLAGS) need to build with this toolkit."""
+    (FLASHINFER_EXTRA_CUDAFLAGS / _LDFLAGS) need to build with this toolkit. ``target_lib``: a
+    cross build's folder of the target's CUDA libraries (``$CUDA_HOME/targets/<dir>/lib``, with
+    its ``stubs/libcuda.so``: builder/cross_inimage.py lays it out)."""
     found = {"cuda_home": os.path.realpath(cuda_home), "nvcc": nvcc_release(cuda_home),
              "headers": headers_release(cuda_home), "notes": []}
     if found["nvcc"] is None:
         fail(f"no nvcc under {cuda_home} (CUDA_HOME): the AOT step builds FlashInfer's modules "
              "with the image's CUDA compiler")
+    if target_lib is not None:
+        return cross_toolchain(found, target_lib)
     cuda_flags, ld_flags = [], []
     if found["headers"] and found["headers"] != found["nvcc"]:
         # CCCL refuses a compiler newer than the runtime headers (the closure's nvcc wheel can
@@ -108,6 +112,38 @@ def toolchain(cuda_home, work):
         found["notes"].append("no libcuda.so stub in the toolkit: linked against a stand-in "
                               "with the driver's soname")
     return found, cuda_flags, ld_flags
+
+
+def cross_toolchain(found, target_lib):
+    """A cross build: FlashInfer links each module with ``$CXX -L$cuda_home/lib64 -lcudart
+    -lcuda``; the build platform's libraries there are skipped by the cross linker (another
+    machine), so the target's folder and its driver stub come after them. nvcc's host compiler
+    and target folder come from NVCC_PREPEND_FLAGS, the C++ compiler from CXX (the stage's ENV)."""
+    stub = os.path.join(target_lib, "stubs", "libcuda.so")
+    if not os.path.exists(os.path.join(target_lib, "libcudart.so")) or not os.path.exists(stub):
+        fail(f"{target_lib}: no libcudart.so or stubs/libcuda.so: lay out the target's CUDA "
+             "folder first (cross_inimage.py)")
+    if not os.environ.get("CXX") or "-ccbin" not in os.environ.get("NVCC_PREPEND_FLAGS", ""):
+        fail("a cross AOT build needs CXX (the cross g++) and NVCC_PREPEND_FLAGS with -ccbin")
+    if os.environ.pop("CC", None):  # FlashInfer would add -ccbin $CC: nvcc refuses two
+        found["notes"].append("CC unset: NVCC_PREPEND_FLAGS names nvcc's host compiler")
+    found["cross"] = {"cxx": os.environ["CXX"], "target_lib": target_lib,
+                      "nvcc_prepend_flags": os.environ["NVCC_PREPEND_FLAGS"]}
+    found["notes"].append(f"cross-built with {os.environ['CXX']} against {target_lib}")
+    return found, [], [f"-L{target_lib}", f"-L{os.path.dirname(stub)}"]
+
+
+ELF_MACHINES = {62: "x86_64", 183: "aarch64"}
+
+
+def elf_machine(path):
+    """The machine a library was built for (ELF e_machine, little-endian), as a name."""
+    with open(path, "rb") as handle:
+        head = handle.read(20)
+    if head[:4] != b"\x7fELF":
+        return None
+    number = int.from_bytes(head[18:20], "little")
+    return ELF_MACHINES.get(number, str(number))
 
 
 def make_spec(module):
@@ -142,8 +178,9 @@ def install(built, dest):
     os.replace(partial, dest)
 
 
-def build(plan, work):
-    """Build every module of the plan in one ninja run; returns the record."""
+def build(plan, work, out=None):
+    """Build every module of the plan in one ninja run into ``out`` (default: FlashInfer's AOT
+    folder); returns the record."""
     from flashinfer.jit import env as jit_env
     from flashinfer.jit.core import build_jit_specs
 
@@ -159,10 +196,10 @@ def build(plan, work):
     seconds = round(time.monotonic() - started, 1)
     modules = []
     for spec in specs:
-        dest = os.path.join(str(jit_env.FLASHINFER_AOT_DIR), spec.name, spec.name + ".so")
+        dest = os.path.join(out or str(jit_env.FLASHINFER_AOT_DIR), spec.name, spec.name + ".so")
         install(str(spec.jit_library_path), dest)
         modules.append({"name": spec.name, "path": dest, "bytes": os.path.getsize(dest),
-                        "sha256": sha256_of(dest)})
+                        "sha256": sha256_of(dest), "machine": elf_machine(dest)})
     return {"modules": modules, "seconds": seconds}
 
 
@@ -170,6 +207,10 @@ def main(argv):
     parser = argparse.ArgumentParser(prog="edgevllm-aot")
     parser.add_argument("--plan", required=True)
     parser.add_argument("--record", required=True)
+    parser.add_argument("--out", help="the folder the modules go to (default: FlashInfer's "
+                        "AOT folder of this Python)")
+    parser.add_argument("--target-lib", help="a cross build: the target's CUDA library folder "
+                        "($CUDA_HOME/targets/<dir>/lib)")
     args = parser.parse_args(argv)
     with open(args.plan) as handle:
         plan = json.load(handle)
@@ -181,12 +222,12 @@ def main(argv):
         # FlashInfer reads these when it is imported: its workspace is the temporary folder.
         os.environ["FLASHINFER_WORKSPACE_BASE"] = work
         found, cuda_flags, ld_flags = toolchain(os.environ.get("CUDA_HOME", "/usr/local/cuda"),
-                                                work)
+                                                work, args.target_lib)
         for name, flags in (("FLASHINFER_EXTRA_CUDAFLAGS", cuda_flags),
                             ("FLASHINFER_EXTRA_LDFLAGS", ld_flags)):
             if flags:
                 os.environ[name] = " ".join([os.environ.get(name, ""), *flags]).strip()
-        record = build(plan, work)
+        record = build(plan, work, args.out)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     import flashinfer

@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgevllm.builder import modes, tail
+from edgevllm.builder.aot import aot_road
 from edgevllm.builder.basecheck import check_build_bases
 from edgevllm.builder.prepared import PreparedBuild
 from edgevllm.builder.runner import BuildResult, Workspace, disk_gb, preflight
@@ -62,6 +63,8 @@ def _build(spec: BuildSpec, out: Path, engine: DockerEngine, lock_path: Path | N
     console.step(f"mode: {job.eff.mode} ({job.eff.mode_reason})")
     if record.compiles:
         console.step(f"toolchain: {job.eff.toolchain} ({job.eff.toolchain_reason})")
+    if spec.aot:
+        console.step(f"flashinfer aot: {aot_road(job.eff.platform, builder)}")
     if record.kernels == "release" and not (spec.mode or spec.vllm_wheel):
         console.info(stock_kernel_note(job.eff))  # chosen for the builder: what it costs
     check_build_bases(job.eff, engine, builder.arch, reusable)  # before the closure is fetched
