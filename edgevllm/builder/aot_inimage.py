@@ -19,6 +19,12 @@ The JIT's own workspace (sources it generates, objects, ninja files) goes to a t
 that is removed, so the layer holds the libraries only. The record (``--record``): per module
 its name, bytes and sha256, and the arch list, the toolchain and the seconds the build took.
 
+On an x86_64 builder for a linux/arm64 image the same script can cross-compile (``--target-lib
+$CUDA_HOME/targets/sbsa-linux/lib --out DIR``, run by the build platform's Python with FlashInfer,
+tvm-ffi and torch, the cross road's ``CXX`` and ``NVCC_PREPEND_FLAGS``, and the target's CUDA
+folder laid out by ``cross_inimage.py``): ``cross_toolchain``. docs/first-start.md says what of
+that ``inv build`` runs yet.
+
 Runs with the image's Python: the standard library, and the image's FlashInfer and torch (edgevllm
 is not installed in the image). A module FlashInfer names differently from the plan fails the
 step: the plan was made for another FlashInfer.

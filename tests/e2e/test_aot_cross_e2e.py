@@ -54,7 +54,7 @@ TARGET_REQUIREMENTS = [TORCH, "nvidia-cuda-runtime==13.0.96", "nvidia-cuda-crt==
 # every op module), without dependencies: torch comes from the sets above.
 FLASHINFER = ["flashinfer-python==0.7.2.post1", "apache-tvm-ffi==0.1.11", "numpy", "einops",
               "click", "tqdm", "tabulate", "nvidia-ml-py", "requests", "charset-normalizer",
-              "idna", "urllib3", "certifi"]
+              "idna", "urllib3", "certifi", "packaging"]
 TINY = Path(__file__).resolve().parents[1] / "fixtures" / "model-configs" / "tiny-llama.json"
 TARGET = "/opt/edgevllm-target"
 AARCH64 = "aarch64"
@@ -205,6 +205,7 @@ print(json.dumps({"tools": [shutil.which(n) for n in ("nvcc", "ninja")],
 
 def test_a_linux_arm64_container_loads_them_without_the_jit(cross_aot, sides, engine):
     from edgevllm.containers.docker import RunOptions
+    from edgevllm.specs.targets import load_target
     from support.images import cross_runtime_image
     from support.platforms import require_runnable
 
@@ -214,8 +215,9 @@ def test_a_linux_arm64_container_loads_them_without_the_jit(cross_aot, sides, en
     proc = engine.run(RunOptions(
         image=cross_runtime_image(engine), remove=True, network="none", platform="linux/arm64",
         command=["python3", "-c", LOAD],
-        env={"PYTHONPATH": f"/flashinfer:{site}", "LD_LIBRARY_PATH": "/stub",
-             "FLASHINFER_DISABLE_JIT": "1"},
+        # the image's ENV: the target's runtime env (FLASHINFER_CUDA_ARCH_LIST among it)
+        env={**load_target("spark").runtime_env, "PYTHONPATH": f"/flashinfer:{site}",
+             "LD_LIBRARY_PATH": "/stub", "FLASHINFER_DISABLE_JIT": "1"},
         volumes=[f"{sides[2]}:{TARGET}:ro", f"{flashinfer_site('arm64')}:/flashinfer:ro",
                  f"{work / 'aot'}:/flashinfer/flashinfer/data/aot:ro",
                  f"{work / 'stub'}:/stub:ro"]), timeout=1800)
