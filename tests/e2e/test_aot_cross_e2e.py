@@ -160,6 +160,9 @@ def cross_aot(engine, sides, tmp_path_factory):
                  f"{staged}:/aot:ro", f"{work}:/work"]), timeout=3600)
     assert proc.returncode == 0, proc.stdout.decode()[-4000:] + proc.stderr.decode()[-4000:]
     record = json.loads((work / "aot.json").read_text())
+    print(f"aot cross: {len(record['modules'])} module(s) for {record['arch_list']} in "
+          f"{record['seconds']}s: " + ", ".join(f"{m['name'][:24]}… {m['bytes']} bytes"
+                                                for m in record["modules"]))
     return names, record, work, proc.stdout.decode()
 
 
