@@ -131,7 +131,9 @@ def cross_toolchain(found, target_lib):
              "folder first (cross_inimage.py)")
     if not os.environ.get("CXX") or "-ccbin" not in os.environ.get("NVCC_PREPEND_FLAGS", ""):
         fail("a cross AOT build needs CXX (the cross g++) and NVCC_PREPEND_FLAGS with -ccbin")
-    if os.environ.pop("CC", None):  # FlashInfer would add -ccbin $CC: nvcc refuses two
+    # FlashInfer adds -ccbin $CC where CC is set; nvcc takes the last -ccbin (with a warning),
+    # so the C compiler would replace NVCC_PREPEND_FLAGS' C++ compiler as nvcc's host compiler.
+    if os.environ.pop("CC", None):
         found["notes"].append("CC unset: NVCC_PREPEND_FLAGS names nvcc's host compiler")
     found["cross"] = {"cxx": os.environ["CXX"], "target_lib": target_lib,
                       "nvcc_prepend_flags": os.environ["NVCC_PREPEND_FLAGS"]}
