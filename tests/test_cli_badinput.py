@@ -78,6 +78,10 @@ CASES: list[tuple[list[str], int, str]] = [
     (["render", "--target", "thor", "--vllm-pr", "abc"], 2, "--vllm-pr 'abc'"),
     (["render", "--lock", "spark.lock.json", "--target", "thor"], 2, "--target thor differs"),
     (["render", "--target", "thor", "--compile", "--toolchain", "qemu"], 2, "field 'toolchain'"),
+    (["render", "--target", "spark", "--extensions", "cumem allocator"], 2,
+     "field 'extensions.0'"),
+    (["render", "--target", "spark", "--mode", "prebuilt", "--extensions", "spinloop"], 2,
+     "field 'extensions' (--extensions) picks extensions to compile"),
     (["render", "--target", "thor", "--compile", "--toolchain", "cross", "--platform",
       "linux/amd64"], 2, "toolchain cross: "),   # natively (x86_64) / no road (arm64)
     (["render", "--lock", "spark.lock.json", "--mode", "prebuilt"], 2,

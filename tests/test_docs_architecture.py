@@ -494,6 +494,17 @@ def test_the_toolchain_file_is_rendered_and_staged_in_one_place():
     assert calls("render_toolchain")(ast.parse("render.render_toolchain(road)", mode="eval").body)
 
 
+def test_a_partial_build_is_spelt_in_one_place():
+    """The partial kernel build's context and setting (``edgevllm-extensions``,
+    ``EDGEVLLM_EXTENSIONS``) are builder/subset.py's; the in-image cmake_subset.py reads the
+    setting. A second spelling could put a wrapper in a compile the key does not count."""
+    spells = lambda n: constant(n, lambda s: s in ("edgevllm-extensions",  # noqa: E731
+                                                   "EDGEVLLM_EXTENSIONS"))
+    assert offenders(spells, "builder/subset.py", "builder/cmake_subset.py") == set()
+    assert offenders(calls("restrict"), "builder/tree.py", "builder/subset.py") == set()
+    assert spells(ast.parse("'EDGEVLLM_EXTENSIONS'", mode="eval").body)
+
+
 def test_part_names_are_spelt_in_one_place():
     """A split set's part names (<file>.part000, ...) are written, found and recognised through
     image/tarball.py: a second spelling once took any name holding ".part" for a tarball."""

@@ -19,6 +19,7 @@ from jinja2 import FileSystemLoader, StrictUndefined
 from jinja2.sandbox import SandboxedEnvironment
 
 from edgevllm import __version__
+from edgevllm.builder.subset import template_values as subset_values
 from edgevllm.common import labels
 from edgevllm.common.paths import templates_dir
 from edgevllm.sources.buildreqs import BuildLayout, unread_layout
@@ -150,6 +151,7 @@ def template_values(eff: EffectiveSpec) -> dict:
         "closure": closure_values(eff),
         "mode_vllm": mode_vllm_values(eff),
         "cross": cross_values(eff),
+        "extensions": subset_values(eff.spec.extensions),
         **mount_options(eff),
         **labels.template_values(),
     }

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from edgevllm.builder.runner import Workspace
+from edgevllm.builder.subset import label as subset_label
 from edgevllm.common import console, labels
 from edgevllm.common.errors import ArchGateFailed, ImageNotFoundError, ProbeError
 from edgevllm.containers.docker import DockerEngine
@@ -132,6 +133,7 @@ def static_labels(eff: EffectiveSpec, lock: Lock, tag: str) -> dict[str, str]:
         ),
         labels.VLLM_RS: lock.kernel_plan.get("vllm_rs") or "not in the tree",
         LOCK_LABEL: label_value(lock),
+        **subset_label(lock.settings),
     }
 
 

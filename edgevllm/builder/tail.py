@@ -43,6 +43,7 @@ from edgevllm.builder.steps import (
     static_labels,
     supply_chain,
 )
+from edgevllm.builder.subset import check_wheels
 from edgevllm.builder.wheelcache import share
 from edgevllm.common import console
 from edgevllm.common.errors import BuildError
@@ -78,6 +79,7 @@ def run(job: Job, build: PreparedBuild) -> BuildResult:
                            no_cache=build.eff.spec.rerun_steps)
     wheels = job.ws.wheels(build.compile_key or "none")
     exported = "wheels" in build.stages and export_wheels(runner, options, wheels)
+    check_wheels(lock.settings, wheels)  # a partial kernel build holds what it asked for
     cache = compile_cache_report(runner, build.eff) if exported else None
     candidate = f"{tags[0]}-unverified"
     image_build = runner.run(with_options(options, target="runtime", tags=[candidate],

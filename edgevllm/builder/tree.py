@@ -195,6 +195,11 @@ def kernel_plan(eff: EffectiveSpec, prepared: PreparedSource, check: bool = True
     plan = plan_for_target(exported_tree(prepared), eff.target,
                            torch_version=eff.torch.version or "",
                            nvcc_threads=eff.nvcc_threads, check=check)
+    if eff.spec.extensions:  # a partial kernel build: the plan of what it compiles
+        from edgevllm.builder.subset import partial_note, restrict
+
+        whole, plan = plan, restrict(plan, eff.spec.extensions)
+        console.warn(partial_note(eff.spec.extensions, whole))
     if not check:
         return plan
     check_rust_env(plan, eff.env)

@@ -180,6 +180,14 @@ BUILD_FLAGS: tuple[Flag, ...] = (
             "toolchain",
         ),
         Flag(
+            "extensions",
+            "compile only these CMake extensions of the tree (comma-separated, the kernel "
+            "plan's names, e.g. cumem_allocator,spinloop): a partial kernel build, whose "
+            "image cannot serve (default: every extension)",
+            "extensions",
+            "csv",
+        ),
+        Flag(
             "vllm_wheel",
             "prebuilt: install this released vLLM and its locked closure, nothing "
             "compiled: a version (0.33.0), a local .whl or a URL",

@@ -27,6 +27,7 @@ MODS_VERSIONS = PREFIX + "mods-versions"
 TAG = PREFIX + "tag"
 KERNEL_PLAN = PREFIX + "kernel-plan"   # CUDA_ARCHS and the groups that get nothing
 VLLM_RS = PREFIX + "vllm-rs"           # whether vLLM's Rust frontend binary is in the image
+EXTENSIONS = PREFIX + "extensions"     # a partial kernel build: the extensions it compiled
 VLLM_WHEEL_SHA = PREFIX + "vllm.wheel-sha256"   # prebuilt: the installed vLLM wheel
 LOCK = PREFIX + "lock"
 LOCK_SHA = PREFIX + "lock-sha256"
@@ -75,6 +76,8 @@ CROSS_TARGET = "/opt/edgevllm-target"
 CROSS_TOOLCHAIN = "/opt/edgevllm-cross/toolchain.cmake"
 # What CMake runs a "target program" with on a cross road (builder/cross_run.py).
 CROSS_RUN = "/opt/edgevllm-cross/run"
+# A partial kernel build's "edgevllm-extensions" context (builder/subset.py): its bin/cmake.
+EXTENSIONS_MOUNT = "/edgevllm-extensions"
 # The shared compile cache's URL reaches the compile step only as this BuildKit secret (a file
 # under /run/secrets while the step runs); the step prints ccache's counters after this marker.
 CCACHE_REMOTE_SECRET = "ccache-remote"
@@ -86,7 +89,8 @@ CCACHE_STATS_MARKER = "edgevllm-ccache-stats"
 # tests/test_common_labels.py holds each of them to that, and holds this list complete.
 IN_IMAGE_SCRIPTS = ("mods/applier.py", "builder/aot_inimage.py", "probe/inimage_check.py",
                     "inspect/inimage_dists.py", "serve/entry.py", "serve/startprobe.py",
-                    "builder/cross_inimage.py", "builder/cross_run.py")
+                    "builder/cross_inimage.py", "builder/cross_run.py",
+                    "builder/cmake_subset.py")
 
 # The records a build leaves in an image: key → (the label holding its JSON, its files under HOME).
 RECORDS = {
@@ -121,5 +125,5 @@ def template_values() -> dict[str, dict[str, str]]:
                   "cmake_deps_env": CMAKE_DEPS_ENV, "ccache_remote": CCACHE_REMOTE_SECRET,
                   "ccache_stats": CCACHE_STATS_MARKER, "cross_mount": CROSS_MOUNT,
                   "cross_target": CROSS_TARGET, "cross_toolchain": CROSS_TOOLCHAIN,
-                  "cross_run": CROSS_RUN},
+                  "cross_run": CROSS_RUN, "extensions_mount": EXTENSIONS_MOUNT},
     }

@@ -117,6 +117,9 @@ class BuildSpec(Strict):
     # compiler and a cross g++, specs/cross.py; the default where a road exists) or emulated
     # (the target's compiler under qemu). None: cross where a road goes, else emulated.
     toolchain: Literal["cross", "emulated"] | None = None
+    # A partial kernel build: only these CMake extensions of the tree (the kernel plan's names)
+    # are compiled; the image cannot serve (builder/subset.py). None: every one.
+    extensions: list[PythonModule] | None = None
     verify: bool = True
     # BuildKit cache-mount id of the local compiler cache (default ccache-<target>); a new name
     # starts from an empty cache, e.g. to measure a truly cold compile.
@@ -261,6 +264,9 @@ def choose_mode(spec: BuildSpec, tree: TreeChange | None = None,
         if spec.mode == "precompiled":
             raise SpecError(f"mode precompiled: {tree.reason()}; build it with --mode compile")
         return "compile", tree.reason()
+    if spec.extensions and not spec.mode:
+        return "compile", (f"--extensions {','.join(spec.extensions)}: a partial kernel build "
+                           "compiles those extensions of the tree")
     if spec.mode and spec.mode_from_lock:
         return spec.mode, f"the lock's mode ({spec.mode}): the lock rebuilds the image it made"
     if spec.mode:
@@ -285,6 +291,9 @@ def _check_mode_fields(spec: BuildSpec) -> None:
     if spec.mode == "compile" and spec.vllm_wheel:
         raise SpecError("field 'vllm_wheel' installs a released wheel: it needs mode prebuilt "
                         "(or precompiled), not compile")
+    if spec.extensions and spec.mode not in (None, "compile"):
+        raise SpecError(f"field 'extensions' (--extensions) picks extensions to compile: it "
+                        f"needs mode compile, not {spec.mode}")
     if spec.mode == "precompiled" and spec.flashinfer.source is not None:
         raise SpecError("field 'flashinfer.source' compiles FlashInfer: it needs mode compile, "
                         "not precompiled")
@@ -439,9 +448,8 @@ def load_spec(
     if spec_file:
         return load_spec_file(Path(spec_file), overrides)
     if "target" not in overrides:
-        raise SpecError(
-            "no target given: pass --target thor|spark (inv targets lists them) or --spec FILE"
-        )
+        raise SpecError("no target given: pass --target thor|spark (inv targets lists them) or "
+                        "--spec FILE")
     return spec_from_dict(overrides)
 
 
@@ -465,20 +473,11 @@ def lock_overrides(lock, target: str | None = None) -> dict:
         "mods": [m.name for m in lock.mods if not m.name.startswith("patch:")],
         "build_args": {k: v for k, v in lock.build_args.items() if k != "VLLM_VERSION"},
     }
-    for key in (
-        "platform",
-        "python",
-        "apt_packages",
-        "runtime_apt_packages",
-        "torch",
-        "env",
-        "max_jobs",
-        "nvcc_threads",
-        "mode",
-        "vllm_wheel",
-        "overrides",
-        "bytecode_image",  # locks made before it was one of their base images
-    ):
+    # bytecode_image: absent from locks made before it was one of their base images;
+    # extensions: a partial kernel build builds the same extensions again.
+    for key in ("platform", "python", "apt_packages", "runtime_apt_packages", "torch", "env",
+                "max_jobs", "nvcc_threads", "mode", "vllm_wheel", "overrides", "bytecode_image",
+                "extensions"):
         if key in settings:
             data[key] = settings[key]
     # An emulated compile's lock asks for emulation again where the builder emulates (a cross

@@ -50,6 +50,7 @@ from edgevllm.builder.prepared import Job, PreparedBuild, engine_of, named_conte
 from edgevllm.builder.render import render_dockerfile
 from edgevllm.builder.runner import compile_key
 from edgevllm.builder.steps import stage_mods
+from edgevllm.builder.subset import lock_settings as subset_lock_settings
 from edgevllm.builder.tree import PreparedTree, TreeOptions, prepare_tree
 from edgevllm.common import console
 from edgevllm.common.errors import SourceError, SpecError
@@ -111,10 +112,12 @@ def prepare_over(job: Job, tree: PreparedTree, staged: StagedMods,
     plan = tree.kernel_plan
     units = sum(e.cuda_sources for e in plan.extensions if e.language == "CUDA") if plan else 0
     cross = stage_cross_context(job)
+    partial = stage_subset_context(job)
     if not tree.fetched:
         return PreparedBuild(eff=eff, dockerfile=dockerfile, stages=mode_record(name).stages,
                              contexts=named_contexts(job, then(tree, job),
-                                                     UNFETCHED | cross.contexts),
+                                                     UNFETCHED | cross.contexts
+                                                     | partial.contexts),
                              lock=None, build_args=build_args, compiles=True,
                              compile_units=units)
     closure = compile_closure(eff, tree.layout, job.locked, staged.pip_packages)
@@ -125,9 +128,9 @@ def prepare_over(job: Job, tree: PreparedTree, staged: StagedMods,
     lock = make_lock(eff, tree, staged.versions, build_args, engine_of(job), (closure, tools))
     key = compile_key(dockerfile, tree.key_inputs() | {"closure": pins_key(closure),
                                                        "build-tools": pins_key(tools)}
-                      | cross.key_inputs, build_args, lock.base_images)
+                      | cross.key_inputs | partial.key_inputs, build_args, lock.base_images)
     contexts = named_contexts(job, tree, {n: str(p) for n, p in folders.items()}
-                              | cross.contexts)
+                              | cross.contexts | partial.contexts)
     return PreparedBuild(eff=eff, dockerfile=dockerfile, contexts=contexts,
                          stages=mode_record(name).stages, lock=lock, build_args=build_args,
                          compile_key=key, labels=mode_labels(lock), compiles=True,
@@ -137,8 +140,8 @@ def prepare_over(job: Job, tree: PreparedTree, staged: StagedMods,
 
 @dataclasses.dataclass(frozen=True)
 class CrossContext:
-    """A cross compile's ``edgevllm-cross`` context and what of it the compile key counts
-    (both empty on the target's own platform or under emulation)."""
+    """A context of the compile's own (a cross compile's ``edgevllm-cross``, a partial build's
+    ``edgevllm-extensions``) and what of it the compile key counts (both empty without it)."""
 
     contexts: dict[str, str] = dataclasses.field(default_factory=dict)
     key_inputs: dict[str, str] = dataclasses.field(default_factory=dict)
@@ -150,6 +153,17 @@ def stage_cross_context(job: Job) -> CrossContext:
     folder = job.ws.context / CROSS_CONTEXT
     digest = stage_cross(job.eff.cross, folder)
     return CrossContext({CROSS_CONTEXT: str(folder)}, {"cross-toolchain": digest})
+
+
+def stage_subset_context(job: Job) -> CrossContext:
+    """A partial kernel build's ``edgevllm-extensions`` context (``builder/subset.py``)."""
+    from edgevllm.builder import subset
+
+    if not job.eff.spec.extensions:
+        return CrossContext()
+    folder = job.ws.context / subset.CONTEXT
+    return CrossContext({subset.CONTEXT: str(folder)},
+                        {"extensions-cmake": subset.stage(folder)})
 
 
 def compile_build_tools(eff: EffectiveSpec, layout: BuildLayout, closure: Closure,
@@ -248,7 +262,8 @@ def make_lock(eff: EffectiveSpec, tree: PreparedTree, mod_versions: list[dict],
     closure, tools = closures
     mods = [ModLock(**m) for m in mod_versions] + tree.patch_locks()
     return base_lock(
-        eff, closure, mod_versions, engine, {"toolchain": eff.toolchain},
+        eff, closure, mod_versions, engine,
+        {"toolchain": eff.toolchain, **subset_lock_settings(eff.spec.extensions)},
         vllm=tree.lock_entry("vllm"),
         flashinfer=tree.lock_entry("flashinfer"),
         mods=mods,
