@@ -1,0 +1,192 @@
+"""``edgevllm build --target spark --compile --extensions cumem_allocator,spinloop,fs_io_C`` of
+the real vLLM 0.33.0 tree on the cross road, through the real CLI: the tree's own setup.py and
+CMake on this x86_64 host for linux/arm64 (sm_121a), no emulation of the compile.
+
+The tree is PyPI's 0.33.0 sdist as a git upstream (tag v0.33.0), as test_cross_real_tree_e2e.py
+makes it. One file differs from the sdist: ``requirements/cuda.txt`` names torch only, so the
+runtime closure is torch 2.14.0 and the CUDA wheels it brings (aarch64, installed under qemu)
+instead of vLLM's 200 wheels (4.3 GB more, and half an hour of qemu); the CMakeLists and setup.py
+are the release's. The build requirements are the tree's own (x86_64, with torch 2.14.0 for the
+build Python), from the same wheelhouse as the real-vLLM tests (``EDGEVLLM_CACHE``).
+
+The subset is the build's own mechanism (builder/subset.py): setup.py builds every extension's
+CMake target in one ``cmake --build``; the ``cmake`` first on PATH in the compile step keeps the
+chosen targets (and triton_kernels, whose build runs no command) and skips the other installs.
+
+What stands in: the CMake dependencies vLLM pins, which this machine cannot fetch (GitHub is out
+of reach), given with ``--cmake-dep NAME=FOLDER``: support/cross_real.cmake_dep_dirs makes them
+(CUTLASS 4.2.0's headers from PyPI for v4.7.1; empty files at the paths the tree's CMake names for
+the others; each folder holds an EDGEVLLM-STANDIN note). The configure reads them; the chosen
+extensions compile none of their code. Off the device the driver library is missing:
+``cumem_allocator`` links ``libcuda.so.1``, so where the extensions are loaded here the road's
+stub (``cross_inimage.driver_stub``: every driver function of cuda.h, answering
+CUDA_ERROR_STUB_LIBRARY) stands in for it; probe level 1 itself reports it as "needs the GPU
+driver (expected off-device)".
+
+Checks: the build passes its own checks (verify, probe level 1); every ELF in the wheel is
+aarch64, the wheel's tag the road's; the wheel holds exactly the three extensions; the lock names
+the subset, the toolchain and the stand-ins; the image's label says partial; the linux/arm64
+image (qemu) loads the three extensions as probe level 1 loads a wheel's. Images it made are
+removed at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from e2e.conftest import write_spec
+
+pytestmark = pytest.mark.e2e
+
+VLLM = "0.33.0"
+PYTHON = "3.13"
+EXTENSIONS = ["cumem_allocator", "spinloop", "fs_io_C"]
+REPO = "edgevllm-test/e2e-cross-real-subset"
+AARCH64 = 183   # ELF e_machine
+
+
+@pytest.fixture(scope="module")
+def tree_upstream(tmp_path_factory):
+    """(the upstream holding the sdist as tag v0.33.0, the unpacked tree)."""
+    import tarfile
+
+    from support.gitfixtures import git, make_upstream_repo
+    from support.sdists import extract_all, pypi_sdist
+
+    root = tmp_path_factory.mktemp("vllm-upstream")
+    with tarfile.open(pypi_sdist("vllm", VLLM)) as tar:
+        extract_all(tar, root / "src")
+    tree = root / "src" / f"vllm-{VLLM}"
+    (tree / "requirements" / "cuda.txt").write_text(
+        "# edgevllm e2e: the runtime closure narrowed to torch (the CMake and setup.py are the "
+        "release's)\ntorch==2.14.0\n")
+    upstream = make_upstream_repo(root, tree)
+    git(upstream.path, "tag", "-d", "v0.1.0")
+    git(upstream.path, "tag", f"v{VLLM}", upstream.shas["c1"])
+    return upstream, tree
+
+
+@pytest.fixture(scope="module")
+def standins(tree_upstream, tmp_path_factory):
+    """NAME -> folder for every CMake dependency of the tree (support/cross_real)."""
+    from edgevllm.sources.plan import plan_for_target
+    from edgevllm.specs.targets import load_target
+    from support.cross_real import cmake_dep_dirs
+
+    _, tree = tree_upstream
+    plan = plan_for_target(tree, load_target("spark"), torch_version="2.14.0", check=False)
+    root, origins = cmake_dep_dirs(plan.deps, tmp_path_factory.mktemp("deps") / "pins", tree)
+    print("\n".join(f"cmake dep {name}: {origin}" for name, origin in sorted(origins.items())))
+    return {dep.name: root / dep.name for dep in plan.deps}
+
+
+@pytest.fixture(scope="module")
+def subset_build(engine, cli, tree_upstream, standins, tmp_path_factory):
+    from support.downloads import test_cache_dir
+    from support.images import cross_cuda_image, cross_runtime_image
+    from support.platforms import native_arch, require_runnable
+
+    assert native_arch() == "amd64", "the cross road starts from an x86_64 builder"
+    require_runnable("arm64")
+    build_image, runtime_image = cross_cuda_image(engine), cross_runtime_image(engine)
+    upstream, _ = tree_upstream
+    out = tmp_path_factory.mktemp("subset-out")
+    spec = write_spec(out / "spec.yaml", target="spark", platform="linux/arm64",
+                      vllm={"repo": upstream.url, "ref": f"v{VLLM}"},
+                      images={"build": build_image, "runtime": runtime_image},
+                      bytecode_image=build_image, python=f"python{PYTHON}", apt_packages=[],
+                      torch={"version": "2.14.0", "index_url": None},   # PyPI's cu130 build
+                      packages={"flashinfer-python": None, "nvidia-cutlass-dsl": None},
+                      mods=[], max_jobs=2, image_repo=REPO)
+    deps = [arg for name, folder in sorted(standins.items())
+            for arg in ("--cmake-dep", f"{name}={folder}")]
+    code, stdout, stderr = cli(
+        "build", "--spec", str(spec), "--compile", "--extensions", ",".join(EXTENSIONS), *deps,
+        "--out", str(out), "--json", str(out / "result.json"),
+        env={"EDGEVLLM_CACHE": str(test_cache_dir("edgevllm-cache"))}, timeout=5400)
+    assert code == 0, stdout[-6000:] + stderr[-4000:]
+    result = json.loads((out / "result.json").read_text())
+    result["wheels"] = sorted((out / "spark" / "wheels").glob("*/vllm-*.whl"))
+    yield result, stdout + stderr
+    for tag in result.get("tags", []):
+        engine.remove_image(tag)
+
+
+def elf_machine(data: bytes) -> int:
+    assert data[:4] == b"\x7fELF"
+    return int.from_bytes(data[18:20], "little")
+
+
+def test_preflight_names_the_partial_build_and_the_checks_pass(subset_build):
+    result, output = subset_build
+    assert "a partial kernel build: 3 of " in output and "cannot serve" in output
+    assert "toolchain: cross" in output
+    assert "edgevllm extensions: cmake --build: " in Path(result["log"]).read_text(
+        errors="replace")
+    assert result["verify"]["passed"] is True and result["probe"]["passed"] is True
+
+
+def test_the_wheel_holds_the_three_extensions_for_aarch64(subset_build):
+    from edgevllm.specs.buildspec import Builder, load_spec, resolve
+
+    result, _ = subset_build
+    road = resolve(load_spec("spark", overrides={"mode": "compile"}),
+                   builder=Builder("amd64")).cross
+    assert road is not None
+    wheels = result["wheels"]
+    assert len(wheels) == 1 and wheels[0].name.endswith(f"-{road.wheel_platform}.whl"), wheels
+    with zipfile.ZipFile(wheels[0]) as zf:
+        libraries = {n: zf.read(n) for n in zf.namelist() if ".so" in Path(n).name}
+    assert sorted(Path(n).name.split(".")[0] for n in libraries) == sorted(EXTENSIONS)
+    assert all(elf_machine(data) == AARCH64 for data in libraries.values()), list(libraries)
+
+
+def test_the_lock_and_label_say_partial_and_name_the_standins(subset_build, engine, standins):
+    from edgevllm.common import labels
+    from edgevllm.specs.lock import read_lock
+
+    result, _ = subset_build
+    lock = read_lock(Path(result["lock"]))
+    assert lock.settings["extensions"] == EXTENSIONS and lock.settings["toolchain"] == "cross"
+    assert lock.kernel_plan["extensions"] == {}   # the plan's CUDA extensions: none asked for
+    assert set(lock.cmake_deps) == set(standins)
+    image_labels = engine.image_inspect(result["image"])["Config"]["Labels"]
+    assert json.loads(image_labels[labels.EXTENSIONS]) == {
+        "partial": True, "extensions": EXTENSIONS, "serves": False}
+
+
+def test_the_arm64_image_loads_the_extensions_as_probe_level_1_does(subset_build, engine,
+                                                                    tmp_path):
+    """probe/inimage_check.py's own ``extension_facts`` in the image, with the road's driver
+    stub for libcuda.so.1 (built with the cross compiler in the cross base)."""
+    from edgevllm.containers.docker import RunOptions
+    from support.images import cross_cuda_image
+
+    result, _ = subset_build
+    here = Path(__file__).resolve().parents[2] / "edgevllm"
+    stub = tmp_path / "stub"
+    stub.mkdir()
+    made = engine.run(RunOptions(
+        image=cross_cuda_image(engine), remove=True,
+        command=["python3", "-c", "import sys; from pathlib import Path; sys.path.insert(0, "
+                 "'/b'); from cross_inimage import driver_stub; driver_stub(Path('/out'), "
+                 "'aarch64-linux-gnu-g++', Path('/usr/local/cuda/include'))"],
+        volumes=[f"{here / 'builder'}:/b:ro", f"{stub}:/out"]), timeout=600)
+    assert made.returncode == 0, made.stderr.decode()[-2000:]
+    shutil.copyfile(stub / "stubs" / "libcuda.so", stub / "libcuda.so.1")
+    load = ("import json, sys; sys.path.insert(0, '/probe'); import inimage_check as c; "
+            "print(json.dumps(c.extension_facts('vllm', 900)))")
+    loaded = engine.run_cli(["run", "--rm", "--platform", "linux/arm64", "--entrypoint",
+                             "python3", "-e", "LD_LIBRARY_PATH=/stub", "-v",
+                             f"{here / 'probe'}:/probe:ro", "-v", f"{stub}:/stub:ro",
+                             result["image"], "-c", load], timeout=1200)
+    assert loaded.returncode == 0, loaded.stderr.decode()[-3000:]
+    facts = json.loads(loaded.stdout.decode().strip().splitlines()[-1])
+    items = {Path(i["path"]).name.split(".")[0]: i for i in facts["items"]}
+    assert sorted(items) == sorted(EXTENSIONS), facts
+    assert all(i["ok"] and i["kind"] == "extension" for i in items.values()), facts
