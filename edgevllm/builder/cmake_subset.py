@@ -54,7 +54,7 @@ def split_targets(args: list[str]) -> tuple[list[str], list[str]]:
     while index < len(args):
         arg = args[index]
         if arg.startswith("--target="):
-            targets += [t for t in arg.split("=", 1)[1].split(",") if t]
+            targets += [t for t in arg[len("--target="):].split(",") if t]
         elif arg in ("--target", "-t"):
             index += 1
             while index < len(args) and not args[index].startswith("-"):

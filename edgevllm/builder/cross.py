@@ -73,12 +73,26 @@ def cross_build_tools(eff: EffectiveSpec, requires: list[str], closure: Closure,
         raise SpecError(f"field 'python' is '{eff.python}': a cross build resolves its build "
                         "tools for one Python version; name it (python3.12)")
     torch = closure.pin("torch")
-    wanted = list(requires) + ([f"torch=={torch.version}"]
-                               if torch is not None and layout.builds_against_torch else [])
+    platform = python_platform(road.build_platform)
+    own: set[str] = set()
+    wanted = list(requires)
+    if torch is not None and layout.builds_against_torch:
+        wanted.append(f"torch=={torch.version}")
+        own = torch_set(f"torch=={torch.version}", platform, version, closure)
     console.step(f"build tools for {road.build_platform} (cross road to "
                  f"{road.target_platform}): {', '.join(wanted)}")
-    overrides = [f"{p.name}=={p.version}" for p in closure.pins]
-    return resolve_closure(wanted, platform=python_platform(road.build_platform),
-                           python_version=version, overrides=overrides,
-                           indexes=list(closure.indexes))
+    overrides = [f"{p.name}=={p.version}" for p in closure.pins if p.name not in own]
+    return resolve_closure(wanted, platform=platform, python_version=version,
+                           overrides=overrides, indexes=list(closure.indexes))
+
+
+def torch_set(torch: str, platform: str, version: str, closure: Closure) -> set[str]:
+    """What ``torch`` brings on the build platform (its CUDA set, which it pins exactly). The
+    closure's pins override the rest of the build tools, never these: an override replaces a
+    requirement whole, so ``cuda-toolkit==V`` would drop the extras torch asks it with
+    (``cuda-toolkit[cudart,cublas,...]``), and the build Python's torch would not import
+    (libcudart.so.13 missing) when setup.py imports it."""
+    alone = resolve_closure([torch], platform=platform, python_version=version,
+                            indexes=list(closure.indexes))
+    return {p.name for p in alone.pins} - {"torch"}
 
