@@ -91,6 +91,9 @@ CUTLASS_WHEEL = "nvidia-cutlass==4.2.0.0"
 CUTLASS_IN_WHEEL = "cutlass_library/source/"
 # A file a dependency's CMake names under its folder: ${<name>_SOURCE_DIR}/path/file.ext
 _NAMED_FILE = re.compile(r"\$\{([\w-]+)_SOURCE_DIR\}/([\w./+-]+\.\w+)")
+# set(VAR "${<name>_SOURCE_DIR}/sub"), and a path under such a variable: ${VAR}/x.py, ${VAR}/d/
+_ALIAS = re.compile(r'set\((\w+)\s+"?\$\{([\w-]+)_SOURCE_DIR\}/?([\w./+-]*?)/?"?\)')
+_UNDER = re.compile(r"\$\{(\w+)\}/([\w./+-]+)")
 # What vLLM's CMake would have taken from CUTLASS's own CMakeLists (headers only).
 _CUTLASS_CMAKE = """# edgevllm stand-in: the include folders CUTLASS's own CMakeLists would set
 set(CUTLASS_INCLUDE_DIR "${CMAKE_CURRENT_SOURCE_DIR}/include" CACHE PATH "")
@@ -121,7 +124,8 @@ def cmake_dep_dirs(deps, dest: Path, tree: Path) -> tuple[Path, dict[str, str]]:
             files = sorted(set(named.get(dep.name, []) + named.get(dep.name.replace("-", "_"), [])))
             for rel in files:
                 (folder / rel).parent.mkdir(parents=True, exist_ok=True)
-                (folder / rel).touch()
+                if not rel.endswith("/"):
+                    (folder / rel).touch()
             note = (f"stand-in for {dep.repo} {dep.tag}: empty files at the {len(files)} "
                     f"paths vLLM's CMake names; {why}")
         (folder / STANDIN_FILE).write_text(note + "\n")
@@ -133,10 +137,20 @@ def cmake_dep_dirs(deps, dest: Path, tree: Path) -> tuple[Path, dict[str, str]]:
 
 
 def _named_files(tree: Path) -> dict[str, list[str]]:
-    """Per dependency name, the files the tree's external-project CMake names in its folder."""
+    """Per dependency name, the paths the tree's external-project CMake names in its folder:
+    files (``${dep_SOURCE_DIR}/a/b.py``, or under a variable set to a folder of it, as
+    fmha_sm100's ``${FMHA_SM100_PY_ROOT}/api.py``), and folders it installs (``.../csrc/``, kept
+    with a trailing ``/``): an install of a missing one fails the build's install step."""
     named: dict[str, list[str]] = {}
     for cmake in sorted((tree / "cmake" / "external_projects").glob("*.cmake")):
-        for name, rel in _NAMED_FILE.findall(cmake.read_text()):
+        text = cmake.read_text()
+        found = [(name, rel) for name, rel in _NAMED_FILE.findall(text)]
+        aliases = {var: (name, sub) for var, name, sub in _ALIAS.findall(text)}
+        for var, rest in _UNDER.findall(text):
+            if var in aliases and (rest.endswith("/") or "." in rest.rsplit("/", 1)[-1]):
+                name, sub = aliases[var]
+                found.append((name, f"{sub}/{rest}".lstrip("/")))
+        for name, rel in found:
             if ".." not in rel.split("/"):
                 named.setdefault(name, []).append(rel)
     return named
