@@ -123,8 +123,10 @@ def cmake_dep_dirs(deps, dest: Path, tree: Path) -> tuple[Path, dict[str, str]]:
         else:
             files = sorted(set(named.get(dep.name, []) + named.get(dep.name.replace("-", "_"), [])))
             for rel in files:
-                (folder / rel).parent.mkdir(parents=True, exist_ok=True)
-                if not rel.endswith("/"):
+                if rel.endswith("/"):
+                    (folder / rel).mkdir(parents=True, exist_ok=True)
+                else:
+                    (folder / rel).parent.mkdir(parents=True, exist_ok=True)
                     (folder / rel).touch()
             note = (f"stand-in for {dep.repo} {dep.tag}: empty files at the {len(files)} "
                     f"paths vLLM's CMake names; {why}")
