@@ -123,8 +123,9 @@ def cmake_dep_dirs(deps, dest: Path, tree: Path) -> tuple[Path, dict[str, str]]:
         else:
             files = sorted(set(named.get(dep.name, []) + named.get(dep.name.replace("-", "_"), [])))
             for rel in files:
-                if rel.endswith("/"):
+                if rel.endswith("/"):   # a folder: with a file, as git (and --cmake-dep) keep it
                     (folder / rel).mkdir(parents=True, exist_ok=True)
+                    (folder / rel / STANDIN_FILE).touch()
                 else:
                     (folder / rel).parent.mkdir(parents=True, exist_ok=True)
                     (folder / rel).touch()
