@@ -89,8 +89,9 @@ def unpacked_site(arch: str, requirements: list[str], python_version: str) -> Pa
 # CUTLASS's headers as PyPI ships them (cutlass_library/source/{include,tools/util/include}).
 CUTLASS_WHEEL = "nvidia-cutlass==4.2.0.0"
 CUTLASS_IN_WHEEL = "cutlass_library/source/"
-# A file a dependency's CMake names under its folder: ${<name>_SOURCE_DIR}/path/file.ext
-_NAMED_FILE = re.compile(r"\$\{([\w-]+)_SOURCE_DIR\}/([\w./+-]+\.\w+)")
+# A path a dependency's CMake names under its folder: ${<name>_SOURCE_DIR}/path/file.ext (a file)
+# or ${<name>_SOURCE_DIR}/path/folder (a folder: no dot in its last part)
+_NAMED_PATH = re.compile(r"\$\{([\w-]+)_SOURCE_DIR\}/([\w./+-]+)")
 # set(VAR "${<name>_SOURCE_DIR}/sub"), and a path under such a variable: ${VAR}/x.py, ${VAR}/d/
 _ALIAS = re.compile(r'set\((\w+)\s+"?\$\{([\w-]+)_SOURCE_DIR\}/?([\w./+-]*?)/?"?\)')
 _UNDER = re.compile(r"\$\{(\w+)\}/([\w./+-]+)")
@@ -140,14 +141,16 @@ def cmake_dep_dirs(deps, dest: Path, tree: Path) -> tuple[Path, dict[str, str]]:
 
 
 def _named_files(tree: Path) -> dict[str, list[str]]:
-    """Per dependency name, the paths the tree's external-project CMake names in its folder:
-    files (``${dep_SOURCE_DIR}/a/b.py``, or under a variable set to a folder of it, as
-    fmha_sm100's ``${FMHA_SM100_PY_ROOT}/api.py``), and folders it installs (``.../csrc/``, kept
-    with a trailing ``/``): an install of a missing one fails the build's install step."""
+    """Per dependency name, the paths the tree's external-project CMake names in its folder,
+    directly (``${dep_SOURCE_DIR}/a/b.py``) or under a variable set to a folder of it (as
+    fmha_sm100's ``${FMHA_SM100_PY_ROOT}/api.py``): files, and folders (kept with a trailing
+    ``/``; include folders, what an install copies or links): an install of a missing one fails
+    the build's install step, a link to one leaves a dangling link the wheel cannot copy."""
     named: dict[str, list[str]] = {}
     for cmake in sorted((tree / "cmake" / "external_projects").glob("*.cmake")):
         text = cmake.read_text()
-        found = [(name, rel) for name, rel in _NAMED_FILE.findall(text)]
+        found = [(name, rel if "." in rel.rstrip("/").rsplit("/", 1)[-1] else
+                  rel.rstrip("/") + "/") for name, rel in _NAMED_PATH.findall(text)]
         aliases = {var: (name, sub) for var, name, sub in _ALIAS.findall(text)}
         for var, rest in _UNDER.findall(text):
             if var in aliases and (rest.endswith("/") or "." in rest.rsplit("/", 1)[-1]):
