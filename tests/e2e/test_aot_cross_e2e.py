@@ -40,16 +40,11 @@ from pathlib import Path
 
 import pytest
 
+# The cross road's two sides: their lists are the test cache's keys, owned by support.cross_real.
+from support.cross_real import BUILD_REQUIREMENTS, PYTHON, TARGET_REQUIREMENTS, TORCH
+
 pytestmark = pytest.mark.e2e
 
-PYTHON = "3.13"   # the cross base's (Debian trixie)
-TORCH = "torch==2.14.0"
-# The caches of tests/e2e/test_cross_real_tree_e2e.py: its build venv's and target side's lists.
-BUILD_REQUIREMENTS = ["cmake>=3.26.1", "ninja", "packaging>=24.2", "setuptools>=78.1.1,<81",
-                      "setuptools-scm>=8", "setuptools-rust>=1.9.0", "wheel", "jinja2>=3.1.6",
-                      "regex"]
-TARGET_REQUIREMENTS = [TORCH, "nvidia-cuda-runtime==13.0.96", "nvidia-cuda-crt==13.0.88",
-                       "nvidia-cuda-cccl"]
 # FlashInfer, tvm-ffi and what ``import flashinfer`` needs beyond torch (its __init__ imports
 # every op module), without dependencies: torch comes from the sets above.
 FLASHINFER = ["flashinfer-python==0.7.2.post1", "apache-tvm-ffi==0.1.11", "numpy", "einops",

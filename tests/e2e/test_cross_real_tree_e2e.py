@@ -55,20 +55,22 @@ from edgevllm.sources.prepare import SourceRequest, prepare_sources
 from edgevllm.specs.buildspec import Builder, load_spec, resolve
 from edgevllm.specs.targets import load_target
 from edgevllm.verify.api import scan_path
-from support.cross_real import cmake_dep_dirs, unpacked_site, wheel_set
+
+# The cross road's two sides: their lists are the test cache's keys, owned by support.cross_real.
+from support.cross_real import (
+    BUILD_REQUIREMENTS,
+    PYTHON,
+    TARGET_REQUIREMENTS,
+    TORCH,
+    cmake_dep_dirs,
+    unpacked_site,
+    wheel_set,
+)
 from support.gitfixtures import git_cache, make_upstream_repo  # noqa: F401
 from support.sdists import pypi_sdist, sdist_tree
 
 pytestmark = pytest.mark.e2e
 
-PYTHON = "3.13"   # the cross base's (Debian trixie)
-TORCH = "torch==2.14.0"
-# vLLM 0.33.0's requirements/build/cuda.txt, torch's family aside (it is TORCH above).
-BUILD_REQUIREMENTS = ["cmake>=3.26.1", "ninja", "packaging>=24.2", "setuptools>=78.1.1,<81",
-                      "setuptools-scm>=8", "setuptools-rust>=1.9.0", "wheel", "jinja2>=3.1.6",
-                      "regex"]
-TARGET_REQUIREMENTS = [TORCH, "nvidia-cuda-runtime==13.0.96", "nvidia-cuda-crt==13.0.88",
-                       "nvidia-cuda-cccl"]
 EXTENSIONS = ["cumem_allocator", "spinloop", "fs_io_C"]
 UNIT = "csrc/activation_kernels.cu"
 OBJECT = f"CMakeFiles/_C_stable_libtorch.dir/{UNIT}.o"

@@ -29,6 +29,17 @@ from pathlib import Path
 from .downloads import file_lock, pypi_download, test_cache_dir
 
 STANDIN_FILE = "EDGEVLLM-STANDIN"
+
+# The cross road's two sides as the real-tree tests make them (each list is a cache key of
+# wheel_set/unpacked_site, so every test names them from here):
+PYTHON = "3.13"   # the cross base's (Debian trixie)
+TORCH = "torch==2.14.0"
+# vLLM 0.33.0's requirements/build/cuda.txt, torch's family aside (it is TORCH above).
+BUILD_REQUIREMENTS = ["cmake>=3.26.1", "ninja", "packaging>=24.2", "setuptools>=78.1.1,<81",
+                      "setuptools-scm>=8", "setuptools-rust>=1.9.0", "wheel", "jinja2>=3.1.6",
+                      "regex"]
+TARGET_REQUIREMENTS = [TORCH, "nvidia-cuda-runtime==13.0.96", "nvidia-cuda-crt==13.0.88",
+                       "nvidia-cuda-cccl"]
 GLIBC = (17, 18, 24, 25, 26, 27, 28, 31, 34)
 
 
