@@ -26,6 +26,7 @@ from pathlib import Path
 
 from edgevllm.containers.docker import BuildOptions, DockerEngine, RunOptions
 
+from .cacheuse import record
 from .downloads import file_lock, test_cache_dir
 from .platforms import native_arch, wheel_tags
 
@@ -112,6 +113,7 @@ def debian_image(engine: DockerEngine, arch: str, suite: str, packages: list[str
     the rootfs tarball (in the test cache) and the tag both encode suite and packages."""
     key = _key(suite, packages)
     tag = f"edgevllm-test/debian-python:{suite}-{arch}-{key}"
+    record(tag)
     with image_lock(f"{suite}-image-{arch}"):
         if engine.image_exists(tag):
             return tag
@@ -211,6 +213,7 @@ def cuda_image(engine: DockerEngine, arch: str, base: str | None = None) -> str:
     /usr/local/cuda."""
     base = base or python_image(engine, arch)
     tag = f"edgevllm-test/cuda:13.0-{arch}-{_key(base, CUDA_WHEELS)}"
+    record(tag)
     with image_lock(f"cuda-image-{arch}-{_key(base)}"):
         if engine.image_exists(tag):
             return tag
@@ -243,6 +246,7 @@ def ccache_image(engine: DockerEngine, arch: str | None = None) -> str:
     arch = arch or native_arch()
     base = cuda_image(engine, arch)
     tag = f"edgevllm-test/cuda-ccache:13.0-{arch}-{_key(base, CCACHE_DEBS)}"
+    record(tag)
     with image_lock(f"ccache-image-{arch}"):
         if engine.image_exists(tag):
             return tag

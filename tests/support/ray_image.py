@@ -16,6 +16,7 @@ from pathlib import Path
 
 from edgevllm.containers.docker import BuildOptions, DockerEngine
 
+from .cacheuse import record
 from .images import _key, cache_root, image_lock, python_image
 from .platforms import native_arch, platform_of, wheel_tags
 
@@ -55,6 +56,7 @@ def ray_image(engine: DockerEngine) -> str:
     arch = native_arch()
     base = python_image(engine, arch)
     tag = f"edgevllm-test/ray:{RAY_VERSION}-{_key(base, DOCKERFILE)}"
+    record(tag)
     with image_lock(f"ray-image-{arch}"):
         if engine.image_exists(tag):
             return tag

@@ -20,6 +20,7 @@ from pathlib import Path
 from edgevllm.common.errors import DaemonUnreachableError
 from edgevllm.containers.docker import DockerEngine, RunOptions
 
+from .cacheuse import record
 from .images import _key, cache_root, debootstrap_rootfs, image_lock, require_program
 from .platforms import native_arch, platform_of
 
@@ -43,6 +44,7 @@ def sshd_node_image(engine: DockerEngine) -> str:
     # The x86_64 tag and tarball keep the names they had before arm64 hosts ran the suite.
     suffix = "" if arch == "amd64" else f"-{arch}"
     tag = f"edgevllm-test/sshd-node:{SUITE}{suffix}-{key}"
+    record(tag)
     with image_lock(f"sshd-node-image{suffix}"):
         if engine.image_exists(tag):
             return tag
