@@ -13,8 +13,10 @@ from edgevllm.containers.docker import DockerEngine, parse_ssh_url
 from edgevllm.containers.enginehost import (
     check_build_disk,
     check_engine_disk,
+    check_load_disk,
     engine_free_gb,
     engine_platform,
+    load_disk_verdict,
 )
 from edgevllm.containers.host import host_arch
 
@@ -100,3 +102,23 @@ def test_a_builds_disk_is_this_machines_for_a_local_engine_and_the_engines_other
     remote = DockerEngine.named("tcp://192.0.2.1:2376")   # nothing is asked of it
     assert check_build_disk(remote, tmp_path / "out", 10**9).startswith(
         "engine tcp://192.0.2.1:2376: free disk unknown")   # this machine's disk is not its
+
+
+@pytest.mark.parametrize("free, level, says", [
+    (None, "info", "free disk unknown; docker load needs 10.3 GB"),
+    (9.0, "error", "only 9.0 GB free under /var/lib/docker, and docker load first unpacks the "
+                   "whole 10.3 GB archive there"),
+    (15.0, "warn", "enough to unpack the 10.3 GB archive; the layers the engine does not hold "
+                   "yet need up to as much again"),
+    (40.0, "info", "40 GB free under /var/lib/docker (docker load needs 10.3 GB)"),
+])
+def test_a_load_needs_the_archive_free_and_may_need_twice(free, level, says):
+    got, line = load_disk_verdict(10.27, free, "under /var/lib/docker")
+    assert got == level and says in line, line
+
+
+def test_a_local_engines_load_verdict_reads_its_root_folders_disk(engine):
+    level, line = check_load_disk(engine, 1_000_000)
+    assert level == "info" and f"under {engine.root_dir()}" in line, line
+    level, line = check_load_disk(engine, 10**16)   # 10 PB: more than any disk here
+    assert level == "error" and "docker load first unpacks the whole 10000000.0 GB" in line

@@ -169,6 +169,7 @@ def test_cli_load_prints_loaded_tags(engine, image, published, cli, tmp_path):
     code, out, err = cli("load", str(part))  # any part finds its manifest beside it
     assert code == 0, err
     assert out.split() == [image]
+    assert f"free under {engine.root_dir()} (docker load needs 0.0" in err, err
     assert engine.image_id(image) == image_id
 
 

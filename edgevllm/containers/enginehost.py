@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,3 +96,37 @@ def check_build_disk(engine: DockerEngine, out: Path, need_gb: float) -> str:
         return check_engine_disk(engine, need_gb)
     check_disk(out, need_gb)
     return f">= {disk_need_gb(need_gb):g} GB free under {out}"
+
+
+def load_disk_verdict(unpacked_gb: float, free_gb: float | None, where: str) -> tuple[str, str]:
+    """``docker load`` first writes the whole archive into the engine's temporary folder (under
+    its root), then makes the layers it does not hold yet, then drops the temporary copy: it
+    cannot finish with less free than the archive, and may need up to twice that. Returns
+    (level, line): level "error" (refuse before a byte is sent), "warn" or "info"."""
+    if free_gb is None:
+        return "info", (f"{where}: free disk unknown; docker load needs {unpacked_gb:.1f} GB "
+                        "there to unpack the archive, up to twice that with its new layers")
+    if free_gb < unpacked_gb:
+        return "error", (f"only {free_gb:.1f} GB free {where}, and docker load first unpacks "
+                         f"the whole {unpacked_gb:.1f} GB archive there: free disk space on "
+                         "it (docker image prune, docker builder prune) and load again")
+    if free_gb < 2 * unpacked_gb:
+        return "warn", (f"{free_gb:.1f} GB free {where}: enough to unpack the {unpacked_gb:.1f} "
+                        "GB archive; the layers the engine does not hold yet need up to as "
+                        "much again")
+    return "info", f"{free_gb:.0f} GB free {where} (docker load needs {unpacked_gb:.1f} GB)"
+
+
+def check_load_disk(engine: DockerEngine, unpacked_bytes: int) -> tuple[str, str]:
+    """The verdict of ``load_disk_verdict`` for ``engine``: its root folder's disk, asked here
+    for an engine on this machine, over ssh for one on another (unknown where neither can)."""
+    unpacked_gb = unpacked_bytes / 1e9
+    if not engine.runs_here:
+        return load_disk_verdict(unpacked_gb, engine_free_gb(engine),
+                                 f"on engine {engine.describe()}")
+    root = engine.root_dir()
+    try:
+        free: float | None = shutil.disk_usage(root).free / 1e9
+    except OSError:   # the root folder is the daemon's; this user may not reach it
+        free = None
+    return load_disk_verdict(unpacked_gb, free, f"under {root or 'the engine root'}")

@@ -31,10 +31,11 @@ from typing import IO
 
 from edgevllm import __version__
 from edgevllm.common import console
-from edgevllm.common.errors import ConfigError, IntegrityError, PublishError
+from edgevllm.common.errors import ConfigError, DiskSpaceError, IntegrityError, PublishError
 from edgevllm.common.fsutil import atomic_write_json
 from edgevllm.common.streams import as_binary_io
 from edgevllm.containers.docker import DockerEngine
+from edgevllm.containers.enginehost import check_load_disk
 from edgevllm.image.layercache import (
     CorruptEntry,
     LayerCache,
@@ -428,6 +429,7 @@ def load(engine: DockerEngine, path: Path | str) -> LoadResult:
         console.info(decompression_note(tarset))
     with ByteProgress("check the image archive", tarset.total_size) as progress:
         tarset.check_contents(progress)  # one whole image, before docker load reads a byte
+    _check_disk(engine, tarset)
     loaded = _stream_load(engine, tarset)
     image_id = _check_loaded(engine, tarset, loaded)
     return LoadResult(loaded, image_id, tarset.verifiable, tarset.describe())
@@ -446,6 +448,13 @@ def decompression_note(tarset: TarballSet) -> str:
         f"decompression needs at most {human(1 << tarset.window_log)} of memory for the "
         "zstd window (not recorded in the manifest)"
     )
+
+
+def _check_disk(engine: DockerEngine, tarset: TarballSet) -> None:
+    level, line = check_load_disk(engine, tarset.unpacked_bytes)
+    if level == "error":
+        raise DiskSpaceError(f"{tarset.describe()}: {line}")
+    (console.warn if level == "warn" else console.info)(line)
 
 
 def _stream_load(engine: DockerEngine, tarset: TarballSet) -> list[str]:

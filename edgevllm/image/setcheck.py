@@ -52,6 +52,7 @@ class ArchiveShape:
     image_id: str = ""
     tags: list[str] = field(default_factory=list)
     held: int = 0
+    unpacked: int = 0   # the members' bytes: what ``docker load`` writes to disk before anything
 
 
 def check_archive(stream: IO[bytes], label: str, image_id: str | None = None,
@@ -86,6 +87,7 @@ def _member(shape: ArchiveShape, tar, member, label: str) -> None:
             or _CONFIG_JSON.fullmatch(name)):
         raise IntegrityError(f"{label}: member '{name[:200]}' is not one docker save writes; "
                              "the archive carries something besides the image")
+    shape.unpacked += member.size
     if name in _TOP or _CONFIG_JSON.fullmatch(name):
         data = read_member(tar, member, JSON_LIMIT, label, IntegrityError)
         shape.documents[name] = data

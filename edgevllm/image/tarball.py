@@ -152,6 +152,7 @@ class TarballSet:
     manifest: ManifestModel | None = None
     checked: bool = field(default=False, repr=False)
     contents_checked: bool = field(default=False, repr=False)
+    unpacked_bytes: int = field(default=0, repr=False)   # the archive's members, once checked
 
     @property
     def verifiable(self) -> bool:
@@ -223,9 +224,10 @@ class TarballSet:
         image = self.manifest.image if self.manifest else {}
         tags = image.get("repo_tags") if self.manifest else None
         with self._plain_stream(on_bytes) as tar:
-            check_archive(tar, self.describe(), image.get("id") if self.manifest else None,
-                          [t for t in tags if not str(t).startswith("sha256:")]
-                          if isinstance(tags, list) else None)
+            shape = check_archive(tar, self.describe(), image.get("id") if self.manifest else None,
+                                  [t for t in tags if not str(t).startswith("sha256:")]
+                                  if isinstance(tags, list) else None)
+        self.unpacked_bytes = shape.unpacked
         self.contents_checked = True
 
     @contextlib.contextmanager
