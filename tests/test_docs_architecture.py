@@ -400,9 +400,9 @@ def test_cross_roads_are_spelt_in_one_place():
 
 
 def test_a_published_set_reaches_docker_load_only_after_its_check():
-    """``docker load`` of a published set happens in image/publish.load, after check_archive;
+    """``docker load`` of a published set happens in image/load.load, after check_archive;
     the only other load is distribute's pipe from a ``docker save`` of this engine's image."""
-    assert offenders(calls("load_from"), "image/publish.py") == set()
+    assert offenders(calls("load_from"), "image/load.py") == set()
     assert offenders(calls("load_stream"), "serve/cache/distribute.py") == set()
     assert calls("load_from")(ast.parse("engine.load_from(feed)", mode="eval").body)
 

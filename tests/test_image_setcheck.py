@@ -116,7 +116,7 @@ def test_a_million_part_manifest_is_refused_before_its_parts_are_read(tmp_path):
 
 def test_load_refuses_a_second_unsigned_tagged_image_before_the_engine_sees_a_byte(
         engine, tmp_path):
-    from edgevllm.image.publish import load
+    from edgevllm.image.load import load
 
     archive, image_id = docker_save_archive()
     manifest = _set(tmp_path, _with_second_image(archive), image_id, ["x:1"])
@@ -126,7 +126,7 @@ def test_load_refuses_a_second_unsigned_tagged_image_before_the_engine_sees_a_by
 
 
 def test_load_refuses_a_part_listed_twice_before_the_engine_sees_a_byte(engine, tmp_path):
-    from edgevllm.image.publish import load
+    from edgevllm.image.load import load
 
     archive, image_id = docker_save_archive()
     manifest = _set(tmp_path, archive, image_id, ["x:1"])

@@ -25,7 +25,8 @@ import zstandard
 
 from edgevllm.common.errors import ConfigError, IntegrityError, PublishError
 from edgevllm.containers.docker import DockerEngine
-from edgevllm.image.publish import PublishOptions, default_name, load, parse_size, publish
+from edgevllm.image.load import load
+from edgevllm.image.publish import PublishOptions, default_name, parse_size, publish
 from edgevllm.image.tarball import open_tarball
 from support.checks import present
 from support.platforms import native_platform
@@ -650,3 +651,47 @@ def test_publish_of_an_empty_save_stream_writes_no_set(image, tmp_path, fmt):
     with pytest.raises(IntegrityError, match="docker save gave 0 bytes"):
         publish(EmptySaveEngine(), options)
     assert list(tmp_path.iterdir()) == []
+
+
+# --- loading only what the engine lacks (image/loadskip.py) --------------------------------------
+def test_a_load_sends_only_the_layers_the_engine_lacks(engine, image, cli, tmp_path):
+    """An update of an image whose base the engine holds: only the new layer is sent."""
+    derived = derived_image(engine, image, "update")
+    try:
+        shared = len(engine.image_inspect(image)["RootFS"]["Layers"])
+        code, out, err = cli("publish", "--image", derived, "--out", str(tmp_path))
+        assert code == 0, err
+        manifest = [line for line in out.split() if line.endswith(".manifest.json")][-1]
+        image_id = engine.image_id(derived)
+        _removed(engine, image_id)
+        assert engine.image_exists(image)
+        code, out, err = cli("load", manifest)
+        assert code == 0, err
+        assert f"{shared} of {shared + 1} layers (" in err and "already in the engine" in err
+        assert out.split() == [derived] and engine.image_id(derived) == image_id
+    finally:
+        remove_everything(engine, engine.image_id(derived)) if engine.image_exists(
+            derived) else None
+
+
+def test_a_layer_gone_between_the_look_and_the_load_is_sent_after_all(engine, tmp_path, capsys):
+    """An imported one-layer image (no build cache holds its layer): left out while the image
+    is there, then the image goes before docker load runs; the load runs again with it."""
+    from edgevllm.image.load import _held_layers, _load_sending
+    from support.images import one_file_image
+
+    tag = one_file_image(engine, tmp_path, f"edgevllm-test-loadskip:{os.urandom(4).hex()}",
+                         os.urandom(4096))
+    try:
+        result = publish(engine, PublishOptions(image=tag, out_dir=tmp_path / "set"))
+        tarset = open_tarball(result.manifest_path)
+        tarset.check_contents()
+        skip = _held_layers(engine, tarset)
+        assert len(skip.members) == 1, skip
+        image_id = engine.image_id(tag)
+        _removed(engine, image_id)
+        assert _load_sending(engine, tarset, skip) == [tag]
+        assert engine.image_id(tag) == image_id
+        assert "loading again with every layer" in capsys.readouterr().err
+    finally:
+        remove_everything(engine, tag) if engine.image_exists(tag) else None

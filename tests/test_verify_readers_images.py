@@ -174,7 +174,7 @@ def _publish(image: str, folder: Path):
 )
 def test_damaged_parts_fail_as_inv_load_fails(image, tmp_path, fault, needle):
     """verify --tarball reads parts through the reader inv load uses: same error, same code."""
-    from edgevllm.image.publish import load
+    from edgevllm.image.load import load
 
     result = _publish(image, tmp_path)
     part = result.part_paths[1]

@@ -172,7 +172,7 @@ def load(c, path):
     """Check every part's sha256, then stream the image into the engine; prints the loaded tags."""
     _use_engine(None)
     from edgevllm.common import console
-    from edgevllm.image.publish import load as run_load
+    from edgevllm.image.load import load as run_load
 
     result = run_load(_engine(), Path(path))
     console.info(

@@ -36,6 +36,21 @@ class Images(Daemon):
     def image_id(self, ref: str) -> str:
         return self.image_inspect(ref)["Id"]
 
+    def image_layer_lists(self) -> list[list[str]]:
+        """Every local image's layers (diff ids, bottom first): what the engine is known to
+        hold (layers only its build cache holds are not listed by any image)."""
+        ids = self._run(["image", "ls", "-aq", "--no-trunc"]).stdout.decode().split()
+        if not ids:
+            return []
+        proc = self._run(["image", "inspect", "--format", "{{json .RootFS.Layers}}",
+                          *sorted(set(ids))], check=False)  # an image removed meanwhile: skipped
+        found = []
+        for line in proc.stdout.decode().splitlines():
+            layers = json.loads(line) if line.startswith("[") else None
+            if isinstance(layers, list) and all(isinstance(x, str) for x in layers):
+                found.append(layers)
+        return found
+
     def image_labels(self, ref: str) -> dict[str, str]:
         return self.image_inspect(ref).get("Config", {}).get("Labels") or {}
 

@@ -27,15 +27,16 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
 
 from edgevllm import __version__
 from edgevllm.common import console
-from edgevllm.common.errors import ConfigError, DiskSpaceError, IntegrityError, PublishError
+from edgevllm.common.errors import (
+    ConfigError,
+    PublishError,
+)
 from edgevllm.common.fsutil import atomic_write_json
 from edgevllm.common.streams import as_binary_io
 from edgevllm.containers.docker import DockerEngine
-from edgevllm.containers.enginehost import check_load_disk
 from edgevllm.image.layercache import (
     CorruptEntry,
     LayerCache,
@@ -62,13 +63,10 @@ from edgevllm.image.parts import (
 from edgevllm.image.progress import ByteProgress, human
 from edgevllm.image.records import read_records
 from edgevllm.image.tarball import (
-    CHUNK,
     FORMAT_SUFFIX,
     MANIFEST_SUFFIX,
     SCHEMA_VERSION,
-    TarballSet,
     check_stream_length,
-    open_tarball,
     part_glob,
 )
 
@@ -403,80 +401,3 @@ def _remove_stale_parts(out_dir: Path, name: str, suffix: str, keep: set) -> Non
     for path in _existing_outputs(out_dir, name):
         if path not in keep and not path.name.endswith(MANIFEST_SUFFIX):
             path.unlink()
-
-
-# --- load --------------------------------------------------------------------------------------
-@dataclass
-class LoadResult:
-    loaded: list[str]
-    image_id: str | None
-    verified: bool
-    source: str
-
-
-def load(engine: DockerEngine, path: Path | str) -> LoadResult:
-    """Check every part, then stream the decompressed tarball into ``docker load``."""
-    tarset = open_tarball(path)
-    if tarset.verifiable:
-        with ByteProgress(f"verify {Path(tarset.describe()).name}", tarset.total_size) as progress:
-            tarset.check(progress)
-    else:
-        console.warn(
-            f"{tarset.describe()}: no manifest and no .sha256 beside it, so its "
-            "checksum could not be verified; loading it as it is"
-        )
-    if tarset.format == "zst":
-        console.info(decompression_note(tarset))
-    with ByteProgress("check the image archive", tarset.total_size) as progress:
-        tarset.check_contents(progress)  # one whole image, before docker load reads a byte
-    _check_disk(engine, tarset)
-    loaded = _stream_load(engine, tarset)
-    image_id = _check_loaded(engine, tarset, loaded)
-    return LoadResult(loaded, image_id, tarset.verifiable, tarset.describe())
-
-
-def decompression_note(tarset: TarballSet) -> str:
-    """One line: the memory the zstd decoder will take (what the manifest states, else a bound)."""
-    record = (tarset.manifest.compression or {}) if tarset.manifest else {}
-    if isinstance(record.get("decompression_memory"), int):
-        window = human(1 << record.get("window_log", tarset.window_log))
-        return (
-            f"decompression needs {human(record['decompression_memory'])} of memory "
-            f"(zstd window {window})"
-        )
-    return (
-        f"decompression needs at most {human(1 << tarset.window_log)} of memory for the "
-        "zstd window (not recorded in the manifest)"
-    )
-
-
-def _check_disk(engine: DockerEngine, tarset: TarballSet) -> None:
-    level, line = check_load_disk(engine, tarset.unpacked_bytes)
-    if level == "error":
-        raise DiskSpaceError(f"{tarset.describe()}: {line}")
-    (console.warn if level == "warn" else console.info)(line)
-
-
-def _stream_load(engine: DockerEngine, tarset: TarballSet) -> list[str]:
-    def feed(stdin: IO[bytes]) -> None:
-        with ByteProgress("load", tarset.total_size) as progress:
-            with tarset.tar_stream(progress) as tar:
-                try:
-                    shutil.copyfileobj(tar, stdin, CHUNK)
-                except BrokenPipeError:
-                    return  # docker load stopped reading: its own error explains why
-
-    return engine.load_from(feed)
-
-
-def _check_loaded(engine: DockerEngine, tarset: TarballSet, loaded: list[str]) -> str | None:
-    ids = {name if name.startswith("sha256:") else engine.image_id(name) for name in loaded}
-    if tarset.manifest is None:
-        return next(iter(ids)) if len(ids) == 1 else None
-    expected = tarset.manifest.image.get("id")
-    if not loaded or ids != {expected}:
-        raise IntegrityError(
-            f"{tarset.describe()}: the loaded image ({', '.join(sorted(ids)) or 'none'}) is not "
-            f"the one the manifest names ({expected}); the manifest does not match its parts"
-        )
-    return expected

@@ -53,6 +53,9 @@ class ArchiveShape:
     tags: list[str] = field(default_factory=list)
     held: int = 0
     unpacked: int = 0   # the members' bytes: what ``docker load`` writes to disk before anything
+    sizes: dict[str, int] = field(default_factory=dict)   # member → bytes
+    layers: list[str] = field(default_factory=list)   # manifest.json's layer files, bottom first
+    diff_ids: list[str] = field(default_factory=list)
 
 
 def check_archive(stream: IO[bytes], label: str, image_id: str | None = None,
@@ -88,6 +91,7 @@ def _member(shape: ArchiveShape, tar, member, label: str) -> None:
         raise IntegrityError(f"{label}: member '{name[:200]}' is not one docker save writes; "
                              "the archive carries something besides the image")
     shape.unpacked += member.size
+    shape.sizes[name] = member.size
     if name in _TOP or _CONFIG_JSON.fullmatch(name):
         data = read_member(tar, member, JSON_LIMIT, label, IntegrityError)
         shape.documents[name] = data
@@ -153,6 +157,7 @@ def _one_image(shape: ArchiveShape, label: str) -> None:
         raise IntegrityError(f"{label}: {len(unlisted)} member(s) that the image does not list "
                              f"(e.g. {unlisted[0][:120]}): a second image or a payload; refused")
     shape.image_id, shape.tags = shape.digests[config], list(tags)
+    shape.layers, shape.diff_ids = list(layers), [shape.digests[n] for n in layers]
 
 
 def _v1_layer_json(shape: ArchiveShape, name: str) -> bool:

@@ -24,7 +24,7 @@ import re
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Callable, Iterator
+from typing import IO, TYPE_CHECKING, Any, Callable, Iterator
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
@@ -34,6 +34,9 @@ from edgevllm.common.errors import IntegrityError, MissingInputError
 from edgevllm.common.schema import parse_model
 from edgevllm.common.streams import ByteReader, as_binary_io
 from edgevllm.image.zstdframes import zstd_chunks
+
+if TYPE_CHECKING:
+    from edgevllm.image.setcheck import ArchiveShape
 
 SCHEMA_VERSION = 1
 MAX_MANIFEST_BYTES = 16 << 20  # parts, tags and the image's records: real ones under 1 MiB
@@ -152,7 +155,7 @@ class TarballSet:
     manifest: ManifestModel | None = None
     checked: bool = field(default=False, repr=False)
     contents_checked: bool = field(default=False, repr=False)
-    unpacked_bytes: int = field(default=0, repr=False)   # the archive's members, once checked
+    archive: ArchiveShape | None = field(default=None, repr=False)   # once contents are checked
 
     @property
     def verifiable(self) -> bool:
@@ -227,7 +230,7 @@ class TarballSet:
             shape = check_archive(tar, self.describe(), image.get("id") if self.manifest else None,
                                   [t for t in tags if not str(t).startswith("sha256:")]
                                   if isinstance(tags, list) else None)
-        self.unpacked_bytes = shape.unpacked
+        self.archive = shape
         self.contents_checked = True
 
     @contextlib.contextmanager
