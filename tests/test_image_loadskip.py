@@ -55,7 +55,7 @@ def _tar(names: list[str]) -> bytes:
 def test_the_stream_loses_exactly_the_skipped_members_and_nothing_of_the_rest(skip):
     names = ["blobs/sha256/a", "blobs/sha256/b", "index.json", "manifest.json"]
     out = io.BytesIO()
-    copy_without(io.BytesIO(_tar(names)), out, set(skip))
+    copy_without(io.BytesIO(_tar(names)), out, set(skip), "test.tar")
     with tarfile.open(fileobj=io.BytesIO(out.getvalue())) as tar:
         kept = {m.name: (tar.extractfile(m) or io.BytesIO()).read() for m in tar.getmembers()}
     assert set(kept) == set(names) - set(skip)

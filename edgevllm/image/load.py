@@ -104,7 +104,7 @@ def _stream_load(engine: DockerEngine, tarset: TarballSet, skip: set[str]) -> li
             with tarset.tar_stream(progress) as tar:
                 try:
                     if skip:
-                        copy_without(tar, stdin, skip)
+                        copy_without(tar, stdin, skip, tarset.describe())
                     else:
                         shutil.copyfileobj(tar, stdin, CHUNK)
                 except BrokenPipeError:

@@ -20,6 +20,9 @@ import tarfile
 from dataclasses import dataclass, field
 from typing import IO
 
+from edgevllm.common.archives import open_tar, walk
+from edgevllm.common.errors import IntegrityError
+
 
 def chain_ids(diff_ids: list[str]) -> list[str]:
     """Docker's chain ids of a layer list: the first layer's diff id, then each the sha256 of
@@ -62,12 +65,12 @@ def layers_to_skip(members: list[str], diff_ids: list[str], sizes: dict[str, int
                 sum(chain in held for chain in chains), len(members))
 
 
-def copy_without(source: IO[bytes], sink: IO[bytes], skip: set[str]) -> None:
-    """Stream the tar ``source`` to ``sink`` without the members named in ``skip``."""
-    with tarfile.open(fileobj=source, mode="r|") as reader, \
+def copy_without(source: IO[bytes], sink: IO[bytes], skip: set[str], label: str) -> None:
+    """Stream the tar ``source`` to ``sink`` without the members named in ``skip`` (read
+    through the archive gate, as the check before it read the same bytes)."""
+    with open_tar(source, label, IntegrityError) as reader, \
             tarfile.open(fileobj=sink, mode="w|", format=tarfile.PAX_FORMAT) as writer:
-        for member in reader:
-            name = member.name.removeprefix("./").strip("/")
-            if name in skip:
+        for member in walk(reader, label, IntegrityError):
+            if member.name.removeprefix("./").strip("/") in skip:
                 continue
             writer.addfile(member, reader.extractfile(member) if member.isfile() else None)
