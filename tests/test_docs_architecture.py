@@ -495,11 +495,13 @@ def test_the_toolchain_file_is_rendered_and_staged_in_one_place():
 
 
 def test_a_partial_build_is_spelt_in_one_place():
-    """The partial kernel build's context and setting (``edgevllm-extensions``,
-    ``EDGEVLLM_EXTENSIONS``) are builder/subset.py's; the in-image cmake_subset.py reads the
+    """The partial kernel build's context and settings (``edgevllm-extensions``,
+    ``EDGEVLLM_EXTENSIONS``, the target's leave-out ``EDGEVLLM_LEAVE_OUT`` and its
+    ``leave-out.json``) are builder/subset.py's; the in-image cmake_subset.py reads the
     setting. A second spelling could put a wrapper in a compile the key does not count."""
     spells = lambda n: constant(n, lambda s: s in ("edgevllm-extensions",  # noqa: E731
-                                                   "EDGEVLLM_EXTENSIONS"))
+                                                   "EDGEVLLM_EXTENSIONS",
+                                                   "EDGEVLLM_LEAVE_OUT", "leave-out.json"))
     assert offenders(spells, "builder/subset.py", "builder/cmake_subset.py") == set()
     assert offenders(calls("restrict"), "builder/tree.py", "builder/subset.py") == set()
     assert spells(ast.parse("'EDGEVLLM_EXTENSIONS'", mode="eval").body)

@@ -59,6 +59,12 @@ def test_a_user_adds_a_target_by_adding_a_file(tmp_path, monkeypatch):
         (("platform: linux/arm64", "platform: linux/riscv"), "field 'platform'"),
         (("device_name: NVIDIA GB10", "device_name: [NVIDIA"), "bad.yaml: line"),
         (("min_disk_gb: 60", "min_disk_gb: 60\nsize_budget_gb: -1"), "field 'size_budget_gb'"),
+        (("_vllm_fa3_C: \"FlashAttention 3:", "_vllm_fa3_C; rm: \"FlashAttention 3:"),
+         "field 'leave_out"),
+        (("_vllm_fa3_C: \"FlashAttention 3: sm_90a only", "_vllm_fa3_C: \"$(id)"),
+         "field 'leave_out"),
+        (("_vllm_fa3_C: \"FlashAttention 3: sm_90a only, no code for 12.1a (vLLM uses "
+          "FlashAttention 2 without it)\"", "_vllm_fa3_C: \" \""), "say why the target leaves"),
     ],
 )
 def test_bad_target_file_fails_in_one_line(tmp_path, monkeypatch, change, message):
@@ -69,3 +75,26 @@ def test_bad_target_file_fails_in_one_line(tmp_path, monkeypatch, change, messag
         load_target("bad")
     assert message in str(failure.value)
     assert "\n" not in str(failure.value)
+
+
+def test_spark_and_thor_leave_flashattention_3_out_and_no_9_0a_target_does():
+    """FlashAttention 3 is sm_90a code (its CMake's FA3_ARCHS: 9.0a within the arch list): a
+    target whose arch list holds no 9.0 leaves it out, one that holds 9.0a must not (the data
+    follows the arches; builder/subset.py applies it)."""
+    for name in ("spark", "thor"):
+        reason = load_target(name).leave_out["_vllm_fa3_C"]
+        assert reason.startswith("FlashAttention 3: sm_90a only")
+    for target in all_targets():
+        hopper = any(a.startswith("9.0") for a in target.torch_cuda_arch_list.replace(
+            " ", ";").split(";"))
+        assert ("_vllm_fa3_C" in target.leave_out) is not hopper, target.name
+
+
+def test_a_target_without_leave_out_leaves_nothing_out(tmp_path, monkeypatch):
+    text = (data_dirs("targets")[0] / "spark.yaml").read_text()
+    kept = "\n".join(line for line in text.splitlines()
+                     if not line.startswith(("leave_out:", "  _vllm_fa3_C:")))
+    (tmp_path / "hopper.yaml").write_text(kept.replace("name: spark", "name: hopper")
+                                          .replace('"12.1a"', '"9.0a"'))
+    monkeypatch.setenv("EDGEVLLM_TARGETS_PATH", str(tmp_path))
+    assert load_target("hopper").leave_out == {}

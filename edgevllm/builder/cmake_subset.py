@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """A partial kernel build's ``cmake``, first on PATH in the compile's build step only (standard
-library only): the tree's setup.py runs it as ``cmake``; it builds the chosen extensions only.
+library only): the tree's setup.py runs it as ``cmake``; it builds the chosen extensions only,
+and never the targets the target's data leaves out.
 
 vLLM's setup.py (0.33.0: ``cmake_build_ext.build_extensions``) configures once, builds every
 extension's CMake target in one ``cmake --build . --target=<name> ...`` and installs each with
@@ -13,12 +14,18 @@ extension's CMake target in one ``cmake --build . --target=<name> ...`` and inst
 - ``cmake --install --component X`` of a target left out: nothing, said so;
 - anything else (the configure, ``--version``): the real cmake, unchanged.
 
+With ``EDGEVLLM_LEAVE_OUT`` naming a JSON file (CMake target -> why; the target's ``leave_out``,
+e.g. FlashAttention 3's ``_vllm_fa3_C`` on sm_121a/sm_110a), with or without chosen extensions:
+those targets are dropped from ``cmake --build`` and their ``cmake --install --component`` is
+nothing, each said on stderr with why.
+
 The real cmake is the next ``cmake`` on PATH after this file's own folder. Nothing in the tree
-is edited; without ``EDGEVLLM_EXTENSIONS`` every call goes to the real cmake as it is.
+is edited; without either setting every call goes to the real cmake as it is.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -26,6 +33,7 @@ import subprocess
 import sys
 
 SETTING = "EDGEVLLM_EXTENSIONS"
+LEAVE_OUT = "EDGEVLLM_LEAVE_OUT"
 SAY = "edgevllm extensions:"
 
 
@@ -44,6 +52,24 @@ def real_cmake() -> str:
 
 def chosen() -> list[str]:
     return [name for name in os.environ.get(SETTING, "").split(",") if name]
+
+
+def left_out() -> dict[str, str]:
+    """The targets left out, name -> why (the JSON file ``EDGEVLLM_LEAVE_OUT`` names)."""
+    path = os.environ.get(LEAVE_OUT, "")
+    if not path:
+        return {}
+    try:
+        with open(path, encoding="utf-8") as handle:
+            listed = json.load(handle)
+    except (OSError, ValueError) as exc:
+        print(f"{SAY} error: {LEAVE_OUT}={path}: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    if not isinstance(listed, dict):
+        print(f"{SAY} error: {LEAVE_OUT}={path}: not a JSON object of target -> why",
+              file=sys.stderr)
+        raise SystemExit(2)
+    return {str(name): str(why) for name, why in listed.items()}
 
 
 def split_targets(args: list[str]) -> tuple[list[str], list[str]]:
@@ -95,31 +121,45 @@ def runs_nothing(build_dir: str, target: str) -> bool:
     return proc.returncode == 0 and not proc.stdout.strip()
 
 
-def build(args: list[str], keep: list[str]) -> list[str] | None:
-    """The ``cmake --build`` arguments with only the kept targets; None: nothing to build."""
+def build(args: list[str], keep: list[str], dropped: dict[str, str] | None = None
+          ) -> list[str] | None:
+    """The ``cmake --build`` arguments with only the kept targets (all but the ``dropped`` ones
+    where none are chosen); None: nothing to build."""
+    dropped = dropped or {}
     rest, targets = split_targets(args)
     if not targets:
         return args  # no --target: not setup.py's call; as it is
     build_dir = args[1] if len(args) > 1 and not args[1].startswith("-") else "."
-    kept = [t for t in targets if t in keep or runs_nothing(build_dir, t)]
-    left = [t for t in targets if t not in kept]
-    missing = [t for t in keep if t not in targets]
-    print(f"{SAY} cmake --build: {', '.join(kept) or 'nothing'}; left out (not asked for): "
-          f"{', '.join(left) or '-'}" + (f"; asked for but not built by the tree's setup.py: "
-                                         f"{', '.join(missing)}" if missing else ""),
-          file=sys.stderr, flush=True)
+    wanted = [t for t in targets if t not in dropped]
+    kept = [t for t in wanted if not keep or t in keep or runs_nothing(build_dir, t)]
+    line = f"{SAY} cmake --build: {', '.join(kept) or 'nothing'}"
+    if keep:
+        left = [t for t in wanted if t not in kept]
+        missing = [t for t in keep if t not in targets]
+        line += f"; left out (not asked for): {', '.join(left) or '-'}" + (
+            f"; asked for but not built by the tree's setup.py: {', '.join(missing)}"
+            if missing else "")
+    gone = [f"{t} ({dropped[t]})" for t in targets if t in dropped]
+    if gone:
+        line += f"; left out by the target: {'; '.join(gone)}"
+    print(line, file=sys.stderr, flush=True)
     if not kept:
         return None
     return rest + [f"--target={t}" for t in kept]
 
 
-def install_skipped(args: list[str], keep: list[str]) -> bool:
+def install_skipped(args: list[str], keep: list[str],
+                    dropped: dict[str, str] | None = None) -> bool:
     """Whether this is ``cmake --install --component X`` of a target left out."""
     if "--component" not in args or args.index("--component") + 1 >= len(args):
         return False
     component = args[args.index("--component") + 1]
+    if component in (dropped or {}):
+        print(f"{SAY} cmake --install --component {component}: skipped (left out by the "
+              f"target: {(dropped or {})[component]})", file=sys.stderr, flush=True)
+        return True
     build_dir = args[1] if len(args) > 1 and not args[1].startswith("-") else "."
-    if component in keep or runs_nothing(build_dir, component):
+    if not keep or component in keep or runs_nothing(build_dir, component):
         return False
     print(f"{SAY} cmake --install --component {component}: skipped (not built: not among the "
           "extensions asked for)", file=sys.stderr, flush=True)
@@ -128,14 +168,14 @@ def install_skipped(args: list[str], keep: list[str]) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    keep = chosen()
+    keep, dropped = chosen(), left_out()
     cmake = real_cmake()
-    if keep and args[:1] == ["--build"]:
-        filtered = build(args, keep)
+    if (keep or dropped) and args[:1] == ["--build"]:
+        filtered = build(args, keep, dropped)
         if filtered is None:
             return 0
         args = filtered
-    elif keep and args[:1] == ["--install"] and install_skipped(args, keep):
+    elif (keep or dropped) and args[:1] == ["--install"] and install_skipped(args, keep, dropped):
         return 0
     os.execv(cmake, [cmake, *args])
     return 127  # not reached

@@ -151,7 +151,7 @@ def template_values(eff: EffectiveSpec) -> dict:
         "closure": closure_values(eff),
         "mode_vllm": mode_vllm_values(eff),
         "cross": cross_values(eff),
-        "extensions": subset_values(eff.spec.extensions),
+        "extensions": subset_values(eff.spec.extensions, eff.target.leave_out),
         **mount_options(eff),
         **labels.template_values(),
     }

@@ -13,6 +13,13 @@ CMake extensions compiled, the one owner of what that means.
 - what the image is: labelled and locked as partial, named in preflight as a warning (it cannot
   serve: vLLM's own ops are in the extensions left out); verify fails a wheel that lacks an
   extension asked for, and passes one that lacks the others.
+
+A target's ``leave_out`` (CMake targets every compile for it leaves out, each with why: Spark's
+and Thor's FlashAttention 3, sm_90a only) goes the same road in a whole build too: the wrapper
+drops those targets from the ``cmake --build`` and skips their installs, saying why; the names
+and reasons (``leave-out.json`` in the context) are in the Dockerfile and the compile key, the
+lock's ``settings.left_out`` and the label; preflight says one line. The wheel is whole without
+them: nothing checks for a library left out.
 """
 
 from __future__ import annotations
@@ -32,7 +39,10 @@ CONTEXT = "edgevllm-extensions"
 SCRIPT = "cmake_subset.py"
 WRAPPER = "bin/cmake"   # in the context: the script under the name setup.py runs
 SETTING = "EDGEVLLM_EXTENSIONS"   # the chosen names, as the script reads them
+LEAVE_OUT = "EDGEVLLM_LEAVE_OUT"  # the path of the target's leave-out (name -> why), in the context
+LEAVE_OUT_FILE = "leave-out.json"
 LOCK_KEY = "extensions"           # lock.settings: the chosen names (a lock rebuild builds them)
+LEFT_OUT_KEY = "left_out"         # lock.settings: the target's leave-out, name -> why
 
 
 def known_names(plan: KernelPlan) -> list[str]:
@@ -66,33 +76,56 @@ def partial_note(chosen: list[str], whole: KernelPlan) -> str:
             "image cannot serve a model: it is for checking the road and these extensions")
 
 
-def lock_settings(chosen: list[str] | None) -> dict:
-    """What the lock records of a partial build (nothing for a whole one)."""
-    return {LOCK_KEY: list(chosen)} if chosen else {}
+def left_out_note(left_out: dict[str, str]) -> str:
+    """Preflight's one line of what a compile for the target leaves out ('' when nothing)."""
+    if not left_out:
+        return ""
+    return "left out: " + "; ".join(f"{name} ({why})" for name, why in left_out.items())
+
+
+def lock_settings(chosen: list[str] | None, left_out: dict[str, str] | None = None) -> dict:
+    """What the lock records of a partial build and of the target's leave-out (nothing for a
+    whole build that leaves nothing out)."""
+    return ({LOCK_KEY: list(chosen)} if chosen else {}) | (
+        {LEFT_OUT_KEY: dict(left_out)} if left_out else {})
 
 
 def label(settings: dict) -> dict[str, str]:
-    """The image's label of a partial build (none for a whole one)."""
+    """The image's label of a partial build or one that left targets out (none otherwise)."""
     chosen = settings.get(LOCK_KEY)
-    if not chosen:
+    left_out = settings.get(LEFT_OUT_KEY)
+    if not chosen and not left_out:
         return {}
-    return {labels.EXTENSIONS: json.dumps({"partial": True, "extensions": chosen,
-                                           "serves": False}, separators=(",", ":"))}
+    value: dict = ({"partial": True, "extensions": chosen} if chosen else {"partial": False})
+    if left_out:
+        value["left_out"] = sorted(left_out)
+    value["serves"] = not chosen
+    return {labels.EXTENSIONS: json.dumps(value, separators=(",", ":"))}
 
 
-def stage(dest: Path) -> str:
-    """The ``edgevllm-extensions`` context: the wrapper as ``bin/cmake``; its sha256."""
+def stage(dest: Path, left_out: dict[str, str] | None = None) -> str:
+    """The ``edgevllm-extensions`` context: the wrapper as ``bin/cmake`` and the target's
+    leave-out as ``leave-out.json``; the sha256 of both (the compile key's input)."""
     body = Path(__file__).with_name(SCRIPT).read_bytes()
     atomic_write_bytes(dest / WRAPPER, body)
     (dest / WRAPPER).chmod(0o755)
-    return hashlib.sha256(body).hexdigest()
+    digest = hashlib.sha256(body)
+    if left_out:
+        listed = json.dumps(left_out, sort_keys=True, indent=1).encode()
+        atomic_write_bytes(dest / LEAVE_OUT_FILE, listed)
+        digest.update(b"\0" + listed)
+    return digest.hexdigest()
 
 
-def template_values(chosen: list[str] | None) -> dict | None:
-    """What the compile template reads (None: a whole build, its text unchanged)."""
-    if not chosen:
+def template_values(chosen: list[str] | None, left_out: dict[str, str] | None = None
+                    ) -> dict | None:
+    """What the compile template reads (None: a whole build that leaves nothing out, its text
+    unchanged)."""
+    if not chosen and not left_out:
         return None
-    return {"context": CONTEXT, "setting": SETTING, "names": ",".join(chosen)}
+    return {"context": CONTEXT, "setting": SETTING, "names": ",".join(chosen or []),
+            "leave_out_setting": LEAVE_OUT, "leave_out_file": LEAVE_OUT_FILE,
+            "left_out": ", ".join(sorted(left_out or {}))}
 
 
 def missing_from(chosen: list[str], library_paths: list[str]) -> list[str]:

@@ -208,6 +208,10 @@ def kernel_plan(eff: EffectiveSpec, prepared: PreparedSource, check: bool = True
         f"  kernel plan: CUDA_ARCHS {';'.join(plan.cuda_archs)}; {len(plan.groups)} "
         f"groups, none for {eff.target.cuda_arch}: {', '.join(none) or '-'}"
     )
+    if eff.target.leave_out:  # what the compile's cmake drops (builder/subset.py)
+        from edgevllm.builder.subset import left_out_note
+
+        console.info(f"  {left_out_note(eff.target.leave_out)}")
     return plan
 
 

@@ -154,6 +154,10 @@ class Target(Strict):
     # The most the image's layers may add up to (GB, 1e9 bytes); over it the build fails, naming
     # the largest layers (builder/tail.py). None: no budget.
     size_budget_gb: PositiveFloat | None = None
+    # CMake targets of the tree's setup.py that every compile for this target leaves out, each with
+    # why (builder/subset.py: dropped from its one `cmake --build`, their installs skipped; in the
+    # compile key, the lock and the image's label). Spark and Thor: FlashAttention 3 (sm_90a only).
+    leave_out: dict[PythonModule, LabelText] = Field(default_factory=dict)
     runtime_env: dict[EnvName, Line] = Field(default_factory=dict)
     default_mods: list[ModName] = Field(default_factory=list)
     probe: ProbeDefaults = Field(default_factory=ProbeDefaults)
@@ -168,6 +172,15 @@ class Target(Strict):
     def _platform(cls, value: str) -> str:
         if not re.fullmatch(r"linux/(arm64|amd64)", value):
             raise ValueError(f"'{value}' must be linux/arm64 or linux/amd64")
+        return value
+
+    @field_validator("leave_out")
+    @classmethod
+    def _leave_out(cls, value: dict[str, str]) -> dict[str, str]:
+        unsaid = [name for name, why in value.items() if not why.strip()]
+        if unsaid:
+            raise ValueError(f"{', '.join(unsaid)}: say why the target leaves it out "
+                             "(it reaches the build log, the lock and the label)")
         return value
 
     @property

@@ -141,6 +141,9 @@ def test_preflight_names_the_partial_build_and_the_checks_pass(subset_build):
     log = Path(result["log"]).read_text(errors="replace")
     assert step_ran_or_cached(log, "build 1/1", "edgevllm extensions: cmake --build: "
                               "cumem_allocator, triton_kernels, spinloop, fs_io_C")
+    assert step_ran_or_cached(log, "build 1/1", "left out by the target: _vllm_fa3_C "
+                              "(FlashAttention 3: sm_90a only")
+    assert "left out: _vllm_fa3_C (FlashAttention 3: sm_90a only" in output   # preflight's line
     assert result["verify"]["passed"] is True and result["probe"]["passed"] is True
 
 
@@ -165,12 +168,16 @@ def test_the_lock_and_label_say_partial_and_name_the_standins(subset_build, engi
 
     result, _ = subset_build
     lock = read_lock(Path(result["lock"]))
+    from edgevllm.specs.targets import load_target
+
     assert lock.settings["extensions"] == EXTENSIONS and lock.settings["toolchain"] == "cross"
+    # spark leaves FlashAttention 3 out of every compile, a partial one too (its leave_out)
+    assert lock.settings["left_out"] == load_target("spark").leave_out
     assert lock.kernel_plan["extensions"] == {}   # the plan's CUDA extensions: none asked for
     assert set(lock.cmake_deps) == set(standins)
     image_labels = engine.image_inspect(result["image"])["Config"]["Labels"]
     assert json.loads(image_labels[labels.EXTENSIONS]) == {
-        "partial": True, "extensions": EXTENSIONS, "serves": False}
+        "partial": True, "extensions": EXTENSIONS, "left_out": ["_vllm_fa3_C"], "serves": False}
 
 
 def test_the_arm64_image_loads_the_extensions_as_probe_level_1_does(subset_build, engine,

@@ -156,14 +156,16 @@ def stage_cross_context(job: Job) -> CrossContext:
 
 
 def stage_subset_context(job: Job) -> CrossContext:
-    """A partial kernel build's ``edgevllm-extensions`` context (``builder/subset.py``)."""
+    """A partial kernel build's ``edgevllm-extensions`` context, or a whole one's where the
+    target leaves targets out (``builder/subset.py``)."""
     from edgevllm.builder import subset
 
-    if not job.eff.spec.extensions:
+    left_out = job.eff.target.leave_out
+    if not job.eff.spec.extensions and not left_out:
         return CrossContext()
     folder = job.ws.context / subset.CONTEXT
     return CrossContext({subset.CONTEXT: str(folder)},
-                        {"extensions-cmake": subset.stage(folder)})
+                        {"extensions-cmake": subset.stage(folder, left_out)})
 
 
 def compile_build_tools(eff: EffectiveSpec, layout: BuildLayout, closure: Closure,
@@ -263,7 +265,8 @@ def make_lock(eff: EffectiveSpec, tree: PreparedTree, mod_versions: list[dict],
     mods = [ModLock(**m) for m in mod_versions] + tree.patch_locks()
     return base_lock(
         eff, closure, mod_versions, engine,
-        {"toolchain": eff.toolchain, **subset_lock_settings(eff.spec.extensions)},
+        {"toolchain": eff.toolchain,
+         **subset_lock_settings(eff.spec.extensions, eff.target.leave_out)},
         vllm=tree.lock_entry("vllm"),
         flashinfer=tree.lock_entry("flashinfer"),
         mods=mods,
