@@ -290,10 +290,9 @@ def test_the_wheel_must_hold_every_extension_asked_for_and_no_other(tmp_path):
 def test_preflight_names_what_the_target_leaves_out_in_one_line(tmp_path, capsys):
     """The compile's kernel plan (builder/tree.kernel_plan, preflight) on the real vLLM 0.33.0
     tree (sdist from PyPI) for thor says the leave-out in one line."""
-    from support.sdists import sdist_tree_cached
-
     from edgevllm.builder.tree import kernel_plan
     from edgevllm.sources.prepare import PreparedSource
+    from support.sdists import sdist_tree_cached
 
     assert shutil.which("cmake"), "cmake is needed: apt-get install cmake"
     tree = sdist_tree_cached("vllm", "0.33.0", ["CMakeLists.txt", "cmake/", "setup.py",
