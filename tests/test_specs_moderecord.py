@@ -36,7 +36,8 @@ MODE_RULE = {"wants_tree_check", "choose_mode", "decided_spec", "_check_mode_fie
 NOT_A_MODE = {("verify/firststart.py", "caches"): "FlashInfer's own state ('prebuilt' kernels)"}
 TOOLCHAIN = ("git", "ccache", "build-essential", "cmake", "ninja-build")
 SHARED = {"edgevllm-mods", "edgevllm-meta", "wheels"}        # every plan's, not a mode's own
-TREE = {"vllm-src", "cmake-deps", "flashinfer-src", "edgevllm-cross"}  # a tree's, a road's
+# a tree's, a road's, a partial build's or a target's leave-out (builder/subset.py)
+TREE = {"vllm-src", "cmake-deps", "flashinfer-src", "edgevllm-cross", "edgevllm-extensions"}
 
 
 def test_every_mode_has_its_record_and_every_record_its_mode():

@@ -27,7 +27,7 @@ MODS_VERSIONS = PREFIX + "mods-versions"
 TAG = PREFIX + "tag"
 KERNEL_PLAN = PREFIX + "kernel-plan"   # CUDA_ARCHS and the groups that get nothing
 VLLM_RS = PREFIX + "vllm-rs"           # whether vLLM's Rust frontend binary is in the image
-EXTENSIONS = PREFIX + "extensions"     # a partial kernel build: the extensions it compiled
+EXTENSIONS = PREFIX + "extensions"     # a partial build's extensions; what the target left out
 VLLM_WHEEL_SHA = PREFIX + "vllm.wheel-sha256"   # prebuilt: the installed vLLM wheel
 LOCK = PREFIX + "lock"
 LOCK_SHA = PREFIX + "lock-sha256"
@@ -76,7 +76,7 @@ CROSS_TARGET = "/opt/edgevllm-target"
 CROSS_TOOLCHAIN = "/opt/edgevllm-cross/toolchain.cmake"
 # What CMake runs a "target program" with on a cross road (builder/cross_run.py).
 CROSS_RUN = "/opt/edgevllm-cross/run"
-# A partial kernel build's "edgevllm-extensions" context (builder/subset.py): its bin/cmake.
+# The "edgevllm-extensions" context (builder/subset.py): bin/cmake and the target's leave-out.
 EXTENSIONS_MOUNT = "/edgevllm-extensions"
 # The shared compile cache's URL reaches the compile step only as this BuildKit secret (a file
 # under /run/secrets while the step runs); the step prints ccache's counters after this marker.
