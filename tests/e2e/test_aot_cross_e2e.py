@@ -86,18 +86,20 @@ def flashinfer_site(arch: str) -> Path:
 
 @pytest.fixture(scope="module")
 def sides(engine, tmp_path_factory):
-    """(the build Python's venv, the wheels it is made from while it is not made yet, the
-    target's venv for linux/arm64): the caches of test_cross_real_tree_e2e.py."""
+    """(the build Python's venv, made in the first step, the wheels it is made from, the
+    target's venv for linux/arm64), as test_cross_real_tree_e2e.py makes them; removed when the
+    module ends."""
     from support.cross_real import unpacked_site, wheel_set
-    from support.downloads import test_cache_dir
     from support.images import cross_cuda_image
 
-    image = cross_cuda_image(engine)
-    venv = test_cache_dir("cross-real", f"build-venv-{engine.image_id(image)[7:19]}")
-    made = (venv / ".complete").exists()
-    wheels = (tmp_path_factory.mktemp("no-wheels") if made
-              else wheel_set("amd64", [TORCH, *BUILD_REQUIREMENTS], PYTHON))
-    return venv, wheels, unpacked_site("arm64", TARGET_REQUIREMENTS, PYTHON)
+    cross_cuda_image(engine)
+    venv, target = tmp_path_factory.mktemp("build-venv"), tmp_path_factory.mktemp("target-venv")
+    try:
+        yield (venv, wheel_set("amd64", [TORCH, *BUILD_REQUIREMENTS], PYTHON),
+               unpacked_site("arm64", TARGET_REQUIREMENTS, PYTHON, target))
+    finally:
+        for folder in (venv, target):
+            subprocess.run(["rm", "-rf", str(folder)], check=False)
 
 
 def cross_script(values: dict, arch_list: str) -> str:

@@ -93,19 +93,19 @@ def upstream(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def sides(engine, tmp_path_factory):
-    """(the build Python's venv folder, mounted at /opt/venv, the folder of the wheels it is made
-    from: empty once it is made; the target's venv for linux/arm64)."""
-    from support.downloads import test_cache_dir
+    """(the build Python's venv folder, mounted at /opt/venv and made in the first build step,
+    the folder of the wheels it is made from, the target's venv for linux/arm64). Both venvs
+    are made in this run's temporary folder and removed when the module ends (10 GB)."""
     from support.images import cross_cuda_image
 
-    image = cross_cuda_image(engine)
-    venv = test_cache_dir("cross-real", f"build-venv-{engine.image_id(image)[7:19]}")
-    made = (venv / ".complete").exists()
-    build = (tmp_path_factory.mktemp("no-wheels") if made
-             else wheel_set("amd64", [TORCH, *BUILD_REQUIREMENTS], PYTHON))
-    yield venv, build, unpacked_site("arm64", TARGET_REQUIREMENTS, PYTHON)
-    if (venv / ".complete").exists() and not made:   # the venv holds them now
-        shutil.rmtree(build)
+    cross_cuda_image(engine)
+    venv, target = tmp_path_factory.mktemp("build-venv"), tmp_path_factory.mktemp("target-venv")
+    try:
+        yield (venv, wheel_set("amd64", [TORCH, *BUILD_REQUIREMENTS], PYTHON),
+               unpacked_site("arm64", TARGET_REQUIREMENTS, PYTHON, target))
+    finally:
+        for folder in (venv, target):   # written by root in the container: removed as root
+            subprocess.run(["rm", "-rf", str(folder)], check=False)
 
 
 def build_script(values: dict, arch_list: str, deps: dict[str, str]) -> str:
@@ -146,7 +146,7 @@ def cross_env(values: dict) -> dict[str, str]:
 
 
 def build_env_lines(values: dict) -> list[str]:
-    """The build Python (made once per cache key, a folder of the test cache, then reused) and
+    """The build Python (made in the first step of each run, from the cached wheels) and
     the build-env stage's cross step."""
     aliases = " ".join(f"--alias {a}" for a in values["aliases"])
     return [

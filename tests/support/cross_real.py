@@ -1,11 +1,13 @@
 """The pieces tests/e2e/test_cross_real_tree_e2e.py needs around the real vLLM 0.33.0 tree on the
-cross road, each cached under ``${EDGEVLLM_TEST_CACHE}/cross-real`` so CI's second run is warm.
+cross road. The downloads are cached under ``${EDGEVLLM_TEST_CACHE}/cross-real`` so CI's second
+run is warm (the same wheels as the CLI's wheelhouse: .ci/run hard-links them); what is unpacked
+from them (10 GB) is made again in each run's temporary folder and removed after the module.
 
 - ``wheel_set``: wheels with their dependencies for one platform (pip download, PyPI), e.g. the
   x86_64 torch 2.14.0 and vLLM's build requirements for the build Python, the aarch64 torch and
   its CUDA wheels for the target side.
 - ``unpacked_site``: such a set unpacked as a venv's ``lib/python3.X/site-packages`` (the target
-  side, as the closure's venv is mounted into a compiling step); the wheels then go.
+  side, as the closure's venv is mounted into a compiling step).
 - ``cmake_dep_dirs``: what vLLM's CMake clones. First the tree's own pins through the build's own
   fetch (``sources/cmakedeps.fetch_cmake_deps``, GitHub); where that cannot reach GitHub (this
   project's machines reach PyPI only), stand-ins any such machine can make, each folder with an
@@ -74,27 +76,17 @@ def wheel_set(arch: str, requirements: list[str], python_version: str) -> Path:
     return final
 
 
-def unpacked_site(arch: str, requirements: list[str], python_version: str) -> Path:
-    """``requirements`` for linux/<arch> unpacked as a venv's site-packages (cached; the wheels
-    are removed once unpacked: the disk holds them once); returns the venv folder
-    (``lib/python3.X/site-packages`` below it)."""
-    key = hashlib.sha256("|".join([arch, python_version, *requirements]).encode()).hexdigest()
-    root = test_cache_dir("cross-real")
-    final = root / f"site-{arch}-cp{python_version.replace('.', '')}-{key[:12]}"
-    with file_lock(root / f".{final.name}.lock"):
-        if final.is_dir():
-            return final
-        wheels = wheel_set(arch, requirements, python_version)
-        partial = final.with_name(final.name + ".partial")
-        shutil.rmtree(partial, ignore_errors=True)
-        site = partial / "lib" / f"python{python_version}" / "site-packages"
-        site.mkdir(parents=True)
-        for wheel in sorted(wheels.glob("*.whl")):
-            with zipfile.ZipFile(wheel) as zf:
-                zf.extractall(site)
-        os.replace(partial, final)
-        shutil.rmtree(wheels)
-    return final
+def unpacked_site(arch: str, requirements: list[str], python_version: str, dest: Path) -> Path:
+    """``requirements`` for linux/<arch> unpacked under ``dest`` as a venv's site-packages (the
+    target side, as the closure's venv is mounted into a compiling step), from the cached wheel
+    set; returns ``dest`` (``lib/python3.X/site-packages`` below it). Unpacked again each run
+    into the caller's temporary folder: 5 GB the shared CI disk does not keep between runs."""
+    site = dest / "lib" / f"python{python_version}" / "site-packages"
+    site.mkdir(parents=True, exist_ok=True)
+    for wheel in sorted(wheel_set(arch, requirements, python_version).glob("*.whl")):
+        with zipfile.ZipFile(wheel) as zf:
+            zf.extractall(site)
+    return dest
 
 
 # CUTLASS's headers as PyPI ships them (cutlass_library/source/{include,tools/util/include}).
