@@ -669,6 +669,11 @@ def test_a_load_sends_only_the_layers_the_engine_lacks(engine, image, cli, tmp_p
         assert code == 0, err
         assert f"{shared} of {shared + 1} layers (" in err and "already in the engine" in err
         assert out.split() == [derived] and engine.image_id(derived) == image_id
+        _removed(engine, image_id)
+        code, out, err = cli("load", manifest, "--every-layer")   # the whole archive, as before
+        assert code == 0, err
+        assert "already in the engine" not in err and out.split() == [derived]
+        assert engine.image_id(derived) == image_id
     finally:
         remove_everything(engine, engine.image_id(derived)) if engine.image_exists(
             derived) else None

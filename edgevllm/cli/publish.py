@@ -165,16 +165,18 @@ def _prime(image, level, threads, long, layer_cache) -> None:
 
 
 @cli_task(
-    help={"path": "a <name>.manifest.json, a part, or a .tar / .tar.gz / .tar.zst tarball"},
+    help={"path": "a <name>.manifest.json, a part, or a .tar / .tar.gz / .tar.zst tarball",
+          "every_layer": "send docker load every layer, also those the engine's images hold "
+          "(by default they are left out of the stream)"},
     positional=["path"],
 )
-def load(c, path):
+def load(c, path, every_layer=False):
     """Check every part's sha256, then stream the image into the engine; prints the loaded tags."""
     _use_engine(None)
     from edgevllm.common import console
     from edgevllm.image.load import load as run_load
 
-    result = run_load(_engine(), Path(path))
+    result = run_load(_engine(), Path(path), every_layer=every_layer)
     console.info(
         f"loaded {result.image_id or 'image'} from {result.source}"
         + ("" if result.verified else " (unverified)")

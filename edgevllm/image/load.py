@@ -28,8 +28,9 @@ class LoadResult:
     source: str
 
 
-def load(engine: DockerEngine, path: Path | str) -> LoadResult:
-    """Check every part, then stream the decompressed tarball into ``docker load``."""
+def load(engine: DockerEngine, path: Path | str, every_layer: bool = False) -> LoadResult:
+    """Check every part, then stream the decompressed tarball into ``docker load``: without
+    the layers the engine's images hold, unless ``every_layer``."""
     tarset = open_tarball(path)
     if tarset.verifiable:
         with ByteProgress(f"verify {Path(tarset.describe()).name}", tarset.total_size) as progress:
@@ -43,7 +44,7 @@ def load(engine: DockerEngine, path: Path | str) -> LoadResult:
         console.info(decompression_note(tarset))
     with ByteProgress("check the image archive", tarset.total_size) as progress:
         tarset.check_contents(progress)  # one whole image, before docker load reads a byte
-    skip = _held_layers(engine, tarset)
+    skip = Skip() if every_layer else _held_layers(engine, tarset)
     _check_disk(engine, tarset, skip)
     loaded = _load_sending(engine, tarset, skip)
     image_id = _check_loaded(engine, tarset, loaded)
