@@ -135,13 +135,14 @@ def test_summary_of_the_in_image_record():
     record = {"arch_list": "12.1a", "flashinfer": "0.7.2.post1", "config": "tiny-llama.json",
               "seconds": 412.5, "toolchain": {"notes": ["nvcc 13.5 with CUDA 13.0 headers"]},
               "modules": [{"name": "sampling", "path": "/x/sampling.so", "bytes": 2_500_000,
-                           "sha256": "ab" * 32}]}
+                           "sha256": "ab" * 32, "machine": "aarch64"}]}
     summary = aot_summary(record)
     assert summary is not None
-    assert summary["modules"] == [{"name": "sampling", "bytes": 2_500_000, "sha256": "ab" * 32}]
+    assert summary["modules"] == [{"name": "sampling", "bytes": 2_500_000, "sha256": "ab" * 32,
+                                   "machine": "aarch64"}]
     lines = describe_aot(summary)
     assert lines[0] == "flashinfer aot: 1 module(s) for 12.1a in 412.5s (from tiny-llama.json)"
-    assert "sampling: 2.5 MB, sha256 abababababababab" in lines[1]
+    assert "sampling: 2.5 MB, aarch64, sha256 abababababababab" in lines[1]
     assert lines[2] == "  note: nvcc 13.5 with CUDA 13.0 headers"
     assert aot_summary(None) is None and describe_aot(None) == []
 

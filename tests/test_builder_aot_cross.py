@@ -1,20 +1,26 @@
 """The AOT step's cross road pieces (builder/aot_inimage.py ``--target-lib``): the link flags
 for the target's CUDA folder, the refusals, the machine each module is built for; and the AOT
-road preflight names (builder/aot.py ``aot_road``). The road end to end, cross-compiled here
-and loaded in a linux/arm64 container: tests/e2e/test_aot_cross_e2e.py."""
+road preflight names (builder/aot.py ``aot_road``, ``cross_aot``); the ``aot-build`` stage a
+compile on the cross road renders, the runtime stage's COPY of its modules and record, the
+compile key it leaves alone, the aot-tools' refusal and lock field. The road end to end,
+cross-compiled here and loaded in a linux/arm64 container: tests/e2e/test_aot_cross_e2e.py."""
 
 from __future__ import annotations
 
 import platform
 import sys
+from pathlib import Path
 
 import pytest
 
 from edgevllm.builder import aot_inimage
-from edgevllm.builder.aot import aot_road
-from edgevllm.specs.buildspec import Builder
+from edgevllm.builder.aot import aot_road, cross_aot, stage_aot
+from edgevllm.builder.dockerfile import needs, stages
+from edgevllm.builder.render import render_dockerfile
+from edgevllm.specs.buildspec import Builder, load_spec, resolve
 
 FLAGS = "-ccbin aarch64-linux-gnu-g++ -target-dir sbsa-linux"
+TINY = Path(__file__).parent / "fixtures" / "model-configs" / "tiny-llama.json"
 
 
 def target_lib(tmp_path, stub=True, cudart=True):
@@ -74,9 +80,93 @@ def test_the_record_names_the_machine_a_library_was_built_for(tmp_path):
     assert aot_inimage.elf_machine(str(tmp_path / "text")) is None
 
 
-def test_preflight_says_where_the_aot_step_runs():
-    assert "native" in aot_road("linux/arm64", Builder("arm64"))
-    assert "native" in aot_road("linux/arm64", None)
-    emulated = aot_road("linux/arm64", Builder("amd64"))
+def eff_of(target="spark", **overrides):
+    spec = load_spec(target, overrides={"mode": "compile", "python": "python3.12",
+                                        "aot": str(TINY), **overrides})
+    return resolve(spec, builder=Builder("amd64"))
+
+
+def test_preflight_says_where_the_aot_step_runs_and_why_not_cross():
+    native = eff_of()
+    assert "native" in aot_road(native, Builder("arm64"))
+    assert "native" in aot_road(native, None)
+    cross = aot_road(eff_of(), Builder("amd64"))
+    assert cross.startswith("cross: on this amd64 builder's own platform (linux/amd64")
+    assert "aarch64-linux-gnu-g++ for linux/arm64" in cross and "\n" not in cross
+    emulated = aot_road(eff_of(toolchain="emulated"), Builder("amd64"))
     assert "under emulation (linux/arm64 on this amd64 builder" in emulated
-    assert "no cross road" in emulated
+    assert "the compile's toolchain is emulated" in emulated
+    prebuilt = aot_road(eff_of(mode="prebuilt", vllm_wheel="0.33.0"), Builder("amd64"))
+    assert "the prebuilt mode has no build stage on the builder's platform" in prebuilt
+    source = aot_road(eff_of(flashinfer={"source": {"repo": "https://example.invalid/fi.git",
+                                                    "ref": "v0.7.2"}}), Builder("amd64"))
+    assert "FlashInfer from source" in source and "under emulation" in source
+
+
+@pytest.mark.parametrize("target", ["spark", "thor"])
+def test_the_cross_road_builds_the_modules_in_a_buildplatform_stage_and_copies_them(
+        target, tmp_path):
+    eff = eff_of(target)
+    assert cross_aot(eff) and eff.cross is not None
+    text = render_dockerfile(eff)
+    stage = stages(text)["aot-build"]
+    assert stage.startswith("FROM build-env AS aot-build")
+    assert "aot-build" in needs(text, "runtime") and "aot-build" not in needs(text, "wheels")
+    # FROM build-env, itself FROM base on $BUILDPLATFORM: the road's compilers and target folder
+    assert "FROM --platform=$BUILDPLATFORM" in text[:text.index("AS base")]
+    assert "from=aot-tools,target=/aot-tools" in stage and "--require-hashes" in stage
+    assert "from=closure,source=/opt/venv,target=/opt/edgevllm-target" in stage
+    assert f'FLASHINFER_CUDA_ARCH_LIST="{eff.target.flashinfer_cuda_arch_list}"' in stage
+    assert (f'--target-lib "${{CUDA_HOME:-/usr/local/cuda}}/targets/{eff.cross.cuda_target_dir}'
+            f'/lib"') in stage
+    runtime = text[text.index("FROM vllm-files AS runtime"):]
+    site = "/opt/venv/lib/python3.12/site-packages"
+    assert (f"COPY --from=aot-build /edgevllm-aot-out/modules/ {site}/flashinfer/data/aot/"
+            in runtime)
+    assert "COPY --from=aot-build /edgevllm-aot-out/aot.json /opt/edgevllm/aot.json" in runtime
+    assert runtime.count("aot_inimage.py") == 0  # no in-image run under emulation
+    for name in stage_aot(str(TINY), tmp_path / "aot"):
+        assert name not in text  # module names are plan.json's data, never Dockerfile text
+    assert "batch_prefill" not in text
+
+
+def test_the_stage_appears_only_on_the_cross_road():
+    for eff in (eff_of(toolchain="emulated"), eff_of(mode="prebuilt", vllm_wheel="0.33.0")):
+        text = render_dockerfile(eff)
+        assert not cross_aot(eff)
+        assert "aot-build" not in text and "aot-tools" not in text
+        assert "--record /opt/edgevllm/aot.json" in text  # the in-image step
+    native = resolve(load_spec("spark", overrides={"mode": "compile", "aot": str(TINY)}),
+                     builder=Builder("arm64"))
+    assert not cross_aot(native) and "aot-build" not in render_dockerfile(native)
+    assert "aot-build" not in render_dockerfile(eff_of(aot=None))
+
+
+def test_aot_on_the_cross_road_leaves_the_compile_key_as_it_was():
+    """The aot-build stage is no stage the wheels need: --aot never compiles vLLM again."""
+    from edgevllm.builder.runner import compile_key
+
+    texts = [render_dockerfile(eff_of(aot=aot)) for aot in (None, str(TINY))]
+    assert texts[0] != texts[1]
+    assert compile_key(texts[0], {}, {}) == compile_key(texts[1], {}, {})
+
+
+def test_a_closure_without_flashinfer_is_one_line_before_any_resolve():
+    from edgevllm.builder.cross import cross_aot_tools
+    from edgevllm.common.errors import SpecError
+    from edgevllm.sources.wheels import Closure
+
+    empty = Closure(python_platform="aarch64-manylinux_2_34", python_version="3.12",
+                    requirements=[])
+    with pytest.raises(SpecError, match="closure holds no flashinfer-python.*--package"):
+        cross_aot_tools(eff_of(), empty, empty)
+
+
+def test_the_lock_keeps_the_aot_tools_and_hashes_as_before_without_them():
+    from edgevllm.specs.lock import ClosureLock, Lock, canonical_json
+
+    tools = ClosureLock(python_platform="x86_64-manylinux_2_28", python_version="3.12")
+    plain, with_tools = Lock(target="spark"), Lock(target="spark", aot_closure=tools)
+    assert "aot_closure" not in canonical_json(plain)
+    assert canonical_json(plain) != canonical_json(with_tools)
+    assert Lock.model_validate_json(with_tools.model_dump_json()).aot_closure == tools

@@ -12,8 +12,11 @@ for the target is fetched twice and no stage reaches an index.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from pathlib import Path
+
+from packaging.utils import canonicalize_name
 
 from edgevllm.builder.render import render_toolchain
 from edgevllm.common import console
@@ -30,6 +33,9 @@ RUN_SCRIPT = "cross_run.py"  # the toolchain's emulator: runs build programs, re
 TOOLCHAIN = "toolchain.cmake"
 # The target's CUDA runtime: what the cross link needs of the closure (nvcc links cudart).
 TARGET_CUDA_RUNTIME = "nvidia-cuda-runtime"
+# --aot on the cross road (builder/aot.py cross_aot): the build Python's FlashInfer, by hash.
+AOT_TOOLS = "aot-tools"
+FLASHINFER = "flashinfer-python"
 
 
 def stage_cross(road: CrossRoad, dest: Path) -> str:
@@ -66,14 +72,8 @@ def cross_build_tools(eff: EffectiveSpec, requires: list[str], closure: Closure,
                       layout: BuildLayout) -> Closure:
     """The tree's build requirements for the builder's platform at the closure's versions, and
     the closure's torch where the build imports it (the build Python runs setup.py)."""
-    road = eff.cross
-    assert road is not None
-    version = python_version_of(eff.python)
-    if not version:
-        raise SpecError(f"field 'python' is '{eff.python}': a cross build resolves its build "
-                        "tools for one Python version; name it (python3.12)")
+    road, platform, version = build_side(eff)
     torch = closure.pin("torch")
-    platform = python_platform(road.build_platform)
     own: set[str] = set()
     wanted = list(requires)
     if torch is not None and layout.builds_against_torch:
@@ -86,6 +86,18 @@ def cross_build_tools(eff: EffectiveSpec, requires: list[str], closure: Closure,
                            overrides=overrides, indexes=list(closure.indexes))
 
 
+def build_side(eff: EffectiveSpec) -> tuple[CrossRoad, str, str]:
+    """The cross road, the builder's Python platform and the Python version its build tools
+    resolve for (one line where the spec names no version)."""
+    road = eff.cross
+    assert road is not None
+    version = python_version_of(eff.python)
+    if not version:
+        raise SpecError(f"field 'python' is '{eff.python}': a cross build resolves its build "
+                        "tools for one Python version; name it (python3.12)")
+    return road, python_platform(road.build_platform), version
+
+
 def torch_set(torch: str, platform: str, version: str, closure: Closure) -> set[str]:
     """What ``torch`` brings on the build platform (its CUDA set, which it pins exactly). The
     closure's pins override the rest of the build tools, never these: an override replaces a
@@ -96,3 +108,29 @@ def torch_set(torch: str, platform: str, version: str, closure: Closure) -> set[
                             indexes=list(closure.indexes))
     return {p.name for p in alone.pins} - {"torch"}
 
+
+
+def cross_aot_tools(eff: EffectiveSpec, closure: Closure, tools: Closure) -> Closure:
+    """``--aot`` on the cross road: the closure's FlashInfer for the builder's platform with
+    what ``import flashinfer`` needs there, at the closure's versions (torch at its own, as the
+    build tools have it); the build tools' pins left out (build-env has them installed)."""
+    road, platform, version = build_side(eff)
+    flashinfer = closure.pin(FLASHINFER)
+    if flashinfer is None:
+        raise SpecError(f"--aot on the cross road: the closure holds no {FLASHINFER}, whose "
+                        f"modules it would build for {road.target_platform}: add --package "
+                        f"{FLASHINFER}==VERSION, or drop --aot")
+    wanted = [f"{FLASHINFER}=={flashinfer.version}"]
+    own: set[str] = set()
+    torch = closure.pin("torch")
+    if torch is not None:
+        wanted.append(f"torch=={torch.version}")
+        own = torch_set(wanted[-1], platform, version, closure)
+    console.step(f"flashinfer aot: its build Python's tools for {road.build_platform}: "
+                 f"{', '.join(wanted)}")
+    overrides = [f"{p.name}=={p.version}" for p in closure.pins if p.name not in own]
+    found = resolve_closure(wanted, platform=platform, python_version=version,
+                            overrides=overrides, indexes=list(closure.indexes))
+    have = {(canonicalize_name(p.name), p.version) for p in tools.pins}
+    return dataclasses.replace(found, pins=[p for p in found.pins
+                                            if (canonicalize_name(p.name), p.version) not in have])

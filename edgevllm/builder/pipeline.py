@@ -64,7 +64,7 @@ def _build(spec: BuildSpec, out: Path, engine: DockerEngine, lock_path: Path | N
     if record.compiles:
         console.step(f"toolchain: {job.eff.toolchain} ({job.eff.toolchain_reason})")
     if spec.aot:
-        console.step(f"flashinfer aot: {aot_road(job.eff.platform, builder)}")
+        console.step(f"flashinfer aot: {aot_road(job.eff, builder)}")
     if record.kernels == "release" and not (spec.mode or spec.vllm_wheel):
         console.info(stock_kernel_note(job.eff))  # chosen for the builder: what it costs
     check_build_bases(job.eff, engine, builder.arch, reusable)  # before the closure is fetched

@@ -19,6 +19,7 @@ from jinja2 import FileSystemLoader, StrictUndefined
 from jinja2.sandbox import SandboxedEnvironment
 
 from edgevllm import __version__
+from edgevllm.builder.aot import cross_aot
 from edgevllm.builder.subset import template_values as subset_values
 from edgevllm.common import labels
 from edgevllm.common.paths import templates_dir
@@ -101,6 +102,19 @@ def cross_values(eff: EffectiveSpec) -> dict | None:
             "host_platform": road.wheel_platform.replace("_", "-", 1)}
 
 
+def aot_cross_values(eff: EffectiveSpec) -> dict | None:
+    """The AOT step's cross road (builder/aot.py ``cross_aot``) as the templates read it (None:
+    the step runs in the image): the target's CUDA library folder the ``aot-build`` stage links
+    against (laid out in build-env by cross_inimage.py) and the closure's FlashInfer AOT folder
+    the runtime stage copies the modules into. No module name: those are plan.json's."""
+    road = eff.cross
+    if not cross_aot(eff) or road is None:
+        return None
+    site = f"{labels.VENV}/lib/python{python_version_of(eff.python) or ''}/site-packages"
+    return {"target_lib": f"${{CUDA_HOME:-/usr/local/cuda}}/targets/{road.cuda_target_dir}/lib",
+            "aot_dir": f"{site}/flashinfer/data/aot"}
+
+
 def setuptools_cross_values(road: CrossRoad, python_version: str) -> dict[str, str]:
     """What a ``setup.py`` that builds a torch extension with the build Python's
     ``torch.utils.cpp_extension`` (DeepGEMM's, inside vLLM's build on Spark) needs on a cross
@@ -147,6 +161,7 @@ def template_values(eff: EffectiveSpec) -> dict:
         "nvcc_threads": eff.nvcc_threads,
         "flashinfer_source": eff.spec.flashinfer.source is not None,
         "aot": eff.spec.aot is not None,
+        "aot_cross": aot_cross_values(eff),
         "compile_cache_id": eff.spec.compile_cache_id or f"ccache-{eff.target.name}",
         "closure": closure_values(eff),
         "mode_vllm": mode_vllm_values(eff),

@@ -67,6 +67,7 @@ CMAKE_DEPS_MOUNT = "/src/deps"   # the "cmake-deps" context: what vLLM's CMake w
 CMAKE_DEPS_ENV = "edgevllm-deps.env"  # in that context: the *_SRC_DIR overrides, sourced
 MODS_MOUNT = "/edgevllm-mods"
 AOT_MOUNT = "/edgevllm-aot"
+AOT_OUT = "/edgevllm-aot-out"      # the cross road's aot-build stage: its modules and record
 TUNE_MOUNT = "/edgevllm-tune"
 SERVE_MOUNT = "/edgevllm-serve"
 # A cross compile (builder/cross.py): the staged toolchain while a step runs, the closure's venv
@@ -120,7 +121,7 @@ def template_values() -> dict[str, dict[str, str]]:
                    "mods_selected": MODS_SELECTED, "mode": MODE},
         "paths": {"home": HOME, "constraints": CONSTRAINTS, "mods_record": MODS_RECORD,
                   "venv": VENV, "wheels_mount": WHEELS_MOUNT, "mods_mount": MODS_MOUNT,
-                  "aot_mount": AOT_MOUNT, "aot_record": AOT_RECORD,
+                  "aot_mount": AOT_MOUNT, "aot_record": AOT_RECORD, "aot_out": AOT_OUT,
                   "wheelhouse_mount": WHEELHOUSE_MOUNT, "cmake_deps_mount": CMAKE_DEPS_MOUNT,
                   "cmake_deps_env": CMAKE_DEPS_ENV, "ccache_remote": CCACHE_REMOTE_SECRET,
                   "ccache_stats": CCACHE_STATS_MARKER, "cross_mount": CROSS_MOUNT,

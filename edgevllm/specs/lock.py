@@ -218,6 +218,9 @@ class Lock(_Model):
     # compile/precompiled: the tree's build requirements (pinned like the closure, build stages
     # only); precompiled: the release whose kernels were reused.
     build_closure: Optional[ClosureLock] = None
+    # compile with --aot on the cross road: FlashInfer for the build platform (builder/cross.py
+    # cross_aot_tools), installed in the aot-build stage only.
+    aot_closure: Optional[ClosureLock] = None
     kernels_from: Optional[KernelsFromLock] = None
     # compile: the shared compile cache the compile used (--compile-cache), its password
     # redacted. Not hashed: a cache only speeds a compile, it never changes the image.
@@ -258,7 +261,7 @@ def canonical_json(lock: Lock) -> str:
     data = lock.model_dump(mode="json", exclude=_UNHASHED)
     if data.get("closure") is None and data.get("mode") == LEGACY_MODE:
         del data["closure"], data["mode"]  # locks made before they recorded a mode or a closure
-    for key in ("build_closure", "kernels_from"):  # absent where a mode has none
+    for key in ("build_closure", "aot_closure", "kernels_from"):  # absent where none
         if data.get(key) is None:
             data.pop(key, None)
     for key in ("cmake_deps", "kernel_plan"):  # locks of trees without them hash as before

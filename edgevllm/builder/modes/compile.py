@@ -30,9 +30,12 @@ from typing import TYPE_CHECKING, Callable
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from edgevllm.builder.aot import cross_aot
 from edgevllm.builder.cross import (
+    AOT_TOOLS,
     CROSS_CONTEXT,
     check_target_side,
+    cross_aot_tools,
     cross_build_tools,
     stage_cross,
 )
@@ -116,16 +119,20 @@ def prepare_over(job: Job, tree: PreparedTree, staged: StagedMods,
     if not tree.fetched:
         return PreparedBuild(eff=eff, dockerfile=dockerfile, stages=mode_record(name).stages,
                              contexts=named_contexts(job, then(tree, job),
-                                                     UNFETCHED | cross.contexts
+                                                     unfetched(eff) | cross.contexts
                                                      | partial.contexts),
                              lock=None, build_args=build_args, compiles=True,
                              compile_units=units)
     closure = compile_closure(eff, tree.layout, job.locked, staged.pip_packages)
     tools = compile_build_tools(eff, tree.layout, closure, job.locked)
+    aot_tools = compile_aot_tools(eff, closure, tools, job.locked)
     tree = then(tree, job)
     folders = {"wheelhouse": prepare_wheelhouse(eff, closure, job.ws, over=exported(eff)),
                "build-tools": prepare_wheelhouse(eff, tools, job.ws)}
-    lock = make_lock(eff, tree, staged.versions, build_args, engine_of(job), (closure, tools))
+    if aot_tools is not None:
+        folders[AOT_TOOLS] = prepare_wheelhouse(eff, aot_tools, job.ws)
+    lock = make_lock(eff, tree, staged.versions, build_args, engine_of(job), (closure, tools),
+                     aot_tools)
     key = compile_key(dockerfile, tree.key_inputs() | {"closure": pins_key(closure),
                                                        "build-tools": pins_key(tools)}
                       | cross.key_inputs | partial.key_inputs, build_args, lock.base_images)
@@ -179,6 +186,25 @@ def compile_build_tools(eff: EffectiveSpec, layout: BuildLayout, closure: Closur
     check_target_side(eff, closure, layout)
     tools = from_lock(locked, "build_closure") if same else None
     return tools or cross_build_tools(eff, build_requires(layout), closure, layout)
+
+
+def compile_aot_tools(eff: EffectiveSpec, closure: Closure, tools: Closure,
+                      locked: Lock | None) -> Closure | None:
+    """--aot on the cross road (builder/aot.py ``cross_aot``): the build Python's FlashInfer
+    (``cross.cross_aot_tools``), from a lock made on the same road where it records them."""
+    if not cross_aot(eff):
+        return None
+    same = locked is not None and locked.settings.get("toolchain", "native") == eff.toolchain
+    return (from_lock(locked, "aot_closure") if same else None) or cross_aot_tools(
+        eff, closure, tools)
+
+
+def unfetched(eff: EffectiveSpec) -> dict[str, str]:
+    """The placeholders ``inv render`` shows for the folders a build would download."""
+    if not cross_aot(eff):
+        return UNFETCHED
+    return UNFETCHED | {AOT_TOOLS: "<FlashInfer for the build platform (--aot on the cross "
+                                   "road), pinned by sha256>"}
 
 
 def exported(eff: EffectiveSpec) -> tuple[str, ...]:
@@ -258,9 +284,9 @@ def unresolvable(reason: str, layout: BuildLayout, inputs: dict) -> str:
 
 def make_lock(eff: EffectiveSpec, tree: PreparedTree, mod_versions: list[dict],
               build_args: dict[str, str], engine: DockerEngine,
-              closures: tuple[Closure, Closure]) -> Lock:
-    """The closure's lock with the tree, its kernel plan and CMake deps, the toolchain and the
-    build tools: built once here and not changed after."""
+              closures: tuple[Closure, Closure], aot_tools: Closure | None = None) -> Lock:
+    """The closure's lock with the tree, its kernel plan and CMake deps, the toolchain, the
+    build tools (and --aot's on the cross road): built once here and not changed after."""
     closure, tools = closures
     mods = [ModLock(**m) for m in mod_versions] + tree.patch_locks()
     return base_lock(
@@ -274,6 +300,7 @@ def make_lock(eff: EffectiveSpec, tree: PreparedTree, mod_versions: list[dict],
         cmake_deps=tree.cmake_deps,
         kernel_plan=tree.plan_summary(),
         build_closure=ClosureLock(**tools.to_dict()),
+        aot_closure=ClosureLock(**aot_tools.to_dict()) if aot_tools is not None else None,
         compile_cache=url_without_password(eff.spec.compile_cache)
         if eff.spec.compile_cache else None,
     )
