@@ -1,13 +1,15 @@
-"""``edgevllm build --target spark --compile --extensions cumem_allocator,spinloop,fs_io_C`` of
-the real vLLM 0.33.0 tree on the cross road, through the real CLI: the tree's own setup.py and
-CMake on this x86_64 host for linux/arm64 (sm_121a), no emulation of the compile.
+"""``edgevllm build --target spark --compile --extensions cumem_allocator,spinloop,fs_io_C --aot
+tiny-llama.json`` of the real vLLM 0.33.0 tree on the cross road, through the real CLI: the
+tree's own setup.py and CMake on this x86_64 host for linux/arm64 (sm_121a), no emulation of the
+compile.
 
 The tree is PyPI's 0.33.0 sdist as a git upstream (tag v0.33.0), as test_cross_real_tree_e2e.py
-makes it. One file differs from the sdist: ``requirements/cuda.txt`` names torch only, so the
-runtime closure is torch 2.14.0 and the CUDA wheels it brings (aarch64, installed under qemu)
-instead of vLLM's 200 wheels (4.3 GB more, and half an hour of qemu); the CMakeLists and setup.py
-are the release's. The build requirements are the tree's own (x86_64, with torch 2.14.0 for the
-build Python), from the same wheelhouse as the real-vLLM tests (``EDGEVLLM_CACHE``).
+makes it. One file differs from the sdist: ``requirements/cuda.txt`` names torch and FlashInfer
+only, so the runtime closure is torch 2.14.0, FlashInfer 0.7.2.post1 and what they bring
+(aarch64, installed under qemu) instead of vLLM's 200 wheels (4.3 GB more, and half an hour of
+qemu); the CMakeLists and setup.py are the release's. The build requirements are the tree's own
+(x86_64, with torch 2.14.0 for the build Python), from the same wheelhouse as the real-vLLM tests
+(``EDGEVLLM_CACHE``).
 
 The subset is the build's own mechanism (builder/subset.py): setup.py builds every extension's
 CMake target in one ``cmake --build``; the ``cmake`` first on PATH in the compile step keeps the
@@ -23,11 +25,19 @@ stub (``cross_inimage.driver_stub``: every driver function of cuda.h, answering
 CUDA_ERROR_STUB_LIBRARY) stands in for it; probe level 1 itself reports it as "needs the GPU
 driver (expected off-device)".
 
+With ``--aot`` (the shipped tiny Llama config: the FA2 batch-prefill module and the sampler) the
+AOT step takes the cross road too (builder/aot.py ``cross_aot``): FlashInfer's JIT in the
+``aot-build`` stage on this x86_64 host (the build Python's FlashInfer from the ``aot-tools``
+context), the modules copied into the image's ``flashinfer/data/aot``.
+
 Checks: the build passes its own checks (verify, probe level 1); every ELF in the wheel is
 aarch64, the wheel's tag the road's; the wheel holds exactly the three extensions; the lock names
 the subset, the toolchain and the stand-ins; the image's label says partial; the linux/arm64
-image (qemu) loads the three extensions as probe level 1 loads a wheel's. Images it made are
-removed at the end.
+image (qemu) loads the three extensions as probe level 1 loads a wheel's. The AOT modules: the
+preflight names the cross road, the summary and label give each module as aarch64 with its
+sha256, each module in the image is an aarch64 ELF with sm_121a SASS only (verify's scan), and
+the linux/arm64 image loads both through FlashInfer's own load path with FLASHINFER_DISABLE_JIT=1
+(nothing compiled, the JIT cache empty). Images it made are removed at the end.
 """
 # Named to run after tests/e2e/test_real_vllm_e2e.py: the suite's order keeps that module's warm
 # real-closure entry in BuildKit's bounded cache (.ci/run) before this module's cold ~11 GB build.
@@ -52,6 +62,8 @@ PYTHON = "3.13"
 EXTENSIONS = ["cumem_allocator", "spinloop", "fs_io_C"]
 REPO = "edgevllm-test/e2e-cross-real-subset"
 AARCH64 = 183   # ELF e_machine
+FLASHINFER = "0.7.2.post1"   # the spark target's pin
+TINY = Path(__file__).resolve().parents[1] / "fixtures" / "model-configs" / "tiny-llama.json"
 
 
 @pytest.fixture(scope="module")
@@ -67,8 +79,8 @@ def tree_upstream(tmp_path_factory):
         extract_all(tar, root / "src")
     tree = root / "src" / f"vllm-{VLLM}"
     (tree / "requirements" / "cuda.txt").write_text(
-        "# edgevllm e2e: the runtime closure narrowed to torch (the CMake and setup.py are the "
-        "release's)\ntorch==2.14.0\n")
+        "# edgevllm e2e: the runtime closure narrowed to torch and FlashInfer (the CMake and "
+        f"setup.py are the release's)\ntorch==2.14.0\nflashinfer-python=={FLASHINFER}\n")
     upstream = make_upstream_repo(root, tree)
     git(upstream.path, "tag", "-d", "v0.1.0")
     git(upstream.path, "tag", f"v{VLLM}", upstream.shas["c1"])
@@ -105,7 +117,7 @@ def subset_build(engine, cli, tree_upstream, standins, tmp_path_factory):
                       images={"build": build_image, "runtime": runtime_image},
                       bytecode_image=build_image, python=f"python{PYTHON}", apt_packages=[],
                       torch={"version": "2.14.0", "index_url": None},   # PyPI's cu130 build
-                      packages={"flashinfer-python": None, "nvidia-cutlass-dsl": None},
+                      packages={"nvidia-cutlass-dsl": None},
                       mods=[], max_jobs=2, image_repo=REPO,
                       # vLLM's own Python dependencies are not in the narrowed closure, so
                       # `import vllm` cannot pass; probe level 1 still loads every library of
@@ -116,7 +128,7 @@ def subset_build(engine, cli, tree_upstream, standins, tmp_path_factory):
     try:
         code, stdout, stderr = cli(
             "build", "--spec", str(spec), "--compile", "--extensions", ",".join(EXTENSIONS),
-            *deps, "--out", str(out), "--json", str(out / "result.json"),
+            "--aot", str(TINY), *deps, "--out", str(out), "--json", str(out / "result.json"),
             env={"EDGEVLLM_CACHE": str(test_cache_dir("edgevllm-cache"))}, timeout=5400)
         assert code == 0, stdout[-6000:] + stderr[-4000:]
         result = json.loads((out / "result.json").read_text())
@@ -126,6 +138,26 @@ def subset_build(engine, cli, tree_upstream, standins, tmp_path_factory):
         listed = engine.run_cli(["images", "--format", "{{.Repository}}:{{.Tag}}", REPO])
         for tag in listed.stdout.decode().split():
             engine.remove_image(tag)
+
+
+def driver_stub(engine, tmp_path: Path) -> Path:
+    """A folder with the road's libcuda.so.1 stand-in (``cross_inimage.driver_stub``, built with
+    the cross compiler in the cross base): the driver the extensions and modules ask for."""
+    from edgevllm.containers.docker import RunOptions
+    from support.images import cross_cuda_image
+
+    here = Path(__file__).resolve().parents[2] / "edgevllm"
+    stub = tmp_path / "stub"
+    stub.mkdir()
+    made = engine.run(RunOptions(
+        image=cross_cuda_image(engine), remove=True,
+        command=["python3", "-c", "import sys; from pathlib import Path; sys.path.insert(0, "
+                 "'/b'); from cross_inimage import driver_stub; driver_stub(Path('/out'), "
+                 "'aarch64-linux-gnu-g++', Path('/usr/local/cuda/include'))"],
+        volumes=[f"{here / 'builder'}:/b:ro", f"{stub}:/out"]), timeout=600)
+    assert made.returncode == 0, made.stderr.decode()[-2000:]
+    shutil.copyfile(stub / "stubs" / "libcuda.so", stub / "libcuda.so.1")
+    return stub
 
 
 def elf_machine(data: bytes) -> int:
@@ -184,21 +216,9 @@ def test_the_arm64_image_loads_the_extensions_as_probe_level_1_does(subset_build
                                                                     tmp_path):
     """probe/inimage_check.py's own ``extension_facts`` in the image, with the road's driver
     stub for libcuda.so.1 (built with the cross compiler in the cross base)."""
-    from edgevllm.containers.docker import RunOptions
-    from support.images import cross_cuda_image
-
     result, _ = subset_build
     here = Path(__file__).resolve().parents[2] / "edgevllm"
-    stub = tmp_path / "stub"
-    stub.mkdir()
-    made = engine.run(RunOptions(
-        image=cross_cuda_image(engine), remove=True,
-        command=["python3", "-c", "import sys; from pathlib import Path; sys.path.insert(0, "
-                 "'/b'); from cross_inimage import driver_stub; driver_stub(Path('/out'), "
-                 "'aarch64-linux-gnu-g++', Path('/usr/local/cuda/include'))"],
-        volumes=[f"{here / 'builder'}:/b:ro", f"{stub}:/out"]), timeout=600)
-    assert made.returncode == 0, made.stderr.decode()[-2000:]
-    shutil.copyfile(stub / "stubs" / "libcuda.so", stub / "libcuda.so.1")
+    stub = driver_stub(engine, tmp_path)
     load = ("import json, sys; sys.path.insert(0, '/probe'); import inimage_check as c; "
             "print(json.dumps(c.extension_facts('vllm', 900)))")
     loaded = engine.run_cli(["run", "--rm", "--platform", "linux/arm64", "--entrypoint",
@@ -210,3 +230,84 @@ def test_the_arm64_image_loads_the_extensions_as_probe_level_1_does(subset_build
     items = {Path(i["path"]).name.split(".")[0]: i for i in facts["items"]}
     assert sorted(items) == sorted(EXTENSIONS), facts
     assert all(i["ok"] and i["kind"] == "extension" for i in items.values()), facts
+
+
+def test_the_aot_step_took_the_cross_road_and_its_record_says_aarch64(subset_build, engine):
+    from edgevllm.common import labels
+
+    result, output = subset_build
+    assert "flashinfer aot: cross: on this amd64 builder's own platform" in output
+    summary = result["aot"]
+    assert summary["arch_list"] == "12.1a" and summary["flashinfer"] == FLASHINFER
+    assert [m["machine"] for m in summary["modules"]] == ["aarch64", "aarch64"]
+    assert any("cross-built with aarch64-linux-gnu-g++" in n for n in summary["notes"])
+    image_labels = engine.image_inspect(result["image"])["Config"]["Labels"]
+    assert json.loads(image_labels[labels.AOT])["modules"] == summary["modules"]
+
+
+@pytest.fixture(scope="module")
+def aot_modules(subset_build, engine, tmp_path_factory):
+    """The image's FlashInfer AOT folder, copied out (docker create + docker cp)."""
+    result, _ = subset_build
+    folder = f"/opt/venv/lib/python{PYTHON}/site-packages/flashinfer/data/aot"
+    out = tmp_path_factory.mktemp("aot-out")
+    made = engine.run_cli(["create", "--platform", "linux/arm64", result["image"]])
+    assert made.returncode == 0, made.stderr.decode()
+    box = made.stdout.decode().strip()
+    try:
+        copied = engine.run_cli(["cp", f"{box}:{folder}", str(out)])
+        assert copied.returncode == 0, copied.stderr.decode()
+    finally:
+        engine.run_cli(["rm", box])
+    return result["aot"], out / "aot"
+
+
+def test_each_aot_module_is_an_aarch64_library_with_sm_121a_code_only(aot_modules):
+    import hashlib
+
+    from edgevllm.verify.api import scan_path
+
+    summary, folder = aot_modules
+    assert sorted(p.name for p in folder.iterdir()) == sorted(m["name"] for m in
+                                                               summary["modules"])
+    for module in summary["modules"]:
+        path = folder / module["name"] / f"{module['name']}.so"
+        data = path.read_bytes()
+        assert elf_machine(data) == AARCH64 and len(data) == module["bytes"], path
+        assert hashlib.sha256(data).hexdigest() == module["sha256"]
+        [report] = scan_path(path)
+        assert report.arches("sass") == ["sm_121a"], (module["name"], report.arches("sass"))
+
+
+LOAD = """
+import json, os
+import torch
+from flashinfer.jit import env
+from flashinfer.prefill import get_batch_prefill_module
+from flashinfer.sampling import get_sampling_module
+prefill = get_batch_prefill_module("fa2", torch.bfloat16, torch.bfloat16, torch.bfloat16,
+                                   torch.int32, 64, 64, 0, False, False, False)
+sampling = get_sampling_module()
+jit_cache = [f for _, _, files in os.walk(env.FLASHINFER_CACHE_DIR) for f in files
+             if f.endswith(".so")]
+print(json.dumps({"prefill": [callable(prefill.plan), callable(prefill.paged_run),
+                              callable(prefill.ragged_run)],
+                  "sampling": callable(sampling.top_k_top_p_sampling_from_probs),
+                  "jit_cache": jit_cache, "aot": sorted(os.listdir(env.FLASHINFER_AOT_DIR))}))
+"""
+
+
+def test_the_arm64_image_loads_the_aot_modules_without_the_jit(subset_build, engine, tmp_path):
+    """FlashInfer's own load path in the linux/arm64 image (qemu), its JIT disabled: a module
+    it had to compile would fail the load. The road's driver stub stands in for libcuda.so.1."""
+    result, _ = subset_build
+    stub = driver_stub(engine, tmp_path)
+    loaded = engine.run_cli(["run", "--rm", "--platform", "linux/arm64", "--network", "none",
+                             "--entrypoint", "python3", "-e", "LD_LIBRARY_PATH=/stub",
+                             "-e", "FLASHINFER_DISABLE_JIT=1", "-v", f"{stub}:/stub:ro",
+                             result["image"], "-c", LOAD], timeout=1800)
+    assert loaded.returncode == 0, loaded.stderr.decode()[-4000:]
+    found = json.loads(loaded.stdout.decode().strip().splitlines()[-1])
+    assert found["prefill"] == [True, True, True] and found["sampling"] is True
+    assert found["jit_cache"] == []
+    assert found["aot"] == sorted(m["name"] for m in result["aot"]["modules"])
