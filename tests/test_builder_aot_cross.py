@@ -170,3 +170,20 @@ def test_the_lock_keeps_the_aot_tools_and_hashes_as_before_without_them():
     assert "aot_closure" not in canonical_json(plain)
     assert canonical_json(plain) != canonical_json(with_tools)
     assert Lock.model_validate_json(with_tools.model_dump_json()).aot_closure == tools
+
+
+def test_render_names_the_aot_tools_context_only_on_the_cross_road(tmp_path):
+    """``inv render`` of a compile with --aot on this machine: an x86_64 host cross-compiles a
+    linux/arm64 image, so the plan names the aot-tools context; an arm64 host builds natively."""
+    import json
+
+    from edgevllm.builder.renderout import render_to
+    from edgevllm.containers.host import host_arch
+
+    render_to(load_spec("spark", overrides={"mode": "compile", "aot": str(TINY)}), tmp_path / "r")
+    plan = json.loads((tmp_path / "r" / "build-plan.json").read_text())
+    assert "edgevllm-aot" in plan["contexts"]
+    assert ("aot-tools" in plan["contexts"]) == (host_arch() == "amd64")
+    render_to(load_spec("spark", overrides={"mode": "compile"}), tmp_path / "p")
+    plain = json.loads((tmp_path / "p" / "build-plan.json").read_text())
+    assert "aot-tools" not in plain["contexts"]
