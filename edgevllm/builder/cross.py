@@ -109,11 +109,11 @@ def torch_set(torch: str, platform: str, version: str, closure: Closure) -> set[
     return {p.name for p in alone.pins} - {"torch"}
 
 
-
 def cross_aot_tools(eff: EffectiveSpec, closure: Closure, tools: Closure) -> Closure:
     """``--aot`` on the cross road: the closure's FlashInfer for the builder's platform with
-    what ``import flashinfer`` needs there, at the closure's versions (torch at its own, as the
-    build tools have it); the build tools' pins left out (build-env has them installed)."""
+    what ``import flashinfer`` needs there, at the build tools' versions, else the closure's
+    (torch at its own, as the build tools have it); what the build tools hold left out: build-env
+    has it installed, and the stage installs with --no-deps (torch's setuptools stays theirs)."""
     road, platform, version = build_side(eff)
     flashinfer = closure.pin(FLASHINFER)
     if flashinfer is None:
@@ -128,9 +128,12 @@ def cross_aot_tools(eff: EffectiveSpec, closure: Closure, tools: Closure) -> Clo
         own = torch_set(wanted[-1], platform, version, closure)
     console.step(f"flashinfer aot: its build Python's tools for {road.build_platform}: "
                  f"{', '.join(wanted)}")
-    overrides = [f"{p.name}=={p.version}" for p in closure.pins if p.name not in own]
+    # the build tools' versions over the closure's: what build-env installed stays as it is
+    pinned = {canonicalize_name(p.name): p.version for p in closure.pins if p.name not in own}
+    pinned |= {canonicalize_name(p.name): p.version for p in tools.pins if p.name not in own}
     found = resolve_closure(wanted, platform=platform, python_version=version,
-                            overrides=overrides, indexes=list(closure.indexes))
-    have = {(canonicalize_name(p.name), p.version) for p in tools.pins}
+                            overrides=[f"{n}=={v}" for n, v in sorted(pinned.items())],
+                            indexes=list(closure.indexes))
+    have = {canonicalize_name(p.name) for p in tools.pins}
     return dataclasses.replace(found, pins=[p for p in found.pins
-                                            if (canonicalize_name(p.name), p.version) not in have])
+                                            if canonicalize_name(p.name) not in have])
