@@ -90,8 +90,10 @@ def test_preflight_says_where_the_aot_step_runs_and_why_not_cross():
     native = eff_of()
     assert "native" in aot_road(native, Builder("arm64"))
     assert "native" in aot_road(native, None)
+    road = eff_of().cross
+    assert road is not None
     cross = aot_road(eff_of(), Builder("amd64"))
-    assert cross.startswith("cross: on this amd64 builder's own platform (linux/amd64")
+    assert cross.startswith(f"cross: on this amd64 builder's own platform ({road.build_platform}")
     assert "aarch64-linux-gnu-g++ for linux/arm64" in cross and "\n" not in cross
     emulated = aot_road(eff_of(toolchain="emulated"), Builder("amd64"))
     assert "under emulation (linux/arm64 on this amd64 builder" in emulated
