@@ -2,8 +2,9 @@
 for the target's CUDA folder, the refusals, the machine each module is built for; and the AOT
 road preflight names (builder/aot.py ``aot_road``, ``cross_aot``); the ``aot-build`` stage a
 compile on the cross road renders, the runtime stage's COPY of its modules and record, the
-compile key it leaves alone, the aot-tools' refusal and lock field. The road end to end,
-cross-compiled here and loaded in a linux/arm64 container: tests/e2e/test_aot_cross_e2e.py."""
+compile key it leaves alone, the aot-tools' refusal and lock field. The road end to end, through
+inv build, cross-compiled here and loaded in the linux/arm64 image:
+tests/e2e/test_subset_real_tree_build_e2e.py."""
 
 from __future__ import annotations
 
