@@ -299,12 +299,13 @@ def test_prebuilt_installs_every_pinned_package_even_one_vllm_does_not_ask_for()
 
 
 def test_probe_judges_flashinfers_jit_toolchain():
+    from edgevllm.common.labels import EXTENSIONS
     from edgevllm.probe.level1 import judge_jit
-    from edgevllm.probe.result import FAIL, PASS, ProbeResult
+    from edgevllm.probe.result import FAIL, PASS, WARN, ProbeResult
 
-    def verdict(jit):
+    def verdict(jit, image_labels=None):
         result = ProbeResult(image="i", target="spark", level=1)
-        judge_jit(result, {"jit": jit} if jit is not None else {})
+        judge_jit(result, {"jit": jit} if jit is not None else {}, image_labels or {})
         return [(c.status, c.message) for c in result.checks]
 
     assert verdict(None) == []
@@ -315,3 +316,10 @@ def test_probe_judges_flashinfers_jit_toolchain():
     assert status == FAIL and "nvcc" in message and "nvidia-cuda-nvcc" in message
     status, message = verdict({**ok, "compiled": False, "error": "unsupported gpu"})[0]
     assert status == FAIL and "sm_121a" in message and "unsupported gpu" in message
+    # a partial kernel build says it cannot serve: the same findings warn
+    partial = {EXTENSIONS: '{"partial":true,"extensions":["spinloop"],"serves":false}'}
+    status, message = verdict({**ok, "nvcc": None}, partial)[0]
+    assert status == WARN and "nvidia-cuda-nvcc" in message and "cannot serve" in message
+    whole = {EXTENSIONS: '{"partial":false,"left_out":["_vllm_fa3_C"],"serves":true}'}
+    assert verdict({**ok, "nvcc": None}, whole)[0][0] == FAIL
+    assert verdict({**ok, "nvcc": None}, {EXTENSIONS: "not json"})[0][0] == FAIL

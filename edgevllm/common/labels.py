@@ -114,6 +114,17 @@ def label_record(image_labels: dict[str, str] | None, key: str) -> object | None
         return None
 
 
+def serves(image_labels: dict[str, str] | None) -> bool:
+    """False only for an image whose extensions label says it cannot serve a model (a partial
+    kernel build: builder/subset.py writes the label)."""
+    text = (image_labels or {}).get(EXTENSIONS)
+    try:
+        record = load_json(text, EXTENSIONS, ConfigError) if text else None
+    except ConfigError:
+        return True
+    return not (isinstance(record, dict) and record.get("serves") is False)
+
+
 def template_values() -> dict[str, dict[str, str]]:
     """What the Dockerfile template reads as ``labels.*`` and ``paths.*``."""
     return {

@@ -262,19 +262,24 @@ def judge_env(result: ProbeResult, facts: dict, expected_env: dict[str, str]) ->
         result.add("runtime-env", PASS, f"{len(expected_env)} variables as the target sets")
 
 
-def judge_jit(result: ProbeResult, facts: dict) -> None:
+def judge_jit(result: ProbeResult, facts: dict, image_labels: dict[str, str]) -> None:
     """FlashInfer compiles kernels at run time (no flashinfer-cubin for these devices): nvcc,
-    a host compiler and ninja must be there, and nvcc must build for the target."""
+    a host compiler and ninja must be there, and nvcc must build for the target. An image that
+    cannot serve a model (a partial kernel build, its label says so) is only warned."""
     jit = facts.get("jit")
     if jit is None:
         return
+    level = FAIL if labels.serves(image_labels) else WARN
+    why = "" if level == FAIL else (" (a partial kernel build that cannot serve a model: "
+                                    "not a failure)")
     missing = [name for name in ("nvcc", "cxx", "ninja") if not jit.get(name)]
     if missing:
-        result.add("flashinfer-jit", FAIL, f"FlashInfer's JIT lacks {', '.join(missing)}: give "
-                   "the image CUDA_HOME with nvcc (the nvidia-cuda-nvcc wheel), g++ and ninja")
+        result.add("flashinfer-jit", level, f"FlashInfer's JIT lacks {', '.join(missing)}: give "
+                   "the image CUDA_HOME with nvcc (the nvidia-cuda-nvcc wheel), g++ and ninja"
+                   + why)
     elif not jit.get("compiled"):
-        result.add("flashinfer-jit", FAIL, f"{jit['nvcc']} cannot build for {jit.get('arch')}: "
-                   f"{jit.get('error')}")
+        result.add("flashinfer-jit", level, f"{jit['nvcc']} cannot build for {jit.get('arch')}: "
+                   f"{jit.get('error')}" + why)
     else:
         result.add("flashinfer-jit", PASS, f"{jit['nvcc']} builds {jit['arch']} (ninja "
                    f"{jit['ninja']}, TRITON_PTXAS_PATH {jit.get('triton_ptxas') or 'unset'})")
@@ -451,5 +456,5 @@ def judge_all(result: ProbeResult, facts: dict, need: set[str], target: ProbeTar
     judge_mods(result, facts, labels)
     judge_env(result, facts, target.runtime_env)
     judge_lock(result, facts)
-    judge_jit(result, facts)
+    judge_jit(result, facts, labels)
     judge_first_start(result, facts, first_start or recorded_first_start(labels))
