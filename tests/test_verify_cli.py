@@ -158,7 +158,7 @@ def test_disagreement_is_described():
 def test_an_image_of_stock_kernels_is_judged_by_the_stock_gate(engine, tmp_path, mode, stock):
     """`inv verify --image` uses the gate the image's build used: its lock label says whether
     the kernels are a release's (prebuilt, precompiled) or compiled for the target."""
-    from edgevllm.cli.verify import _policy_for_image
+    from edgevllm.cli.verify import _image_lock, _plan_for_image, _policy_for_image
     from edgevllm.common.labels import LOCK
     from edgevllm.containers.docker import BuildOptions
     from edgevllm.verify.policy import STOCK_POLICY
@@ -167,7 +167,11 @@ def test_an_image_of_stock_kernels_is_judged_by_the_stock_gate(engine, tmp_path,
     tag = f"edgevllm-test/verify-mode:{mode}"
     lines: list[str] = []
     options = BuildOptions(context=tmp_path, dockerfile=tmp_path / "Dockerfile", tags=[tag],
-                           labels={LOCK: json.dumps({"mode": mode})})
+                           labels={LOCK: json.dumps({"mode": mode, "kernel_plan": {
+                               "extensions": {"_moe_C": {"arches": ["12.1a", "8.0+PTX"]}}}})})
     assert engine.build(options, lines.append) == 0, "\n".join(lines[-20:])
-    assert (_policy_for_image(tag, engine) == STOCK_POLICY) is stock
-    assert _policy_for_image("edgevllm-test/verify-mode:absent", engine) is None
+    lock = _image_lock(tag, engine)
+    assert (_policy_for_image(lock) == STOCK_POLICY) is stock
+    assert _plan_for_image(lock) == {"_moe_C": ["12.1a", "8.0+PTX"]}
+    assert _image_lock("edgevllm-test/verify-mode:absent", engine) == {}
+    assert _policy_for_image({}) is None and _plan_for_image({}) is None

@@ -66,6 +66,25 @@ def test_every_unit_fails_on_one_short_unit_and_names_its_kernel(tmp_path):
     assert level_cell(lib) == "native (1/2; 1 sm_90-only: other)"
 
 
+def test_units_the_kernel_plan_builds_as_ptx_pass_as_planned(tmp_path):
+    """A compile's own 8.0+PTX units (vLLM's Marlin kernels on a 12.1a build) pass the
+    every-unit gate when the plan says so, counted apart; without the plan, or with a plan
+    that names other PTX, they fail it."""
+    from support.cuda_libs import planned_ptx_lib
+
+    lib_path = tmp_path / "site-packages" / "vllm" / "_moe_C_stable_libtorch.abi3.so"
+    lib_path.parent.mkdir(parents=True)
+    shutil.copyfile(planned_ptx_lib(), lib_path)
+    (lib,) = verify("spark", path=tmp_path,
+                    planned={"_moe_C_stable_libtorch": ["12.1a", "8.0+PTX"]}).libraries
+    assert (lib.mode, lib.passed, lib.as_planned) == ("every-unit", True, 1)
+    assert lib.to_json()["ptx_as_planned"] == 1
+    for planned in (None, {"_moe_C_stable_libtorch": ["12.1a", "8.0"]},
+                    {"_C_stable_libtorch": ["8.0+PTX"]}, {"_moe_C_stable_libtorch": "8.0+PTX"}):
+        (lib,) = verify("spark", path=tmp_path, planned=planned).libraries
+        assert (lib.passed, lib.as_planned, lib.reason) == (False, 0, "1/2 units below native")
+
+
 def test_coverage_lists_the_short_unit_and_passes(tmp_path):
     root = _tree(tmp_path, {"torch/lib/libtorch_cuda.so": "mixed_tu"})
     (lib,) = verify("thor", path=root).libraries

@@ -153,12 +153,13 @@ def print_mods(record: dict | None) -> None:
 
 def run_checks(
     eff: EffectiveSpec, engine: DockerEngine, image: str, ws: Workspace,
-    timings: dict[str, float] | None = None,
+    timings: dict[str, float] | None = None, planned: dict[str, list[str]] | None = None,
 ) -> tuple[dict, dict, Verdict]:
     """Arch verify and probe level 1, side by side: the probe's container imports the image's
     code while verify reads its layers on the host; raises (leaving only the unverified tag)
     when either fails. The verdict itself comes back too: the plan is compared with it in
-    memory. ``timings``: the seconds of each check are added to it."""
+    memory. ``timings``: the seconds of each check are added to it. ``planned``: the compile's
+    kernel plan by extension (its ``+PTX`` units pass the gate as planned)."""
     import time
 
     from edgevllm.probe.level1 import Level1Run
@@ -172,7 +173,8 @@ def run_checks(
                         runtime_env=eff.env)
     try:
         verdict = arch_verify(eff.target.name, image=image, engine=engine,
-                              json_out=ws.root / "verify.json", policy=mode_policy(eff.mode))
+                              json_out=ws.root / "verify.json", policy=mode_policy(eff.mode),
+                              planned=planned)
     except BaseException:
         pending.cancel()
         raise
@@ -202,10 +204,10 @@ def run_checks(
 
 def checks_or_skip(
     eff: EffectiveSpec, engine: DockerEngine, image: str, ws: Workspace,
-    timings: dict[str, float] | None = None,
+    timings: dict[str, float] | None = None, planned: dict[str, list[str]] | None = None,
 ) -> tuple[dict, dict, Verdict | None]:
     if eff.spec.verify:
-        return run_checks(eff, engine, image, ws, timings)
+        return run_checks(eff, engine, image, ws, timings, planned)
     console.warn("checks skipped (--no-verify); the image's labels say so")
     return {"skipped": True}, {"skipped": True}, None
 

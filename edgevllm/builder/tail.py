@@ -207,7 +207,8 @@ def check_and_tag(job: Job, build: PreparedBuild, lock: Lock, runner: BuildRunne
         record = read_mods_record(engine, candidate)
     print_mods(record)
     with clock("checks"):
-        verify, probe, verdict = checks_or_skip(eff, engine, candidate, job.ws, clock.seconds)
+        verify, probe, verdict = checks_or_skip(eff, engine, candidate, job.ws, clock.seconds,
+                                                planned_arches(lock))
     if verdict is not None and lock.kernel_plan:
         verify["plan"] = plan_against_binaries(lock, verdict)
     if verdict is not None and verdict.reading is not None:
@@ -220,11 +221,17 @@ def check_and_tag(job: Job, build: PreparedBuild, lock: Lock, runner: BuildRunne
     return record, verify, probe, image_id
 
 
+def planned_arches(lock: Lock) -> dict[str, list[str]]:
+    """The kernel plan's arches by CUDA extension (a compile's lock; empty for the others)."""
+    extensions = (lock.kernel_plan or {}).get("extensions", {})
+    return {name: list(entry.get("arches", [])) for name, entry in extensions.items()}
+
+
 def plan_against_binaries(lock: Lock, verdict: Verdict) -> list[str]:
     """ "plan: 12.1a; binary: sm_121a ✔" for each planned extension that verify scanned."""
     from edgevllm.sources.plan import compare_with_binaries
 
-    planned = {n: e["arches"] for n, e in lock.kernel_plan.get("extensions", {}).items()}
+    planned = planned_arches(lock)
     found = {lib.report.path: lib.report.arches("sass") + lib.report.arches("ptx")
              for lib in verdict.libraries}
     lines = []

@@ -59,9 +59,11 @@ def verify(c, target=None, image=None, tarball=None, path=None, json=None, cuobj
     from edgevllm.verify import verify as run_verify
 
     on = DockerEngine.named(engine)
-    policy = policy or _policy_for_image(image, on)
+    lock_of_image = _image_lock(image, on)
+    policy = policy or _policy_for_image(lock_of_image)
     verdict = run_verify(target, image=image, tarball=tarball, path=path, policy=policy,
-                         cuobjdump=cuobjdump, json_out=json, engine=on)
+                         cuobjdump=cuobjdump, json_out=json, engine=on,
+                         planned=_plan_for_image(lock_of_image))
     print_verdict(verdict)
     if not verdict.passed:
         raise ArchGateFailed(f"arch gate failed for {verdict.target}: {_why(verdict)}")
@@ -94,26 +96,52 @@ def _set_ceiling(text: str) -> None:
                           "1000000") from None
 
 
-def _policy_for_image(image: str | None, engine):
-    """The gate the image's build used (``verify.policy.mode_policy`` of the mode its lock
-    records): the stock-kernel gate where its kernels are a release's, else None (the default)."""
+def _image_lock(image: str | None, engine) -> dict:
+    """The lock the image's labels carry ({} where there is none or no image)."""
     if not image:
-        return None
-    from edgevllm.common import console
+        return {}
     from edgevllm.common.errors import EdgeVllmError
     from edgevllm.image.records import label_records
-    from edgevllm.verify.policy import mode_policy
 
     try:
         lock = label_records(image, engine.image_labels(image)).get("lock")
     except EdgeVllmError:
-        return None  # the scan itself reports a missing image
-    mode = lock.get("mode") if isinstance(lock, dict) else None
+        return {}  # the scan itself reports a missing image
+    return lock if isinstance(lock, dict) else {}
+
+
+def _policy_for_image(lock: dict):
+    """The gate the image's build used (``verify.policy.mode_policy`` of the mode its lock
+    records): the stock-kernel gate where its kernels are a release's, else None (the default)."""
+    from edgevllm.common import console
+    from edgevllm.verify.policy import mode_policy
+
+    mode = lock.get("mode")
     policy = mode_policy(mode if isinstance(mode, str) else None)
     if policy is not None:
         console.info(f"policy: the stock-kernel gate (the image's lock says mode {mode}: its "
                      "kernels are a release's); --policy picks another")
     return policy
+
+
+def _plan_for_image(lock: dict) -> dict[str, list[str]] | None:
+    """The kernel plan's arches by extension that the image's lock records (a compile's), as
+    the build's own gate judged it: its ``+PTX`` units pass as planned."""
+    plan = lock.get("kernel_plan")
+    extensions = plan.get("extensions") if isinstance(plan, dict) else None
+    if not isinstance(extensions, dict):
+        return None
+    planned = {str(name): [str(a) for a in entry.get("arches", [])]
+               for name, entry in extensions.items()
+               if isinstance(entry, dict) and isinstance(entry.get("arches"), list)}
+    with_ptx = sorted(name for name, arches in planned.items()
+                      if any(a.endswith("+PTX") for a in arches))
+    if with_ptx:
+        from edgevllm.common import console
+
+        console.info("plan: the image's lock gives PTX to " + ", ".join(with_ptx) + "; their "
+                     "PTX-only units pass as planned (they JIT at first start)")
+    return planned
 
 
 def _why(verdict) -> str:

@@ -307,13 +307,15 @@ def print_plan(plan: KernelPlan, title: str = "") -> None:
 
 
 def _expected_codes(arches: list[str]) -> set[str]:
+    """The codes nvcc emits for the plan's arches (``specs.cuda.cmake_arch_codes``)."""
+    from edgevllm.specs.cuda import ArchParseError, cmake_arch_codes
+
     codes = set()
     for arch in arches:
-        base = arch[:-4] if arch.endswith("+PTX") else arch
-        num = base.replace(".", "")
-        codes.add(f"sm_{num}")
-        if arch.endswith("+PTX"):
-            codes.add(f"compute_{num}")
+        try:
+            codes |= {code.name for code in cmake_arch_codes(arch)}
+        except ArchParseError:
+            continue
     return codes
 
 

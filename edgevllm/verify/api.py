@@ -177,8 +177,10 @@ def nothing_found_note(reports: list[LibraryReport], label: str,
 
 def verify(target: str, *, image: str | None = None, tarball: Path | str | None = None,
            path: Path | str | None = None, engine=None, policy: Path | str | None = None,
-           cuobjdump: bool = False, json_out: Path | str | None = None) -> Verdict:
-    """Scan one source and judge it for ``target`` (a target name, ``"12.1a"``, ``"sm_121a"``).
+           cuobjdump: bool = False, json_out: Path | str | None = None,
+           planned: dict[str, list[str]] | None = None) -> Verdict:
+    """Scan one source and judge it for ``target`` (a target name, ``"12.1a"``, ``"sm_121a"``);
+    ``planned``: the kernel plan's arches by extension (judge.judge), from a compile's lock.
 
     Returns the verdict whether or not it passed; writes ``json_out`` atomically when given.
     """
@@ -196,7 +198,7 @@ def verify(target: str, *, image: str | None = None, tarball: Path | str | None 
     notes = getattr(inspect, "notes", None)
     checked = bool(cuobjdump and inspect.ran_on_all(reports))
     verdict = judge(group_cubins(reports), arch, rules, source=label, target=name, notes=notes,
-                    cuobjdump_checked=checked, every_name=bool(json_out))
+                    cuobjdump_checked=checked, every_name=bool(json_out), planned=planned)
     verdict.scanned = len(reports)  # files read, before cubins were folded into groups
     verdict.reading = getattr(inspect, "reading", None)
     where = label.split(" ", 1)[1]

@@ -296,3 +296,28 @@ def nvcc_cubin(sm: str) -> Path:
             finally:
                 shutil.rmtree(work, ignore_errors=True)
     return final
+
+
+@functools.lru_cache(maxsize=None)
+def planned_ptx_lib() -> Path:
+    """Two units as a 12.1a compile of vLLM lays out Marlin: one with sm_121a SASS, one built
+    for ``8.0+PTX`` (sm_80 SASS and compute_80 PTX: it runs on a Spark through the JIT)."""
+    require_nvcc()
+    root = test_cache_dir("nvcc-libs")
+    final = root / f"planned-ptx-{_key()}" / "libplanned_ptx.so"
+    with file_lock(root / f".planned-ptx-{_key()}.lock"):
+        if not final.is_file():
+            work = Path(tempfile.mkdtemp(prefix=".planned-ptx-", dir=root))
+            try:
+                (work / "k.cu").write_text(SOURCE)
+                (work / "o.cu").write_text(OTHER_SOURCE)
+                pic = ["-Xcompiler", "-fPIC", "-c"]
+                _run([str(NVCC), *pic, *_sass("121a"), "-o", "k.o", "k.cu"], work)
+                _run([str(NVCC), *pic, "-gencode", "arch=compute_80,code=[sm_80,compute_80]",
+                      "-o", "o.o", "o.cu"], work)
+                _run([str(NVCC), "-shared", "-o", final.name, "k.o", "o.o"], work)
+                final.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(work / final.name, final)
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+    return final
