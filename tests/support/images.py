@@ -203,6 +203,15 @@ def cross_cuda_image(engine: DockerEngine) -> str:
     return cuda_image(engine, arch, debian_image(engine, arch, CROSS_SUITE, packages))
 
 
+def cross_ccache_image(engine: DockerEngine) -> str:
+    """cross_cuda_image's build base (x86_64 host) with Debian trixie's ccache (4.11: redis
+    remote storage), so a real compile on the cross road is cached unit by unit: what a
+    compile's --compile-cache and its ccache mount need in the build image."""
+    assert native_arch() == "amd64", "the cross road's ccache base is for an x86_64 builder"
+    return cuda_image(engine, "amd64",
+                      debian_image(engine, "amd64", CROSS_SUITE, CROSS_PACKAGES + ["ccache"]))
+
+
 def cross_runtime_image(engine: DockerEngine) -> str:
     """The cross road's runtime base for linux/arm64 (under qemu on an x86_64 host)."""
     return debian_image(engine, "arm64", CROSS_SUITE, CROSS_RUNTIME_PACKAGES)
