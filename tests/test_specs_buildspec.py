@@ -8,6 +8,7 @@ import pytest
 from edgevllm.builder.estimate import (
     CROSS_FACTOR,
     EMULATION_FACTOR,
+    GRAPH_FACTOR,
     UNIT_CORE_MINUTES,
     cross_compile_line,
     cross_compile_minutes,
@@ -194,7 +195,10 @@ def test_the_cross_compile_estimate_names_its_inputs_and_is_the_native_time_time
     line = cross_compile_line(78, "amd64", "linux/arm64", cores=16)
     assert "78 CUDA units" in line and f"{CROSS_FACTOR:g} (cross over native" in line
     assert "/ 16 cores" in line and "--toolchain emulated" in line
-    assert cross_compile_minutes(78, 16) == 78 * UNIT_CORE_MINUTES * CROSS_FACTOR / 16
+    assert "× 2.45 (the build graph's, measured) ≈ 191" in line
+    assert cross_compile_minutes(78, 16) == \
+        pytest.approx(78 * GRAPH_FACTOR * UNIT_CORE_MINUTES * CROSS_FACTOR / 16)
+    assert cross_compile_minutes(78, 16) <= 45   # the goal for a 16-core workstation
     assert cross_compile_minutes(78, 16) * EMULATION_FACTOR / CROSS_FACTOR == \
         pytest.approx(emulated_compile_minutes(78, 16))
 

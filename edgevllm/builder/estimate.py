@@ -13,10 +13,16 @@ import os
 # this was the closure's install under qemu over natively (494 s / 96 s, 5.1x).
 EMULATION_FACTOR = 11.0
 
-# One CUDA translation unit of vLLM (CUTLASS templates, one arch), on one native core. Not
-# measured here (the real units need the CMake dependencies from GitHub): an assumption, of the
-# order `bench/compile_slice.py` shows for the units it builds where GitHub is reachable.
-UNIT_CORE_MINUTES = 3.0
+# One CUDA translation unit of vLLM's build graph on one x86_64 core, cross-compiled: the mean
+# of the whole spark compile of vLLM 0.33.0 on a 2-core x86_64 host (`python
+# bench/whole_compile.py`; docs/build-modes.md "The whole spark compile"), rounded up.
+UNIT_CORE_MINUTES = 1.0
+
+# CUDA units the tree's build graph compiles per unit the kernel plan lists: vLLM 0.33.0's
+# configure generates the Marlin kernels, and FlashAttention 2 and the other external projects
+# bring their own (spark: 191 in the graph for the plan's 78, FlashAttention 3 left out; the same
+# run). The plan reads the CMake files, running none of the tree's code, so it cannot count them.
+GRAPH_FACTOR = 2.45
 
 
 # The cross build of one CUDA unit over its native build on the same x86_64 host (x86_64 nvcc
@@ -27,8 +33,16 @@ CROSS_FACTOR = 1.05
 
 
 def cross_compile_minutes(units: int, cores: int) -> float:
-    """Minutes for ``units`` CUDA units cross-compiled on ``cores`` native cores."""
-    return units * UNIT_CORE_MINUTES * CROSS_FACTOR / max(cores, 1)
+    """Minutes for the build graph of ``units`` listed CUDA units cross-compiled on ``cores``
+    native cores."""
+    return units * GRAPH_FACTOR * UNIT_CORE_MINUTES * CROSS_FACTOR / max(cores, 1)
+
+
+def _counted(units: int) -> str:
+    if not units:
+        return "the kernel plan's units"
+    return (f"{units} CUDA units (inv plan) × {GRAPH_FACTOR:g} (the build graph's, measured) "
+            f"≈ {round(units * GRAPH_FACTOR)}")
 
 
 def cross_compile_line(units: int, builder_arch: str, platform: str,
@@ -36,16 +50,17 @@ def cross_compile_line(units: int, builder_arch: str, platform: str,
     """What preflight prints before a cross compile: the estimate, and the other roads."""
     cores = cores or os.cpu_count() or 1
     minutes = cross_compile_minutes(units, cores)
-    counted = f"{units} CUDA units (inv plan)" if units else "the kernel plan's units"
     return (f"cross-compiling {platform} on this {builder_arch} builder at native speed: "
-            f"{counted} × ~{UNIT_CORE_MINUTES:g} core-min each × {CROSS_FACTOR:g} (cross over "
-            f"native, measured) / {cores} cores ≈ {_hours(minutes)}, FlashAttention and the "
-            "rest of the build not counted (--toolchain emulated compiles under qemu instead)")
+            f"{_counted(units)} × ~{UNIT_CORE_MINUTES:g} core-min each (measured) × "
+            f"{CROSS_FACTOR:g} (cross over native, measured) / {cores} cores ≈ "
+            f"{_hours(minutes)}, the configure, links and image not counted "
+            "(--toolchain emulated compiles under qemu instead)")
 
 
 def emulated_compile_minutes(units: int, cores: int) -> float:
-    """Minutes for ``units`` CUDA units on ``cores`` emulated cores (parallel, one unit each)."""
-    return units * UNIT_CORE_MINUTES * EMULATION_FACTOR / max(cores, 1)
+    """Minutes for the build graph of ``units`` listed CUDA units on ``cores`` emulated cores
+    (parallel, one unit each)."""
+    return units * GRAPH_FACTOR * UNIT_CORE_MINUTES * EMULATION_FACTOR / max(cores, 1)
 
 
 def emulated_compile_line(units: int, builder_arch: str, platform: str,
@@ -53,15 +68,13 @@ def emulated_compile_line(units: int, builder_arch: str, platform: str,
     """The warning preflight prints: the estimate and how to avoid it."""
     cores = cores or os.cpu_count() or 1
     minutes = emulated_compile_minutes(units, cores)
-    counted = f"{units} CUDA units (inv plan)" if units else "the kernel plan's units"
     because = f" ({why})" if why else ""
     return (f"compiling {platform} under emulation on this {builder_arch} builder{because}: "
-            f"{counted} × "
-            f"~{UNIT_CORE_MINUTES:g} core-min each × {EMULATION_FACTOR:.1f} (qemu, measured) "
-            f"/ {cores} cores ≈ {_hours(minutes)}, FlashAttention and the rest of the build "
-            "not counted; it runs because the compile was asked for (without --compile a "
-            "release builds prebuilt in minutes); --toolchain cross (the default where a "
-            "cross road goes) compiles at native speed, or build on a native builder")
+            f"{_counted(units)} × ~{UNIT_CORE_MINUTES:g} core-min each × "
+            f"{EMULATION_FACTOR:.1f} (qemu, measured) / {cores} cores ≈ {_hours(minutes)}, the "
+            "configure, links and image not counted; it runs because the compile was asked "
+            "for (without --compile a release builds prebuilt in minutes); --toolchain cross "
+            "(the default where a cross road goes) compiles at native speed, or build on a native builder")
 
 
 def _hours(minutes: float) -> str:

@@ -207,9 +207,10 @@ def cross_ccache_image(engine: DockerEngine) -> str:
     """cross_cuda_image's build base (x86_64 host) with Debian trixie's ccache (4.11: redis
     remote storage), so a real compile on the cross road is cached unit by unit: what a
     compile's --compile-cache and its ccache mount need in the build image."""
-    assert native_arch() == "amd64", "the cross road's ccache base is for an x86_64 builder"
-    return cuda_image(engine, "amd64",
-                      debian_image(engine, "amd64", CROSS_SUITE, CROSS_PACKAGES + ["ccache"]))
+    arch = native_arch()
+    assert arch == "amd64", "the cross road's ccache base is for an x86_64 builder"
+    return cuda_image(engine, arch,
+                      debian_image(engine, arch, CROSS_SUITE, CROSS_PACKAGES + ["ccache"]))
 
 
 def cross_runtime_image(engine: DockerEngine) -> str:
