@@ -201,6 +201,8 @@ def test_shared_compile_cache_is_a_secret_mount_and_keeps_the_compile_key():
     build = stage_text_of(shared, "build")
     assert "--mount=type=secret,id=ccache-remote,target=/run/secrets/ccache-remote" in build
     assert "CCACHE_REMOTE_STORAGE=\"$(cat /run/secrets/ccache-remote)\"" in build
+    # a local hit is written to the shared cache too: a warm builder fills a new shared cache
+    assert "CCACHE_RESHARE=true" in build
     assert "ccache --print-stats" in build and "ccache -z" in build
     key = compile_key(shared, {"vllm": "tree"}, {"VLLM_VERSION": "0.1.0"})
     assert key == compile_key(plain, {"vllm": "tree"}, {"VLLM_VERSION": "0.1.0"})
