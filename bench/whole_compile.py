@@ -75,8 +75,9 @@ def dep_folders(target: str, tree: Path, given: Path | None, out: Path) -> dict[
     from support.cross_real import cmake_dep_dirs
 
     plan = plan_for_target(tree, load_target(target), torch_version="2.14.0", check=False)
-    missing = [dep for dep in plan.deps if not (given and (given / dep.name).is_dir())]
-    folders = {dep.name: given / dep.name for dep in plan.deps if dep not in missing}
+    folders = {dep.name: given / dep.name for dep in plan.deps
+               if given is not None and (given / dep.name).is_dir()}
+    missing = [dep for dep in plan.deps if dep.name not in folders]
     if missing:
         pins = out / "deps" / "pins"
         if not pins.with_name("pins-standins").exists():

@@ -74,7 +74,8 @@ def emulated_compile_line(units: int, builder_arch: str, platform: str,
             f"{EMULATION_FACTOR:.1f} (qemu, measured) / {cores} cores ≈ {_hours(minutes)}, the "
             "configure, links and image not counted; it runs because the compile was asked "
             "for (without --compile a release builds prebuilt in minutes); --toolchain cross "
-            "(the default where a cross road goes) compiles at native speed, or build on a native builder")
+            "(the default where a cross road goes) compiles at native speed, or build on a "
+            "native builder")
 
 
 def _hours(minutes: float) -> str:
