@@ -31,7 +31,6 @@ import os
 import re
 import subprocess
 import sys
-import tarfile
 import threading
 import time
 from pathlib import Path
@@ -50,21 +49,12 @@ STEP = re.compile(r"^#\d+ (\d+(?:\.\d+)?)\s+\[(\d+)/(\d+)\] (Building|Linking) (
 
 def make_tree(out: Path) -> tuple[str, Path]:
     """(the upstream URL holding the sdist as tag v0.33.0, the tree) under ``out``."""
-    from support.gitfixtures import git, make_upstream_repo
-    from support.sdists import extract_all, pypi_sdist
+    from support.sdists import narrowed_release_upstream
 
     root = out / "upstream"
-    tree = root / "src" / f"vllm-{VLLM}"
     if not (root / "upstream.git").exists():
-        with tarfile.open(pypi_sdist("vllm", VLLM)) as tar:
-            extract_all(tar, root / "src")
-        (tree / "requirements" / "cuda.txt").write_text(
-            "# edgevllm bench: the runtime closure narrowed to torch and FlashInfer (the CMake and "
-            f"setup.py are the release's)\ntorch==2.14.0\nflashinfer-python=={FLASHINFER}\n")
-        upstream = make_upstream_repo(root, tree)
-        git(upstream.path, "tag", "-d", "v0.1.0")
-        git(upstream.path, "tag", f"v{VLLM}", upstream.shas["c1"])
-    return (root / "upstream.git").as_uri(), tree
+        narrowed_release_upstream(root, VLLM, FLASHINFER)
+    return (root / "upstream.git").as_uri(), root / "src" / f"vllm-{VLLM}"
 
 
 def dep_folders(target: str, tree: Path, given: Path | None, out: Path) -> dict[str, Path]:
@@ -141,13 +131,22 @@ def figures(log: str, wall: float, jobs: int, loads: list[float]) -> dict:
     }
 
 
+def leave_out_arg(text: str) -> tuple[str, str]:
+    """``TARGET=WHY`` (the target file's schema checks both when the build loads it)."""
+    name, sep, why = text.partition("=")
+    if not sep or not name.strip() or not why.strip():
+        raise argparse.ArgumentTypeError(f"{text!r}: expected TARGET=WHY")
+    return name.strip(), why.strip()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--target", default="spark")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--deps", type=Path, help="folder of dependency folders by CMake name")
     parser.add_argument("--compile-cache", help="ccache remote storage (redis://...)")
-    parser.add_argument("--leave-out", action="append", default=[], metavar="TARGET=WHY")
+    parser.add_argument("--leave-out", action="append", default=[], metavar="TARGET=WHY",
+                        type=leave_out_arg)
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args()
 
@@ -167,7 +166,7 @@ def main() -> int:
         "torch": {"version": "2.14.0", "index_url": None}, "packages": {"nvidia-cutlass-dsl": None},
         "mods": [], "max_jobs": args.jobs, "image_repo": "edgevllm-bench/whole-compile",
         "probe_required": ["torch"]}, sort_keys=False))
-    leave = dict(item.split("=", 1) for item in args.leave_out)
+    leave = dict(args.leave_out)
     env = {**os.environ, "NO_COLOR": "1", "PYTHONPATH": str(ROOT),
            **targets_overlay(args.target, leave, out)}
     command = [sys.executable, "-c", "from edgevllm.cli import main; main()", "build",

@@ -85,22 +85,9 @@ TINY = Path(__file__).resolve().parents[1] / "fixtures" / "model-configs" / "tin
 @pytest.fixture(scope="module")
 def tree_upstream(tmp_path_factory):
     """(the upstream holding the sdist as tag v0.33.0, the unpacked tree)."""
-    import tarfile
+    from support.sdists import narrowed_release_upstream
 
-    from support.gitfixtures import git, make_upstream_repo
-    from support.sdists import extract_all, pypi_sdist
-
-    root = tmp_path_factory.mktemp("vllm-upstream")
-    with tarfile.open(pypi_sdist("vllm", VLLM)) as tar:
-        extract_all(tar, root / "src")
-    tree = root / "src" / f"vllm-{VLLM}"
-    (tree / "requirements" / "cuda.txt").write_text(
-        "# edgevllm e2e: the runtime closure narrowed to torch and FlashInfer (the CMake and "
-        f"setup.py are the release's)\ntorch==2.14.0\nflashinfer-python=={FLASHINFER}\n")
-    upstream = make_upstream_repo(root, tree)
-    git(upstream.path, "tag", "-d", "v0.1.0")
-    git(upstream.path, "tag", f"v{VLLM}", upstream.shas["c1"])
-    return upstream, tree
+    return narrowed_release_upstream(tmp_path_factory.mktemp("vllm-upstream"), VLLM, FLASHINFER)
 
 
 @pytest.fixture(scope="module")

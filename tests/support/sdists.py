@@ -133,3 +133,24 @@ def release_upstream(root: Path, name: str, version: str):
     git(upstream.path, "tag", "-a", f"v{version}", "-m", f"{name} {version}", upstream.shas["c1"],
         env={"GIT_COMMITTER_NAME": "Fixture", "GIT_COMMITTER_EMAIL": "f@example.invalid"})
     return upstream, tree
+
+
+def narrowed_release_upstream(root: Path, version: str, flashinfer: str):
+    """(a git upstream under ``root`` holding PyPI's vLLM ``version`` sdist as tag
+    ``v<version>``, the unpacked tree): the release's CMake and setup.py, its runtime closure
+    narrowed to torch and FlashInfer (``requirements/cuda.txt``), so an image of it installs in
+    minutes under qemu instead of half an hour."""
+    import tarfile
+
+    from .gitfixtures import git, make_upstream_repo
+
+    with tarfile.open(pypi_sdist("vllm", version)) as tar:
+        extract_all(tar, root / "src")
+    tree = root / "src" / f"vllm-{version}"
+    (tree / "requirements" / "cuda.txt").write_text(
+        "# edgevllm e2e: the runtime closure narrowed to torch and FlashInfer (the CMake and "
+        f"setup.py are the release's)\ntorch==2.14.0\nflashinfer-python=={flashinfer}\n")
+    upstream = make_upstream_repo(root, tree)
+    git(upstream.path, "tag", "-d", "v0.1.0")
+    git(upstream.path, "tag", f"v{version}", upstream.shas["c1"])
+    return upstream, tree
