@@ -121,11 +121,16 @@ def figures(log: str, wall: float, jobs: int, loads: list[float]) -> dict:
     span = (steps[-1]["at"] - steps[0]["at"]) if len(steps) > 1 else 0.0
     stats = [m.group(1) for m in re.finditer(r"edgevllm-ccache-stats (.*)", log)
              if "sed " not in m.group(1)]
+    # A resumed run takes the finished units from ccache in well under a second each: the
+    # core-minutes go to the units compiled (ccache's misses), where the counters are printed.
+    misses = [int(m.group(1)) for m in re.finditer(r"edgevllm-ccache-stats cache_miss\s+(\d+)",
+                                                   log)]
+    compiled = misses[-1] if misses else len(cuda)
     return {
         "wall_s": round(wall, 1), "jobs": jobs, "ninja_steps_total": steps[-1]["total"] if steps
         else None, "ninja_steps_done": len(steps), "cuda_units_done": len(cuda),
-        "ninja_span_s": round(span, 1),
-        "core_min_per_cuda_unit": round(span * jobs / 60 / len(cuda), 2) if cuda else None,
+        "units_compiled": compiled, "ninja_span_s": round(span, 1),
+        "core_min_per_compiled_unit": round(span * jobs / 60 / compiled, 2) if compiled else None,
         "load_avg_mean": round(sum(loads) / len(loads), 2) if loads else None,
         "load_avg_max": max(loads) if loads else None, "ccache": stats[-40:],
     }
@@ -179,14 +184,14 @@ def main() -> int:
     log_path = out / f"run-{run}.log"
     sampler = LoadSampler()
     sampler.start()
-    started = time.monotonic()
+    started, began = time.monotonic(), time.time()
     with log_path.open("w") as log:
         code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env,
                               cwd=ROOT).returncode
     sampler.stopped.set()
     text = log_path.read_text(errors="replace")
     for build_log in sorted((out / "build").rglob("*.log")):   # the CLI's build log(s)
-        if build_log.stat().st_mtime >= log_path.stat().st_ctime - 5:
+        if build_log.stat().st_mtime >= began:   # written by this run
             text += build_log.read_text(errors="replace")
     result = {"run": run, "exit": code, **figures(text, time.monotonic() - started, args.jobs,
                                                     sampler.samples)}

@@ -165,3 +165,20 @@ def test_compile_renders_one_install_path_on_the_lean_runtime():
     prebuilt = render_dockerfile(resolve(load_spec("spark", overrides={"vllm_wheel": "0.33.0"})))
     closure = text.split("AS closure-files", 1)[1].split("##### build-env", 1)[0]
     assert closure in prebuilt, "a compile's closure stages are a prebuilt image's"
+
+
+def test_a_flashinfer_from_source_brings_its_own_requirements_into_the_closure():
+    """Its wheel is installed with --no-deps: what it needs comes from its tree, PyPI's
+    FlashInfer (and so its dependencies) is removed."""
+    layout = read_build_layout(FAKE_VLLM)
+    source = compile_eff(torch=NO_TORCH_INDEX,
+                         flashinfer={"source": {"repo": "https://example.invalid/fi.git"}})
+    listed = (("apache-tvm-ffi>=0.1.11,<0.2", "requirements.txt"), ("einops", "requirements.txt"),
+              ("flashinfer-python", "requirements.txt"), ("packaging>=24", "requirements.txt"))
+    inputs = tree_closure_inputs(source, layout, [], listed)
+    assert {"apache-tvm-ffi>=0.1.11,<0.2", "einops"} <= set(inputs["requirements"])
+    assert inputs["requirements"].count("packaging>=24") == 1   # vLLM's and FlashInfer's, once
+    assert not any(r.startswith("flashinfer-python") for r in inputs["requirements"])
+    # its [build-system] requires join the build tools (torch's family stays the closure's)
+    assert build_requires(layout, ["apache-tvm-ffi>=0.1.11,<0.2", "torch", "wheel"]) == [
+        "setuptools>=61", "wheel", "apache-tvm-ffi>=0.1.11,<0.2"]

@@ -144,3 +144,47 @@ def test_a_tree_without_runtime_requirements_reads_and_an_escaping_include_fails
     (tree_copy / "requirements" / "cuda.txt").write_text("-r cuda.txt\n")
     with pytest.raises(SourceError, match="included twice"):
         read_requirement_tree(tree_copy, "requirements/cuda.txt")
+
+
+@pytest.fixture(scope="module")
+def flashinfer_072(tmp_path_factory) -> Path:
+    """The two files of PyPI's FlashInfer 0.7.2.post1 sdist that say what its wheel needs."""
+    return sdist_members(pypi_sdist("flashinfer-python", "0.7.2.post1"),
+                         ["pyproject.toml", "requirements.txt"],
+                         tmp_path_factory.mktemp("flashinfer-0.7.2.post1"))
+
+
+def test_flashinfers_runtime_requirements_are_read_from_the_file_its_pyproject_names(
+        flashinfer_072):
+    """FlashInfer lists its dependencies as dynamic, from requirements.txt: a FlashInfer built
+    from source brings these into the closure in place of PyPI's FlashInfer's."""
+    from edgevllm.sources.buildreqs import read_project
+
+    project = read_project(flashinfer_072)
+    found = project.runtime
+    assert any(r.startswith("apache-tvm-ffi") for r in project.build)
+    names = {line.split(">")[0].split("=")[0].split("<")[0].strip() for line, _ in found}
+    assert {where for _, where in found} == {"requirements.txt"}
+    assert {"apache-tvm-ffi", "torch", "nvidia-cutlass-dsl", "cuda-python"} <= names
+    assert "flashinfer-python" not in names and len(found) >= 15
+
+
+def test_project_requirements_static_none_or_refused(tmp_path):
+    from edgevllm.sources.buildreqs import TREE_TEXT_MAX_BYTES, read_project_requirements
+
+    assert read_project_requirements(tmp_path) == ()   # a setup.py-only tree: its code knows
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text('[project]\nname = "x"\ndependencies = ["numpy>=2", "einops"]\n')
+    assert read_project_requirements(tmp_path) == (("numpy>=2", "pyproject.toml"),
+                                                   ("einops", "pyproject.toml"))
+    pyproject.write_text('[project]\nname = "x"\ndependencies = ["numpy >=> 2"]\n')
+    with pytest.raises(SourceError, match=r"pyproject.toml: cannot read requirement 'numpy"):
+        read_project_requirements(tmp_path)
+    pyproject.write_text('[project]\ndynamic = ["dependencies"]\n[tool.setuptools.dynamic]\n'
+                         'dependencies = { file = ["../outside.txt"] }\n')
+    with pytest.raises(SourceError, match="outside the tree"):
+        read_project_requirements(tmp_path)
+    pyproject.write_text("# " + "x" * TREE_TEXT_MAX_BYTES + "\n")
+    with pytest.raises(SourceError, match=r"pyproject.toml: \d+ bytes, more than a tree's build "
+                                          "file may hold"):
+        read_project_requirements(tmp_path)

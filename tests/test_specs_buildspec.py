@@ -90,17 +90,18 @@ def test_a_compile_on_an_x86_builder_cross_compiles_unless_emulation_is_asked(ta
     assert (prebuilt.toolchain, prebuilt.cross) == ("native", None)  # nothing compiles
 
 
-def test_a_piece_the_cross_road_cannot_build_takes_the_emulated_road_and_says_so():
+def test_flashinfer_from_source_takes_the_cross_road_like_the_rest_of_the_compile():
+    """FlashInfer from source compiles on the cross road too (its flashinfer-build stage is FROM
+    the cross build-env); nothing sends it to the emulated road but asking."""
     flashinfer = {"source": {"repo": "flashinfer-ai/flashinfer", "ref": "v0.7.2"}}
     eff = resolve(spec(flashinfer=flashinfer), builder=X86)
-    assert (eff.mode, eff.toolchain) == ("compile", "emulated")
-    assert eff.toolchain_reason == "the cross road cannot build FlashInfer from source yet"
-    with pytest.raises(SpecError, match="cannot build FlashInfer from source yet: drop "
-                                        "--toolchain cross"):
-        resolve(spec(flashinfer=flashinfer, toolchain="cross"), builder=X86)
+    assert (eff.mode, eff.toolchain) == ("compile", "cross")
+    assert eff.cross is not None and eff.cross.target_platform == "linux/arm64"
+    assert resolve(spec(flashinfer=flashinfer, toolchain="cross"), builder=X86).toolchain == "cross"
+    asked = resolve(spec(flashinfer=flashinfer, toolchain="emulated"), builder=X86)
+    assert asked.toolchain == "emulated"
+    assert asked.toolchain_reason == "--toolchain emulated asked for"
     assert resolve(spec(flashinfer=flashinfer), builder=ARM).toolchain == "native"
-    line = emulated_compile_line(78, "amd64", "linux/arm64", cores=2, why=eff.toolchain_reason)
-    assert "builder (the cross road cannot build FlashInfer from source yet): 78" in line
 
 
 def test_a_lock_rebuild_says_the_mode_is_the_locks():

@@ -215,3 +215,15 @@ def test_a_supplied_dependency_has_a_tree_and_no_commit():
         data["cmake_deps"]["cutlass"].setdefault("commit", None)
         with pytest.raises(LockError, match="a fetched dependency has a commit, a supplied one"):
             parse_lock(json.dumps(data))
+
+
+def test_the_plans_arches_are_read_with_every_type_checked():
+    """One reader of ``kernel_plan.extensions`` for a lock edgevllm wrote and an image's label
+    (others' data): entries of the wrong shape are skipped, no plan is None."""
+    from edgevllm.specs.lock import planned_arches_of
+
+    plan = {"extensions": {"_moe_C": {"arches": ["12.1a", "8.0+PTX"]}, "_C": {"arches": "12.1a"},
+                           "x": ["12.1a"], "_qutlass_C": {"arches": []}}}
+    assert planned_arches_of(plan) == {"_moe_C": ["12.1a", "8.0+PTX"], "_qutlass_C": []}
+    assert planned_arches_of({}) is None and planned_arches_of(None) is None
+    assert planned_arches_of({"extensions": ["_C"]}) is None and planned_arches_of("plan") is None

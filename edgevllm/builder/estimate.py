@@ -13,10 +13,12 @@ import os
 # this was the closure's install under qemu over natively (494 s / 96 s, 5.1x).
 EMULATION_FACTOR = 11.0
 
-# One CUDA translation unit of vLLM's build graph on one x86_64 core, cross-compiled: the mean
-# of the whole spark compile of vLLM 0.33.0 on a 2-core x86_64 host (`python
-# bench/whole_compile.py`; docs/build-modes.md "The whole spark compile"), rounded up.
-UNIT_CORE_MINUTES = 1.0
+# One CUDA translation unit of vLLM's build graph on one native x86_64 core: the whole spark
+# compile of vLLM 0.33.0, cross-compiled to the end on a 2-core x86_64 host (`python
+# bench/whole_compile.py`; docs/build-modes.md "The whole spark compile"): 254 core-minutes for
+# its 190 units, 1.34 each, over CROSS_FACTOR, rounded up. Part of it ran beside other work
+# (load 3): an upper bound. FlashAttention 2's 76 units weigh most (about 2.6 each).
+UNIT_CORE_MINUTES = 1.3
 
 # CUDA units the tree's build graph compiles per unit the kernel plan lists: vLLM 0.33.0's
 # configure generates the Marlin kernels, and FlashAttention 2 and the other external projects

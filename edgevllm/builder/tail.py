@@ -50,7 +50,7 @@ from edgevllm.common.errors import BuildError
 from edgevllm.common.labels import AOT_RECORD, CCACHE_REMOTE_SECRET
 from edgevllm.containers.docker import BuildOptions, DockerEngine
 from edgevllm.specs.buildspec import EffectiveSpec
-from edgevllm.specs.lock import Lock, image_tag, label_value, write_lock
+from edgevllm.specs.lock import Lock, image_tag, label_value, planned_arches_of, write_lock
 
 if TYPE_CHECKING:
     from edgevllm.verify.judge import Verdict
@@ -223,8 +223,7 @@ def check_and_tag(job: Job, build: PreparedBuild, lock: Lock, runner: BuildRunne
 
 def planned_arches(lock: Lock) -> dict[str, list[str]]:
     """The kernel plan's arches by CUDA extension (a compile's lock; empty for the others)."""
-    extensions = (lock.kernel_plan or {}).get("extensions", {})
-    return {name: list(entry.get("arches", [])) for name, entry in extensions.items()}
+    return planned_arches_of(lock.kernel_plan) or {}
 
 
 def plan_against_binaries(lock: Lock, verdict: Verdict) -> list[str]:

@@ -23,7 +23,13 @@ from typing import TYPE_CHECKING
 
 from edgevllm.common import console
 from edgevllm.common.errors import BuildError, ConfigError
-from edgevllm.sources.buildreqs import BuildLayout, read_build_layout, unread_layout
+from edgevllm.sources.buildreqs import (
+    BuildLayout,
+    ProjectRequirements,
+    read_build_layout,
+    read_project,
+    unread_layout,
+)
 from edgevllm.sources.prepare import PreparedSource, prepare_sources, summarize
 from edgevllm.sources.requests import SourceRequest, source_request
 from edgevllm.specs.buildspec import EffectiveSpec
@@ -60,6 +66,10 @@ class PreparedTree:
     cmake_deps: dict[str, CMakeDepLock] = field(default_factory=dict)
     deps_dir: Path | None = None               # the "cmake-deps" context (a compile's only)
     supplied: tuple[str, ...] = ()             # the dependencies --cmake-dep gives folders for
+    # FlashInfer from source: what its pyproject.toml lists (sources/buildreqs.py): the closure
+    # takes its runtime requirements in place of PyPI's FlashInfer's, the build tools its
+    # [build-system] requires.
+    flashinfer_project: ProjectRequirements = field(default_factory=ProjectRequirements)
 
     @property
     def fetched(self) -> bool:
@@ -152,8 +162,11 @@ def prepare_tree(eff: EffectiveSpec, root: Path, locked: Lock | None = None,
         from edgevllm.sources.cmakedeps import preflight_supplied
 
         deps = cmake_deps(plan, deps_dir, locked, preflight_supplied(eff.spec.cmake_deps, locked))
+    flashinfer = (flashinfer_project(sources["flashinfer"])
+                  if options.layout and "flashinfer" in sources else ProjectRequirements())
     return PreparedTree(requests=requests, sources=sources, patches=patches, layout=layout,
-                        kernel_plan=plan, cmake_deps=deps, deps_dir=deps_dir)
+                        kernel_plan=plan, cmake_deps=deps, deps_dir=deps_dir,
+                        flashinfer_project=flashinfer)
 
 
 def exported_tree(prepared: PreparedSource) -> Path:
@@ -185,6 +198,18 @@ def build_layout(prepared: PreparedSource) -> BuildLayout:
     for line in layout.summary():
         console.info(f"  {line}")
     return layout
+
+
+def flashinfer_project(prepared: PreparedSource) -> ProjectRequirements:
+    """What a FlashInfer tree needs, read as data, and a line saying so: its wheel is installed
+    over the closure with --no-deps, so its runtime requirements are resolved into the closure."""
+    found = read_project(exported_tree(prepared))
+    files = sorted({where for _, where in found.runtime})
+    console.info(f"  FlashInfer tree: {len(found.runtime)} runtime requirements from "
+                 f"{', '.join(files)}, {len(found.build)} build requires" if found.runtime else
+                 "  FlashInfer tree: no runtime requirements listed as data (pyproject.toml); "
+                 "its wheel is installed without dependencies")
+    return found
 
 
 def kernel_plan(eff: EffectiveSpec, prepared: PreparedSource, check: bool = True) -> KernelPlan:

@@ -127,13 +127,11 @@ def _policy_for_image(lock: dict):
 def _plan_for_image(lock: dict) -> dict[str, list[str]] | None:
     """The kernel plan's arches by extension that the image's lock records (a compile's), as
     the build's own gate judged it: its ``+PTX`` units pass as planned."""
-    plan = lock.get("kernel_plan")
-    extensions = plan.get("extensions") if isinstance(plan, dict) else None
-    if not isinstance(extensions, dict):
+    from edgevllm.specs.lock import planned_arches_of
+
+    planned = planned_arches_of(lock.get("kernel_plan"))
+    if planned is None:
         return None
-    planned = {str(name): [str(a) for a in entry.get("arches", [])]
-               for name, entry in extensions.items()
-               if isinstance(entry, dict) and isinstance(entry.get("arches"), list)}
     with_ptx = sorted(name for name, arches in planned.items()
                       if any(a.endswith("+PTX") for a in arches))
     if with_ptx:

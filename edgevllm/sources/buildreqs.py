@@ -44,6 +44,9 @@ USE_EXISTING_TORCH = ("tools/use_existing_torch.py", "use_existing_torch.py")
 RUNTIME_FILES = ("requirements/cuda.txt", "requirements-cuda.txt")
 # The image's torch is installed in the base stage; these must not be replaced by the build.
 TORCH_FAMILY = frozenset({"torch", "torchvision", "torchaudio", "torchcodec"})
+# A tree's text files read here (requirement files, pyproject.toml, setup.py): real ones are
+# under 100 KiB; a larger one is refused before it is read, whatever the tree holds.
+TREE_TEXT_MAX_BYTES = 1 << 20
 # vLLM's compute_num_jobs: ``num_jobs = max(1, num_jobs // nvcc_threads)``.
 _DIVIDES_JOBS = re.compile(r"//\s*nvcc_threads\b")
 
@@ -97,7 +100,7 @@ def read_build_layout(tree: Path) -> BuildLayout:
     pyproject_requires = read_pyproject_requires(tree / pyproject)
     build_lines = read_requirement_lines(tree / requirements)
     listed = [*pyproject_requires, *build_lines]
-    script_text = (tree / script).read_text(errors="replace")
+    script_text = tree_text(tree / script)
     runtime_file = next((f for f in RUNTIME_FILES if (tree / f).is_file()), "")
     return BuildLayout(
         requirements_file=requirements,
@@ -105,7 +108,7 @@ def read_build_layout(tree: Path) -> BuildLayout:
         use_existing_torch=script,
         use_existing_torch_args=("--prefix",) if "--prefix" in script_text else (),
         setuptools=str(combined_specifier(listed, "setuptools")),
-        divides_jobs=bool(_DIVIDES_JOBS.search((tree / setup_py).read_text(errors="replace"))),
+        divides_jobs=bool(_DIVIDES_JOBS.search(tree_text(tree / setup_py))),
         build_requirements=tuple(r for r in build_lines if not is_torch_family(r)),
         builds_against_torch=any(_parse(r, requirements).name.lower() == "torch"
                                  for r in build_lines),
@@ -124,13 +127,26 @@ def _required(tree: Path, candidates: tuple[str, ...], what: str) -> str:
                       "tree, so give a vLLM tree that has it")
 
 
+def tree_text(path: Path) -> str:
+    """A text file of a tree, bounded: a larger one is one SourceError naming it."""
+    size = path.stat().st_size
+    if size > TREE_TEXT_MAX_BYTES:
+        raise SourceError(f"{path}: {size} bytes, more than a tree's build file may hold "
+                          f"({TREE_TEXT_MAX_BYTES}); check the tree")
+    return path.read_text(errors="replace")
+
+
+def read_pyproject(path: Path) -> dict:
+    """``path`` as TOML; a malformed or oversized file raises SourceError naming it."""
+    try:
+        return tomllib.loads(tree_text(path))
+    except tomllib.TOMLDecodeError as exc:
+        raise SourceError(f"{path}: not valid TOML ({exc})") from None
+
+
 def read_pyproject_requires(path: Path) -> list[str]:
     """``[build-system] requires`` of ``path``; a malformed file raises SourceError naming it."""
-    try:
-        data = tomllib.loads(path.read_text())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise SourceError(f"{path}: not valid TOML ({exc})") from None
-    requires = data.get("build-system", {}).get("requires")
+    requires = read_pyproject(path).get("build-system", {}).get("requires")
     if not isinstance(requires, list) or not all(isinstance(r, str) for r in requires):
         raise SourceError(f"{path}: [build-system] requires is missing or not a list of strings")
     for text in requires:
@@ -141,7 +157,7 @@ def read_pyproject_requires(path: Path) -> list[str]:
 def read_requirement_lines(path: Path) -> list[str]:
     """The requirement lines of a pip requirement file (comments, options and -r skipped)."""
     lines = []
-    for raw in path.read_text(errors="replace").splitlines():
+    for raw in tree_text(path).splitlines():
         line = raw.split(" #", 1)[0].strip()
         if line and not line.startswith(("#", "-")):
             lines.append(line)
@@ -157,7 +173,7 @@ def read_requirement_tree(tree: Path, relative: str,
         raise SourceError(f"{tree / relative}: a requirement file the tree includes is missing, "
                           "outside the tree or included twice")
     found = []
-    for raw in path.read_text(errors="replace").splitlines():
+    for raw in tree_text(path).splitlines():
         line = raw.split(" #", 1)[0].strip()
         include = re.match(r"^(?:-r|--requirement)[\s=]+(\S+)$", line)
         if include:
@@ -167,6 +183,52 @@ def read_requirement_tree(tree: Path, relative: str,
             _parse(line, tree / relative)
             found.append((line, relative))
     return found
+
+
+@dataclass(frozen=True)
+class ProjectRequirements:
+    """What a Python project other than vLLM (FlashInfer built from source) lists as data."""
+
+    build: tuple[str, ...] = ()                       # [build-system] requires
+    runtime: tuple[tuple[str, str], ...] = ()         # (requirement, the file that lists it)
+
+
+def read_project(tree: Path) -> ProjectRequirements:
+    """The build requires and runtime requirements of the project at ``tree`` from its
+    pyproject.toml; none where it has none (a setup.py-only tree: nothing here runs its code)."""
+    pyproject = Path(tree) / "pyproject.toml"
+    if not pyproject.is_file():
+        return ProjectRequirements()
+    requires = read_pyproject(pyproject).get("build-system", {}).get("requires", [])
+    return ProjectRequirements(
+        build=tuple(read_pyproject_requires(pyproject)) if requires else (),
+        runtime=read_project_requirements(tree))
+
+
+def read_project_requirements(tree: Path) -> tuple[tuple[str, str], ...]:
+    """(requirement, file) for what a Python project's wheel depends on, where its pyproject.toml
+    says so as data: ``[project] dependencies``, or the files ``[tool.setuptools.dynamic]
+    dependencies`` names (FlashInfer's ``requirements.txt``). Empty where only its code knows
+    (a setup.py without a pyproject.toml that lists them): nothing here runs a tree's code."""
+    tree = Path(tree)
+    if not (tree / "pyproject.toml").is_file():
+        return ()
+    data = read_pyproject(tree / "pyproject.toml")
+    project = data.get("project", {})
+    listed = project.get("dependencies")
+    if isinstance(listed, list) and "dependencies" not in project.get("dynamic", []):
+        if not all(isinstance(r, str) for r in listed):
+            raise SourceError(f"{tree / 'pyproject.toml'}: [project] dependencies is not a list "
+                              "of strings")
+        for text in listed:
+            _parse(text, tree / "pyproject.toml")
+        return tuple((text, "pyproject.toml") for text in listed)
+    dynamic = data.get("tool", {}).get("setuptools", {}).get("dynamic", {}).get("dependencies")
+    files = dynamic.get("file") if isinstance(dynamic, dict) else None
+    files = [files] if isinstance(files, str) else files
+    if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+        return ()
+    return tuple(found for name in files for found in read_requirement_tree(tree, name))
 
 
 def _parse(text: str, where: Path | str) -> Requirement:

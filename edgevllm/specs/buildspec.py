@@ -37,7 +37,7 @@ from edgevllm.common.grammar import (
 from edgevllm.common.schema import Strict, parse_model
 from edgevllm.common.secrets import check_no_secrets
 from edgevllm.containers.host import platform_arch
-from edgevllm.specs.cross import CrossRoad, Toolchain, compile_toolchain, cross_blockers
+from edgevllm.specs.cross import CrossRoad, Toolchain, compile_toolchain
 from edgevllm.specs.moderecord import check_mode, mode_record
 from edgevllm.specs.modselect import select_mod_names
 from edgevllm.specs.refs import UPSTREAM_REPOS, normalize_repo
@@ -401,8 +401,7 @@ def resolve(spec: BuildSpec, tree: TreeChange | None = None,
     default_apt = target.prebuilt.apt_packages if prebuilt else target.apt_packages
     platform = spec.platform or target.platform
     toolchain, road, why = compile_toolchain(spec.toolchain, builder.arch if builder else None,
-                                             platform, target.cuda_version, target.name,
-                                             cross_blockers(spec.flashinfer.source is not None))
+                                             platform, target.cuda_version, target.name)
     if road is not None and record.compiles and spec.apt_packages is None:
         default_apt = [*default_apt, *road.apt_packages]  # the cross g++ in the build base
     apt = spec.apt_packages if spec.apt_packages is not None else default_apt

@@ -137,22 +137,14 @@ def check_host_compiler(road: CrossRoad) -> str:
     return version
 
 
-def cross_blockers(flashinfer_from_source: bool) -> tuple[str, ...]:
-    """What a compile holds that the cross road cannot build yet: such a compile takes the
-    emulated road by default, and refuses --toolchain cross in one line."""
-    # FlashInfer's setup.py links its torch extension against the build interpreter's torch
-    # (the build platform's); the target's is not on its link line.
-    return ("FlashInfer from source",) if flashinfer_from_source else ()
-
-
 def compile_toolchain(asked: str | None, builder_arch: str | None, platform: str,
-                      cuda_version: str, target_name: str,
-                      blockers: tuple[str, ...] = ()) -> tuple[Toolchain, CrossRoad | None, str]:
+                      cuda_version: str, target_name: str
+                      ) -> tuple[Toolchain, CrossRoad | None, str]:
     """How a compile of ``platform`` runs on a builder of ``builder_arch`` (None: not known, e.g.
     ``inv plan``), and why: ``native`` on its own platform; else ``cross`` where a road exists
     (the default) or was asked for (``toolchain: cross``, refused in one line without a road);
-    ``emulated`` (the target's own compiler under qemu) where asked for, where no road goes, or
-    where the build holds a piece the road cannot build yet (``blockers``, named)."""
+    ``emulated`` (the target's own compiler under qemu) where asked for or where no road goes
+    (a piece the road cannot build is left out by name instead: the target's ``leave_out``)."""
     if builder_arch is None:  # nothing compiles here (a plan, a look at the target)
         return "native", None, "no builder named"
     if platform == f"linux/{builder_arch}":
@@ -165,13 +157,8 @@ def compile_toolchain(asked: str | None, builder_arch: str | None, platform: str
         return "emulated", None, "--toolchain emulated asked for"
     if asked == "cross":
         road = road_for_target(build_platform, platform, cuda_version, target_name)
-        if blockers:
-            raise SpecError(f"toolchain cross: the cross road cannot build {blockers[0]} yet: "
-                            "drop --toolchain cross (it then compiles under emulation)")
         return "cross", road, "--toolchain cross asked for"
     found = cross_road(build_platform, platform)
     if found is None or not found.covers_cuda(cuda_version):
         return "emulated", None, f"no cross road from {build_platform} for this target"
-    if blockers:
-        return "emulated", None, f"the cross road cannot build {blockers[0]} yet"
     return "cross", found, f"the {found.build_platform} -> {found.target_platform} cross road"

@@ -251,6 +251,17 @@ class Lock(_Model):
         }
 
 
+def planned_arches_of(kernel_plan: object) -> dict[str, list[str]] | None:
+    """The kernel plan's arches by CUDA extension as a lock records them (``kernel_plan``'s
+    ``extensions``), every field's type checked: an image's lock label is others' data. None
+    where no plan is recorded (the modes that compile nothing)."""
+    extensions = kernel_plan.get("extensions") if isinstance(kernel_plan, dict) else None
+    if not isinstance(extensions, dict):
+        return None
+    return {str(name): [str(a) for a in entry["arches"]] for name, entry in extensions.items()
+            if isinstance(entry, dict) and isinstance(entry.get("arches"), list)}
+
+
 def now_utc() -> str:
     return (
         _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")

@@ -186,3 +186,42 @@ def test_an_arm64_host_has_no_cross_road(cross_images, engine):
         resolve(load_spec("spark", overrides={"mode": "compile", "toolchain": "cross"}),
                 builder=builder)
 
+
+
+def test_flashinfer_from_source_is_cross_compiled_with_the_targets_sass(
+        cross_images, fake_upstream, fake_flashinfer_upstream, engine, tmp_path):
+    """FlashInfer from source on the cross road (spark): its flashinfer-build stage runs on the
+    build platform, FROM the cross build-env, without network; its own setup.py calls nvcc,
+    which cross-compiles through build-env's settings. The wheel is linux_aarch64 with an
+    aarch64 extension of sm_121a SASS, and the arm64 image imports it (probe and a CDLL).
+    The stand-in FlashInfer (tests/e2e/fixtures/fake-flashinfer) has a real CUDA kernel."""
+    from edgevllm.builder.pipeline import build
+    from edgevllm.specs.buildspec import spec_from_dict
+    from edgevllm.specs.lock import read_lock
+    from edgevllm.verify.api import scan_path
+
+    spec = cross_spec("spark", cross_images, fake_upstream,
+                      flashinfer={"source": {"repo": fake_flashinfer_upstream.url,
+                                             "ref": "v0.1.0"}},
+                      probe_required=["vllm", "flashinfer"])
+    result = build(spec_from_dict(spec), tmp_path, engine)
+    lock = read_lock(result.lock_path)
+    assert lock.settings["toolchain"] == cross_images[2] and lock.flashinfer is not None
+    dockerfile = (result.lock_path.parent / "context" / "Dockerfile").read_text()
+    stage = dockerfile.split("AS flashinfer-build", 1)[1].split("\nFROM ", 1)[0]
+    assert "RUN --network=none" in stage and "BUILD_NVEP=0" in stage
+    wheels = sorted(result.wheels_dir.glob("flashinfer*.whl"))
+    assert len(wheels) == 1 and wheels[0].name.endswith("-linux_aarch64.whl"), wheels
+    unpacked = tmp_path / "flashinfer-unpacked"
+    with zipfile.ZipFile(wheels[0]) as zf:
+        zf.extractall(unpacked)
+    library = unpacked / "flashinfer" / "_kernels.abi3.so"
+    assert elf_machine(library) == AARCH64
+    assert {a for r in scan_path(unpacked) for a in r.arches("sass")} == {"sm_121a"}
+    assert result.verify["passed"] is True and result.probe["passed"] is True
+    loaded = engine.run_cli(["run", "--rm", "--platform", "linux/arm64", "--entrypoint",
+                             "python3", result.image, "-c",
+                             "import flashinfer._kernels as k; print(k.__file__)"], timeout=600)
+    assert loaded.returncode == 0, loaded.stderr.decode()[-2000:]
+    assert "_kernels.abi3.so" in loaded.stdout.decode()
+    engine.remove_image(result.image, force=True)

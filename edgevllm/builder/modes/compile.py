@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import time
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
@@ -59,7 +59,7 @@ from edgevllm.common import console
 from edgevllm.common.errors import SourceError, SpecError
 from edgevllm.common.secrets import url_without_password
 from edgevllm.containers.docker import DockerEngine
-from edgevllm.sources.buildreqs import BuildLayout
+from edgevllm.sources.buildreqs import BuildLayout, is_torch_family
 from edgevllm.sources.wheels import Closure, ClosureError, UnresolvableError
 from edgevllm.specs.buildspec import EffectiveSpec
 from edgevllm.specs.lock import ClosureLock, Lock, ModLock
@@ -123,8 +123,10 @@ def prepare_over(job: Job, tree: PreparedTree, staged: StagedMods,
                                                      | partial.contexts),
                              lock=None, build_args=build_args, compiles=True,
                              compile_units=units)
-    closure = compile_closure(eff, tree.layout, job.locked, staged.pip_packages)
-    tools = compile_build_tools(eff, tree.layout, closure, job.locked)
+    closure = compile_closure(eff, tree.layout, job.locked, staged.pip_packages,
+                              tree.flashinfer_project.runtime)
+    tools = compile_build_tools(eff, tree.layout, closure, job.locked,
+                                tree.flashinfer_project.build)
     aot_tools = compile_aot_tools(eff, closure, tools, job.locked)
     tree = then(tree, job)
     folders = {"wheelhouse": prepare_wheelhouse(eff, closure, job.ws, over=exported(eff)),
@@ -176,16 +178,18 @@ def stage_subset_context(job: Job) -> CrossContext:
 
 
 def compile_build_tools(eff: EffectiveSpec, layout: BuildLayout, closure: Closure,
-                        locked: Lock | None) -> Closure:
+                        locked: Lock | None, flashinfer: Sequence[str] = ()) -> Closure:
     """The build stages' tools: for the target's platform (native, emulated), or for the
-    builder's own on a cross road (the closure then also carries the target's side). A lock's
-    build tools are taken where it was built with the same toolchain."""
+    builder's own on a cross road (the closure then also carries the target's side); with a
+    FlashInfer from source, its [build-system] requires too (``flashinfer``). A lock's build
+    tools are taken where it was built with the same toolchain."""
     same = locked is not None and locked.settings.get("toolchain", "native") == eff.toolchain
+    requires = build_requires(layout, flashinfer)
     if eff.toolchain != "cross":
-        return build_tools(eff, build_requires(layout), closure, locked if same else None)
+        return build_tools(eff, requires, closure, locked if same else None)
     check_target_side(eff, closure, layout)
     tools = from_lock(locked, "build_closure") if same else None
-    return tools or cross_build_tools(eff, build_requires(layout), closure, layout)
+    return tools or cross_build_tools(eff, requires, closure, layout)
 
 
 def compile_aot_tools(eff: EffectiveSpec, closure: Closure, tools: Closure,
@@ -215,26 +219,32 @@ def exported(eff: EffectiveSpec) -> tuple[str, ...]:
     return ("vllm", "flashinfer-python") if eff.spec.flashinfer.source is not None else ("vllm",)
 
 
-def build_requires(layout: BuildLayout) -> list[str]:
-    """What the build stage installs: [build-system] requires and the build requirement file."""
-    return list(dict.fromkeys([*layout.pyproject_requires, *layout.build_requirements]))
+def build_requires(layout: BuildLayout, flashinfer: Sequence[str] = ()) -> list[str]:
+    """What the build stage installs: [build-system] requires and the build requirement file,
+    and a FlashInfer from source's [build-system] requires (torch's family left out: the
+    closure's torch stays)."""
+    extra = [r for r in flashinfer if not is_torch_family(r)]
+    return list(dict.fromkeys([*layout.pyproject_requires, *layout.build_requirements, *extra]))
 
 
-def tree_closure_inputs(eff: EffectiveSpec, layout: BuildLayout, mod_packages: list[str]
-                        ) -> dict:
+def tree_closure_inputs(eff: EffectiveSpec, layout: BuildLayout, mod_packages: list[str],
+                        flashinfer: Sequence[tuple[str, str]] = ()) -> dict:
     """The closure's inputs (``closure.closure_inputs``) from the tree's runtime requirements (its
-    vLLM is the compiled wheel, so not among them); a FlashInfer from source removes PyPI's."""
+    vLLM is the compiled wheel, so not among them); a FlashInfer from source removes PyPI's and
+    brings its own tree's requirements (``flashinfer``: what its pyproject.toml lists)."""
     if not layout.runtime_file:
         raise SourceError("the vLLM tree has no runtime requirement file for CUDA (looked for "
                           "requirements/cuda.txt, requirements-cuda.txt): a compile's closure "
                           "is resolved from it; give a vLLM tree that has one")
     removed = ("flashinfer-python",) if eff.spec.flashinfer.source is not None else ()
-    return closure_inputs(eff, [line for line, _ in layout.runtime_requirements], mod_packages,
-                          removed)
+    head = [line for line, _ in (*layout.runtime_requirements, *flashinfer)
+            if canonicalize_name(Requirement(line).name) not in removed]
+    return closure_inputs(eff, list(dict.fromkeys(head)), mod_packages, removed)
 
 
 def compile_closure(eff: EffectiveSpec, layout: BuildLayout, locked: Lock | None,
-                    mod_packages: list[str]) -> Closure:
+                    mod_packages: list[str],
+                    flashinfer: Sequence[tuple[str, str]] = ()) -> Closure:
     """The locked closure (from ``--lock``: nothing resolved), or the tree's, resolved."""
     started = time.monotonic()
     closure = from_lock(locked)
@@ -244,7 +254,7 @@ def compile_closure(eff: EffectiveSpec, layout: BuildLayout, locked: Lock | None
         if locked is not None:
             console.info("  the lock records no closure (made before compile locked one): "
                          "resolving the tree's")
-        inputs = tree_closure_inputs(eff, layout, mod_packages)
+        inputs = tree_closure_inputs(eff, layout, mod_packages, flashinfer)
         try:
             closure = resolved(inputs, f"{layout.runtime_file} of the tree "
                                        f"({len(layout.runtime_requirements)} requirements)")
