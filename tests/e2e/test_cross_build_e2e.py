@@ -218,6 +218,7 @@ def test_flashinfer_from_source_is_cross_compiled_with_the_targets_sass(
     library = unpacked / "flashinfer" / "_kernels.abi3.so"
     assert elf_machine(library) == AARCH64
     assert {a for r in scan_path(unpacked) for a in r.arches("sass")} == {"sm_121a"}
+    assert result.verify is not None and result.probe is not None
     assert result.verify["passed"] is True and result.probe["passed"] is True
     loaded = engine.run_cli(["run", "--rm", "--platform", "linux/arm64", "--entrypoint",
                              "python3", result.image, "-c",
