@@ -142,3 +142,18 @@ def test_shell_words_of_others_are_bounded_before_they_are_split():
         shell_words("echo 'open", "x", ManifestError)
     with pytest.raises(RecipeError, match=r"r\.yaml: field 'build_args': .* characters, over"):
         build_fields([huge], "r.yaml", [])
+
+
+def test_a_text_file_from_others_is_bounded_and_utf8(tmp_path):
+    from edgevllm.common.dataload import load_text
+    from edgevllm.common.errors import SourceError
+
+    path = tmp_path / "requirements.txt"
+    path.write_bytes(b"torch\n" * 10)
+    assert load_text(path, SourceError, 60) == "torch\n" * 10
+    with pytest.raises(SourceError, match=r"requirements.txt: 60 bytes, more than such a file may "
+                                          r"hold \(59\)"):
+        load_text(path, SourceError, 59)
+    path.write_bytes(b"torch\n\xff")
+    with pytest.raises(SourceError, match=r"requirements.txt: not UTF-8 text \(byte 6\)"):
+        load_text(path, SourceError, 60)

@@ -108,3 +108,12 @@ def test_malformed_patch_manifest_is_one_line(tmp_path, monkeypatch, tree):
     monkeypatch.setenv("EDGEVLLM_PATCHES_PATH", str(tmp_path / "extra"))
     with pytest.raises(ManifestError, match=r"broken/patch.yaml: field 'applies_to'"):
         apply_source_patches(tree, "spark", "0.20.2")
+
+
+def test_a_tree_file_that_is_not_text_fails_the_patch_in_one_line(tree):
+    """The file a patch edits comes from the tree (a PR, a fork): bytes that are not UTF-8 fail
+    the patch naming it, as an edit that does not apply does."""
+    (tree / "CMakeLists.txt").write_bytes(b"project(vllm)\n\xff\xfe\n")
+    with pytest.raises(ModFailedError, match=r"patch vllm-cmake-keep-121a: vllm 0.33.0: "
+                                             r".*CMakeLists.txt: not UTF-8 text \(byte 14\)"):
+        apply_source_patches(tree, "spark", "0.33.0")

@@ -184,7 +184,19 @@ def test_project_requirements_static_none_or_refused(tmp_path):
                          'dependencies = { file = ["../outside.txt"] }\n')
     with pytest.raises(SourceError, match="outside the tree"):
         read_project_requirements(tmp_path)
+    pyproject.write_text("a = " + "[" * 100_000 + "\n")
+    with pytest.raises(SourceError, match="pyproject.toml: nested too deeply"):
+        read_project_requirements(tmp_path)
+    chain = [f"r{i}.txt" for i in range(40)]
+    for here, there in zip(chain, chain[1:], strict=False):
+        (tmp_path / here).write_text(f"-r {there}\n")
+    (tmp_path / chain[-1]).write_text("einops\n")
+    pyproject.write_text('[project]\ndynamic = ["dependencies"]\n[tool.setuptools.dynamic]\n'
+                         'dependencies = { file = ["r0.txt"] }\n')
+    with pytest.raises(SourceError, match=r"r16.txt: requirement files included more than 16 "
+                                          "deep"):
+        read_project_requirements(tmp_path)
     pyproject.write_text("# " + "x" * TREE_TEXT_MAX_BYTES + "\n")
-    with pytest.raises(SourceError, match=r"pyproject.toml: \d+ bytes, more than a tree's build "
-                                          "file may hold"):
+    with pytest.raises(SourceError, match=r"pyproject.toml: \d+ bytes, more than such a file "
+                                          "may hold"):
         read_project_requirements(tmp_path)

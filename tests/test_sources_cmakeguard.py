@@ -208,3 +208,15 @@ def test_cmake_system_information_leaves_the_working_folder_alone(tmp_path, monk
     monkeypatch.chdir(tmp_path)
     assert (cmake_root(shutil.which("cmake") or "cmake") / "Modules").is_dir()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_cmake_file_past_the_bound_is_refused_before_it_is_read(tmp_path):
+    from edgevllm.sources.cmakeguard import CMAKE_FILE_MAX_BYTES, tree_cmake_files
+
+    (tmp_path / "CMakeLists.txt").write_text("project(x)\n")
+    (tmp_path / "cmake").mkdir()
+    (tmp_path / "cmake" / "big.cmake").write_text("#" * (CMAKE_FILE_MAX_BYTES + 1))
+    with pytest.raises(PlanError, match=r"big.cmake: \d+ bytes, more than such a file may hold"):
+        tree_cmake_files(tmp_path)
+    (tmp_path / "cmake" / "big.cmake").write_text("set(A 1)\n")
+    assert sorted(tree_cmake_files(tmp_path)) == ["CMakeLists.txt", "cmake/big.cmake"]

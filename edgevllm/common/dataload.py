@@ -9,6 +9,8 @@ anything is built. Whatever is wrong is one line of the caller's error class, na
 ``tests/test_common_dataload.py::test_no_other_module_parses_outside_yaml_or_json`` holds that no
 other module calls ``yaml.safe_load`` or ``json.loads`` on data it did not write in the same run.
 
+``load_text`` reads others' text files (a tree's build files) the same way: bounded, UTF-8.
+
 ``shell_words`` splits others' shell text (an eugr command, a recipe's build args, a ``run.sh``
 line) as a shell would, after bounding its length: ``shlex`` grows each token a character at a
 time, so a megabyte token took minutes.
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -77,6 +80,16 @@ def _scan_yaml(text: str, max_values: int) -> None:
 def _line(event: yaml.Event) -> int:
     mark = getattr(event, "start_mark", None)
     return mark.line + 1 if mark is not None else 0
+
+
+def load_text(path: Path, error: type[EdgeVllmError], max_bytes: int) -> str:
+    """A text file from others (a tree's requirement file, pyproject.toml, CMake file): its size
+    checked before a byte is read, UTF-8, or one line of ``error`` naming it."""
+    size = path.stat().st_size
+    if size > max_bytes:
+        raise error(f"{path}: {size} bytes, more than such a file may hold ({max_bytes}); check "
+                    "that the tree is the one meant")
+    return _text(path.read_bytes(), str(path), error, max_bytes)
 
 
 def load_yaml(data: str | bytes, origin: str, error: type[EdgeVllmError] = ConfigError, *,

@@ -17,6 +17,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 from pydantic import Field, field_validator
 
+from edgevllm.common.dataload import load_text
 from edgevllm.common.errors import ManifestError, ModFailedError
 from edgevllm.common.fsutil import atomic_write_text
 from edgevllm.common.paths import data_dirs
@@ -26,6 +27,8 @@ from edgevllm.mods.catalog import Edit
 from edgevllm.specs.outcomes import ALREADY_APPLIED, APPLIED, NOT_APPLICABLE
 
 PATCH_FILE = "patch.yaml"
+# A file of the tree a patch edits (vLLM's CMakeLists.txt: about 60 KiB), read whole: bounded.
+PATCHED_FILE_MAX_BYTES = 4 << 20
 
 
 
@@ -115,7 +118,7 @@ def apply_patch(patch: SourcePatch, tree: Path, vllm_version: str | None) -> dic
         path = tree / edit.path
         if not path.is_file():
             raise _failed(patch, vllm_version, f"file {edit.path} is missing from the tree")
-        text = path.read_text()
+        text = _tree_file(patch, vllm_version, path)
         try:
             new, note = _edit_text(patch, edit, text, str(edit.path))
         except StepFailed as exc:
@@ -145,9 +148,18 @@ def _edit_text(patch: SourcePatch, edit: Edit, text: str, where: str) -> tuple[s
 def _upstream_fixed(patch: SourcePatch, tree: Path) -> str | None:
     for check in patch.manifest.upstream_fixed:
         path = tree / check.path
-        if path.is_file() and re.search(check.regex, path.read_text()):
+        if path.is_file() and re.search(check.regex, load_text(path, ModFailedError,
+                                                                PATCHED_FILE_MAX_BYTES)):
             return f"upstream already does this ({check.path} matches the upstream_fixed check)"
     return None
+
+
+def _tree_file(patch: SourcePatch, vllm_version: str | None, path: Path) -> str:
+    """A file of the tree a patch edits: bounded and UTF-8, else the patch fails in one line."""
+    try:
+        return load_text(path, ModFailedError, PATCHED_FILE_MAX_BYTES)
+    except ModFailedError as exc:
+        raise _failed(patch, vllm_version, str(exc)) from None
 
 
 def _failed(patch: SourcePatch, vllm_version: str | None, message: str) -> ModFailedError:

@@ -31,6 +31,7 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
 
+from edgevllm.common.dataload import load_text
 from edgevllm.common.errors import SourceError
 
 if sys.version_info >= (3, 11):
@@ -47,6 +48,7 @@ TORCH_FAMILY = frozenset({"torch", "torchvision", "torchaudio", "torchcodec"})
 # A tree's text files read here (requirement files, pyproject.toml, setup.py): real ones are
 # under 100 KiB; a larger one is refused before it is read, whatever the tree holds.
 TREE_TEXT_MAX_BYTES = 1 << 20
+MAX_INCLUDE_DEPTH = 16   # `-r` chains: vLLM's own go two deep (cuda.txt -> common.txt)
 # vLLM's compute_num_jobs: ``num_jobs = max(1, num_jobs // nvcc_threads)``.
 _DIVIDES_JOBS = re.compile(r"//\s*nvcc_threads\b")
 
@@ -129,11 +131,7 @@ def _required(tree: Path, candidates: tuple[str, ...], what: str) -> str:
 
 def tree_text(path: Path) -> str:
     """A text file of a tree, bounded: a larger one is one SourceError naming it."""
-    size = path.stat().st_size
-    if size > TREE_TEXT_MAX_BYTES:
-        raise SourceError(f"{path}: {size} bytes, more than a tree's build file may hold "
-                          f"({TREE_TEXT_MAX_BYTES}); check the tree")
-    return path.read_text(errors="replace")
+    return load_text(path, SourceError, TREE_TEXT_MAX_BYTES)
 
 
 def read_pyproject(path: Path) -> dict:
@@ -142,6 +140,9 @@ def read_pyproject(path: Path) -> dict:
         return tomllib.loads(tree_text(path))
     except tomllib.TOMLDecodeError as exc:
         raise SourceError(f"{path}: not valid TOML ({exc})") from None
+    except RecursionError:   # tomllib descends once per nesting level: `a = [[[[…` in 1 MiB
+        raise SourceError(f"{path}: nested too deeply to be a project's pyproject.toml; "
+                          "check the tree") from None
 
 
 def read_pyproject_requires(path: Path) -> list[str]:
@@ -169,6 +170,9 @@ def read_requirement_tree(tree: Path, relative: str,
     """(requirement, file) for every line of ``relative`` and the files it includes with ``-r``
     (paths inside ``tree`` only; other options, such as index URLs, are the target's to set)."""
     path = (tree / relative).resolve()
+    if len(seen) >= MAX_INCLUDE_DEPTH:   # each file is bounded, so is their chain
+        raise SourceError(f"{tree / relative}: requirement files included more than "
+                          f"{MAX_INCLUDE_DEPTH} deep; check the tree")
     if relative in seen or not path.is_relative_to(tree.resolve()) or not path.is_file():
         raise SourceError(f"{tree / relative}: a requirement file the tree includes is missing, "
                           "outside the tree or included twice")

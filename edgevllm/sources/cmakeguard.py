@@ -24,6 +24,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from edgevllm.common.dataload import load_text
 from edgevllm.common.errors import PlanError
 from edgevllm.common.secrets import clean_environ
 
@@ -51,6 +52,10 @@ processorcount python_add_library
 """.split())
 ALLOWED = SAFE_BUILTINS | PRELUDE_COMMANDS
 _DEFINERS = ("function", "macro")
+# What the guard reads of a tree before cmake runs: vLLM 0.33.0's CMakeLists.txt is about 60 KiB,
+# its cmake/ folder about 20 files; a tree far past these is refused before it is read.
+CMAKE_FILE_MAX_BYTES = 4 << 20
+CMAKE_FILES_MAX = 2000
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _BRACKET_OPEN = re.compile(r"\[(=*)\[")
 
@@ -236,7 +241,11 @@ def tree_cmake_files(tree: Path) -> dict[str, str]:
     if top.is_symlink() or (tree / "cmake").is_symlink():
         raise PlanError(f"{tree}: CMakeLists.txt or cmake/ is a symbolic link; the kernel plan "
                         "evaluates only CMake files inside the tree")
-    return {str(path.relative_to(tree)): path.read_text(errors="replace") for path in files}
+    if len(files) > CMAKE_FILES_MAX:
+        raise PlanError(f"{tree}: {len(files)} CMake files under cmake/, more than a tree's "
+                        f"build may hold ({CMAKE_FILES_MAX}); check the tree")
+    return {str(path.relative_to(tree)): load_text(path, PlanError, CMAKE_FILE_MAX_BYTES)
+            for path in files}
 
 
 # --- the guarded run -----------------------------------------------------------------------------
