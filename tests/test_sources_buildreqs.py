@@ -170,13 +170,19 @@ def test_flashinfers_runtime_requirements_are_read_from_the_file_its_pyproject_n
 
 
 def test_project_requirements_static_none_or_refused(tmp_path):
-    from edgevllm.sources.buildreqs import TREE_TEXT_MAX_BYTES, read_project_requirements
+    from edgevllm.sources.buildreqs import TREE_TEXT_MAX_BYTES, read_project
+
+    def read_project_requirements(tree):
+        return read_project(tree).runtime
 
     assert read_project_requirements(tmp_path) == ()   # a setup.py-only tree: its code knows
     pyproject = tmp_path / "pyproject.toml"
     pyproject.write_text('[project]\nname = "x"\ndependencies = ["numpy>=2", "einops"]\n')
     assert read_project_requirements(tmp_path) == (("numpy>=2", "pyproject.toml"),
                                                    ("einops", "pyproject.toml"))
+    pyproject.write_text('project = "x"\n[build-system]\nrequires = ["setuptools"]\n')
+    assert read_project(tmp_path).build == ("setuptools",)   # a key of any other shape: none
+    assert read_project_requirements(tmp_path) == ()
     pyproject.write_text('[project]\nname = "x"\ndependencies = ["numpy >=> 2"]\n')
     with pytest.raises(SourceError, match=r"pyproject.toml: cannot read requirement 'numpy"):
         read_project_requirements(tmp_path)

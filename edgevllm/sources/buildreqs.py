@@ -147,7 +147,19 @@ def read_pyproject(path: Path) -> dict:
 
 def read_pyproject_requires(path: Path) -> list[str]:
     """``[build-system] requires`` of ``path``; a malformed file raises SourceError naming it."""
-    requires = read_pyproject(path).get("build-system", {}).get("requires")
+    return _build_requires(read_pyproject(path), path)
+
+
+def _table(data: object, *keys: str) -> dict:
+    """``data[k1][k2]…`` where each is a TOML table, else {}: a tree's pyproject may hold any
+    value under any key."""
+    for key in keys:
+        data = data.get(key) if isinstance(data, dict) else None
+    return data if isinstance(data, dict) else {}
+
+
+def _build_requires(data: dict, path: Path) -> list[str]:
+    requires = _table(data, "build-system").get("requires")
     if not isinstance(requires, list) or not all(isinstance(r, str) for r in requires):
         raise SourceError(f"{path}: [build-system] requires is missing or not a list of strings")
     for text in requires:
@@ -198,37 +210,31 @@ class ProjectRequirements:
 
 
 def read_project(tree: Path) -> ProjectRequirements:
-    """The build requires and runtime requirements of the project at ``tree`` from its
-    pyproject.toml; none where it has none (a setup.py-only tree: nothing here runs its code)."""
-    pyproject = Path(tree) / "pyproject.toml"
+    """What the project at ``tree`` lists as data in its pyproject.toml (read once): its
+    ``[build-system] requires``, and what its wheel depends on: ``[project] dependencies``, or the
+    files ``[tool.setuptools.dynamic] dependencies`` names (FlashInfer's ``requirements.txt``).
+    None where only its code knows (a setup.py-only tree): nothing here runs a tree's code."""
+    tree = Path(tree)
+    pyproject = tree / "pyproject.toml"
     if not pyproject.is_file():
         return ProjectRequirements()
-    requires = read_pyproject(pyproject).get("build-system", {}).get("requires", [])
-    return ProjectRequirements(
-        build=tuple(read_pyproject_requires(pyproject)) if requires else (),
-        runtime=read_project_requirements(tree))
+    data = read_pyproject(pyproject)
+    build = _build_requires(data, pyproject) if "requires" in _table(data, "build-system") else []
+    return ProjectRequirements(build=tuple(build), runtime=_runtime_requirements(tree, data))
 
 
-def read_project_requirements(tree: Path) -> tuple[tuple[str, str], ...]:
-    """(requirement, file) for what a Python project's wheel depends on, where its pyproject.toml
-    says so as data: ``[project] dependencies``, or the files ``[tool.setuptools.dynamic]
-    dependencies`` names (FlashInfer's ``requirements.txt``). Empty where only its code knows
-    (a setup.py without a pyproject.toml that lists them): nothing here runs a tree's code."""
-    tree = Path(tree)
-    if not (tree / "pyproject.toml").is_file():
-        return ()
-    data = read_pyproject(tree / "pyproject.toml")
-    project = data.get("project", {})
+def _runtime_requirements(tree: Path, data: dict) -> tuple[tuple[str, str], ...]:
+    project = _table(data, "project")
     listed = project.get("dependencies")
-    if isinstance(listed, list) and "dependencies" not in project.get("dynamic", []):
+    dynamic = project.get("dynamic")
+    if isinstance(listed, list) and not (isinstance(dynamic, list) and "dependencies" in dynamic):
         if not all(isinstance(r, str) for r in listed):
             raise SourceError(f"{tree / 'pyproject.toml'}: [project] dependencies is not a list "
                               "of strings")
         for text in listed:
             _parse(text, tree / "pyproject.toml")
         return tuple((text, "pyproject.toml") for text in listed)
-    dynamic = data.get("tool", {}).get("setuptools", {}).get("dynamic", {}).get("dependencies")
-    files = dynamic.get("file") if isinstance(dynamic, dict) else None
+    files = _table(data, "tool", "setuptools", "dynamic", "dependencies").get("file")
     files = [files] if isinstance(files, str) else files
     if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
         return ()
