@@ -206,3 +206,23 @@ def test_project_requirements_static_none_or_refused(tmp_path):
     with pytest.raises(SourceError, match=r"pyproject.toml: \d+ bytes, more than such a file "
                                           "may hold"):
         read_project_requirements(tmp_path)
+
+
+def test_a_build_file_linked_out_of_the_tree_is_refused(tree_copy, tmp_path):
+    """A tree's build file or folder that links to a host file is never read (an error would
+    print its lines)."""
+    from edgevllm.sources.buildreqs import read_project
+
+    secret = tmp_path / "secret.txt"
+    secret.write_text("token-line\n")
+    build = tree_copy / "requirements" / "build" / "cuda.txt"
+    build.unlink()
+    build.symlink_to(secret)
+    with pytest.raises(SourceError, match="cuda.txt: a link out of the tree") as info:
+        read_build_layout(tree_copy)
+    assert "token-line" not in str(info.value)
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "pyproject.toml").symlink_to(secret)
+    with pytest.raises(SourceError, match="pyproject.toml: a link out of the tree"):
+        read_project(project)

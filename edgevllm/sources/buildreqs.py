@@ -120,10 +120,19 @@ def read_build_layout(tree: Path) -> BuildLayout:
     )
 
 
+def inside(tree: Path, relative: str) -> str:
+    """``relative`` where it stays inside ``tree`` once links are followed; a link out of the
+    tree (to a host file whose lines an error would print) is one SourceError."""
+    if not (tree / relative).resolve().is_relative_to(tree.resolve()):
+        raise SourceError(f"{tree / relative}: a link out of the tree; the build reads only "
+                          "files inside the tree")
+    return relative
+
+
 def _required(tree: Path, candidates: tuple[str, ...], what: str) -> str:
     for relative in candidates:
         if (tree / relative).is_file():
-            return relative
+            return inside(tree, relative)
     names = " or ".join(candidates)
     raise SourceError(f"{tree}: {what} is missing (looked for {names}); the build follows the "
                       "tree, so give a vLLM tree that has it")
@@ -215,7 +224,7 @@ def read_project(tree: Path) -> ProjectRequirements:
     files ``[tool.setuptools.dynamic] dependencies`` names (FlashInfer's ``requirements.txt``).
     None where only its code knows (a setup.py-only tree): nothing here runs a tree's code."""
     tree = Path(tree)
-    pyproject = tree / "pyproject.toml"
+    pyproject = tree / inside(tree, "pyproject.toml")
     if not pyproject.is_file():
         return ProjectRequirements()
     data = read_pyproject(pyproject)
