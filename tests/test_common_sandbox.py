@@ -25,11 +25,15 @@ def bwrap() -> str:
     return sandbox.require_sandbox("the test")
 
 
+SCRATCH = Path("/scratch")  # inside the sandbox only: a sized tmpfs
+
+
 def in_sandbox(bwrap: str, argv: list[str], *, read_only=(), writable=(), cwd: Path):
     fd = sandbox.seccomp_fd()
     try:
         wrapped = sandbox.sandboxed_argv(bwrap, argv, read_only=list(read_only),
-                                         writable=list(writable), cwd=cwd, seccomp_fd=fd)
+                                         writable=list(writable), cwd=cwd, seccomp_fd=fd,
+                                         scratch=SCRATCH, scratch_size=1 << 20)
         return run_bounded(wrapped, Limits(seconds=30), what="sandboxed", error=SourceError,
                            pass_fds=[fd], env={"PATH": "/usr/bin:/bin"})
     finally:
@@ -37,11 +41,13 @@ def in_sandbox(bwrap: str, argv: list[str], *, read_only=(), writable=(), cwd: P
 
 
 def cmake_script(bwrap: str, folder: Path, text: str, read_only=()):
+    """``text`` run by cmake in the sandbox: ``folder`` read-only, its ``out.txt`` writable."""
     (folder / "t.cmake").write_text(text)
+    (folder / "out.txt").write_text("")
     cmake = shutil.which("cmake")
     assert cmake, "cmake is missing: apt-get install cmake"
-    return in_sandbox(bwrap, [cmake, "-P", "t.cmake"], writable=[folder], cwd=folder,
-                      read_only=[*read_only, cmake_root(cmake)])
+    return in_sandbox(bwrap, [cmake, "-P", "t.cmake"], writable=[folder / "out.txt"], cwd=folder,
+                      read_only=[*read_only, folder, cmake_root(cmake)])
 
 
 def test_only_the_folders_named_are_there(bwrap, tmp_path):
@@ -58,12 +64,16 @@ foreach(p {host} /etc/passwd /etc/hostname /root /home /proc/1/environ /var /sys
     message(STATUS "visible:${{p}}")
   endif()
 endforeach()
-file(WRITE {scratch}/ok.txt x)
+file(WRITE {scratch}/out.txt ok)
+file(WRITE {SCRATCH}/s.txt in-scratch)
+file(READ {SCRATCH}/s.txt S)
+message(STATUS "scratch:${{S}}")
 file(WRITE {tree}/written.txt x)
 """, read_only=[tree])
     text = done.text("stdout") + done.text("stderr")
-    assert "tree:inside" in text and "visible:" not in text, text
-    assert (scratch / "ok.txt").exists() and not (tree / "written.txt").exists()
+    assert "tree:inside" in text and "scratch:in-scratch" in text and "visible:" not in text, text
+    assert (scratch / "out.txt").read_text() == "ok" and not (tree / "written.txt").exists()
+    assert not (scratch / "s.txt").exists() and not SCRATCH.joinpath("s.txt").exists()
 
 
 def test_no_new_process_and_no_network(bwrap, tmp_path):
@@ -71,7 +81,7 @@ def test_no_new_process_and_no_network(bwrap, tmp_path):
     done = cmake_script(bwrap, tmp_path, f"""
 execute_process(COMMAND {cmake} --version RESULT_VARIABLE r)
 message(STATUS "spawn:${{r}}")
-file(DOWNLOAD http://127.0.0.1:9/ {tmp_path}/d STATUS s)
+file(DOWNLOAD http://127.0.0.1:9/ {SCRATCH}/d STATUS s)
 message(STATUS "download:${{s}}")
 """)
     text = done.text("stdout")

@@ -29,6 +29,11 @@ MiB = 1 << 20
 _OOM_WORDS = ("bad_alloc", "out of memory", "cannot allocate memory", "memory exhausted",
               "memoryerror",
               "length_error")
+# What a refused write looks like in a sandboxed child's stderr (strerror's words, as C and
+# Python print them), and the bound each one is; SIGXFSZ ends a child that ignores none of them.
+_WRITE_WORDS = (("no space left on device", "scratch"), ("file too large", "file"),
+                ("read-only file system", "read-only"))
+_SIGXFSZ = 25
 
 
 @dataclass(frozen=True)
@@ -40,6 +45,9 @@ class Limits:
     output: int = 16 * MiB          # per stream, what the child may print
     file_size: int | None = 64 * MiB  # RLIMIT_FSIZE: the largest file it may write
     open_files: int | None = 256     # None: the parent's (git opens one file per pack)
+    # A sandboxed run's scratch (common/sandbox.py: a tmpfs of this size, in all); where set, a
+    # write refused at a bound is reported as that bound (one line), not as the child's failure.
+    scratch: int | None = None
 
 
 @dataclass
@@ -124,7 +132,31 @@ def run_bounded(argv: Sequence[str], limits: Limits, *, what: str,
         done.exceeded = "memory"
         raise error(f"{what}: stopped at the memory limit ({(limits.memory or 0) // MiB} MiB of "
                     "address space); what it was given asks for more")
+    bound = write_refused(done, limits)
+    if bound:
+        done.exceeded = "disk"
+        raise error(f"{what}: {_WRITE_LINES[bound](limits)}")
     return done
+
+
+_WRITE_LINES = {
+    "scratch": lambda lim: f"stopped at the scratch's size ({(lim.scratch or 0) / MiB:g} MiB in "
+                           "all, a tmpfs inside the sandbox); what it was given writes more",
+    "file": lambda lim: f"stopped at the file size limit ({(lim.file_size or 0) / MiB:g} MiB a "
+                        "file); what it was given writes more",
+    "read-only": lambda lim: "stopped writing where nothing is writable (the sandbox's root, "
+                             "/dev and /dev/shm are read-only; only its scratch is not)",
+}
+
+
+def write_refused(done: Finished, limits: Limits) -> str:
+    """The bound a sandboxed child failed at writing ("scratch", "file", "read-only"), or ""."""
+    if limits.scratch is None or done.returncode == 0:
+        return ""
+    if done.returncode in (-_SIGXFSZ, 128 + _SIGXFSZ):  # bwrap passes a signal on as 128+n
+        return "file"
+    tail = done.stderr[-4096:].decode(errors="replace").lower()
+    return next((bound for words, bound in _WRITE_WORDS if words in tail), "")
 
 
 def memory_exhausted(done: Finished, limits: Limits) -> bool:

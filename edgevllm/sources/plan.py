@@ -35,7 +35,7 @@ from pathlib import Path
 
 from edgevllm.common.bounded import Finished, Limits, MiB, run_bounded
 from edgevllm.common.errors import MissingToolError, PlanError, PlanGapError
-from edgevllm.common.sandbox import require_sandbox, sandboxed_argv, seccomp_fd
+from edgevllm.common.sandbox import SCRATCH_SIZE, require_sandbox, sandboxed_argv, seccomp_fd
 from edgevllm.sources import cmakeguard
 from edgevllm.sources.kernelplan import ArchGroup, CMakeDep, Extension, KernelPlan
 from edgevllm.sources.plan_record import parse_record
@@ -55,8 +55,10 @@ _CALL = re.compile(r"^([ \t]*)(" + "|".join(_RENAMED) + r")[ \t]*\(", re.M | re.
 DEFAULT_TORCH_NVCC_FLAGS = ["-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__",
                             "-D__CUDA_NO_BFLOAT16_CONVERSIONS__", "-D__CUDA_NO_HALF2_OPERATORS__",
                             "--expt-relaxed-constexpr"]
-# What evaluating one tree may take: vLLM 0.33.0's CMake needs about 0.3 s and 15 MiB.
-LIMITS = Limits(seconds=120, memory=512 * MiB, output=4 * MiB, file_size=64 * MiB)
+# What evaluating one tree may take: vLLM 0.33.0's CMake needs about 0.3 s and 15 MiB. On the
+# host's disk it writes only the record (at most file_size); its scratch is a tmpfs of 16 MiB.
+LIMITS = Limits(seconds=120, memory=512 * MiB, output=4 * MiB, file_size=64 * MiB,
+                scratch=16 * MiB)
 
 
 # --- inputs ---------------------------------------------------------------------------------------
@@ -101,12 +103,15 @@ def _renamer(relpath: str):
 # --- running --------------------------------------------------------------------------------------
 def _run_sandboxed(bwrap: str, argv: list[str], *, tree: Path, root: Path, fixed: Path,
                    scratch: Path, shadow: Path) -> Finished:
-    """cmake in the sandbox: the tree and CMake's modules read-only, the prelude read-only, the
-    shadow copy and the record writable; no network, no new process, bounded (LIMITS)."""
+    """cmake in the sandbox: the tree, CMake's modules, the prelude and the shadow copy
+    read-only, the record the one writable file, a sized tmpfs for the rest; no network, no new
+    process, bounded (LIMITS)."""
     fd = seccomp_fd()
     try:
-        wrapped = sandboxed_argv(bwrap, argv, read_only=[tree, root, fixed], writable=[scratch],
-                                 cwd=shadow, seccomp_fd=fd)
+        wrapped = sandboxed_argv(bwrap, argv, read_only=[tree, root, fixed, scratch],
+                                 writable=[scratch / "record.txt"], cwd=shadow, seccomp_fd=fd,
+                                 scratch=scratch.parent / "work",
+                                 scratch_size=LIMITS.scratch or SCRATCH_SIZE)
         return run_bounded(wrapped, LIMITS, what=f"{tree}: evaluating the kernel plan (cmake)",
                            error=PlanError, env=cmakeguard.cmake_env(), pass_fds=[fd])
     finally:
