@@ -8,7 +8,11 @@ Such a folder is data from others, read through one gate (``survey`` in prefligh
 - at most ``MAX_FILES`` files and ``MAX_BYTES`` bytes in all (``Caps``), the cap named when
   passed; a file that changes while it is read is refused;
 - a ``.git`` in it (a folder, or a submodule's file) is skipped: git is never run there, since a
-  repository's config and hooks could run code, and git keeps no ``.git`` in a tree either.
+  repository's config and hooks could run code, and git keeps no ``.git`` in a tree either;
+- it is walked through folder descriptors, never by path: each folder is opened from its
+  parent's descriptor with ``O_NOFOLLOW|O_DIRECTORY`` and each file with ``O_NOFOLLOW``, so a
+  folder swapped for a link between its listing and its reading is refused in one line, not
+  followed out (issue 42); the folder itself must be the one ``survey`` saw (device and inode).
 
 ``take`` copies the folder into the build's own dependency folder (the user's stays untouched)
 and hashes every byte it copies, as git would (``sources/gittree.py``): that tree hash is the
@@ -17,11 +21,12 @@ folder's identity, proven against a lock's (``sources/cmakedeps.py``) or recorde
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 from edgevllm.common.errors import MissingInputError, SuppliedFolderError
 from edgevllm.common.foreign import file_name, path_inside
@@ -33,6 +38,8 @@ MAX_BYTES = 8 << 30       # 8 GiB; the largest pin is under 1 GiB
 MAX_DEPTH = 64            # folders inside folders
 FILES_VAR, BYTES_VAR = "EDGEVLLM_CMAKE_DEP_MAX_FILES", "EDGEVLLM_CMAKE_DEP_MAX_BYTES"
 _CHUNK = 1 << 20
+_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 @dataclass(frozen=True)
@@ -57,6 +64,7 @@ class Supplied:
     files: int
     size: int
     caps: Caps = Caps()
+    identity: tuple[int, int] = (0, 0)   # the folder's (device, inode) when surveyed
 
     def describe(self) -> str:
         return f"{self.folder} ({self.files} files, {self.size / 1e6:.1f} MB)"
@@ -71,11 +79,18 @@ def survey(name: str, folder: Path | str, caps: Caps | None = None) -> Supplied:
     ``Caps.from_env()`` where None)."""
     caps = caps or Caps.from_env()
     root = _root(name, folder)
-    files = size = 0
-    for _rel, info, target in _walk(root, _what(name, folder), caps):
-        files += 1
-        size += info.st_size if target is None else 0
-    return Supplied(name=name, folder=root, files=files, size=size, caps=caps)
+    what = _what(name, folder)
+    fd = _open_root(root, what)
+    try:
+        files = size = 0
+        for item in _walk(fd, root, what, caps):
+            files += 1
+            size += item.info.st_size if item.target is None else 0
+        found = os.fstat(fd)
+    finally:
+        os.close(fd)
+    return Supplied(name=name, folder=root, files=files, size=size, caps=caps,
+                    identity=(found.st_dev, found.st_ino))
 
 
 def _root(name: str, folder: Path | str) -> Path:
@@ -89,40 +104,93 @@ def _root(name: str, folder: Path | str) -> Path:
     return path.absolute()
 
 
-def _walk(root: Path, what: str, caps: Caps) -> Iterator[tuple[str, os.stat_result, str | None]]:
-    """(relative path, lstat, a link's target or None) of every file and link under ``root``,
-    links never followed, ``.git`` skipped, each checked by the gate and counted against
-    ``caps``."""
-    files = size = 0
-    pending = [""]
-    while pending:
-        folder = pending.pop()
-        with os.scandir(root / folder) as found:
-            items = sorted(found, key=lambda item: item.name)
-        for item in items:
-            if item.name == ".git":
-                continue
-            rel = f"{folder}/{item.name}" if folder else item.name
-            file_name(item.name, what=f"{what}: {folder or '.'}", error=SuppliedFolderError)
-            info = item.stat(follow_symlinks=False)
-            if stat.S_ISDIR(info.st_mode):
-                if rel.count("/") >= MAX_DEPTH:
-                    raise SuppliedFolderError(f"{what}: {rel} is more than {MAX_DEPTH} folders "
-                                              "deep (the cap of a dependency folder)")
-                pending.append(rel)
-                continue
-            target = _link_target(root, rel, what) if stat.S_ISLNK(info.st_mode) else None
-            if target is None and not stat.S_ISREG(info.st_mode):
-                raise SuppliedFolderError(f"{what}: {rel} is not a file, folder or link (a "
-                                          "device, pipe or socket); remove it")
-            files += 1
-            size += info.st_size if target is None else 0
-            _check_caps(what, files, size, caps)
-            yield rel, info, target
+def _open_root(root: Path, what: str) -> int:
+    """The folder the user named, opened once (a link the user named as the folder is theirs)."""
+    try:
+        return os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise SuppliedFolderError(f"{what}: cannot be read ({exc.strerror})") from None
 
 
-def _link_target(root: Path, rel: str, what: str) -> str:
-    target = os.readlink(root / rel)
+class _Item(NamedTuple):
+    """A file or link of the folder: where it is (``parent``: its folder's open descriptor)."""
+
+    rel: str
+    info: os.stat_result
+    target: str | None          # a link's target, None for a file
+    parent: int
+    name: str
+
+
+def _walk(fd: int, root: Path, what: str, caps: Caps) -> Iterator[_Item]:
+    """Every file and link under the open folder ``fd`` (``root`` names it), links never
+    followed, ``.git`` skipped, each checked by the gate and counted against ``caps``. Folders
+    are opened from their parent's descriptor, never by path (``_open_folder``)."""
+    yield from _walk_folder(fd, root, "", what, caps, [0, 0])
+
+
+def _walk_folder(fd: int, root: Path, folder: str, what: str, caps: Caps,
+                 counts: list[int]) -> Iterator[_Item]:
+    """The open folder ``fd`` listed and checked whole first, then its files and links
+    yielded, then its folders walked, each opened from ``fd`` as listed."""
+    files, folders = [], []
+    for item in _listing(fd):
+        rel = f"{folder}/{item.name}" if folder else item.name
+        file_name(item.name, what=f"{what}: {folder or '.'}", error=SuppliedFolderError)
+        info = item.stat(follow_symlinks=False)
+        if stat.S_ISDIR(info.st_mode):
+            if rel.count("/") >= MAX_DEPTH:
+                raise SuppliedFolderError(f"{what}: {rel} is more than {MAX_DEPTH} folders "
+                                          "deep (the cap of a dependency folder)")
+            folders.append((rel, item.name, info))
+            continue
+        link = stat.S_ISLNK(info.st_mode)
+        target = _link_target(fd, item.name, root, rel, what) if link else None
+        if target is None and not stat.S_ISREG(info.st_mode):
+            raise SuppliedFolderError(f"{what}: {rel} is not a file, folder or link (a "
+                                      "device, pipe or socket); remove it")
+        counts[0] += 1
+        counts[1] += info.st_size if target is None else 0
+        _check_caps(what, counts[0], counts[1], caps)
+        files.append(_Item(rel, info, target, fd, item.name))
+    yield from files
+    for rel, name, info in folders:
+        child = _open_folder(fd, name, info, f"{what}: {rel}")
+        try:
+            yield from _walk_folder(child, root, rel, what, caps, counts)
+        finally:
+            os.close(child)
+
+
+def _listing(fd: int) -> list[os.DirEntry]:
+    """The names in the open folder ``fd``, sorted, without ``.git``."""
+    with os.scandir(fd) as found:
+        return sorted((item for item in found if item.name != ".git"), key=lambda i: i.name)
+
+
+def _open_folder(parent: int, name: str, listed: os.stat_result, what: str) -> int:
+    """The folder ``name`` of ``parent``, as listed: a link or anything else put in its place
+    since the listing is refused, never followed."""
+    try:
+        fd = os.open(name, _FOLDER, dir_fd=parent)
+    except OSError as exc:
+        why = ("a link now" if exc.errno in (errno.ELOOP, errno.ENOTDIR)
+               else exc.strerror or "unreadable")
+        raise SuppliedFolderError(f"{what}: was a folder when listed and is {why}; the folder "
+                                  "changed while it was read (supply one nothing writes to)") \
+            from None
+    now = os.fstat(fd)
+    if (now.st_dev, now.st_ino) != (listed.st_dev, listed.st_ino):
+        os.close(fd)
+        raise SuppliedFolderError(f"{what}: another folder was put in its place while the "
+                                  "folder was read; supply one nothing writes to")
+    return fd
+
+
+def _link_target(parent: int, name: str, root: Path, rel: str, what: str) -> str:
+    """A link's target (read from its folder's descriptor: it is copied as a link, never
+    followed), relative and leading inside the folder (checked through ``root``'s links)."""
+    target = os.readlink(name, dir_fd=parent)
     if os.path.isabs(target):
         raise SuppliedFolderError(f"{what}: {rel} is a link to the absolute path {target!r}; "
                                   "only relative links inside the folder are taken")
@@ -144,25 +212,36 @@ def take(supplied: Supplied, dest: Path, algorithm: str = "sha1") -> list[Entry]
     """Copy the folder into ``dest`` through the gate, hashing every byte copied: its entries as
     git would store them (``gittree.tree_hash`` gives their tree)."""
     what = _what(supplied.name, supplied.folder)
-    dest.mkdir(parents=True, exist_ok=True)
-    entries = []
-    for rel, _info, target in _walk(supplied.folder, what, supplied.caps):
-        out = dest / rel
-        out.parent.mkdir(parents=True, exist_ok=True)
-        if target is not None:
-            os.symlink(target, out)
-            entries.append(Entry(rel, LINK, blob_id(os.fsencode(target), algorithm)))
-        else:
-            mode, oid = _copy_file(supplied.folder / rel, out, f"{what}: {rel}", algorithm)
-            entries.append(Entry(rel, mode, oid))
-    return entries
-
-
-def _copy_file(source: Path, out: Path, what: str, algorithm: str) -> tuple[str, str]:
-    """(git mode, blob id) of ``source``, copied to ``out`` as read: a file swapped for a link,
-    a pipe or a device after the walk, or one that changes size while read, is refused."""
+    fd = _open_root(supplied.folder, what)
     try:
-        fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        found = os.fstat(fd)
+        if (found.st_dev, found.st_ino) != supplied.identity:
+            raise SuppliedFolderError(f"{what}: is not the folder the preflight read (another "
+                                      "was put in its place); supply one nothing writes to")
+        dest.mkdir(parents=True, exist_ok=True)
+        return [_take_item(item, dest, what, algorithm)
+                for item in _walk(fd, supplied.folder, what, supplied.caps)]
+    finally:
+        os.close(fd)
+
+
+def _take_item(item: _Item, dest: Path, what: str, algorithm: str) -> Entry:
+    out = dest / item.rel
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if item.target is not None:
+        os.symlink(item.target, out)
+        return Entry(item.rel, LINK, blob_id(os.fsencode(item.target), algorithm))
+    mode, oid = _copy_file(item.parent, item.name, out, f"{what}: {item.rel}", algorithm)
+    return Entry(item.rel, mode, oid)
+
+
+def _copy_file(parent: int, name: str, out: Path, what: str,
+               algorithm: str) -> tuple[str, str]:
+    """(git mode, blob id) of the file ``name`` of the open folder ``parent``, copied to ``out``
+    as read: a file swapped for a link, a pipe or a device after the walk, or one that changes
+    size while read, is refused."""
+    try:
+        fd = os.open(name, _FILE, dir_fd=parent)
     except OSError as exc:
         raise SuppliedFolderError(f"{what}: cannot be read ({exc.strerror}); it changed while "
                                   "the folder was read, or is not readable") from None
