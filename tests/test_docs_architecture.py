@@ -421,6 +421,38 @@ def test_mod_downloads_are_fetched_in_one_place():
     assert not found, f"fetch a mod's files with edgevllm.mods.downloads: {found}"
     assert connects(ast.parse("import urllib.request").body[0])
 
+# Modules that open connections, and what each reaches: the user's choice or the builder's own
+CONNECTS = {
+    "common/http.py": "URLs others chose (fetch_bounded); a credential's origin",
+    "image/registry.py": "the registry the user names (credential_session)",
+    "image/registryauth.py": "that registry's token realm (credential_session)",
+    "perf/client.py": "the endpoint inv bench is given",
+    "perf/sweep.py": "the endpoint inv bench is given",
+    "perf/roofline.py": "the Hub (HF_ENDPOINT), through credential_session",
+    "probe/level2.py": "the server the probe started",
+    "serve/startprobe.py": "the server this process started",
+    "sources/wheels.py": "the package index the target names (wheels pinned by sha256)",
+}
+
+
+def test_urls_others_chose_are_fetched_by_common_http_alone():
+    """A URL others chose (a mod's download, anything a tree, recipe or import names) is
+    fetched by common/http.fetch_bounded: no login, cookie or engine credential, a deadline,
+    the redirect rules. Every other module that opens a connection is listed in CONNECTS with
+    what it reaches; a new one is a URL of the user's or the builder's own, said there."""
+    clients = ("requests", "urllib.request", "http.client", "urllib3", "aiohttp", "httpx",
+               "socket")
+
+    def connects(n):
+        names = [n.module or ""] if isinstance(n, ast.ImportFrom) else \
+            [a.name for a in n.names] if isinstance(n, ast.Import) else []
+        return any(name == c or name.startswith(c + ".") for name in names for c in clients)
+    found = {rel for rel, tree in py_files() if any(connects(n) for n in ast.walk(tree))}
+    assert found <= set(CONNECTS), f"fetch a URL others chose with fetch_bounded: " \
+        f"{found - set(CONNECTS)}"
+    assert connects(ast.parse("from http.client import HTTPConnection").body[0])
+    assert not connects(ast.parse("import http.cookiejar").body[0])
+
 
 def test_git_objects_are_hashed_in_one_place():
     """A git blob or tree id (a supplied folder's identity) is computed by sources/gittree.py

@@ -7,13 +7,30 @@ to another origin (an upload ``Location`` a registry names, a redirect to a CDN)
 request in plain http off loopback, whoever set it; redirects drop it too, and a redirect from
 https to plain http is refused outright, so neither the token nor the data travels in clear text.
 urllib, which copies headers onto every redirect, is not used for these requests.
+
+A URL others chose (a mod's download) is fetched by ``fetch_bounded`` alone, with nothing of the
+user's: no ``~/.netrc`` or ``$NETRC`` login, no cookie, no ``Authorization`` (a URL with a login
+in it is refused), no engine login; the proxy the environment names is used for the hosts it
+covers, its own login going to the proxy only. The whole download has a deadline (seconds, from
+the first connection to the last byte, resolving and redirects included) besides its byte bound.
+Redirects are followed here, hop by hop: a server outside never sends the fetch to a loopback,
+link-local, private, unspecified or multicast address, a loopback server never sends it outward,
+and the first URL, unless it names loopback as such, reaches public addresses only.
 """
 
 from __future__ import annotations
 
+import http.cookiejar
 import ipaddress
+import os
+import socket
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urljoin, urlsplit
 
 import requests
 
@@ -98,26 +115,239 @@ def bearer(token: str | None) -> dict[str, Any]:
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 
-def fetch_bounded(url: str, limit: int, what: str, error: type[EdgeVllmError],
-                  timeout_s: float = 120) -> bytes:
-    """The bytes at ``url``: https (plain http only to loopback), redirects by the rules above,
-    at most ``limit`` bytes; anything else is one line of ``error``, naming ``what``."""
-    scheme, host, _ = _origin(url)
+
+DOWNLOAD_SECONDS = 300.0  # a whole download: 64 MiB at about 220 KiB/s; a trickle ends here
+READ_SECONDS = 30.0  # connecting, and each read (a stalled server ends sooner)
+MAX_HOPS = 5  # redirects a download may take
+_BLOCK = 1 << 16
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+
+Resolver = Callable[[str], list[str]]
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+def resolve_host(host: str) -> list[str]:
+    """Every address ``host`` resolves to (what a connection to it may reach)."""
+    infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+    return sorted({str(info[4][0]) for info in infos})
+
+
+def _address(text: str) -> IPAddress:
+    """``text`` as the IPv4 address it carries, when it is an IPv4-mapped, 6to4 or NAT64 one."""
+    ip = ipaddress.ip_address(text.split("%", 1)[0])  # fe80::1%eth0: the scope is no address
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return ip.ipv4_mapped
+        if ip.sixtofour is not None:
+            return ip.sixtofour
+        if ip in _NAT64:
+            return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return ip
+
+
+def is_public_address(text: str) -> bool:
+    """An address on the internet: not loopback, link-local, private (RFC 1918, ULA, shared),
+    unspecified, reserved or multicast."""
+    ip = _address(text)
+    return ip.is_global and not ip.is_multicast
+
+
+def _all_loopback(addresses: Sequence[str]) -> bool:
+    return bool(addresses) and all(_address(a).is_loopback for a in addresses)
+
+
+def redirect_refusal(source: Sequence[str], target: Sequence[str]) -> str | None:
+    """Why a redirect from a server at the ``source`` addresses to a host at the ``target``
+    addresses is refused; None when it may be followed. A loopback server stays on loopback
+    (the builder's own service does not send a fetch outward); any other stays on the internet
+    (an outside server does not reach the builder's own services or its network)."""
+    if _all_loopback(source):
+        away = [a for a in target if not _address(a).is_loopback]
+        return f"a loopback server may not send a download outward ({away[0]})" if away else None
+    inside = [a for a in target if not is_public_address(a)]
+    if inside:
+        return ("a server outside may not send a download to a loopback, link-local, private, "
+                f"unspecified or multicast address ({inside[0]})")
+    return None
+
+
+def download_proxies(url: str) -> dict[str, str]:
+    """The proxy the environment names for ``url`` (``https_proxy``, ``all_proxy``; none for
+    loopback or what ``no_proxy`` covers). Read here by name because the download's session does
+    not read the environment (``trust_env`` off keeps ``~/.netrc`` out); a login in the proxy's
+    URL goes to the proxy, which the user chose, never to the server."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if is_loopback(host) or urllib.request.proxy_bypass(host):
+        return {}
+    found = urllib.request.getproxies()
+    return {key: found[key] for key in (parts.scheme.lower(), "all") if key in found}
+
+
+def _ca_bundle() -> str | bool:
+    """The CA bundle the user set for requests (not read by a session without ``trust_env``)."""
+    return os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE") or True
+
+
+def _bare_session() -> requests.Session:
+    session = requests.Session()
+    session.trust_env = False  # no ~/.netrc or $NETRC login, no proxy or CA picked implicitly
+    session.cookies.set_policy(http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
+    session.headers["Accept-Encoding"] = "identity"  # the bytes as served (as wget and curl)
+    return session
+
+
+def _size(limit: int) -> str:
+    return f"{limit >> 20} MiB" if limit >= 1 << 20 else f"{limit} bytes"
+
+
+@dataclass
+class _Download:
+    """One fetch of a URL others chose, run in a worker thread so that the caller's deadline
+    holds in every phase (resolving, connecting, a TLS handshake, headers trickled a byte at a
+    time); the read loop checks the same deadline, so the worker ends soon after it too."""
+
+    url: str
+    limit: int
+    what: str
+    error: type[EdgeVllmError]
+    seconds: float
+    read_s: float
+    resolve: Resolver
+    deadline: float = 0.0
+    body: bytearray = field(default_factory=bytearray)
+    stop: threading.Event = field(default_factory=threading.Event)
+    failure: BaseException | None = None
+
+    def late(self) -> EdgeVllmError:
+        return self.error(f"{self.what}: {self.url} did not arrive within the {self.seconds:g} s "
+                          f"a download may take ({len(self.body)} bytes by then); check the URL "
+                          "and the network, or fetch the file yourself")
+
+    def run(self) -> None:
+        try:
+            with _bare_session() as session:
+                self._hops(session)
+        except requests.RequestException as exc:
+            self.failure = self.error(
+                f"{self.what}: cannot fetch {self.url} ({type(exc).__name__}); check the "
+                "network (or a proxy: https_proxy)")
+        except BaseException as exc:  # handed to the caller's thread, which raises it
+            self.failure = exc
+
+    def _hops(self, session: requests.Session) -> None:
+        url, addresses = self.url, self._first_addresses()
+        for _ in range(MAX_HOPS + 1):
+            with session.get(url, stream=True, allow_redirects=False, verify=_ca_bundle(),
+                             timeout=(self.read_s, self.read_s),
+                             proxies=download_proxies(url)) as answer:
+                if answer.is_redirect:
+                    target = urljoin(url, answer.headers["location"])
+                    addresses = self._hop(url, addresses, target)
+                    url = target
+                    continue
+                if answer.status_code != 200:
+                    raise self.error(f"{self.what}: {url} answered HTTP {answer.status_code}; "
+                                     "check the URL")
+                self._read(answer)
+                return
+        raise self.error(f"{self.what}: {self.url} redirects more than {MAX_HOPS} times; "
+                         "check the URL")
+
+    def _addresses(self, url: str) -> list[str]:
+        host = urlsplit(url).hostname or ""
+        try:
+            return self.resolve(host)
+        except OSError as exc:
+            if download_proxies(url):
+                return []  # the proxy resolves it: the proxy is where the user's network ends
+            raise self.error(f"{self.what}: cannot resolve {host} in {url} "
+                             f"({exc.strerror or exc}); check the URL and the network") from None
+
+    def _first_addresses(self) -> list[str]:
+        addresses = self._addresses(self.url)
+        host = urlsplit(self.url).hostname or ""
+        inside = [a for a in addresses if not is_public_address(a)]
+        if inside and not is_loopback(host):
+            raise self.error(f"{self.what}: {self.url} reaches {inside[0]}, an address that is "
+                             "not public; a download others chose reaches the internet only "
+                             "(or loopback, named as such): fetch the file yourself if it is "
+                             "meant")
+        return addresses
+
+    def _hop(self, source: str, addresses: list[str], target: str) -> list[str]:
+        """The addresses of ``target``, where ``source`` redirects, once the redirect rules
+        allow it."""
+        refused = _scheme_refusal(target, after=source)
+        found = [] if refused else self._addresses(target)
+        refused = refused or redirect_refusal(addresses, found)
+        if refused:
+            raise self.error(f"{self.what}: {source} redirects to {target}: {refused}; "
+                             "refused")
+        return found
+
+    def _read(self, answer: requests.Response) -> None:
+        length = answer.headers.get("Content-Length", "")
+        if length.isdigit() and int(length) > self.limit:
+            raise self._over()
+        # read1: what one read of the socket gave, so that a trickle reaches the check below
+        # (read(n) waits for n bytes); urllib3 before 2.3 has no read1, the worker's deadline
+        # in fetch_bounded still holds there
+        read = getattr(answer.raw, "read1", None) or answer.raw.read
+        while True:
+            if self.stop.is_set() or time.monotonic() > self.deadline:
+                raise self.late()
+            block = read(_BLOCK, decode_content=False)
+            if not block:
+                return
+            self.body += block
+            if len(self.body) > self.limit:
+                raise self._over()
+
+    def _over(self) -> EdgeVllmError:
+        return self.error(f"{self.what}: {self.url} is over the {_size(self.limit)} a download "
+                          "may be; check that the URL names the file meant")
+
+
+def _scheme_refusal(url: str, after: str | None = None) -> str | None:
+    """Why ``url`` is not fetched for others: https only (plain http to loopback only, and never
+    after https), no login in the URL."""
+    parts = urlsplit(url)
+    scheme, host = parts.scheme.lower(), parts.hostname or ""
+    if after is not None and urlsplit(after).scheme.lower() == "https" and scheme != "https":
+        return "plain http after https, so that nothing travels in clear text"
     if not (scheme == "https" or (scheme == "http" and host and is_loopback(host))):
+        return "not an https URL"
+    if parts.username is not None or parts.password is not None:
+        return "a URL with a login in it (user@host); a download others chose carries none"
+    return None
+
+
+def fetch_bounded(url: str, limit: int, what: str, error: type[EdgeVllmError], *,
+                  seconds: float = DOWNLOAD_SECONDS, read_s: float = READ_SECONDS,
+                  resolve: Resolver = resolve_host) -> bytes:
+    """The bytes at ``url``, a URL others chose, fetched with nothing of the user's and by the
+    redirect rules above: at most ``limit`` bytes within ``seconds`` (``read_s`` for connecting
+    and each read). Anything else is one line of ``error`` naming ``what``; a URL that is not
+    https (plain http: loopback only) or carries a login is an ``InsecureURLError``.
+    ``resolve``: a host's addresses (tests stand a public address in for a loopback server)."""
+    refused = _scheme_refusal(url)
+    if refused == "not an https URL":
         raise InsecureURLError(f"{what}: {url} is not an https URL; edgevllm fetches from "
                                "others over https only: change the URL to https")
-    body = bytearray()
+    if refused:  # the URL is not repeated: its login would reach the terminal and the logs
+        raise InsecureURLError(f"{what}: the URL for {urlsplit(url).hostname} is {refused}: "
+                               "remove the login from it")
+    job = _Download(url, limit, what, error, seconds, read_s, resolve,
+                    deadline=time.monotonic() + seconds)
+    worker = threading.Thread(target=job.run, name="edgevllm-download", daemon=True)
+    worker.start()
     try:
-        with credential_session(url).get(url, stream=True, timeout=timeout_s) as answer:
-            if answer.status_code != 200:
-                raise error(f"{what}: {url} answered HTTP {answer.status_code}; check the URL")
-            for block in answer.iter_content(1 << 16):
-                body += block
-                if len(body) > limit:
-                    size = f"{limit >> 20} MiB" if limit >= 1 << 20 else f"{limit} bytes"
-                    raise error(f"{what}: {url} is over the {size} a download may be; "
-                                "check that the URL names the file meant")
-    except requests.RequestException as exc:
-        raise error(f"{what}: cannot fetch {url} ({type(exc).__name__}); check the network "
-                    "(or a proxy: https_proxy)") from None
-    return bytes(body)
+        worker.join(seconds)
+    finally:
+        job.stop.set()  # the worker stops at its next read (Ctrl-C included)
+    if worker.is_alive():
+        raise job.late()
+    if job.failure is not None:
+        raise job.failure from None
+    return bytes(job.body)
