@@ -135,6 +135,8 @@ CASES: list[tuple[list[str], int, str]] = [
      "takes no --path, --json"),
     (["verify", "--target", "thor", "--path", "adir", "--key", "k"], 2,
      "--key: only with --supply-chain"),
+    (["verify", "--target", "thor", "--path", "adir", "--lock", "spark.lock.json"], 2,
+     "--lock needs --key"),
     (["verify", "--supply-chain", "--key", "k", "--tarball", "nothere.manifest.json"], 2,
      "nothere.manifest.json: no such file"),
     (["verify", "--target", "thor", "--tarball", "nothere.tar"], 2, "nothere.tar: no such file"),

@@ -153,16 +153,18 @@ def test_disagreement_is_described():
     assert "extra ['sm_120'], lacks ['sm_121a']" in present(disagreement(parser, other))
 
 
-@pytest.mark.parametrize("mode,stock", [("prebuilt", True), ("precompiled", True),
-                                        ("compile", False)])
-def test_an_image_of_stock_kernels_is_judged_by_the_stock_gate(engine, tmp_path, mode, stock):
-    """`inv verify --image` uses the gate the image's build used: its lock label says whether
-    the kernels are a release's (prebuilt, precompiled) or compiled for the target."""
-    from edgevllm.cli.verify import _image_lock, _plan_for_image, _policy_for_image
+@pytest.mark.parametrize("mode", ["prebuilt", "precompiled", "compile"])
+def test_an_image_s_own_label_does_not_choose_its_gate(engine, tmp_path, mode, capsys,
+                                                       monkeypatch):
+    """`inv verify --image` takes its gate from the target and the command line (or a signed
+    --lock), never from the image: a lock label asking for the stock-kernel gate or planned
+    PTX is reported in one line and not obeyed (an unsigned image would choose a laxer gate)."""
+    from edgevllm.cli.verify import _gate
     from edgevllm.common.labels import LOCK
     from edgevllm.containers.docker import BuildOptions
-    from edgevllm.verify.policy import STOCK_POLICY
+    from edgevllm.inspect.gate import Gate
 
+    monkeypatch.setenv("NO_COLOR", "1")
     (tmp_path / "Dockerfile").write_text("FROM scratch\nCOPY Dockerfile /\n")
     tag = f"edgevllm-test/verify-mode:{mode}"
     lines: list[str] = []
@@ -170,8 +172,9 @@ def test_an_image_of_stock_kernels_is_judged_by_the_stock_gate(engine, tmp_path,
                            labels={LOCK: json.dumps({"mode": mode, "kernel_plan": {
                                "extensions": {"_moe_C": {"arches": ["12.1a", "8.0+PTX"]}}}})})
     assert engine.build(options, lines.append) == 0, "\n".join(lines[-20:])
-    lock = _image_lock(tag, engine)
-    assert (_policy_for_image(lock) == STOCK_POLICY) is stock
-    assert _plan_for_image(lock) == {"_moe_C": ["12.1a", "8.0+PTX"]}
-    assert _image_lock("edgevllm-test/verify-mode:absent", engine) == {}
-    assert _policy_for_image({}) is None and _plan_for_image({}) is None
+    capsys.readouterr()
+    assert _gate(tag, engine, None, None) == Gate()
+    said = [line for line in capsys.readouterr().err.splitlines() if "not obeyed" in line]
+    assert len(said) == 1 and "PTX-only units of _moe_C" in said[0], said
+    assert ("stock-kernel gate" in said[0]) is (mode != "compile")
+    assert _gate("edgevllm-test/verify-mode:absent", engine, None, None) == Gate()

@@ -187,9 +187,20 @@ def _status(what: str):
         yield update
 
 
+def own_wheels(folder: Path, root: Path) -> bool:
+    """Whether the compiled wheels in ``folder`` may stand for a compile: they and every folder
+    from the output's ``root`` down are the user's and not writable by group or others
+    (``common/trust``; else one warning line, and the build compiles)."""
+    from edgevllm.common.trust import trusted_path
+
+    return all(trusted_path(wheel, root, "compiled wheels in")
+               for wheel in [folder, *sorted(folder.glob("*.whl"))])
+
+
 def export_wheels(runner: BuildRunner, base: BuildOptions, dest: Path) -> bool:
-    """Build the wheels stage into ``dest`` unless it is already there; True if it compiled."""
-    if dest.is_dir() and any(dest.glob("*.whl")):
+    """Build the wheels stage into ``dest`` (``<out>/<target>/wheels/<key>``) unless it is
+    already there and the user's (``own_wheels``); True if it compiled."""
+    if dest.is_dir() and any(dest.glob("*.whl")) and own_wheels(dest, dest.parents[1]):
         console.info(f"wheels: reusing {dest} (no input of the compile changed)")
         return False
     with atomic_dir(dest) as tmp:

@@ -1,10 +1,11 @@
 """A build's compiled wheels by compile key: where they come from, and where they go after.
 
 ``compiled_wheels`` is the one place that says whether a build of a compile key has its wheels
-already: the output's ``wheels/<key>/`` folder, else the wheel cache (``--wheel-cache REF``),
-fetched with every sha256 checked. The mode rule (``builder.modes``) and the pipeline both ask
-it; the tail then skips the compile where the folder holds wheels. A refused artifact stops the
-build with one line, unless the build was told to compile (``--compile``): then it compiles.
+already: the output's ``wheels/<key>/`` folder (when it is the user's: ``runner.own_wheels``),
+else the wheel cache (``--wheel-cache REF``), fetched with every sha256 checked. The mode rule
+(``builder.modes``) and the pipeline both ask it; the tail then skips the compile where the
+folder holds wheels. A refused artifact stops the build with one line, unless the build was
+told to compile (``--compile``): then it compiles.
 ``share`` publishes a key's wheels to the wheel cache once the image has passed its checks,
 signed with the builder's ``EDGEVLLM_SIGNING_KEY`` (the key ``inv sign`` and the provenance use).
 
@@ -21,7 +22,7 @@ import os
 from pathlib import Path
 
 from edgevllm.builder.prepared import Job, PreparedBuild
-from edgevllm.builder.runner import Workspace
+from edgevllm.builder.runner import Workspace, own_wheels
 from edgevllm.common import console
 from edgevllm.common.errors import ConfigError, RegistryError, WheelCacheError
 from edgevllm.specs.buildspec import BuildSpec
@@ -46,7 +47,7 @@ def compiled_wheels(job: Job, build: PreparedBuild) -> Path | None:
     if key is None or not build.compiles:  # a mode that compiles nothing keeps its own
         return None
     folder = job.ws.wheels(key)
-    if any(folder.glob("*.whl")):
+    if any(folder.glob("*.whl")) and own_wheels(folder, job.ws.root):
         return folder
     return _fetch(ref, key, folder, compile_instead=told_to_compile(job)) if ref else None
 

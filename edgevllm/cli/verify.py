@@ -1,6 +1,8 @@
 """``inv verify``: which GPU architectures an image's CUDA libraries carry, judged for a target;
 with ``--supply-chain``, the signed provenance check of ``inv verify-supply-chain`` too (first;
-the arch gate follows where ``--target`` is given)."""
+the arch gate follows where ``--target`` is given). The gate comes from the target and the
+command line, or from ``--lock`` signed by ``--key``; never from the image's own label
+(inspect/gate.py)."""
 
 from __future__ import annotations
 
@@ -22,8 +24,10 @@ from edgevllm.common.errors import ArchGateFailed, ConfigError
     "supply_chain": "check signature, SBOM and image together (--image online, --tarball "
                     "X.manifest.json offline; as inv verify-supply-chain); with --target, "
                     "the arch gate after it",
-    "key": "--supply-chain: the signer's public key (or the private key file)",
-    "lock": "--supply-chain: the image's lock file (its SBOM and statement lie beside it)",
+    "key": "the signer's public key (or the private key file): --supply-chain's, or the one "
+           "that signed --lock",
+    "lock": "the image's lock file, its signed statement beside it (inv sign): with --key, the "
+            "gate is this lock's (stock kernels, planned PTX); never the image's own label",
     "out": "--supply-chain: folder holding the SBOM and statement when there is no --lock or "
            "--tarball (default: .)",
     "name": "--supply-chain: their file name stem in --out (default: from the image tag)",
@@ -34,7 +38,7 @@ def verify(c, target=None, image=None, tarball=None, path=None, json=None, cuobj
            policy=None, diff=None, max_library_size=None, supply_chain=False, key=None,
            lock=None, out=None, name=None, engine=None):
     """Gate: vLLM/FlashInfer/flash-attn/torch CUDA libraries must run on the target GPU."""
-    supply_chain_only = {"--key": key, "--lock": lock, "--out": out, "--name": name}
+    supply_chain_only = {"--out": out, "--name": name}
     if supply_chain:
         gate_only = {"--json": json, "--cuobjdump": cuobjdump, "--policy": policy,
                      "--max-library-size": max_library_size}
@@ -48,6 +52,12 @@ def verify(c, target=None, image=None, tarball=None, path=None, json=None, cuobj
     given = [flag for flag, value in supply_chain_only.items() if value]
     if given and not supply_chain:
         raise ConfigError(f"{', '.join(given)}: only with --supply-chain")
+    if key and not lock and not supply_chain:
+        raise ConfigError("--key: only with --supply-chain or --lock (the signed lock whose gate "
+                          "to use)")
+    if lock and not key:
+        raise ConfigError("--lock needs --key (the signer's public key): a lock's gate is used "
+                          "only once its signature checks")
     if not target:
         raise ConfigError("verify: --target required; see 'inv --help verify'")
     if max_library_size:
@@ -59,11 +69,10 @@ def verify(c, target=None, image=None, tarball=None, path=None, json=None, cuobj
     from edgevllm.verify import verify as run_verify
 
     on = DockerEngine.named(engine)
-    lock_of_image = _image_lock(image, on)
-    policy = policy or _policy_for_image(lock_of_image)
-    verdict = run_verify(target, image=image, tarball=tarball, path=path, policy=policy,
-                         cuobjdump=cuobjdump, json_out=json, engine=on,
-                         planned=_plan_for_image(lock_of_image))
+    gate = _gate(image, on, lock, key)
+    verdict = run_verify(target, image=image, tarball=tarball, path=path,
+                         policy=policy or gate.policy, cuobjdump=cuobjdump, json_out=json,
+                         engine=on, planned=gate.planned)
     print_verdict(verdict)
     if not verdict.passed:
         raise ArchGateFailed(f"arch gate failed for {verdict.target}: {_why(verdict)}")
@@ -96,50 +105,22 @@ def _set_ceiling(text: str) -> None:
                           "1000000") from None
 
 
-def _image_lock(image: str | None, engine) -> dict:
-    """The lock the image's labels carry ({} where there is none or no image)."""
-    if not image:
-        return {}
+def _gate(image: str | None, engine, lock: str | None, key: str | None):
+    """The gate (inspect/gate.py): the target's and the command line's, or the signed --lock's;
+    what the image's own lock label asks beyond it is reported, never obeyed."""
     from edgevllm.common.errors import EdgeVllmError
-    from edgevllm.image.records import label_records
+    from edgevllm.inspect.gate import choose_gate, signed_lock
 
-    try:
-        lock = label_records(image, engine.image_labels(image)).get("lock")
-    except EdgeVllmError:
-        return {}  # the scan itself reports a missing image
-    return lock if isinstance(lock, dict) else {}
-
-
-def _policy_for_image(lock: dict):
-    """The gate the image's build used (``verify.policy.mode_policy`` of the mode its lock
-    records): the stock-kernel gate where its kernels are a release's, else None (the default)."""
-    from edgevllm.common import console
-    from edgevllm.verify.policy import mode_policy
-
-    mode = lock.get("mode")
-    policy = mode_policy(mode if isinstance(mode, str) else None)
-    if policy is not None:
-        console.info(f"policy: the stock-kernel gate (the image's lock says mode {mode}: its "
-                     "kernels are a release's); --policy picks another")
-    return policy
-
-
-def _plan_for_image(lock: dict) -> dict[str, list[str]] | None:
-    """The kernel plan's arches by extension that the image's lock records (a compile's), as
-    the build's own gate judged it: its ``+PTX`` units pass as planned."""
-    from edgevllm.specs.lock import planned_arches_of
-
-    planned = planned_arches_of(lock.get("kernel_plan"))
-    if planned is None:
-        return None
-    with_ptx = sorted(name for name, arches in planned.items()
-                      if any(a.endswith("+PTX") for a in arches))
-    if with_ptx:
-        from edgevllm.common import console
-
-        console.info("plan: the image's lock gives PTX to " + ", ".join(with_ptx) + "; their "
-                     "PTX-only units pass as planned (they JIT at first start)")
-    return planned
+    found: dict = {}
+    if image:
+        try:
+            found = engine.image_inspect(image)
+        except EdgeVllmError:
+            found = {}  # the scan itself reports a missing image
+    image_labels = (found.get("Config") or {}).get("Labels") or {}
+    signed = signed_lock(lock, key or "", found.get("Id")) if lock else None
+    return choose_gate(image_labels if isinstance(image_labels, dict) else {}, signed,
+                       f"--lock {lock}")
 
 
 def _why(verdict) -> str:

@@ -75,10 +75,12 @@ def templates_dir() -> Path:
 
 
 def cache_dir(*parts: str, create: bool = True) -> Path:
-    """A cache folder (created on demand, unless ``create`` is False): git mirrors, exported
-    wheels, downloads."""
+    """A cache folder (created on demand, 0700 whatever the umask, unless ``create`` is False:
+    ``common/trust`` ignores caches others can write): git mirrors, exported wheels, downloads."""
+    from edgevllm.common.trust import private_dir
+
     base = Path(os.environ.get("EDGEVLLM_CACHE", Path.home() / ".cache" / "edgevllm"))
     path = base.joinpath(*parts)
     if create:
-        path.mkdir(parents=True, exist_ok=True)
+        private_dir(path)
     return path

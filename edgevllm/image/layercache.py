@@ -14,6 +14,10 @@ which is removed on the way out (or swept by ``prune``). Readers re-check the co
 while copying an entry out; a mismatch evicts it (``CorruptEntry``). ``prune`` keeps the cache
 under a size (``EDGEVLLM_LAYER_CACHE_MAX``, default 32 GiB), dropping least recently used entries.
 
+An entry or config is used only when its files and their folders up to the root are the user's
+and not writable by group or others (``common/trust``: else one warning line, the layer is
+compressed afresh and nothing is written there); folders made here are 0700.
+
 Root: ``EDGEVLLM_LAYER_CACHE``, else ``<edgevllm cache>/layers``. Nothing here talks to Docker.
 """
 
@@ -34,6 +38,7 @@ from edgevllm.common.errors import ConfigError
 from edgevllm.common.fsutil import StagedFile, atomic_write_bytes, atomic_write_json
 from edgevllm.common.paths import cache_dir
 from edgevllm.common.streams import ByteWriter
+from edgevllm.common.trust import private_dir, seal, trusted_path
 
 DEFAULT_MAX_BYTES = 32 << 30
 COPY_CHUNK = 8 << 20
@@ -130,6 +135,8 @@ class LayerCache:
     def get(self, diff_id: str) -> CachedLayer | None:
         record_path = self.layers_dir / f"{_hex(diff_id)}.json"
         blob = record_path.with_suffix(".zst")
+        if not (self.trusted(record_path) and self.trusted(blob)):
+            return None  # others could have written it: the layer is compressed again
         try:
             record = load_json(record_path.read_bytes(), str(record_path), ConfigError)
             if blob.stat().st_size != record["compressed_size"] or record["diff_id"] != diff_id:
@@ -141,6 +148,17 @@ class LayerCache:
             os.utime(record_path)  # the LRU clock
         return CachedLayer(diff_id, record["size"], record["compressed_size"],
                            record["compressed_sha256"], blob)
+
+    def trusted(self, path: Path) -> bool:
+        return trusted_path(path, self.root, "layer cache")
+
+    def writable(self, folder: Path) -> bool:
+        """``folder`` made (0700) where missing; False where it is not one to write into."""
+        try:
+            private_dir(folder)
+        except OSError:
+            return False
+        return self.trusted(folder)
 
     def copy_out(self, layer: CachedLayer, sink: ByteWriter) -> None:
         """Write the entry's frames to ``sink``, re-checking their sha256 as they pass."""
@@ -162,7 +180,12 @@ class LayerCache:
     @contextlib.contextmanager
     def entry_writer(self, diff_id: str, size: int) -> Iterator["EntryWriter"]:
         """A file for one layer's frames; it becomes an entry only if the block completes and
-        ``EntryWriter.finish`` was given the matching uncompressed sha256."""
+        ``EntryWriter.finish`` was given the matching uncompressed sha256. In a folder that is
+        not the user's nothing is written (the frames are only counted)."""
+        if not self.writable(self.layers_dir):
+            writer = EntryWriter(self, diff_id, size, None, None)
+            yield writer
+            return
         with StagedFile(self.layers_dir / f"{_hex(diff_id)}.zst") as staged:
             with staged.open("wb") as handle:
                 writer = EntryWriter(self, diff_id, size, staged, handle)
@@ -172,6 +195,8 @@ class LayerCache:
     # -- configs --------------------------------------------------------------------------------
     def config(self, image_id: str) -> bytes | None:
         path = self.configs_dir / f"{_hex(image_id)}.json"
+        if not self.trusted(path):
+            return None
         try:
             data = path.read_bytes()
         except OSError:
@@ -185,7 +210,8 @@ class LayerCache:
         return data
 
     def put_config(self, image_id: str, data: bytes) -> None:
-        atomic_write_bytes(self.configs_dir / f"{_hex(image_id)}.json", data)
+        if self.writable(self.configs_dir):
+            seal(atomic_write_bytes(self.configs_dir / f"{_hex(image_id)}.json", data))
 
     # -- size -----------------------------------------------------------------------------------
     def prune(self, max_bytes: int) -> int:
@@ -217,8 +243,8 @@ class LayerCache:
 class EntryWriter:
     """Receives one layer's compressed frames (``write``) and keeps their size and sha256."""
 
-    def __init__(self, cache: LayerCache, diff_id: str, size: int, staged: StagedFile,
-                 handle: IO[bytes]):
+    def __init__(self, cache: LayerCache, diff_id: str, size: int, staged: StagedFile | None,
+                 handle: IO[bytes] | None):
         self.cache, self.diff_id, self.size, self.staged = cache, diff_id, size, staged
         self.handle = handle
         self.compressed_size = 0
@@ -226,7 +252,8 @@ class EntryWriter:
         self.verified = False
 
     def write(self, data) -> int:
-        self.handle.write(data)
+        if self.handle is not None:  # None: the cache's folder is not the user's
+            self.handle.write(data)
         self._digest.update(data)
         self.compressed_size += len(data)
         return len(data)
@@ -236,11 +263,13 @@ class EntryWriter:
         self.verified = "sha256:" + uncompressed_sha256 == self.diff_id
 
     def commit(self) -> None:
-        if not self.verified:
-            return  # not the bytes the diff id names: never cached under it
+        if not self.verified or self.staged is None:
+            return  # not the bytes the diff id names (never cached under it), or not our folder
         blob = self.staged.commit()
+        seal(blob)
         record = {"diff_id": self.diff_id, "size": self.size,
                   "compressed_size": self.compressed_size,
                   "compressed_sha256": self._digest.hexdigest()}
         path = atomic_write_json(blob.with_suffix(".json"), record)
+        seal(path)
         self.cache.used.add(path)

@@ -18,7 +18,9 @@ first-start record) runs fresh on every read.
 
     <root>/<key>.facts   one header line (JSON: format, key, sha256 of the body), the body (JSON)
 
-Written atomically (``common/fsutil``); read back as outside data (size, header, sha256, one JSON
+Written atomically (``common/fsutil``) into a folder made 0700; used only when the record and
+its root are the user's and not writable by group or others (``common/trust``: else one warning
+line and the image is probed); read back as outside data (size, header, sha256, one JSON
 object); anything else is a miss. Bounded by ``EDGEVLLM_PROBE_CACHE_MAX`` (default 64 MiB, ``0``
 turns it off), least recently used first. Root: ``EDGEVLLM_PROBE_CACHE``, else
 ``<edgevllm cache>/probe``.
@@ -37,6 +39,7 @@ from edgevllm.common.dataload import load_json
 from edgevllm.common.errors import ConfigError
 from edgevllm.common.fsutil import atomic_write_bytes
 from edgevllm.common.paths import cache_dir
+from edgevllm.common.trust import private_dir, seal, trusted_path
 
 FORMAT = 1
 DEFAULT_MAX_BYTES = 64 << 20
@@ -93,6 +96,8 @@ class FactCache:
 
     def get(self, key: str) -> dict[str, Any] | None:
         path = self._path(key)
+        if not trusted_path(path, self.root, "probe cache"):
+            return None  # others could have written it: the image is probed instead
         try:
             with open(path, "rb") as handle:
                 size = os.fstat(handle.fileno()).st_size
@@ -117,8 +122,10 @@ class FactCache:
         if len(data) > min(ENTRY_LIMIT, self.limit):
             return False
         try:
-            self.root.mkdir(parents=True, exist_ok=True)
-            atomic_write_bytes(self._path(key), data)
+            private_dir(self.root)
+            if not trusted_path(self.root, self.root, "probe cache"):
+                return False
+            seal(atomic_write_bytes(self._path(key), data))
         except OSError:
             return False  # a cache that cannot be written costs a probe, never a verdict
         self.prune()

@@ -15,11 +15,13 @@ under other rules is ever used.
 
     <root>/<key>/<hex>.rec   one header line (JSON: format, key, name, sha256 of the body), the body
 
-Written atomically (``common/fsutil``). Read back as outside data: at most ``ENTRY_LIMIT`` bytes,
-its body's sha256 checked, every field's type and size checked; anything else is a miss (and the
-fresh record replaces it). Bounded: ``EDGEVLLM_VERIFY_CACHE_MAX`` (default 1 GiB; ``0`` turns
-the cache off) with least recently used records removed first. Root: ``EDGEVLLM_VERIFY_CACHE``,
-else ``<edgevllm cache>/verify``.
+Written atomically (``common/fsutil``) into folders made 0700. Used only when the record and its
+folders up to the root are the user's and not writable by group or others (``common/trust``:
+else one warning line and the layer is read). Read back as outside data: at most
+``ENTRY_LIMIT`` bytes, its body's sha256 checked, every field's type and size checked; anything
+else is a miss (and the fresh record replaces it). Bounded: ``EDGEVLLM_VERIFY_CACHE_MAX``
+(default 1 GiB; ``0`` turns the cache off) with least recently used records removed first.
+Root: ``EDGEVLLM_VERIFY_CACHE``, else ``<edgevllm cache>/verify``.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from edgevllm.common.dataload import load_json
 from edgevllm.common.errors import ConfigError
 from edgevllm.common.fsutil import atomic_write_bytes
 from edgevllm.common.paths import cache_dir
+from edgevllm.common.trust import private_dir, seal, trusted_path
 from edgevllm.verify.archive import Layer
 from edgevllm.verify.fatbin import FatbinEntry
 from edgevllm.verify.library import LibraryReport
@@ -120,6 +123,8 @@ class VerdictCache:
         """The layer (or wheel) named by its sha256, or None when unknown or unusable."""
         try:
             path = self._path(name)
+            if not trusted_path(path, self.root, "verify cache"):
+                return None  # others could have written it: the layer is read instead
             with open(path, "rb") as handle:
                 size = os.fstat(handle.fileno()).st_size
                 if size > ENTRY_LIMIT:
@@ -137,8 +142,10 @@ class VerdictCache:
         if len(data) > min(ENTRY_LIMIT, self.limit):
             return False
         try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            atomic_write_bytes(self._path(name), data)
+            private_dir(self.folder)
+            if not trusted_path(self.folder, self.root, "verify cache"):
+                return False
+            seal(atomic_write_bytes(self._path(name), data))
         except (OSError, BadRecord):
             return False  # a cache that cannot be written costs a re-read, never a verdict
         self.prune()
