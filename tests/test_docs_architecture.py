@@ -567,7 +567,7 @@ def test_each_cache_folder_has_one_owner():
 
 
 def test_the_build_mode_is_chosen_in_one_place():
-    """The mode rule (specs/buildspec.py ``choose_mode``) is asked by ``resolve`` alone: anyone
-    else picking a mode would be a second rule."""
+    """The mode rule (specs/moderule.py ``choose_mode``) is asked by ``buildspec.resolve`` alone:
+    anyone else picking a mode would be a second rule."""
     assert offenders(calls("choose_mode"), "specs/buildspec.py") == set()
     assert calls("choose_mode")(ast.parse("buildspec.choose_mode(spec, b)", mode="eval").body)

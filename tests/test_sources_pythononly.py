@@ -145,7 +145,7 @@ def test_compiled_paths_rule():
 
 
 def test_the_mode_rule_says_why(upstream, tmp_path):
-    """specs.buildspec.choose_mode, the one mode rule, fed the real check of a prepared tree."""
+    """specs.moderule.choose_mode, the one mode rule, fed the real check of a prepared tree."""
     from edgevllm.specs.buildspec import choose_mode, load_spec
 
     spec = load_spec("spark", overrides={"vllm": {"repo": upstream.url, "pr": PR_PY}})

@@ -1,5 +1,6 @@
-"""specs.buildspec.choose_mode, the one mode rule: the least work that gives what was asked, for
-the builder that would run it (its architecture passed explicitly here; the CLI asks the engine)."""
+"""specs.moderule.choose_mode, the one mode rule (asked by buildspec.resolve): the least work that
+gives what was asked, for the builder that would run it (its architecture passed explicitly here;
+the CLI asks the engine)."""
 
 from __future__ import annotations
 

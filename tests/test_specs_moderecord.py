@@ -1,8 +1,10 @@
 """A build mode is one record (specs/moderecord.py reads ``builder/modes/<name>.yaml``): every
-registered mode has its record and every record its mode; nothing outside the mode rule and
-``builder/modes/`` compares a mode's name to a literal; each mode's plan passes exactly what its
-record says; and a throwaway fourth mode (a copy of prebuilt named ``nightly``: one module, one
-record, one template, one registry line, all in this test) renders the image prebuilt renders."""
+registered mode has its record and every record its mode; no module compares a mode's name to
+a literal (the mode rule, specs/moderule.py, and the modes themselves ask the record too); each
+mode's plan passes exactly what its record says; and two throwaway fourth modes (``nightly``, a
+copy of prebuilt, and ``forge``, a copy of compile: one module, one record, one template, one
+registry line each, all in this test) render the images their models render, list themselves in
+``--mode``'s help, and accept or refuse each flag as their records say."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import importlib.util
 import json
 import re
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,18 +23,17 @@ from edgevllm.builder.modes import MODES
 from edgevllm.builder.render import template_name
 from edgevllm.builder.renderout import render_to
 from edgevllm.builder.runner import disk_gb
+from edgevllm.cli.flags import BUILD_FLAGS, help_for
 from edgevllm.common.errors import SpecError
 from edgevllm.common.paths import project_root, templates_dir
 from edgevllm.specs import moderecord
 from edgevllm.specs.buildspec import load_spec, resolve
 from edgevllm.specs.lock import Lock
 from edgevllm.specs.moderecord import ModeRecord, mode_record, mode_records
+from edgevllm.specs.moderule import MODE_FIELDS, ModeField
 from edgevllm.verify.policy import STOCK_POLICY, mode_policy
 
 PACKAGE = Path(__file__).resolve().parents[1] / "edgevllm"
-# The mode rule: where a mode's name is what is decided (specs/buildspec.py).
-MODE_RULE = {"wants_tree_check", "choose_mode", "decided_spec", "_check_mode_fields",
-             "_default_mode"}
 # Comparisons with a mode's word that are not about a build mode, each with its reason.
 NOT_A_MODE = {("verify/firststart.py", "caches"): "FlashInfer's own state ('prebuilt' kernels)"}
 TOOLCHAIN = ("git", "ccache", "build-essential", "cmake", "ninja-build")
@@ -71,24 +73,21 @@ def comparisons(names: set[str]) -> list[str]:
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
         rel = path.relative_to(PACKAGE).as_posix()
-        if rel.startswith("builder/modes/"):
-            continue
         tree = ast.parse(path.read_text())
         owners = {id(n): f.name for f in ast.walk(tree)
                   if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) for n in ast.walk(f)}
         for node in ast.walk(tree):
             where = owners.get(id(node), "<module>")
-            if rel == "specs/buildspec.py" and where in MODE_RULE:
-                continue
             if mode_literal(node, names) and (rel, where) not in NOT_A_MODE:
                 found.append(f"{rel}:{getattr(node, 'lineno', 0)} {where}: {ast.unparse(node)}")
     return found
 
 
 def test_no_module_compares_a_mode_to_a_literal():
-    """Outside the mode rule and builder/modes/, a mode is asked its record, never its name:
-    a literal comparison is how a new mode silently became compile (or prebuilt) elsewhere."""
-    assert comparisons(set(MODES)) == [], "ask mode_record(name) instead"
+    """Everywhere, the mode rule and the modes included, a mode is asked its record, never its
+    name: a literal comparison is how a new mode silently became compile (or prebuilt)
+    elsewhere, and how the rule refused --extensions to a compiling fourth mode."""
+    assert comparisons(set(MODES)) == [], "ask the record (eff.record, mode_record(name)) instead"
     names = set(MODES)
     for text in ('eff.mode == "prebuilt"', 'mode in ("prebuilt", "precompiled")',
                  'data.get("mode") != "compile"'):
@@ -106,8 +105,9 @@ def test_the_gate_by_mode_has_one_owner():
         names |= {a.name for n in ast.walk(ast.parse(path.read_text()))
                   if isinstance(n, ast.ImportFrom) for a in n.names}
         assert rel == "verify/policy.py" or "STOCK_POLICY" not in names, rel
+    gates = {"stock": STOCK_POLICY, "default": None}  # the record's word -> the policy
     assert {mode: mode_policy(mode) for mode in MODES} == {
-        "compile": None, "prebuilt": STOCK_POLICY, "precompiled": STOCK_POLICY}
+        name: gates[record.gate] for name, record in mode_records().items()}
     assert mode_policy("from-a-newer-edgevllm") is None and mode_policy(None) is None
 
 
@@ -133,17 +133,24 @@ def test_each_modes_plan_passes_what_its_record_says(name, tmp_path):
     check_plan(name, dockerfile, plan)
 
 
+# The throwaway modes: each a copy of a shipped one under a new name.
+THROWAWAY = {"nightly": "prebuilt", "forge": "compile"}
+# A value for each field that only some modes honour, and what shows in the render that it did.
+GIVEN: dict[str, tuple[dict, str]] = {
+    "vllm_wheel": ({"vllm_wheel": "0.20.2"}, "the locked closure of vllm 0.20.2"),
+    "extensions": ({"extensions": ["cumem_allocator"]}, "EDGEVLLM_EXTENSIONS=cumem_allocator"),
+    "flashinfer.source": ({"flashinfer": {"source": {"repo": "flashinfer-ai/flashinfer",
+                                                     "ref": "v0.7.2"}}}, "AS flashinfer-build"),
+}
+
+
 @pytest.fixture
-def nightly(tmp_path, monkeypatch):
-    """A fourth mode, a copy of prebuilt named nightly, registered here only: its module and its
-    record in a folder of this test's, its template in a copy of the project's data (symlinks
-    and one new file), its line in MODES."""
+def throwaways(tmp_path, monkeypatch):
+    """Two fourth modes (THROWAWAY), registered here only: each one's module and record in a
+    folder of this test's, its template in a copy of the project's data (symlinks and one new
+    file each), its line in MODES."""
     folder = tmp_path / "modes"
     folder.mkdir()
-    source = (PACKAGE / "builder" / "modes" / "prebuilt.py").read_text()
-    assert source.count('name = "prebuilt"') == 1
-    (folder / "nightly.py").write_text(source.replace('name = "prebuilt"', 'name = "nightly"'))
-    shutil.copy(PACKAGE / "builder" / "modes" / "prebuilt.yaml", folder / "nightly.yaml")
     home = tmp_path / "home"
     (home / "dockerfiles").mkdir(parents=True)
     for entry in project_root().iterdir():
@@ -151,19 +158,28 @@ def nightly(tmp_path, monkeypatch):
             (home / entry.name).symlink_to(entry)
     for template in templates_dir().iterdir():
         (home / "dockerfiles" / template.name).symlink_to(template)
-    shutil.copy(templates_dir() / "prebuilt.Dockerfile.j2",
-                home / "dockerfiles" / "nightly.Dockerfile.j2")
     monkeypatch.setenv("EDGEVLLM_HOME", str(home))
     monkeypatch.setattr(moderecord, "RECORD_DIRS", (*moderecord.RECORD_DIRS, folder))
-    found = importlib.util.spec_from_file_location("edgevllm_test_nightly", folder / "nightly.py")
-    assert found is not None and found.loader is not None
-    module = importlib.util.module_from_spec(found)
-    found.loader.exec_module(module)
-    monkeypatch.setitem(MODES, "nightly", module)
-    return module
+    made = {}
+    for name, model in THROWAWAY.items():
+        source = (PACKAGE / "builder" / "modes" / f"{model}.py").read_text()
+        assert source.count(f'name = "{model}"') == 1
+        (folder / f"{name}.py").write_text(source.replace(f'name = "{model}"', f'name = "{name}"'))
+        shutil.copy(PACKAGE / "builder" / "modes" / f"{model}.yaml", folder / f"{name}.yaml")
+        shutil.copy(templates_dir() / template_name(model),
+                    home / "dockerfiles" / template_name(name))
+        found = importlib.util.spec_from_file_location(f"edgevllm_test_{name}",
+                                                       folder / f"{name}.py")
+        assert found is not None and found.loader is not None
+        module = importlib.util.module_from_spec(found)
+        monkeypatch.setitem(sys.modules, found.name, module)  # a dataclass looks itself up
+        found.loader.exec_module(module)
+        monkeypatch.setitem(MODES, name, module)
+        made[name] = module
+    return made
 
 
-def test_a_fourth_mode_is_one_module_one_record_one_template_one_line(nightly, tmp_path):
+def test_a_fourth_mode_is_one_module_one_record_one_template_one_line(throwaways, tmp_path):
     """The way it failed: a copy of prebuilt registered in the documented places rendered the
     compile toolchain into its runtime image, asked 60 GB instead of 25, passed a ``wheels``
     context its plan never made, and was gated differently at build time than in inv verify."""
@@ -179,8 +195,40 @@ def test_a_fourth_mode_is_one_module_one_record_one_template_one_line(nightly, t
     assert disk_gb(eff) == eff.target.prebuilt.min_disk_gb == 25
     assert mode_policy("nightly") == mode_policy("prebuilt") == STOCK_POLICY  # build = verify
     assert Lock(target="thor", mode="nightly").mode == "nightly"  # a lock may record it
-    assert modes.MODES["nightly"] is nightly
+    assert modes.MODES["nightly"] is throwaways["nightly"]
     assert comparisons(set(MODES)) == []  # nothing else had to learn its name
+    assert help_for(BUILD_FLAGS)["mode"].startswith("compile | forge | nightly | prebuilt")
+
+
+def field(name: str) -> ModeField:
+    return next(f for f in MODE_FIELDS if f.field == name)
+
+
+@pytest.mark.parametrize("name", sorted(THROWAWAY))
+@pytest.mark.parametrize("given", sorted(GIVEN))
+def test_a_fourth_mode_takes_or_refuses_each_flag_as_its_record_says(throwaways, tmp_path,
+                                                                    name, given):
+    """The way it failed: the rule decided by name what a mode accepts, so a compiling fourth
+    mode refused --extensions and took --vllm-wheel then ignored it without a word. Now what a
+    copy of compile or of prebuilt takes, it renders as its model does (the flag's mark in the
+    render); what it cannot honour is one line naming the field, and nothing is written."""
+    model, (fields, mark) = THROWAWAY[name], GIVEN[given]
+    honoured = field(given).honoured(mode_record(name))
+    assert honoured == field(given).honoured(mode_record(model))
+    assert honoured == {"forge": given != "vllm_wheel", "nightly": given == "vllm_wheel"}[name]
+    if not honoured:
+        with pytest.raises(SpecError) as refused:
+            render({"mode": name, **fields}, tmp_path / name)
+        assert str(refused.value).startswith(f"field '{given}' ")
+        assert str(refused.value).endswith(f"not {name}") and "\n" not in str(refused.value)
+        assert not (tmp_path / name).exists()
+        return
+    dockerfile, plan = render({"mode": name, **fields}, tmp_path / name)
+    check_plan(name, dockerfile, plan)
+    assert mark in dockerfile + json.dumps(plan["contexts"])
+    model_file, model_plan = render({"mode": model, **fields}, tmp_path / model)
+    assert dockerfile.replace(name, model) == model_file
+    assert plan["contexts"] == model_plan["contexts"]
 
 
 def test_a_mode_without_a_record_is_refused_where_it_is_named():

@@ -22,7 +22,6 @@ from edgevllm.builder.aotlist import aot_modules, read_config
 from edgevllm.common.errors import ConfigError
 from edgevllm.common.fsutil import atomic_write_json
 from edgevllm.specs.buildspec import Builder, EffectiveSpec
-from edgevllm.specs.moderecord import mode_record
 
 AOT_CONTEXT = "edgevllm-aot"
 SCRIPT = "aot_inimage.py"
@@ -84,7 +83,7 @@ def cross_aot(eff: EffectiveSpec) -> bool:
     stage of dockerfiles/compile.Dockerfile.j2, FROM the cross road's build-env) and the image
     COPYs them: a compile on the cross road (``EffectiveSpec.toolchain``, the compile's own
     rule) with PyPI's FlashInfer, whose build-platform wheel the build Python installs."""
-    return (eff.spec.aot is not None and mode_record(eff.mode).compiles
+    return (eff.spec.aot is not None and eff.record.compiles
             and eff.toolchain == "cross" and eff.cross is not None
             and eff.spec.flashinfer.source is None)
 
@@ -106,7 +105,7 @@ def aot_road(eff: EffectiveSpec, builder: Builder | None) -> str:
 
 def no_cross_reason(eff: EffectiveSpec) -> str:
     """Why an emulated image's AOT step takes no cross road (one clause)."""
-    if not mode_record(eff.mode).compiles:
+    if not eff.record.compiles:
         return (f"the {eff.mode} mode has no build stage on the builder's platform; the AOT "
                 "step's cross road is the compile's (--compile)")
     if eff.spec.flashinfer.source is not None:

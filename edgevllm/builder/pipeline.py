@@ -32,7 +32,6 @@ from edgevllm.specs.buildspec import (
     stock_kernel_note,
 )
 from edgevllm.specs.lock import Lock, read_lock
-from edgevllm.specs.moderecord import mode_record
 from edgevllm.specs.targets import load_target
 
 
@@ -59,13 +58,13 @@ def _build(spec: BuildSpec, out: Path, engine: DockerEngine, lock_path: Path | N
     if locked is not None:
         check_base_images(eff, engine, f"--lock {lock_path}")
     job = modes.start(spec, ws, engine, locked, builder=builder, eff=eff)
-    record = mode_record(job.eff.mode)
+    record = job.eff.record
     console.step(f"mode: {job.eff.mode} ({job.eff.mode_reason})")
     if record.compiles:
         console.step(f"toolchain: {job.eff.toolchain} ({job.eff.toolchain_reason})")
     if spec.aot:
         console.step(f"flashinfer aot: {aot_road(job.eff, builder)}")
-    if record.kernels == "release" and not (spec.mode or spec.vllm_wheel):
+    if record.kernels_from_release and not (spec.mode or spec.vllm_wheel):
         console.info(stock_kernel_note(job.eff))  # chosen for the builder: what it costs
     check_build_bases(job.eff, engine, builder.arch, reusable)  # before the closure is fetched
     build = modes.prepare(job)

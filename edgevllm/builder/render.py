@@ -27,7 +27,6 @@ from edgevllm.sources.buildreqs import BuildLayout, unread_layout
 from edgevllm.sources.wheels import MODE_REQUIREMENTS_FILE, python_version_of
 from edgevllm.specs.buildspec import EffectiveSpec
 from edgevllm.specs.cross import CrossRoad
-from edgevllm.specs.moderecord import mode_record
 
 RELABEL_DOCKERFILE = "relabel.Dockerfile"
 CROSS_TOOLCHAIN_TEMPLATE = "cross-toolchain.cmake.j2"
@@ -81,7 +80,7 @@ def mode_vllm_values(eff: EffectiveSpec) -> dict:
     record's ``vllm_from``): the exported ``wheels`` context where the mode builds one, else the
     release wheel the ``wheelhouse`` holds, by its pin in the file the closure's
     requirements.txt leaves it to."""
-    return {"source": mode_record(eff.mode).vllm_from,
+    return {"source": eff.record.vllm_from,
             "requirements": MODE_REQUIREMENTS_FILE}
 
 

@@ -19,7 +19,6 @@ from edgevllm.builder.runner import Workspace
 from edgevllm.common import console
 from edgevllm.common.fsutil import output_dir
 from edgevllm.specs.buildspec import BuildSpec, EffectiveSpec
-from edgevllm.specs.moderecord import mode_record
 from edgevllm.specs.targets import load_target
 
 
@@ -34,7 +33,7 @@ def render_to(spec: BuildSpec, out: Path, force: bool = False,
     builder = modes.builder_of(None, load_target(spec.target))
     eff = resolve(spec, builder=builder)
     locked = lock_for(lock_path, eff.target.name, eff.mode)
-    if mode_record(eff.mode).compiles:  # --cmake-dep's folders, before the folder is touched
+    if eff.record.compiles:  # --cmake-dep's folders, before the folder is touched
         from edgevllm.sources.cmakedeps import check_supplied
 
         check_supplied(eff.spec.cmake_deps, locked)
@@ -51,7 +50,7 @@ def render_to(spec: BuildSpec, out: Path, force: bool = False,
             mode=job.eff.mode,
             mode_reason=job.eff.mode_reason,
             toolchain=(f"{job.eff.toolchain} ({job.eff.toolchain_reason})"
-                       if mode_record(job.eff.mode).compiles else ""),
+                       if job.eff.record.compiles else ""),
             dockerfile="Dockerfile",
             contexts=contexts,
             build_args=build.build_args,
@@ -59,8 +58,16 @@ def render_to(spec: BuildSpec, out: Path, force: bool = False,
             on_top=on_top(job.eff),
         )
         (tmp / "build-plan.json").write_text(plan.to_json())
+    console.step(mode_line(plan))
     console.info(on_top_line(plan.on_top))
     return out / "Dockerfile"
+
+
+def mode_line(plan: BuildPlan) -> str:
+    """The mode and, where it compiles, the toolchain it chose, in the build's preflight words
+    (``builder/pipeline.build``): what ``build-plan.json`` holds, said on stderr."""
+    toolchain = f"; toolchain: {plan.toolchain}" if plan.toolchain else ""
+    return f"mode: {plan.mode} ({plan.mode_reason}){toolchain}"
 
 
 def on_top(eff: EffectiveSpec) -> dict[str, dict[str, str]]:

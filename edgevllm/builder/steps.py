@@ -24,7 +24,6 @@ from edgevllm.specs.lock import (
     label_value,
     now_utc,
 )
-from edgevllm.specs.moderecord import mode_record
 
 if TYPE_CHECKING:
     from edgevllm.verify.judge import Verdict
@@ -72,7 +71,7 @@ def check_base_images(eff: EffectiveSpec, engine: DockerEngine, origin: str) -> 
     bases = {"build": eff.images.build, "runtime": eff.images.runtime,
              "bytecode": eff.bytecode_image}
     used = [(role.replace("bytecode", "byte-code"), bases[role])
-            for role in mode_record(eff.mode).bases]
+            for role in eff.record.bases]
     roles: dict[str, list[str]] = {}
     for role, ref in used:  # a prebuilt image's one base: build and runtime are the same
         roles.setdefault(ref, []).append(role)

@@ -16,6 +16,8 @@ from edgevllm.common.errors import SpecError
 from edgevllm.common.kv import parse_pairs, split_csv
 from edgevllm.specs.refs import UPSTREAM_REPOS, normalize_repo, parse_pr_arg
 
+MODES_WORD = "{modes}"  # in a help: the build modes' names, from their records
+
 
 @dataclass(frozen=True)
 class Flag:
@@ -36,6 +38,15 @@ class Flag:
     @property
     def repeatable(self) -> bool:
         return self.kind in ("list", "csv", "pairs")
+
+    def help_text(self) -> str:
+        """The help as printed: ``{modes}`` is every mode with a record (``--mode``'s help comes
+        from the records, so a new mode is listed without a word here)."""
+        if MODES_WORD not in self.help:
+            return self.help
+        from edgevllm.specs.moderecord import mode_records
+
+        return self.help.replace(MODES_WORD, " | ".join(sorted(mode_records())))
 
 
 SOURCE_FLAGS: tuple[Flag, ...] = (
@@ -168,8 +179,7 @@ BUILD_FLAGS: tuple[Flag, ...] = (
         ),
         Flag(
             "mode",
-            "compile | prebuilt | precompiled (default: chosen from the other flags; "
-            "preflight says which and why)",
+            "{modes} (default: chosen from the other flags; preflight says which and why)",
             "mode",
         ),
         Flag(
@@ -252,7 +262,7 @@ def by_name(flags: Iterable[Flag]) -> dict[str, Flag]:
 
 
 def help_for(flags: Iterable[Flag]) -> dict[str, str]:
-    return {flag.name: flag.help for flag in flags}
+    return {flag.name: flag.help_text() for flag in flags}
 
 
 def iterable_for(flags: Iterable[Flag]) -> list[str]:

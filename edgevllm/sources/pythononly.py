@@ -11,7 +11,7 @@ change makes an older wheel's extensions unusable (``csrc/``, ``cmake/``, ``CMak
 
 ``python_only_change(prepared)`` reads the host's git mirror (no network, no container) and
 returns a ``PythonOnlyCheck``: the release, the changed paths and the ones that block.
-``specs.buildspec.choose_mode`` (the one mode rule) turns it and the spec into the build mode and
+``specs.moderule.choose_mode`` (the one mode rule) turns it and the spec into the build mode and
 the line that says why.
 """
 

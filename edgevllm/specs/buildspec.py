@@ -6,10 +6,8 @@ merges it with its target's defaults into the ``EffectiveSpec`` the renderer and
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Literal, Protocol
+from typing import Annotated, Literal
 
 from pydantic import AfterValidator, AliasChoices, Field, field_validator
 
@@ -36,11 +34,11 @@ from edgevllm.common.grammar import (
 )
 from edgevllm.common.schema import Strict, parse_model
 from edgevllm.common.secrets import check_no_secrets
-from edgevllm.containers.host import platform_arch
 from edgevllm.specs.cross import CrossRoad, Toolchain, compile_toolchain
-from edgevllm.specs.moderecord import check_mode, mode_record
+from edgevllm.specs.moderecord import ModeRecord, check_mode, mode_record
+from edgevllm.specs.moderule import Builder, TreeChange, choose_mode, release_of
 from edgevllm.specs.modselect import select_mod_names
-from edgevllm.specs.refs import UPSTREAM_REPOS, normalize_repo
+from edgevllm.specs.refs import UPSTREAM_REPOS
 from edgevllm.specs.targets import BaseImages, Target, TorchSource, load_target
 
 # A recent vLLM release that builds for both targets with CUDA 13.0 (pins torch 2.14.0,
@@ -188,6 +186,12 @@ class EffectiveSpec(Strict):
     cross: CrossRoad | None = None
 
     @property
+    def record(self) -> ModeRecord:
+        """The mode's record: what the mode is and does (``eff.record.compiles``), asked by
+        attribute, never by comparing the mode's name."""
+        return mode_record(self.mode)
+
+    @property
     def bytecode_image(self) -> str:
         """The build platform's base where the closure's byte-code compiles (dockerfiles/
         _install.j2): the spec's twin, else the runtime base's own reference (a registry serves
@@ -195,137 +199,13 @@ class EffectiveSpec(Strict):
         return self.spec.bytecode_image or self.images.runtime
 
 
-class TreeChange(Protocol):
-    """What a prepared tree says about its change against the release below it
-    (``sources.pythononly.PythonOnlyCheck``)."""
-
-    @property
-    def applies(self) -> bool: ...  # Python-only: the release's compiled kernels still fit
-
-    @property
-    def release(self) -> str | None: ...
-
-    def reason(self) -> str: ...
-
-
-def wants_tree_check(spec: BuildSpec) -> bool:
-    """Whether the prepared tree takes part in the mode: none asked and a change requested on top
-    of a ref (a PR or picks), or precompiled asked for. FlashInfer from source always compiles."""
-    if spec.flashinfer.source is not None:
-        return False
-    if spec.mode == "precompiled":
-        return True
-    change = bool(spec.vllm.pr or spec.vllm.cherry_picks)
-    return spec.mode is None and not spec.vllm_wheel and change
-
-
-@dataclass(frozen=True)
-class Builder:
-    """The machine that would run the build, as far as the mode rule needs it (the builder
-    layer asks the engine: ``builder.modes.builder_of``)."""
-
-    arch: str                           # the engine's architecture, docker's word: amd64, arm64
-    compiled_wheels: str | None = None  # a folder of wheels for this very build's compile key
-    source_patches: tuple[str, ...] = ()  # the target's patches of compiled code beyond its
-    #                                       compile-only settings (kernel_plan.native_patches)
-
-    def emulates(self, platform: str) -> bool:
-        return platform_arch(platform) != self.arch
-
-
-_RELEASE_REF = re.compile(r"^v?(\d+\.\d+\.\d+(?:\.post\d+)?)\Z")
-
-
-def release_of(spec: BuildSpec) -> str | None:
-    """The vLLM release the spec builds with nothing on top (upstream's repository at a release
-    tag, no PR, no picks, no FlashInfer from source), e.g. ``0.33.0``; None otherwise."""
-    source = spec.vllm
-    if source.pr or source.cherry_picks or spec.flashinfer.source is not None:
-        return None
-    try:
-        upstream = normalize_repo(source.repo) == normalize_repo(UPSTREAM_REPOS["vllm"])
-    except SpecError:
-        return None
-    found = _RELEASE_REF.match(source.ref or "") if upstream else None
-    return found[1] if found else None
-
-
-def choose_mode(spec: BuildSpec, tree: TreeChange | None = None,
-                builder: Builder | None = None) -> tuple[BuildMode, str]:
-    """The build mode and why (preflight prints both): the one rule, the least work that gives
-    what was asked. ``tree`` is the prepared tree's change where ``wants_tree_check`` (None
-    before the sources are prepared, or when nothing is fetched); ``builder`` the machine that
-    would build (None: not known here, e.g. ``inv plan``; then a release compiles)."""
-    _check_mode_fields(spec)
-    if tree is not None and wants_tree_check(spec):
-        if tree.applies:
-            return "precompiled", (f"Python-only change: reusing the compiled kernels of vllm "
-                                   f"{tree.release}; --compile to compile")
-        if spec.mode == "precompiled":
-            raise SpecError(f"mode precompiled: {tree.reason()}; build it with --mode compile")
-        return "compile", tree.reason()
-    if spec.extensions and not spec.mode:
-        return "compile", (f"--extensions {','.join(spec.extensions)}: a partial kernel build "
-                           "compiles those extensions of the tree")
-    if spec.mode and spec.mode_from_lock:
-        return spec.mode, f"the lock's mode ({spec.mode}): the lock rebuilds the image it made"
-    if spec.mode:
-        return spec.mode, f"mode {spec.mode} asked for"
-    if spec.vllm_wheel:
-        return "prebuilt", (f"--vllm-wheel {spec.vllm_wheel}: the released wheel and its locked "
-                            "closure; nothing is compiled")
-    if builder is None:
-        return "compile", "vLLM compiled from source for the target's arch list"
-    return _default_mode(spec, builder)
-
-
 def decided_spec(spec: BuildSpec, mode: str, tree: TreeChange | None) -> BuildSpec:
-    """The spec as decided: a Python-only tree builds precompiled over its release's wheel."""
-    if mode == "precompiled" and tree is not None:
-        return spec.model_copy(update={"mode": "precompiled",
+    """The spec as decided: a Python-only tree builds its mode (one that checks the tree) over
+    its release's wheel."""
+    if mode_record(mode).checks_tree and tree is not None:
+        return spec.model_copy(update={"mode": mode,
                                        "vllm_wheel": spec.vllm_wheel or tree.release})
     return spec
-
-
-def _check_mode_fields(spec: BuildSpec) -> None:
-    if spec.mode == "compile" and spec.vllm_wheel:
-        raise SpecError("field 'vllm_wheel' installs a released wheel: it needs mode prebuilt "
-                        "(or precompiled), not compile")
-    if spec.extensions and spec.mode not in (None, "compile"):
-        raise SpecError(f"field 'extensions' (--extensions) picks extensions to compile: it "
-                        f"needs mode compile, not {spec.mode}")
-    if spec.mode == "precompiled" and spec.flashinfer.source is not None:
-        raise SpecError("field 'flashinfer.source' compiles FlashInfer: it needs mode compile, "
-                        "not precompiled")
-
-
-def _default_mode(spec: BuildSpec, builder: Builder) -> tuple[BuildMode, str]:
-    """No mode asked and no wheel given: reuse, compile what must be compiled, else the least."""
-    if builder.compiled_wheels:
-        return "compile", (f"compiled wheels for this compile key are in "
-                           f"{builder.compiled_wheels}: the wheels stage is skipped when its "
-                           "folder holds wheels, so nothing compiles")
-    target = load_target(spec.target)
-    platform = spec.platform or target.platform
-    release = release_of(spec)
-    if spec.flashinfer.source is not None:
-        return "compile", "FlashInfer from source: compiled for the target's arch list"
-    if builder.source_patches:
-        return "compile", (f"source patch(es) of compiled code {', '.join(builder.source_patches)}"
-                           " for this target: compiled")
-    if release is None:
-        return "compile", (f"{spec.vllm.describe()} is not a vLLM release (no released wheel to "
-                           "install): compiled for the target's arch list")
-    if not builder.emulates(platform):
-        return "compile", (f"vllm {release} on a native {builder.arch} builder: compiled for the "
-                           f"target's arch list ({target.cuda_arch})")
-    toolchain, _, _ = compile_toolchain(spec.toolchain, builder.arch, platform,
-                                        target.cuda_version, target.name)
-    how = (f"cross-compiles {target.cuda_arch} on this {builder.arch} builder"
-           if toolchain == "cross" else f"compiles {platform} under emulation")
-    return "prebuilt", (f"vllm {release} with nothing on top: the released wheel, stock "
-                        f"kernels, the stock-kernel gate; --compile {how} (a native "
-                        f"{platform_arch(platform)} builder compiles too)")
 
 
 def stock_kernel_note(eff: EffectiveSpec) -> str:

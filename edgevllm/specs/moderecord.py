@@ -3,9 +3,11 @@
 Each mode's record is a YAML file beside its module (``builder/modes/<name>.yaml``, validated
 here): where its kernels come from, which of the target's bases it builds on, where its vLLM
 comes from, the disk it asks, the verify gate, its stages, the folders of its own its plan
-passes, the base images its stages start from. The mode rule (``specs/buildspec.choose_mode``)
-says which mode a build is; everything else asks that mode's record (``mode_record``), never
-compares the mode's name (``tests/test_specs_moderecord.py`` holds both). The records are read
+passes, the base images its stages start from; and what follows from them: whether it compiles,
+takes its kernels from a release, checks the tree. The mode rule (``specs/moderule.choose_mode``)
+says which mode a build is and refuses what its record cannot honour; everything else asks that
+mode's record (``EffectiveSpec.record``, ``mode_record``), never compares the mode's name
+(``tests/test_specs_moderecord.py`` holds both). The records are read
 here, in the specs layer, because the spec's defaults (``buildspec.resolve``) depend on them;
 the builder's registry (``builder/modes/__init__.py`` ``MODES``) has one module per record.
 """
@@ -55,10 +57,24 @@ class ModeRecord(Strict):
     contexts: tuple[Name, ...]   # its own folders the plan passes (the tree's, mods, meta too)
     bases: tuple[Literal["build", "runtime", "bytecode"], ...]  # the bases its stages start from
 
+    # What the mode does, as the mode rule (specs/moderule.py) and everyone else asks it: facts
+    # that follow from the fields above, so a record cannot contradict them.
     @property
     def compiles(self) -> bool:
-        """Whether the mode compiles vLLM's kernels (and a compile toolchain applies)."""
+        """Whether the mode compiles vLLM's kernels (and a compile toolchain applies): it
+        honours --extensions and FlashInfer from source."""
         return self.kernels == "compiled"
+
+    @property
+    def kernels_from_release(self) -> bool:
+        """Whether its kernels are a released wheel's: it honours --vllm-wheel (the release)."""
+        return self.kernels == "release"
+
+    @property
+    def checks_tree(self) -> bool:
+        """Whether it installs a prepared tree over a release's kernels: the tree's change must
+        then be Python-only (``sources.pythononly``), checked before it builds."""
+        return self.tree and self.kernels_from_release
 
     @model_validator(mode="after")
     def _consistent(self) -> ModeRecord:

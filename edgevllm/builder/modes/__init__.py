@@ -1,6 +1,6 @@
 """The build modes, one module each behind ``prepared.Mode``, in one registry.
 
-``start`` is where a build's mode is decided (``specs.buildspec.choose_mode`` holds the rule; a
+``start`` is where a build's mode is decided (``specs.moderule.choose_mode`` holds the rule; a
 PR or picks, or ``--mode precompiled``, asks the prepared tree first); ``prepare`` hands the job
 to its mode. The modes stand side by side over ``closure.py`` (the closure, wheelhouse, build
 tools and the one lock builder they share) and import it, never each other.
@@ -12,9 +12,11 @@ Adding a mode (one module, one record, one template, one registry line):
    the schema with each field's meaning: ``specs/moderecord.py``)
 3. ``dockerfiles/<name>.Dockerfile.j2`` on the shared base
 4. its line in ``MODES``
-A spec, a lock or ``--mode`` may then name it. Only for the default rule to pick it on its own
-does ``specs.buildspec.choose_mode`` change. ``tests/test_specs_moderecord.py`` builds such a
-throwaway mode and checks what it renders.
+A spec, a lock or ``--mode`` may then name it; what it accepts (``--vllm-wheel``,
+``--extensions``, FlashInfer from source) follows from its record, and ``--mode``'s help lists it.
+Only for the default rule to pick it on its own does ``specs.moderule.choose_mode`` change.
+``tests/test_specs_moderecord.py`` builds two such throwaway modes (one compiling, one installing
+a release) and checks what they render and refuse.
 """
 
 from __future__ import annotations
@@ -30,14 +32,9 @@ from edgevllm.common import console
 from edgevllm.common.errors import EdgeVllmError, SpecError
 from edgevllm.containers.docker import DockerEngine
 from edgevllm.containers.host import host_arch
-from edgevllm.specs.buildspec import (
-    Builder,
-    BuildSpec,
-    EffectiveSpec,
-    resolve,
-    wants_tree_check,
-)
+from edgevllm.specs.buildspec import Builder, BuildSpec, EffectiveSpec, resolve
 from edgevllm.specs.lock import Lock
+from edgevllm.specs.moderule import wants_tree_check
 from edgevllm.specs.targets import Target, load_target
 
 MODES: dict[str, Mode] = {
@@ -78,7 +75,7 @@ def start(spec: BuildSpec, ws: Workspace, engine: DockerEngine | None, locked: L
         job = Job(eff=eff, ws=ws, engine=engine, locked=locked, fetch=fetch)
         return _reuse_compiled(job, spec, builder) if _could_reuse(job, spec) else job
     if not fetch:  # the tree is not fetched, so its change is not known: say what the build does
-        then = ("it must be Python-only" if spec.mode == "precompiled" else
+        then = ("it must be Python-only" if spec.mode else  # a mode that checks the tree
                 "a Python-only one builds precompiled")
         reason = f"{eff.mode_reason}; the build first checks the tree's change: {then}"
         return Job(eff=eff.model_copy(update={"mode_reason": reason}), ws=ws, engine=engine,
@@ -101,7 +98,7 @@ def check_lock_mode(locked: Lock | None, mode: str) -> None:
 def _could_reuse(job: Job, spec: BuildSpec) -> bool:
     """A default prebuilt (no mode, no wheel asked) where some compile's wheels lie in the
     output, or a wheel cache is given: only then is the compile prepared to learn its key."""
-    if not job.fetch or job.eff.mode != "prebuilt" or spec.mode or spec.vllm_wheel:
+    if not job.fetch or job.eff.record.compiles or spec.mode or spec.vllm_wheel:
         return False
     return may_reuse(spec, job.ws)
 
@@ -128,9 +125,7 @@ def _reuse_compiled(job: Job, spec: BuildSpec, builder: Builder) -> Job:
 
 def prepare(job: Job) -> PreparedBuild:
     """The job's build: already prepared where the mode rule needed its compile key."""
-    from edgevllm.specs.moderecord import mode_record
-
-    if job.eff.spec.cmake_deps and not mode_record(job.eff.mode).compiles:
+    if job.eff.spec.cmake_deps and not job.eff.record.compiles:
         console.warn(f"--cmake-dep {', '.join(sorted(job.eff.spec.cmake_deps))}: this build is "
                      f"{job.eff.mode} and compiles nothing, so the folders are not used "
                      "(--compile compiles)")

@@ -37,7 +37,6 @@ from edgevllm.sources.wheels import (
 )
 from edgevllm.specs.buildspec import EffectiveSpec, prebuilt_wheel
 from edgevllm.specs.lock import ClosureLock, Lock, ModLock, now_utc
-from edgevllm.specs.moderecord import mode_record
 
 # What the stage vllm-files installs over the closure where the release wheel is the mode's vLLM
 # (prebuilt; precompiled's build reads it from the wheelhouse): the closure stages install the
@@ -162,7 +161,7 @@ def base_lock(eff: EffectiveSpec, closure: Closure, mod_versions: list[dict],
     closure's versions, the mods, the settings, the closure), with the mode's own ``settings``
     and fields (``own``: its tree, build tools, kernels...) over it."""
     mode = eff.mode
-    build = eff.images.build if "build" in mode_record(mode).bases else eff.images.runtime
+    build = eff.images.build if "build" in eff.record.bases else eff.images.runtime
     packages = {n: p.version for n in ("torch", *eff.packages) if (p := closure.pin(n))}
     common = {"created_at": now_utc(), "target": eff.target.name, "mode": mode,
               "base_images": base_image_locks(eff, engine, build=build), "packages": packages,

@@ -2,7 +2,7 @@
 
 In order (everything that can fail in seconds happens before any download or container):
 1. sources   prepared as for a compile (``builder/modes.start``); the tree's diff against the
-             release below it (``sources.pythononly``) goes to ``specs.buildspec.choose_mode``.
+             release below it (``sources.pythononly``) goes to ``specs.moderule.choose_mode``.
              With no mode asked, a PR or picks whose combined diff is Python-only selects this
              mode ("Python-only change: reusing the compiled kernels of vllm X; --compile to
              compile"); ``--mode precompiled`` on a tree that changed compiled sources fails
