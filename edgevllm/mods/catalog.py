@@ -20,6 +20,7 @@ from pydantic import Field, field_validator, model_validator
 
 from edgevllm.common.dataload import load_json
 from edgevllm.common.errors import ManifestError, ModConflictError, ModNotForTargetError
+from edgevllm.common.fdtree import copy_tree
 from edgevllm.common.fsutil import atomic_dir, atomic_write_json
 from edgevllm.common.schema import Strict, load_model
 from edgevllm.mods.downloads import Pins, Wanted, fetch_downloads
@@ -370,8 +371,8 @@ def stage_mods(mod_names: list[str], target_name: str, dest: Path, locked: Pins 
     shutil.copyfile(Path(__file__).with_name("applier.py"), dest / "applier.py")
     for mod in mods:
         with atomic_dir(dest / mod.name) as tmp:  # an older copy goes only if edgevllm wrote it
-            shutil.copytree(mod.folder, tmp, dirs_exist_ok=True,
-                            ignore=shutil.ignore_patterns("__pycache__"))
+            copy_tree(mod.folder, tmp, what=f"mod {mod.name}", error=ManifestError,
+                      skip=("__pycache__",))  # others' folder: by descriptors, no link followed
     wanted = [Wanted(mod.name, d.url, d.file, d.sha256) for mod in mods
               for step in mod.manifest.steps if isinstance(step, ScriptStep)
               for d in step.downloads]

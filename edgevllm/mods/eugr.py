@@ -32,6 +32,7 @@ import yaml
 
 from edgevllm.common.dataload import load_yaml, shell_words
 from edgevllm.common.errors import ManifestError
+from edgevllm.common.fdtree import copy_tree
 from edgevllm.common.foreign import inside, links_out
 from edgevllm.common.fsutil import atomic_write_text, move_into_place
 
@@ -162,8 +163,8 @@ def import_eugr_mod(folder: Path, dest_root: Path, targets: list[str]) -> Path:
     name = mod_name(folder)
     with tempfile.TemporaryDirectory(dir=_made(dest_root), prefix=f".{name}-") as tmp:
         staged = Path(tmp) / name
-        shutil.copytree(folder, staged, symlinks=True,
-                        ignore=shutil.ignore_patterns("__pycache__", ".git"))
+        copy_tree(folder, staged, what=str(folder), error=ManifestError,  # by descriptors
+                  skip=("__pycache__", ".git"))
         known = _known_pins(dest_root / name)
         downloads = [{"url": url, "file": f"downloads/{file}",
                       **({"sha256": known[url]} if url in known else {})}

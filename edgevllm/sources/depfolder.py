@@ -9,10 +9,10 @@ Such a folder is data from others, read through one gate (``survey`` in prefligh
   passed; a file that changes while it is read is refused;
 - a ``.git`` in it (a folder, or a submodule's file) is skipped: git is never run there, since a
   repository's config and hooks could run code, and git keeps no ``.git`` in a tree either;
-- it is walked through folder descriptors, never by path: each folder is opened from its
-  parent's descriptor with ``O_NOFOLLOW|O_DIRECTORY`` and each file with ``O_NOFOLLOW``, so a
-  folder swapped for a link between its listing and its reading is refused in one line, not
-  followed out (issue 42); the folder itself must be the one ``survey`` saw (device and inode).
+- it is walked through folder descriptors, never by path (``common/fdtree.py``): each folder
+  is opened from its parent's descriptor with ``O_NOFOLLOW|O_DIRECTORY`` and each file with
+  ``O_NOFOLLOW``, so a folder swapped for a link between its listing and its reading is refused
+  in one line, not followed out (issue 42); the folder itself must be the one ``survey`` saw.
 
 ``take`` copies the folder into the build's own dependency folder (the user's stays untouched)
 and hashes every byte it copies, as git would (``sources/gittree.py``): that tree hash is the
@@ -21,7 +21,6 @@ folder's identity, proven against a lock's (``sources/cmakedeps.py``) or recorde
 
 from __future__ import annotations
 
-import errno
 import os
 import stat
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Iterator, NamedTuple
 
 from edgevllm.common.errors import MissingInputError, SuppliedFolderError
+from edgevllm.common.fdtree import open_file, open_folder, open_root
 from edgevllm.common.foreign import file_name, path_inside
 from edgevllm.common.grammar import flag_int
 from edgevllm.sources.gittree import EXECUTABLE, FILE, LINK, Entry, blob_hasher, blob_id
@@ -38,8 +38,6 @@ MAX_BYTES = 8 << 30       # 8 GiB; the largest pin is under 1 GiB
 MAX_DEPTH = 64            # folders inside folders
 FILES_VAR, BYTES_VAR = "EDGEVLLM_CMAKE_DEP_MAX_FILES", "EDGEVLLM_CMAKE_DEP_MAX_BYTES"
 _CHUNK = 1 << 20
-_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 @dataclass(frozen=True)
@@ -80,7 +78,7 @@ def survey(name: str, folder: Path | str, caps: Caps | None = None) -> Supplied:
     caps = caps or Caps.from_env()
     root = _root(name, folder)
     what = _what(name, folder)
-    fd = _open_root(root, what)
+    fd = open_root(root, what, SuppliedFolderError)
     try:
         files = size = 0
         for item in _walk(fd, root, what, caps):
@@ -102,14 +100,6 @@ def _root(name: str, folder: Path | str) -> Path:
         raise SuppliedFolderError(f"{_what(name, folder)}: not a folder; give the folder that "
                                   f"holds {name}'s files")
     return path.absolute()
-
-
-def _open_root(root: Path, what: str) -> int:
-    """The folder the user named, opened once (a link the user named as the folder is theirs)."""
-    try:
-        return os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError as exc:
-        raise SuppliedFolderError(f"{what}: cannot be read ({exc.strerror})") from None
 
 
 class _Item(NamedTuple):
@@ -155,7 +145,7 @@ def _walk_folder(fd: int, root: Path, folder: str, what: str, caps: Caps,
         files.append(_Item(rel, info, target, fd, item.name))
     yield from files
     for rel, name, info in folders:
-        child = _open_folder(fd, name, info, f"{what}: {rel}")
+        child = open_folder(fd, name, info, f"{what}: {rel}", SuppliedFolderError)
         try:
             yield from _walk_folder(child, root, rel, what, caps, counts)
         finally:
@@ -166,25 +156,6 @@ def _listing(fd: int) -> list[os.DirEntry]:
     """The names in the open folder ``fd``, sorted, without ``.git``."""
     with os.scandir(fd) as found:
         return sorted((item for item in found if item.name != ".git"), key=lambda i: i.name)
-
-
-def _open_folder(parent: int, name: str, listed: os.stat_result, what: str) -> int:
-    """The folder ``name`` of ``parent``, as listed: a link or anything else put in its place
-    since the listing is refused, never followed."""
-    try:
-        fd = os.open(name, _FOLDER, dir_fd=parent)
-    except OSError as exc:
-        why = ("a link now" if exc.errno in (errno.ELOOP, errno.ENOTDIR)
-               else exc.strerror or "unreadable")
-        raise SuppliedFolderError(f"{what}: was a folder when listed and is {why}; the folder "
-                                  "changed while it was read (supply one nothing writes to)") \
-            from None
-    now = os.fstat(fd)
-    if (now.st_dev, now.st_ino) != (listed.st_dev, listed.st_ino):
-        os.close(fd)
-        raise SuppliedFolderError(f"{what}: another folder was put in its place while the "
-                                  "folder was read; supply one nothing writes to")
-    return fd
 
 
 def _link_target(parent: int, name: str, root: Path, rel: str, what: str) -> str:
@@ -212,7 +183,7 @@ def take(supplied: Supplied, dest: Path, algorithm: str = "sha1") -> list[Entry]
     """Copy the folder into ``dest`` through the gate, hashing every byte copied: its entries as
     git would store them (``gittree.tree_hash`` gives their tree)."""
     what = _what(supplied.name, supplied.folder)
-    fd = _open_root(supplied.folder, what)
+    fd = open_root(supplied.folder, what, SuppliedFolderError)
     try:
         found = os.fstat(fd)
         if (found.st_dev, found.st_ino) != supplied.identity:
@@ -240,16 +211,9 @@ def _copy_file(parent: int, name: str, out: Path, what: str,
     """(git mode, blob id) of the file ``name`` of the open folder ``parent``, copied to ``out``
     as read: a file swapped for a link, a pipe or a device after the walk, or one that changes
     size while read, is refused."""
-    try:
-        fd = os.open(name, _FILE, dir_fd=parent)
-    except OSError as exc:
-        raise SuppliedFolderError(f"{what}: cannot be read ({exc.strerror}); it changed while "
-                                  "the folder was read, or is not readable") from None
+    fd = open_file(parent, name, what, SuppliedFolderError)
     with os.fdopen(fd, "rb") as handle, open(out, "xb") as copy:
         info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise SuppliedFolderError(f"{what}: not a regular file any more; the folder changed "
-                                      "while it was read")
         digest, left = blob_hasher(info.st_size, algorithm), info.st_size
         while block := handle.read(min(_CHUNK, left + 1)):
             left -= len(block)
