@@ -34,6 +34,29 @@ GRAPH_FACTOR = 2.45
 CROSS_FACTOR = 1.05
 
 
+def compile_slots(cores: int, jobs: int | None = None, threads: int = 1) -> int:
+    """The cores a compile keeps busy: its ``jobs`` compile jobs (the target's ``max_jobs``, what
+    ``MAX_JOBS`` makes the tree's setup.py run), each nvcc on up to ``threads`` cores (``--threads``
+    splits a unit by its gencode targets: min(nvcc_threads, the arches), 1 for one arch), never
+    more than the builder's ``cores``. None: as many jobs as cores."""
+    busy = cores if jobs is None else jobs * max(threads, 1)
+    return max(min(cores, busy), 1)
+
+
+def job_threads(nvcc_threads: int, arch_list: str) -> int:
+    """The cores one compile job keeps busy: nvcc ``--threads`` compiles a unit's gencode targets
+    side by side, so as many as the arch list has, up to ``nvcc_threads`` (one arch: one)."""
+    arches = len(arch_list.replace(";", " ").split())
+    return max(min(nvcc_threads, arches), 1)
+
+
+def _per(slots: int, cores: int) -> str:
+    """The divisor as the line says it: the cores, or the jobs where they are fewer."""
+    if slots >= cores:
+        return f"{slots} cores"
+    return f"{slots} cores (the compile jobs that run, max_jobs, on this {cores}-core builder)"
+
+
 def cross_compile_minutes(units: int, cores: int) -> float:
     """Minutes for the build graph of ``units`` listed CUDA units cross-compiled on ``cores``
     native cores."""
@@ -48,13 +71,16 @@ def _counted(units: int) -> str:
 
 
 def cross_compile_line(units: int, builder_arch: str, platform: str,
-                       cores: int | None = None) -> str:
-    """What preflight prints before a cross compile: the estimate, and the other roads."""
+                       cores: int | None = None, jobs: int | None = None,
+                       threads: int = 1) -> str:
+    """What preflight prints before a cross compile: the estimate (on the cores its ``jobs``
+    keep busy, ``compile_slots``), and the other roads."""
     cores = cores or os.cpu_count() or 1
-    minutes = cross_compile_minutes(units, cores)
+    slots = compile_slots(cores, jobs, threads)
+    minutes = cross_compile_minutes(units, slots)
     return (f"cross-compiling {platform} on this {builder_arch} builder at native speed: "
             f"{_counted(units)} × ~{UNIT_CORE_MINUTES:g} core-min each (measured) × "
-            f"{CROSS_FACTOR:g} (cross over native, measured) / {cores} cores ≈ "
+            f"{CROSS_FACTOR:g} (cross over native, measured) / {_per(slots, cores)} ≈ "
             f"{_hours(minutes)}, the configure, links and image not counted "
             "(--toolchain emulated compiles under qemu instead)")
 
@@ -66,14 +92,18 @@ def emulated_compile_minutes(units: int, cores: int) -> float:
 
 
 def emulated_compile_line(units: int, builder_arch: str, platform: str,
-                          cores: int | None = None, why: str = "") -> str:
-    """The warning preflight prints: the estimate and how to avoid it."""
+                          cores: int | None = None, why: str = "", jobs: int | None = None,
+                          threads: int = 1) -> str:
+    """The warning preflight prints: the estimate (on the cores its ``jobs`` keep busy) and how
+    to avoid it."""
     cores = cores or os.cpu_count() or 1
-    minutes = emulated_compile_minutes(units, cores)
+    slots = compile_slots(cores, jobs, threads)
+    minutes = emulated_compile_minutes(units, slots)
     because = f" ({why})" if why else ""
     return (f"compiling {platform} under emulation on this {builder_arch} builder{because}: "
             f"{_counted(units)} × ~{UNIT_CORE_MINUTES:g} core-min each × "
-            f"{EMULATION_FACTOR:.1f} (qemu, measured) / {cores} cores ≈ {_hours(minutes)}, the "
+            f"{EMULATION_FACTOR:.1f} (qemu, measured) / {_per(slots, cores)} ≈ "
+            f"{_hours(minutes)}, the "
             "configure, links and image not counted; it runs because the compile was asked "
             "for (without --compile a release builds prebuilt in minutes); --toolchain cross "
             "(the default where a cross road goes) compiles at native speed, or build on a "

@@ -81,12 +81,15 @@ def _build(spec: BuildSpec, out: Path, engine: DockerEngine, lock_path: Path | N
 def compile_estimate(build: PreparedBuild, builder: Builder, eff: EffectiveSpec) -> str:
     """The compile's rough length on its road (cross or emulated), from the kernel plan's unit
     count."""
-    from edgevllm.builder.estimate import cross_compile_line, emulated_compile_line
+    from edgevllm.builder.estimate import cross_compile_line, emulated_compile_line, job_threads
 
+    jobs = eff.max_jobs  # the compile jobs that run, each nvcc on up to this many cores:
+    threads = job_threads(eff.nvcc_threads, eff.target.torch_cuda_arch_list)
     if eff.toolchain == "cross":
-        return cross_compile_line(build.compile_units, builder.arch, eff.platform)
+        return cross_compile_line(build.compile_units, builder.arch, eff.platform, jobs=jobs,
+                                  threads=threads)
     return emulated_compile_line(build.compile_units, builder.arch, eff.platform,
-                                 why=eff.toolchain_reason)
+                                 why=eff.toolchain_reason, jobs=jobs, threads=threads)
 
 
 def lock_for(lock_path: Path | None, target: str, mode: str | None = None) -> Lock | None:
