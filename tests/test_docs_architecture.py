@@ -571,3 +571,13 @@ def test_the_build_mode_is_chosen_in_one_place():
     anyone else picking a mode would be a second rule."""
     assert offenders(calls("choose_mode"), "specs/buildspec.py") == set()
     assert calls("choose_mode")(ast.parse("buildspec.choose_mode(spec, b)", mode="eval").body)
+
+
+def test_requirement_lines_are_parsed_in_one_place():
+    """A requirement line is parsed by common/requirements.py (data only: no URL, path or
+    option); builder/modes/compile.py only names lines the tree reader already passed through
+    it. A module parsing requirements itself could hand the resolver a direct reference."""
+    assert offenders(calls("Requirement"), "common/requirements.py") == {
+        "builder/modes/compile.py"}
+    assert calls("Requirement")(ast.parse("packaging.requirements.Requirement(t)",
+                                          mode="eval").body)

@@ -184,7 +184,7 @@ def test_project_requirements_static_none_or_refused(tmp_path):
     assert read_project(tmp_path).build == ("setuptools",)   # a key of any other shape: none
     assert read_project_requirements(tmp_path) == ()
     pyproject.write_text('[project]\nname = "x"\ndependencies = ["numpy >=> 2"]\n')
-    with pytest.raises(SourceError, match=r"pyproject.toml: cannot read requirement 'numpy"):
+    with pytest.raises(SourceError, match=r"pyproject.toml:3: cannot read requirement 'numpy"):
         read_project_requirements(tmp_path)
     pyproject.write_text('[project]\ndynamic = ["dependencies"]\n[tool.setuptools.dynamic]\n'
                          'dependencies = { file = ["../outside.txt"] }\n')

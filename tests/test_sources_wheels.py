@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import http.server
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -104,9 +105,53 @@ def test_unknown_vllm_version_is_one_line():
 
 
 def test_a_package_without_a_wheel_names_it_and_what_pulled_it():
-    # docopt 0.6.2 exists only as an sdist; nothing is compiled in a prebuilt build.
-    with pytest.raises(ClosureError, match=r"no wheel for .*docopt \(required by the requested"):
+    # docopt 0.6.2 exists only as an sdist; nothing is built on the host (--no-build).
+    with pytest.raises(ClosureError, match=r"^docopt \(required by the requested packages\) "
+                                           r"has no wheel for .*--package docopt==VER") as err:
         resolve_closure(["docopt==0.6.2"], platform=ARM, python_version="3.12")
+    assert "\n" not in str(err.value)
+    with pytest.raises(ClosureError, match=r"^docopt \(required by pykwalify\) has no wheel"):
+        resolve_closure(["pykwalify==1.8.0"], platform=ARM, python_version="3.12")
+
+
+def test_every_resolve_passes_no_build(tmp_path):
+    """The argv of every resolve (closure, build tools, the failure path's annotations) is
+    _compile_args's, and it holds uv's --no-build: no build backend runs on the host."""
+    args = wheels._compile_args(tmp_path, ["six"], X86, "3.12", ["idna==3.7"], ["http://x/s"])
+    assert wheels.NO_BUILD == "--no-build" and wheels.NO_BUILD in args
+    out = subprocess.run([wheels.uv_binary(), "pip", "compile", "--help"], capture_output=True,
+                         text=True, check=True).stdout
+    assert re.search(r"^\s+--no-build$", out, re.M), "this uv has no --no-build"
+
+
+class _IndexHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+def test_an_sdist_only_package_is_one_line_and_its_build_never_runs(tmp_path):
+    """A real resolve against a PEP 503 index on 127.0.0.1 whose one package is an sdist with
+    a build backend that writes a canary: uv stops (--no-build), the canary stays unwritten,
+    and the error is one line naming the package and the way out."""
+    import functools
+
+    from support.hostile_requirements import SDIST_NAME, sdist_only_index
+
+    canary = tmp_path / "CANARY"
+    root = sdist_only_index(tmp_path / "index", canary).parent
+    handler = functools.partial(_IndexHandler, directory=str(root))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(ClosureError) as err:
+            resolve_closure([SDIST_NAME], platform=X86, python_version="3.12",
+                            indexes=[f"http://127.0.0.1:{server.server_address[1]}/simple"])
+    finally:
+        server.shutdown()
+    assert not canary.exists(), canary.read_text()
+    message = str(err.value)
+    assert "\n" not in message and message.startswith(f"{SDIST_NAME} (required by the "), message
+    assert f"--package {SDIST_NAME}==VER" in message and "docs/security.md" in message
 
 
 def test_an_unreachable_index_is_named_with_the_offline_path():

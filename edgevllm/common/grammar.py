@@ -139,13 +139,14 @@ def _pin(value: str) -> str:
 
 
 def _requirement(value: str) -> str:
-    from packaging.requirements import InvalidRequirement, Requirement
+    """A requirement as data: name, extras, version, marker; no URL, path or option
+    (common/requirements.py: a resolve never builds a project on the host)."""
+    from edgevllm.common.requirements import check_requirement
 
     try:
-        Requirement(value)
-    except InvalidRequirement:
-        raise ValueError(
-            f"{value!r} is not a PEP 508 requirement such as 'certifi>=2026.10.18'") from None
+        check_requirement(value)
+    except ValueError as exc:
+        raise ValueError(f"{exc} (such as 'certifi>=2026.10.18')") from None
     return _no_control(value)
 
 

@@ -22,6 +22,7 @@ from edgevllm.common.dataload import load_json
 from edgevllm.common.errors import ManifestError, ModConflictError, ModNotForTargetError
 from edgevllm.common.fdtree import copy_tree
 from edgevllm.common.fsutil import atomic_dir, atomic_write_json
+from edgevllm.common.grammar import PackageName, Requirement, Version
 from edgevllm.common.schema import Strict, load_model
 from edgevllm.mods.downloads import Pins, Wanted, fetch_downloads
 from edgevllm.specs.modselect import MANIFEST, check_mod_names, mod_folders
@@ -90,7 +91,8 @@ class EditStep(StepBase, Edit):
 
 class PipInstallStep(StepBase):
     kind: Literal["pip_install"]
-    requirements: list[str] = Field(min_length=1)
+    # Data only (common/requirements.py): they join the closure uv resolves on the host.
+    requirements: list[Requirement] = Field(min_length=1)
     no_deps: bool = False
     # Installed versions of these are passed to pip as constraints (torch stays the CUDA build).
     constrain: list[str] = Field(default_factory=lambda: ["torch", "torchvision", "torchaudio",
@@ -99,8 +101,8 @@ class PipInstallStep(StepBase):
 
 class DistFilesStep(StepBase):
     kind: Literal["dist_files"]
-    package: str
-    version: str | None = None
+    package: PackageName   # with version: a requirement of the closure (_pip_packages)
+    version: Version | None = None
     version_from: str | None = None
     # The distribution that installs the same paths with other bytes (its copy must not win).
     over: str | None = None

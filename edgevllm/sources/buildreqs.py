@@ -16,6 +16,10 @@ The build stage follows the tree, not guesses: ``read_build_layout(tree)`` finds
   locked closure is resolved from (``builder/modes/compile.py``). Optional here: only a compile
   needs it, and it says so.
 
+Every requirement line read here is data (``common/requirements.py``): a name, extras, a version
+and a marker. A direct reference, a path, a VCS URL or an option line would make the resolver
+build a project on the host; each is one SourceError naming the file and the line.
+
 An expected file that is missing raises ``SourceError`` naming it, before any container starts;
 the template renders what was found, with no ``if [ -f ]`` guesses. ``unread_layout()`` stands in
 where no tree is prepared (``inv render``): its values are visible placeholders.
@@ -28,11 +32,12 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from packaging.requirements import InvalidRequirement, Requirement
+from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 
 from edgevllm.common.dataload import load_text
 from edgevllm.common.errors import SourceError
+from edgevllm.common.requirements import requirement, where_in
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -49,6 +54,9 @@ TORCH_FAMILY = frozenset({"torch", "torchvision", "torchaudio", "torchcodec"})
 # under 100 KiB; a larger one is refused before it is read, whatever the tree holds.
 TREE_TEXT_MAX_BYTES = 1 << 20
 MAX_INCLUDE_DEPTH = 16   # `-r` chains: vLLM's own go two deep (cuda.txt -> common.txt)
+# A file the tree's requirement file names: ``-r`` (included) or ``-c`` (checked, adds nothing).
+_INCLUDE = re.compile(r"^(-r|--requirement|-c|--constraint)[\s=]+([!-~]+)\Z")  # printable
+_COMMENT = re.compile(r"(^|\s)#.*$")   # as pip reads them: '#' at the start or after a space
 # vLLM's compute_num_jobs: ``num_jobs = max(1, num_jobs // nvcc_threads)``.
 _DIVIDES_JOBS = re.compile(r"//\s*nvcc_threads\b")
 
@@ -100,7 +108,7 @@ def read_build_layout(tree: Path) -> BuildLayout:
     script = _required(tree, USE_EXISTING_TORCH, "vLLM's use_existing_torch.py")
     pyproject = _required(tree, ("pyproject.toml",), "pyproject.toml")
     pyproject_requires = read_pyproject_requires(tree / pyproject)
-    build_lines = read_requirement_lines(tree / requirements)
+    build_lines = [line for line, _ in read_requirement_tree(tree, requirements)]
     listed = [*pyproject_requires, *build_lines]
     script_text = tree_text(tree / script)
     runtime_file = next((f for f in RUNTIME_FILES if (tree / f).is_file()), "")
@@ -145,8 +153,14 @@ def tree_text(path: Path) -> str:
 
 def read_pyproject(path: Path) -> dict:
     """``path`` as TOML; a malformed or oversized file raises SourceError naming it."""
+    return _pyproject(path)[0]
+
+
+def _pyproject(path: Path) -> tuple[dict, str]:
+    """``path`` as TOML and its text (whose lines an error names)."""
+    text = tree_text(path)
     try:
-        return tomllib.loads(tree_text(path))
+        return tomllib.loads(text), text
     except tomllib.TOMLDecodeError as exc:
         raise SourceError(f"{path}: not valid TOML ({exc})") from None
     except RecursionError:   # tomllib descends once per nesting level: `a = [[[[…` in 1 MiB
@@ -156,7 +170,8 @@ def read_pyproject(path: Path) -> dict:
 
 def read_pyproject_requires(path: Path) -> list[str]:
     """``[build-system] requires`` of ``path``; a malformed file raises SourceError naming it."""
-    return _build_requires(read_pyproject(path), path)
+    data, text = _pyproject(path)
+    return _build_requires(data, path, text)
 
 
 def _table(data: object, *keys: str) -> dict:
@@ -167,45 +182,53 @@ def _table(data: object, *keys: str) -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def _build_requires(data: dict, path: Path) -> list[str]:
+def _build_requires(data: dict, path: Path, text: str) -> list[str]:
     requires = _table(data, "build-system").get("requires")
     if not isinstance(requires, list) or not all(isinstance(r, str) for r in requires):
         raise SourceError(f"{path}: [build-system] requires is missing or not a list of strings")
-    for text in requires:
-        _parse(text, path)
-    return list(requires)
+    return _listed(requires, path, text, "[build-system] requires")
 
 
-def read_requirement_lines(path: Path) -> list[str]:
-    """The requirement lines of a pip requirement file (comments, options and -r skipped)."""
-    lines = []
-    for raw in tree_text(path).splitlines():
-        line = raw.split(" #", 1)[0].strip()
-        if line and not line.startswith(("#", "-")):
-            lines.append(line)
-    return lines
+def _listed(items: list[str], path: Path, text: str, key: str) -> list[str]:
+    """A pyproject's list of requirements, each checked as data (an error names its line)."""
+    for index, item in enumerate(items):
+        _parse(item, where_in(path, text, item, f"{key} item {index + 1}"))
+    return list(items)
+
+
+def _included(tree: Path, relative: str, seen: frozenset[str]) -> Path:
+    """The file ``relative`` names, inside ``tree`` and not already in the chain ``seen``."""
+    if len(seen) >= MAX_INCLUDE_DEPTH:   # each file is bounded, so is their chain
+        raise SourceError(f"{tree / relative}: requirement files included more than "
+                          f"{MAX_INCLUDE_DEPTH} deep; check the tree")
+    try:
+        path = (tree / relative).resolve()
+        there = path.is_relative_to(tree.resolve()) and path.is_file()
+    except (OSError, ValueError):   # a name too long for the filesystem, or with a NUL
+        there = False
+    if relative in seen or not there:
+        raise SourceError(f"{tree / relative}: a requirement file the tree includes is missing, "
+                          "outside the tree or included twice")
+    return path
 
 
 def read_requirement_tree(tree: Path, relative: str,
                           seen: frozenset[str] = frozenset()) -> list[tuple[str, str]]:
     """(requirement, file) for every line of ``relative`` and the files it includes with ``-r``
-    (paths inside ``tree`` only; other options, such as index URLs, are the target's to set)."""
-    path = (tree / relative).resolve()
-    if len(seen) >= MAX_INCLUDE_DEPTH:   # each file is bounded, so is their chain
-        raise SourceError(f"{tree / relative}: requirement files included more than "
-                          f"{MAX_INCLUDE_DEPTH} deep; check the tree")
-    if relative in seen or not path.is_relative_to(tree.resolve()) or not path.is_file():
-        raise SourceError(f"{tree / relative}: a requirement file the tree includes is missing, "
-                          "outside the tree or included twice")
+    (paths inside ``tree`` only). A ``-c`` file inside the tree is checked the same way and adds
+    nothing (the target's pins are the resolver's constraints). Any other line is data only
+    (common/requirements.py): an option, a URL, a path is one SourceError naming file:line."""
+    path = _included(tree, relative, seen)
     found = []
-    for raw in tree_text(path).splitlines():
-        line = raw.split(" #", 1)[0].strip()
-        include = re.match(r"^(?:-r|--requirement)[\s=]+(\S+)$", line)
+    for number, raw in enumerate(tree_text(path).splitlines(), start=1):
+        line = _COMMENT.sub("", raw).strip()
+        include = _INCLUDE.match(line)
         if include:
-            child = (Path(relative).parent / include.group(1)).as_posix()
-            found += read_requirement_tree(tree, child, seen | {relative})
-        elif line and not line.startswith(("#", "-")):
-            _parse(line, tree / relative)
+            child = (Path(relative).parent / include.group(2)).as_posix()
+            listed = read_requirement_tree(tree, child, seen | {relative})
+            found += listed if include.group(1) in ("-r", "--requirement") else []
+        elif line:
+            _parse(line, f"{tree / relative}:{number}")
             found.append((line, relative))
     return found
 
@@ -227,12 +250,14 @@ def read_project(tree: Path) -> ProjectRequirements:
     pyproject = tree / inside(tree, "pyproject.toml")
     if not pyproject.is_file():
         return ProjectRequirements()
-    data = read_pyproject(pyproject)
-    build = _build_requires(data, pyproject) if "requires" in _table(data, "build-system") else []
-    return ProjectRequirements(build=tuple(build), runtime=_runtime_requirements(tree, data))
+    data, text = _pyproject(pyproject)
+    build = _build_requires(data, pyproject, text) \
+        if "requires" in _table(data, "build-system") else []
+    return ProjectRequirements(build=tuple(build),
+                               runtime=_runtime_requirements(tree, data, text))
 
 
-def _runtime_requirements(tree: Path, data: dict) -> tuple[tuple[str, str], ...]:
+def _runtime_requirements(tree: Path, data: dict, text: str) -> tuple[tuple[str, str], ...]:
     project = _table(data, "project")
     listed = project.get("dependencies")
     dynamic = project.get("dynamic")
@@ -240,9 +265,8 @@ def _runtime_requirements(tree: Path, data: dict) -> tuple[tuple[str, str], ...]
         if not all(isinstance(r, str) for r in listed):
             raise SourceError(f"{tree / 'pyproject.toml'}: [project] dependencies is not a list "
                               "of strings")
-        for text in listed:
-            _parse(text, tree / "pyproject.toml")
-        return tuple((text, "pyproject.toml") for text in listed)
+        _listed(listed, tree / "pyproject.toml", text, "[project] dependencies")
+        return tuple((item, "pyproject.toml") for item in listed)
     files = _table(data, "tool", "setuptools", "dynamic", "dependencies").get("file")
     files = [files] if isinstance(files, str) else files
     if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
@@ -251,10 +275,8 @@ def _runtime_requirements(tree: Path, data: dict) -> tuple[tuple[str, str], ...]
 
 
 def _parse(text: str, where: Path | str) -> Requirement:
-    try:
-        return Requirement(text)
-    except InvalidRequirement as exc:
-        raise SourceError(f"{where}: cannot read requirement '{text}' ({exc})") from None
+    """A tree's requirement as data only (common/requirements.py), else one SourceError."""
+    return requirement(text, str(where), SourceError)
 
 
 def is_torch_family(text: str) -> bool:
@@ -265,10 +287,7 @@ def combined_specifier(requirements: list[str], name: str) -> SpecifierSet:
     """Every specifier the lines give ``name`` (markers ignored: all apply to the CUDA build)."""
     combined = SpecifierSet()
     for text in requirements:
-        try:
-            req = Requirement(text)
-        except InvalidRequirement:
-            continue  # read_requirement_lines is lenient; pip reports such a line itself
+        req = _parse(text, "requirement")   # the tree's lines passed _parse where they were read
         if req.name.lower() == name:
             combined &= req.specifier
     return combined

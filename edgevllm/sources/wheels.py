@@ -4,9 +4,11 @@
 platform and Python (not the host's), with overrides in the resolver's sense, and returns a
 ``Closure``: one ``WheelPin`` (name, version, file name, URL, sha256) per package, the wheel chosen
 by the platform's tag priority. A package that has no wheel for the platform is refused with the
-requirement that pulled it. ``Wheelhouse`` downloads the pins into a content-addressed cache
-(``<cache>/wheelhouse/sha256/<hash>/<file>``, shared by every build; a wheel lands under its final
-name only once its hash matched) and assembles one build's folder of hard links plus the
+requirement that pulled it; uv runs with ``--no-build``, so nothing is built on the host to be
+resolved (a package with only an sdist is one line: common/requirements.source_only_line).
+``Wheelhouse`` downloads the pins into a content-addressed cache (``<cache>/wheelhouse/sha256/
+<hash>/<file>``, shared by every build; a wheel lands under its final name only once its hash
+matched) and assembles one build's folder of hard links plus the
 ``requirements.txt`` that the image installs with ``--no-deps --require-hashes``, offline: the
 whole closure but the packages the mode installs over it in their own stage (its vLLM), whose
 pins go to ``requirements-mode.txt``.
@@ -42,12 +44,14 @@ from edgevllm.common.errors import (  # the closure's errors (importable from he
     WheelInputError,
 )
 from edgevllm.common.fsutil import StagedFile, atomic_dir, atomic_write_text, sha256_file
+from edgevllm.common.requirements import source_only, source_only_line
 
 PYPI = "https://pypi.org/simple"
 DEFAULT_GLIBC = "2_34"   # llguidance 1.7 has no x86_64 wheel below manylinux_2_31
 _ARCH = {"linux/arm64": "aarch64", "linux/amd64": "x86_64"}
 _CHUNK = 1 << 20
 REQUIREMENTS_FILE = "requirements.txt"
+NO_BUILD = "--no-build"   # uv resolves from wheels alone: no build backend runs on the host
 MODE_REQUIREMENTS_FILE = "requirements-mode.txt"   # the mode's own pins, installed over the closure
 
 
@@ -205,8 +209,7 @@ def resolve_closure(requirements: list[str], *, platform: str, python_version: s
         proc = subprocess.run([*args, "--format", "pylock.toml", "-o", str(lock_file)],
                               capture_output=True, text=True, timeout=timeout, env=uv_env())
         if proc.returncode != 0:
-            raise UnresolvableError(_resolver_failure(proc.stderr, requirements, platform,
-                                                      python_version), _because(proc.stderr))
+            raise _failed(proc.stderr, requirements, platform, python_version)
         packages = _read_pylock(lock_file)
         tags = supported_tags(platform, python_version)
         pins: list[WheelPin] = []
@@ -229,9 +232,11 @@ def resolve_closure(requirements: list[str], *, platform: str, python_version: s
 
 def _compile_args(tmp: Path, requirements, platform, python_version, overrides, indexes):
     (tmp / "requirements.in").write_text("\n".join(requirements) + "\n")
+    # --no-build: resolving never runs a project's build backend (its Python, on the host);
+    # a package with no wheel for the target is one line (_failed: source_only).
     args = [uv_binary(), "pip", "compile", str(tmp / "requirements.in"), "--python-platform",
             platform, "--python-version", python_version, "--no-header", "--quiet",
-            "--no-config"]
+            "--no-config", NO_BUILD]
     if overrides:
         (tmp / "overrides.txt").write_text("\n".join(overrides) + "\n")
         args += ["--override", str(tmp / "overrides.txt")]
@@ -290,6 +295,16 @@ def _because(stderr: str) -> str:
     text = " ".join(line.strip(" ×╰─▶│") for line in stderr.splitlines() if line.strip())
     because = re.search(r"(Because .*?)(?:\s+hint:|$)", text)
     return because.group(1) if because else (text[-400:] or "no output")
+
+
+def _failed(stderr: str, requirements: list[str], platform: str, version: str) -> ClosureError:
+    """The error a failed resolve raises: a package that only a build would give (--no-build
+    stopped it) is its own line; anything else is uv's reason."""
+    built = source_only(stderr)
+    if built:
+        return ClosureError(source_only_line(*built, f"{platform} / Python {version}"))
+    return UnresolvableError(_resolver_failure(stderr, requirements, platform, version),
+                             _because(stderr))
 
 
 def _resolver_failure(stderr: str, requirements: list[str], platform: str, version: str) -> str:

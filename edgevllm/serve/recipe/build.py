@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from edgevllm.common.dataload import YAML_MAX_BYTES, load_text
 from edgevllm.common.errors import RecipeError
 from edgevllm.common.paths import project_root
+from edgevllm.common.requirements import requirement, where_in
 from edgevllm.common.schema import read_yaml
 from edgevllm.serve.recipe.load import load_recipe
 from edgevllm.serve.recipe.schema import Recipe
@@ -34,6 +36,7 @@ def recipe_spec_fields(ref: str, target: str | None = None) -> dict:
         data = read_yaml(path, RecipeError)
         if not isinstance(data, dict):
             raise RecipeError(f"{path}: a build spec is a mapping of fields")
+        check_requirements(data, path)
         fields.update(data)
     elif recipe.build and recipe.build.lock:
         raise RecipeError(f"recipe {loaded.name} builds from a lock: inv build --lock "
@@ -57,6 +60,25 @@ def recipe_spec_fields(ref: str, target: str | None = None) -> dict:
     if recipe.image and "{{" not in recipe.image and "@" not in recipe.image:
         fields["tags"] = list(dict.fromkeys([*(fields.get("tags") or []), recipe.image]))
     return fields
+
+
+def check_requirements(data: dict, path: Path) -> None:
+    """A recipe's build spec (others' file) names packages as data only: each of its
+    ``overrides`` and ``packages`` (common/requirements.py), else one RecipeError naming the
+    file and line, before anything resolves them on the host."""
+    text = load_text(path, RecipeError, YAML_MAX_BYTES)   # read_yaml read it whole already
+    overrides = data.get("overrides")
+    for index, item in enumerate(overrides if isinstance(overrides, list) else []):
+        requirement(str(item), where_in(path, text, str(item), f"field 'overrides.{index}'"),
+                    RecipeError)
+    packages = data.get("packages")
+    for name, pin in (packages.items() if isinstance(packages, dict) else []):
+        line = str(name) if pin is None else f"{name}=={str(pin).lstrip('=')}"
+        requirement(line, where_in(path, text, str(name), "field 'packages'"), RecipeError)
+    wheel = data.get("vllm_wheel")
+    if wheel is not None:   # a release by version: a file or URL is the user's own flag only
+        requirement(f"vllm=={str(wheel).lstrip('v')}",
+                    where_in(path, text, str(wheel), "field 'vllm_wheel'"), RecipeError)
 
 
 def with_overrides(fields: dict, overrides: dict) -> dict:
