@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -109,6 +110,30 @@ CASES: list[tuple[list[str], int, str]] = [
     (["render", "--lock", "compile.lock.json", "--cmake-dep", "nosuch=adir"], 2,
      "--cmake-dep nosuch: the tree's CMake declares no dependency 'nosuch'"),
     (["render", "--lock", "supplied.lock.json"], 5, "give --cmake-dep cutlass=FOLDER"),
+    # ... in every mode (issue 42): a FOLDER that is none, and an --extensions naming nothing
+    (["render", "--target", "spark", "--cmake-dep", "x=/dev/null"], 2,
+     "--cmake-dep x=/dev/null: not a folder"),
+    (["render", "--target", "spark", "--cmake-dep", "cutlass=spark.lock.json"], 2,
+     "--cmake-dep cutlass=spark.lock.json: not a folder"),
+    (["render", "--target", "spark", "--cmake-dep", "cutlass=nothere"], 2,
+     "--cmake-dep cutlass=nothere: no such folder"),
+    (["build", "--target", "spark", "--cmake-dep", "x=/dev/zero"], 2, "x=/dev/zero: not a folder"),
+    (["render", "--target", "spark", "--extensions", ""], 2, "--extensions '': names nothing"),
+    (["build", "--target", "spark", "--extensions", " , "], 2, "--extensions ' , ': names nothing"),
+    # any task: a path too long for the system, a NUL byte, a newline in a name (issue 42)
+    (["verify", "--target", "thor", "--path", "x" * 5000], 2, "(5000 characters): file name too"),
+    (["load", "a/" * 2500 + "b"], 2, "file name too long"),
+    (["render", "--target", "thor", "--out", "a\x00b"], 2, "render --out: holds a NUL byte"),
+    (["serve", "two\nlines"], 11, "unknown recipe 'two\\nlines'"),
+    (["recipe-import", "/dev/zero"], 11, "/dev/zero: more than"),
+    (["verify", "--target", "thor", "--policy", "/dev/zero", "--path", "adir"], 2,
+     "/dev/zero: 2097153 bytes, more than a data file may hold"),
+    (["logs", "--name", "x", "--engine", "nosuchctx"], 4,
+     "docker logs x failed on engine nosuchctx"),
+    (["sbom", "--image", "x", "--out", "nothere/x"], DEAD, "cannot reach the Docker daemon"),
+    (["doctor", "--target", "spark", "--out", "nothere"], 3, "not ready to build for spark"),
+    (["render", "--target", "thor", "--cherry-pick", "zzz", "--out", "new/render"], 5,
+     "--cherry-pick 'zzz'"),
     # plan and sources
     (["plan", "--target", "nosuch"], 2, "unknown target"),
     (["plan", "--target", "thor", "--vllm-pr", "abc"], 2, "--vllm-pr 'abc'"),
@@ -328,6 +353,25 @@ def test_a_cmake_dep_folder_over_its_cap_is_one_line(workdir, capsys, monkeypatc
     _check(exc.value.code, capsys.readouterr().err, 2,
            "more than 1 files, the cap of a dependency folder (EDGEVLLM_CMAKE_DEP_MAX_FILES)",
            before, workdir)
+
+
+@pytest.mark.parametrize("argv", [
+    ["compose", "--recipe", RECIPE, "--out", "pipe"],
+    ["verify", "--target", "thor", "--path", "adir", "--json", "pipe"],
+], ids=["compose", "verify"])
+def test_an_output_onto_a_device_pipe_or_socket_is_refused(argv, workdir, capsys):
+    """``inv compose --out /dev/null`` run as root renamed a file onto /dev/null (issue 42):
+    an output whose name holds a device, a pipe or a socket is refused in one line and the
+    thing is left as it was (a pipe here: anyone may make one)."""
+    os.mkfifo(workdir / "pipe")
+    before = _tree(workdir)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:
+        program().run(["edgevllm", *argv])
+    assert isinstance(exc.value.code, int)
+    _check(exc.value.code, capsys.readouterr().err, 2,
+           "pipe: is a device, pipe or socket, not a file", before, workdir)
+    assert stat.S_ISFIFO((workdir / "pipe").lstat().st_mode)
 
 
 @pytest.mark.parametrize(("binary", "argv", "expected", "needle"), SUBPROCESS_CASES,

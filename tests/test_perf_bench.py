@@ -6,6 +6,7 @@ tests/e2e/test_bench_client.py: each client start imports vLLM (~15 s), too slow
 
 from __future__ import annotations
 
+import http.server
 import json
 import socketserver
 import sys
@@ -150,14 +151,16 @@ def test_a_request_has_a_deadline_for_its_whole_answer():
 
 
 def test_inv_bench_against_a_server_that_answers_garbage_ends_with_one_line(tmp_path, cli):
-    """/health and /v1/models answered with endless garbage: one error line, a record."""
+    """/v1/models answered with endless garbage: one error line within the probe's deadline,
+    nothing written (no server was measured)."""
     with _dribbling_server() as url:
         code, _, stderr = cli("bench", url, "--client-python", sys.executable,
                               "--health-timeout", "2", "--out", str(tmp_path))
     assert code == 12, stderr
     errors = [line for line in stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "not healthy after 2s" in errors[0], stderr
+    assert len(errors) == 1 and "sent no whole HTTP answer within 2s" in errors[0], stderr
     assert "Traceback" not in stderr
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_the_whole_run_has_a_deadline():
@@ -170,3 +173,96 @@ def test_the_whole_run_has_a_deadline():
     args = ClientArgs("http://127.0.0.1:9", "m", "m", 1, 1, 8, 8, 0, "/nonexistent", "r.json")
     with pytest.raises(BenchError, match="past its --run-timeout of 0s"):
         runner.run(args, 60)
+
+
+class _Junk(socketserver.BaseRequestHandler):
+    """A TCP server that is no HTTP server: answers any request with bytes that are not HTTP
+    (``junk``), or closes at once (``close``)."""
+
+    mode = "junk"
+
+    def handle(self):
+        try:
+            if self.mode == "junk":
+                self.request.recv(1024)
+                self.request.sendall(b"\x00\xff SSH-2.0-not-http\r\n\r\n")
+        except OSError:
+            return
+
+
+class _Closes(_Junk):
+    mode = "close"
+
+
+class _Html(http.server.BaseHTTPRequestHandler):
+    """An HTTP server that is not OpenAI's: a web page at every path, or a JSON object
+    without a model list at /v1/models (``json``)."""
+
+    body = b"<!doctype html><html><body>It works!</body></html>"
+
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(self.body)))
+        self.end_headers()
+        self.wfile.write(self.body)
+
+    def log_message(self, *args):
+        return
+
+
+class _JsonNoData(_Html):
+    body = b'{"models": ["m"]}'
+
+
+class _NotFound(_Html):
+    def do_GET(self):
+        self.send_error(404)
+
+
+@contextmanager
+def _local_server(handler):
+    kind = socketserver.ThreadingTCPServer if issubclass(handler, _Junk) else \
+        http.server.ThreadingHTTPServer
+    server = kind(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize(("handler", "said"), [
+    (_Junk, "answered something other than HTTP"),
+    (_Closes, "closed the connection without an HTTP answer"),
+    (_Html, "answered text that is not JSON"),
+    (_JsonNoData, "JSON without a 'data' list"),
+    (_NotFound, "answered HTTP 404"),
+], ids=["junk", "closes", "html", "json-no-data", "404"])
+def test_an_endpoint_that_is_not_an_openai_server_is_one_line_at_once(tmp_path, cli, handler,
+                                                                       said):
+    """The /v1/models probe tells a non-HTTP or non-OpenAI endpoint before anything is
+    measured or written (default --health-timeout: 60 s, which it does not wait out)."""
+    with _local_server(handler) as url:
+        started = time.monotonic()
+        code, stdout, stderr = cli("bench", url, "--client-python", sys.executable,
+                                   "--out", str(tmp_path / "bench"))
+        seconds = time.monotonic() - started
+    print(f"{handler.__name__}: refused in {seconds:.2f}s")  # the figure; no timed assertion
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert "Traceback" not in stderr, stderr
+    assert len(lines) == 1 and lines[0].startswith(f"error: {url}/v1/models: "), stderr
+    assert said in lines[0] and "OpenAI" in lines[0], lines[0]
+    assert code == 12, stderr
+    assert not (tmp_path / "bench").exists(), "a record was written for a server never measured"
+
+
+def test_a_server_that_refuses_connections_is_waited_for_then_one_line(tmp_path, cli):
+    """Nothing listening (a server still starting) is waited for up to --health-timeout."""
+    with socketserver.TCPServer(("127.0.0.1", 0), _Junk) as taken:
+        port = taken.server_address[1]
+    code, _, stderr = cli("bench", f"http://127.0.0.1:{port}", "--health-timeout", "1",
+                          "--out", str(tmp_path / "bench"))
+    assert code == 12 and "no answer within 1s (connection refused)" in stderr, stderr
+    assert not (tmp_path / "bench").exists()

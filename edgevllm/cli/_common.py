@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import errno
 import functools
 import inspect
+import os
 from typing import Callable
 
 from invoke import Exit, task
 
 from edgevllm.common import console
-from edgevllm.common.errors import ConfigError, EdgeVllmError
+from edgevllm.common.errors import ConfigError, EdgeVllmError, MissingInputError
+from edgevllm.common.escape import one_line
 
 
 def cli_task(*task_args, **task_kwargs) -> Callable:
@@ -32,9 +35,10 @@ def cli_task(*task_args, **task_kwargs) -> Callable:
                 _help_if_asked(name, values)
                 _no_flag_as_positional(name, values)
                 _check_required(name, required, bound)
+                _no_nul(name, positional, bound)
                 return fn(c, *args, **kwargs)
             except EdgeVllmError as exc:
-                console.error(str(exc))
+                console.error(one_line(str(exc).strip()))  # a value's newline stays on its line
                 raise Exit(code=exc.exit_code) from None
             except KeyboardInterrupt:
                 console.error("interrupted; nothing was left under a final name")
@@ -42,6 +46,12 @@ def cli_task(*task_args, **task_kwargs) -> Callable:
             except BrokenPipeError:  # ``inv mods | head``: the reader left; say nothing more
                 console.reader_left()
                 raise Exit(code=1) from None
+            except OSError as exc:  # a path the user gave that the system refuses
+                line = path_refused(exc)
+                if line is None:
+                    raise
+                console.error(line)
+                raise Exit(code=MissingInputError.exit_code) from None
 
         wrapper.__signature__ = signature  # type: ignore[attr-defined]
         task_kwargs["positional"] = positional
@@ -112,3 +122,32 @@ def _help_if_asked(task_name: str, positional_values: list) -> None:
         from edgevllm.cli import help_for_task
 
         help_for_task(task_name.replace("_", "-"))
+
+
+def _no_nul(task_name: str, positional: list[str], bound: inspect.BoundArguments) -> None:
+    """A NUL byte can be no part of a path, a name or a command's argument: refused by its flag
+    before any of them is built (a real shell cannot pass one; a caller in Python can)."""
+    for name, value in bound.arguments.items():
+        items = value if isinstance(value, (list, tuple)) else [value]
+        if any(isinstance(item, str) and "\x00" in item for item in items):
+            flag = name if name in positional else "--" + name.rstrip("_").replace("_", "-")
+            raise ConfigError(f"{task_name.replace('_', '-')} {flag}: holds a NUL byte; give "
+                              "text without one")
+
+
+# What the system says of a path the user gave (too long, a file where a folder must be, a
+# loop of links, a device, no permission): one line naming the path, not a traceback.
+_PATH_ERRNOS = frozenset({errno.ENAMETOOLONG, errno.ENOTDIR, errno.ELOOP, errno.EISDIR,
+                          errno.ENOENT, errno.EACCES, errno.EPERM, errno.ENXIO, errno.ENODEV,
+                          errno.EROFS, errno.EEXIST, errno.ENOTEMPTY})
+
+
+def path_refused(exc: OSError) -> str | None:
+    """``exc`` as one line when it is the system refusing a named path, else None."""
+    if exc.errno not in _PATH_ERRNOS or exc.filename is None:
+        return None
+    name = one_line(os.fsdecode(exc.filename))
+    if len(name) > 120:
+        name = f"{name[:60]}... ({len(name)} characters)"
+    reason = exc.strerror or os.strerror(exc.errno or 0)
+    return f"{name}: {reason.lower()}; give another path"

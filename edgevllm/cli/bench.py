@@ -150,18 +150,16 @@ def _bench_url(url, model, tokenizer, client_python, client_container, plan, tar
                out, engine, sweep, progress) -> dict:
     from edgevllm.perf.bench import bench_url
     from edgevllm.perf.client import ExecRunner, PythonRunner
-    from edgevllm.perf.sweep import served_model
+    from edgevllm.perf.sweep import first_model_id, openai_models
 
     if sweep:
         raise BenchError("--sweep restarts the server per value: give a recipe, not a URL")
+    # Before anything is written: an endpoint that is not an OpenAI server is one line now,
+    # not an empty table after two health timeouts.
+    models = openai_models(url.rstrip("/"), plan.health_timeout_s)
+    name = model or first_model_id(models, url.rstrip("/"))
     runner = (ExecRunner(DockerEngine.named(engine), client_container) if client_container
               else PythonRunner(client_python))
-    name = model
-    if not name:
-        try:
-            name = served_model(url.rstrip("/"), plan.health_timeout_s)
-        except BenchError:
-            name = "unknown"  # the sweep's health check records why
     return bench_url(url, name, tokenizer, plan, runner, Path(out), target=target,
                      bandwidth_gbps=_bandwidth(target), roofline_model=roofline,
                      progress=progress)

@@ -285,7 +285,12 @@ def _value(flag: Flag, raw: Any) -> Any:
     if flag.kind == "int":
         return _whole_number(raw, flag.option)
     if flag.kind == "csv":
-        return split_csv(raw) or None
+        names = split_csv(raw)
+        if not names:  # ``--extensions ''`` must not read as "every extension"
+            given = ",".join(str(v) for v in raw) if isinstance(raw, (list, tuple)) else raw
+            raise SpecError(f"{flag.option} '{given}': names nothing; give NAME[,NAME...] or "
+                            "leave the flag out")
+        return names
     if flag.kind == "list":
         return list(raw) or None
     if flag.kind == "pairs":

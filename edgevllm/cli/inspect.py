@@ -95,8 +95,7 @@ def _stem(image, tarball, lock, out, name) -> Path:
         return stem_of(Path(tarball))
     if lock:
         return stem_of(Path(lock))
-    folder = Path(out or ".")
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = Path(out or ".")  # made by the atomic write, once there is something to write
     return folder / name if name else image_stem(folder, image)
 
 

@@ -204,7 +204,8 @@ def logs(c, recipe=None, name=None, engine=None, tail=None, follow=False):
         finally:
             proc.terminate()
         return
-    print(eng.logs(container, tail=flag_int(tail, "--tail", 0) if tail else None), end="")
+    print(eng.logs(container, tail=flag_int(tail, "--tail", 0) if tail else None, check=True),
+          end="")
 
 
 @cli_task(help={"engine": _ENGINE, "as-json": "print JSON instead of a table"},

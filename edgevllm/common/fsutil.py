@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import tempfile
 import threading
 import time
@@ -27,8 +28,21 @@ def _tmp_sibling(final: Path) -> Path:
 def move_into_place(ready: Path | str, final: Path | str) -> Path:
     """Rename a complete file or folder to its final name (the one rename into place edgevllm
     does; tests/test_common_fsutil.py fails on any other)."""
+    _not_special(Path(final))
     os.replace(ready, final)
     return Path(final)
+
+
+def _not_special(final: Path) -> None:
+    """A device, pipe or socket under the final name is never replaced: as root, a rename onto
+    ``--out /dev/null`` would put a file where every program's /dev/null is."""
+    try:
+        mode = os.lstat(final).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+        raise OutputFolderError(f"{final}: is a device, pipe or socket, not a file; give the "
+                                "path of a file to write")
 
 
 class StagedFile:
@@ -91,6 +105,7 @@ def _check_file_destination(final: Path) -> None:
     should be, is one line (exit 2), not a traceback after the work is done."""
     from edgevllm.common.errors import ConfigError
 
+    _not_special(final)
     if final.is_dir():
         raise ConfigError(f"{final}: is a folder; give the path of a file to write")
     try:
@@ -286,14 +301,22 @@ def _merge_in(tmp: Path, final: Path, ours: set[str], force: bool, kind: str) ->
 
 @contextlib.contextmanager
 def atomic_dir_staging(final: Path) -> Iterator[Path]:
-    """A temporary folder beside ``final``, removed on the way out whatever happened."""
+    """A temporary folder beside ``final``, removed on the way out whatever happened; the
+    parent folders it had to make go too when the block failed (a refused render leaves no
+    empty ``out/``)."""
+    made = [p for p in [final.parent, *final.parent.parents] if not p.exists()]
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+    done = False
     try:
         yield tmp
+        done = True
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+        for parent in [] if done else made:  # innermost first; one that holds files stays
+            with contextlib.suppress(OSError):
+                parent.rmdir()
 
 
 def sha256_file(path: Path | str, chunk: int = 1 << 20) -> str:

@@ -37,9 +37,11 @@ class Containers(Daemon):
     ) -> subprocess.CompletedProcess:
         return self._run(["exec", container] + list(command), check=False, timeout=timeout)
 
-    def logs(self, container: str, tail: int | None = None) -> str:
+    def logs(self, container: str, tail: int | None = None, check: bool = False) -> str:
+        """The container's log; ``check``: a failed ``docker logs`` (no such container, no
+        such context) is an EngineError line, not its message printed as the log."""
         args = ["logs"] + (["--tail", str(tail)] if tail else []) + [container]
-        proc = self._run(args, check=False)
+        proc = self._run(args, check=check)
         return (proc.stdout + proc.stderr).decode(errors="replace")
 
     def follow_logs(self, container: str) -> subprocess.Popen:

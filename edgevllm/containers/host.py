@@ -100,8 +100,10 @@ def check_disk(path: Path, need_gb: float) -> None:
     """Free space under ``path`` for a build; ``EDGEVLLM_MIN_DISK_GB`` replaces the target's
     figure when you know the build is smaller (a prebuilt image, a test fixture)."""
     need_gb = disk_need_gb(need_gb)
-    path.mkdir(parents=True, exist_ok=True)
-    free_gb = shutil.disk_usage(path).free / 1e9
+    where = path.absolute()
+    while not where.exists() and where != where.parent:  # a check creates no folder (doctor)
+        where = where.parent
+    free_gb = shutil.disk_usage(where).free / 1e9
     if free_gb < need_gb:
         raise DiskSpaceError(
             f"only {free_gb:.1f} GB free under {path}, this needs about {need_gb:.0f} GB: "

@@ -157,12 +157,74 @@ def _stop(record: dict, record_path: Path, status: str, message: str) -> dict:
 
 def served_model(base_url: str, health_timeout_s: float) -> str:
     """The first model id ``/v1/models`` lists (what ``--url`` benchmarks without ``--model``)."""
-    wait_for_health(base_url, health_timeout_s)
-    try:  # a model list is small: a server cannot make us read more, nor wait longer
-        answer = http_get(f"{base_url}/v1/models", 10, limit=1 << 20).body
-    except (OSError, http.client.HTTPException, ValueError) as exc:
-        raise BenchError(f"{base_url}/v1/models did not answer ({exc}): pass --model") from None
-    return first_model_id(answer, base_url)
+    return first_model_id(openai_models(base_url, health_timeout_s), base_url)
+
+
+# Each ask of /v1/models: connect, headers and body within this many seconds (a model list is
+# small and vLLM answers it at once, even under load).
+PROBE_S = 5.0
+
+
+def openai_models(base_url: str, wait_s: float) -> bytes:
+    """``/v1/models``'s answer, asked before anything is measured or written. Only a server
+    that is not up yet (connection refused, HTTP 5xx) is waited for, up to ``wait_s``; anything
+    else that is not OpenAI's model list stops at once with one line naming the endpoint and
+    what it answered: a TCP server that sends something other than HTTP, closes, or says
+    nothing within ``PROBE_S``; an HTTP server without ``/v1/models`` or with another shape."""
+    url = f"{base_url}/v1/models"
+    seen = ["no answer"]
+    each = min(PROBE_S, max(1.0, wait_s))
+
+    def answered() -> bytes | None:
+        try:
+            answer = http_get(url, each, limit=1 << 20)
+        except ConnectionRefusedError:
+            seen[0] = "connection refused"
+            return None
+        except (OSError, http.client.HTTPException, ValueError) as exc:
+            raise BenchError(f"{url}: {_not_http(exc, each)}; not an OpenAI-compatible server: "
+                             "give a vLLM server's http://HOST:PORT") from None
+        if answer.status >= 500:  # a proxy or a server still starting
+            seen[0] = f"HTTP {answer.status}"
+            return None
+        _check_models_shape(url, answer.status, answer.body)
+        return answer.body
+
+    body = poll(answered, wait_s, 1.0)
+    if body is None:
+        raise BenchError(f"{url}: no answer within {wait_s:g}s ({seen[0]}); start the server "
+                         "or raise --health-timeout")
+    return body
+
+
+def _not_http(exc: Exception, seconds: float) -> str:
+    """What a server that is not HTTP did, said plainly (its own bytes escaped, cut short)."""
+    from edgevllm.common.escape import one_line
+
+    if isinstance(exc, http.client.RemoteDisconnected):
+        return "closed the connection without an HTTP answer"
+    if isinstance(exc, http.client.BadStatusLine):
+        return f"answered something other than HTTP ({one_line(str(exc)[:60])})"
+    if isinstance(exc, TimeoutError):
+        return f"sent no whole HTTP answer within {seconds:g}s"
+    if isinstance(exc, http.client.HTTPException):
+        return f"answered broken HTTP ({type(exc).__name__})"
+    return one_line(str(getattr(exc, "reason", None) or exc or type(exc).__name__)[:120])
+
+
+def _check_models_shape(url: str, status: int, body: bytes) -> None:
+    """An HTTP answer that is not OpenAI's model list (``{"data": [...]}``): one line."""
+    if status != 200:
+        raise BenchError(f"{url}: answered HTTP {status}; not an OpenAI-compatible server: give "
+                         "a vLLM server's http://HOST:PORT")
+    try:
+        document = load_json(body, url, BenchError)
+    except BenchError:
+        document = None
+    if not isinstance(document, dict) or not isinstance(document.get("data"), list):
+        what = "JSON without a 'data' list" if document is not None else "text that is not JSON"
+        raise BenchError(f"{url}: answered {what} ({len(body)} bytes); not OpenAI's model list: "
+                         "give a vLLM server's http://HOST:PORT")
 
 
 def first_model_id(answer: bytes, base_url: str) -> str:

@@ -6,6 +6,8 @@ merges it with its target's defaults into the ``EffectiveSpec`` the renderer and
 
 from __future__ import annotations
 
+import errno
+import stat
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -117,7 +119,7 @@ class BuildSpec(Strict):
     toolchain: Literal["cross", "emulated"] | None = None
     # A partial kernel build: only these CMake extensions of the tree (the kernel plan's names)
     # are compiled; the image cannot serve (builder/subset.py). None: every one.
-    extensions: list[PythonModule] | None = None
+    extensions: list[PythonModule] | None = Field(default=None, min_length=1)  # []: names none
     verify: bool = True
     # BuildKit cache-mount id of the local compiler cache (default ccache-<target>); a new name
     # starts from an empty cache, e.g. to measure a truly cold compile.
@@ -144,6 +146,24 @@ class BuildSpec(Strict):
     # --cmake-dep NAME=FOLDER: a folder in place of what the tree's CMake clones as NAME, never
     # fetched (sources/depfolder.py's gate; proven against --lock's tree hash where given).
     cmake_deps: dict[PlainName, HostPath] = Field(default_factory=dict)
+
+    @field_validator("cmake_deps")
+    @classmethod
+    def _folders(cls, value: dict[str, str]) -> dict[str, str]:
+        # Every render and build, whatever the mode: a FOLDER that is none (/dev/null, a file,
+        # nothing) is refused here; sources/depfolder.py walks it where a compile takes it.
+        for name, folder in value.items():
+            try:
+                found = Path(folder).expanduser().stat()
+            except OSError as exc:
+                what = ("no such folder" if exc.errno == errno.ENOENT
+                        else f"cannot be read ({exc.strerror})")
+                raise ValueError(f"--cmake-dep {name}={folder}: {what}; give the folder that "
+                                 f"holds {name}'s files") from None
+            if not stat.S_ISDIR(found.st_mode):
+                raise ValueError(f"--cmake-dep {name}={folder}: not a folder; give the folder "
+                                 f"that holds {name}'s files")
+        return value
 
     @field_validator("env", "build_args")
     @classmethod

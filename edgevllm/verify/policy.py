@@ -25,7 +25,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from edgevllm.common.dataload import load_yaml
+from edgevllm.common.dataload import YAML_MAX_BYTES, load_yaml
 from edgevllm.common.errors import PolicyError
 from edgevllm.common.schema import parse_model
 from edgevllm.specs.moderecord import mode_records
@@ -133,7 +133,8 @@ class Policy(BaseModel):
 def load_policy(path: Path | str | None = None) -> Policy:
     path = Path(path) if path else DEFAULT_POLICY
     try:
-        data = load_yaml(path.read_bytes(), str(path), PolicyError)
+        with open(path, "rb") as handle:  # bounded: /dev/zero is one line, not all memory
+            data = load_yaml(handle.read(YAML_MAX_BYTES + 1), str(path), PolicyError)
     except OSError as exc:
         raise PolicyError(f"{path}: cannot read the policy file ({exc.strerror})") from None
     except yaml.YAMLError as exc:

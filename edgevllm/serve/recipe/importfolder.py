@@ -16,7 +16,7 @@ import yaml
 from edgevllm.common.errors import EdgeVllmError, RecipeError
 from edgevllm.common.fsutil import atomic_write_bytes, atomic_write_text
 from edgevllm.common.paths import user_data_dir, user_recipes_dir
-from edgevllm.common.schema import read_yaml
+from edgevllm.common.schema import parse_yaml, read_text
 from edgevllm.mods.eugr import import_eugr_mod
 from edgevllm.serve.recipe.build import needed_packages, spec_file_text, spec_path_of
 from edgevllm.serve.recipe.importer import ImportResult, convert, recipe_name
@@ -36,9 +36,10 @@ def render_yaml(result: ImportResult, source: str) -> str:
 
 def _refuse_script(path: Path) -> None:
     try:
-        head = path.read_bytes()[:2]
+        with open(path, "rb") as handle:  # two bytes, not the file: /dev/zero has no end
+            head = handle.read(2)
     except OSError:
-        return  # read_yaml reports it
+        return  # read_text reports it
     if path.suffix == ".sh" or head == b"#!":
         raise RecipeError(f"{path}: launch scripts are not recipes; take the 'vllm serve' line "
                           "into a recipe's serve.args (docs/recipes.md), or import the YAML "
@@ -47,9 +48,9 @@ def _refuse_script(path: Path) -> None:
 
 def convert_file(path: Path, name: str | None = None) -> ImportResult:
     _refuse_script(path)
-    result = convert(read_yaml(path, RecipeError), str(path), name)
-    comments = [line for line in path.read_text(errors="replace").splitlines()
-                if line.lstrip().startswith("#")]
+    text = read_text(path, RecipeError)  # bounded, read once
+    result = convert(parse_yaml(text, str(path), RecipeError), str(path), name)
+    comments = [line for line in text.splitlines() if line.lstrip().startswith("#")]
     if comments:
         result.notes.append(f"{len(comments)} comment line(s) (eugr keeps known issues there) "
                             f"are not carried: read them in {path.name}")
