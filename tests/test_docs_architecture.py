@@ -431,7 +431,6 @@ CONNECTS = {
     "perf/roofline.py": "the Hub (HF_ENDPOINT), through credential_session",
     "probe/level2.py": "the server the probe started",
     "serve/startprobe.py": "the server this process started",
-    "sources/wheels.py": "the package index the target names (wheels pinned by sha256)",
 }
 
 

@@ -368,3 +368,143 @@ def test_probe_judges_flashinfers_jit_toolchain():
     whole = {EXTENSIONS: '{"partial":false,"left_out":["_vllm_fa3_C"],"serves":true}'}
     assert verdict({**ok, "nvcc": None}, whole)[0][0] == FAIL
     assert verdict({**ok, "nvcc": None}, {EXTENSIONS: "not json"})[0][0] == FAIL
+
+
+# --- no login of the user's reaches an index or a wheel others chose (issue 42, item 3) ----------
+
+WHEEL = b"the bytes of a wheel"
+WHEEL_PIN = WheelPin(name="tiny", version="1.0", filename="tiny-1.0-py3-none-any.whl",
+                     sha256=hashlib.sha256(WHEEL).hexdigest(), size=len(WHEEL))
+
+
+def _netrc_home(tmp_path, monkeypatch) -> Path:
+    """A temporary HOME whose ~/.netrc has a login for 127.0.0.1 (the local servers' host)."""
+    from test_common_http import netrc_login
+
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("NETRC", raising=False)
+    netrc_login(home / ".netrc")
+    return home
+
+
+def test_a_wheel_download_carries_no_netrc_login(tmp_path, monkeypatch):
+    """A lock may pin a wheel on any host: requests would send the user's ~/.netrc login for it
+    (the control); the wheelhouse's download sends none, and keeps the hash check."""
+    import requests
+    from test_common_http import answer, scripted
+
+    _netrc_home(tmp_path, monkeypatch)
+    with scripted({"/tiny.whl": answer(body=WHEEL)}) as (base, seen):
+        requests.get(f"{base}/tiny.whl", timeout=10)
+        assert seen[0].get("authorization", "").startswith("Basic "), "the control sent none"
+        seen.clear()
+        house = Wheelhouse(tmp_path / "cache")
+        pin = WheelPin(**{**WHEEL_PIN.__dict__, "url": f"{base}/tiny.whl"})
+        house.fetch([pin])
+    assert house.path_for(pin).read_bytes() == WHEEL
+    assert [s["path"] for s in seen] == ["/tiny.whl"]
+    assert not any("authorization" in s for s in seen), seen
+
+
+def test_a_trickling_wheel_server_ends_at_the_deadline_in_one_line(tmp_path):
+    """A server sending a byte every 0.2 s never lets a per-read timeout fire; the download's
+    deadline (1 s here; by default a floor and the pin's size at a minimum rate) ends it in one
+    line, and nothing stays in the wheelhouse."""
+    from test_common_http import scripted, trickle
+
+    sent, done = [0], threading.Event()
+    with scripted({"/slow.whl": trickle(100, 0.2, sent, done, False)}) as (base, _):
+        pin = WheelPin(**{**WHEEL_PIN.__dict__, "url": f"{base}/slow.whl", "size": 100})
+        house = Wheelhouse(tmp_path / "cache")
+        with pytest.raises(ClosureError) as info:
+            house.fetch([pin], seconds=1)
+        assert done.wait(60)
+    assert sent[0] < 100, "the download went on past its deadline"
+    assert re.fullmatch(rf"downloading {pin.filename}: {base}/slow.whl did not arrive within the "
+                        r"1 s a download may take \(\d+ bytes by then\); .*builds offline\)",
+                        str(info.value))
+    assert not [p for p in (tmp_path / "cache").rglob("*") if p.is_file()]
+    assert wheels.stream_bounded is not None and wheels.MAX_WHEEL == 4 << 30
+
+
+def test_a_wheel_larger_than_its_pin_is_cut_off_at_its_size(tmp_path):
+    from test_common_http import answer, scripted
+
+    with scripted({"/big.whl": answer(body=WHEEL * 100)}) as (base, _):
+        pin = WheelPin(**{**WHEEL_PIN.__dict__, "url": f"{base}/big.whl"})
+        with pytest.raises(ClosureError, match=rf"is over the {len(WHEEL)} bytes a download"):
+            Wheelhouse(tmp_path / "cache").fetch([pin])
+    from edgevllm.common.http import download_seconds
+
+    assert download_seconds(1 << 30) == 60 + 2048   # a 1 GiB wheel: 35 min at most
+
+
+def test_uv_gets_the_users_logins_only_for_the_users_own_indexes(tmp_path, monkeypatch):
+    """An index a recipe, a --spec or a lock names (not PyPI, not a target file's
+    torch.index_url) is resolved with NETRC on an empty file, uv's stored logins on an empty
+    folder, no keyring and no UV_INDEX_<NAME>_PASSWORD; the target's own index keeps them."""
+    monkeypatch.setenv("UV_INDEX_MIRROR_PASSWORD", "s3cret")
+    monkeypatch.delenv("NETRC", raising=False)
+    others = wheels.resolve_env(tmp_path, ["https://mirror.example/simple"])
+    assert Path(others["NETRC"]).read_text() == "" and others["NETRC"].startswith(str(tmp_path))
+    assert not any(Path(others["UV_CREDENTIALS_DIR"]).iterdir())
+    assert others["UV_KEYRING_PROVIDER"] == "disabled"
+    assert "UV_INDEX_MIRROR_PASSWORD" not in others
+    mixed = wheels.resolve_env(tmp_path, [wheels.PYPI, "https://mirror.example/simple/"])
+    assert "NETRC" in mixed
+    own = wheels.resolve_env(tmp_path, ["https://download.pytorch.org/whl/cu130/"])
+    assert "NETRC" not in own and own["UV_INDEX_MIRROR_PASSWORD"] == "s3cret"
+    assert wheels.resolve_env(tmp_path, []) == wheels.uv_env()
+
+
+class _LoginIndex(http.server.BaseHTTPRequestHandler):
+    """An index that asks for a login (401) and records each request's headers."""
+
+    seen: list[dict[str, str]] = []
+
+    def do_GET(self):  # noqa: N802 - http.server's name
+        self.seen.append({"path": self.path, **{k.lower(): v for k, v in self.headers.items()}})
+        self.send_response(401)
+        self.send_header("WWW-Authenticate", 'Basic realm="index"')
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    do_HEAD = do_GET  # noqa: N815 - http.server's name
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_resolve_over_an_index_others_chose_never_sends_the_users_netrc(tmp_path, monkeypatch):
+    """Real uv, a real index on 127.0.0.1 that asks for a login, a ~/.netrc with one for it:
+    with the index named by a target file of the user's (the control) uv sends the login; named
+    by anything else (a recipe, a lock) neither uv nor the index check sends it."""
+    home = _netrc_home(tmp_path, monkeypatch)
+    monkeypatch.setenv("UV_CACHE_DIR", str(home / "uv-cache"))
+    _LoginIndex.seen = []
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _LoginIndex)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    index = f"http://127.0.0.1:{server.server_address[1]}/simple"
+    try:
+        with pytest.raises(ClosureError):
+            resolve_closure(["six"], platform=X86, python_version="3.12", indexes=[index])
+        asked = list(_LoginIndex.seen)
+        targets = tmp_path / "targets"
+        targets.mkdir()
+        text = (Path(__file__).parents[1] / "targets" / "spark.yaml").read_text()
+        (targets / "spark.yaml").write_text(text.replace(
+            "https://download.pytorch.org/whl/cu130", index))
+        monkeypatch.setenv("EDGEVLLM_TARGETS_PATH", str(targets))
+        _LoginIndex.seen = []
+        with pytest.raises(ClosureError):
+            resolve_closure(["six"], platform=X86, python_version="3.12", indexes=[index])
+        control = list(_LoginIndex.seen)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert any(s["path"].startswith("/simple/six") for s in asked), asked
+    assert not any("authorization" in s for s in asked), asked
+    assert any(s.get("authorization", "").startswith("Basic ") for s in control), \
+        "the control: uv did not send the login for the user's own index"

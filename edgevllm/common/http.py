@@ -16,6 +16,10 @@ the first connection to the last byte, resolving and redirects included) besides
 Redirects are followed here, hop by hop: a server outside never sends the fetch to a loopback,
 link-local, private, unspecified or multicast address, a loopback server never sends it outward,
 and the first URL, unless it names loopback as such, reaches public addresses only.
+A large file others chose (a wheel a lock pins) is streamed by ``stream_bounded`` by the same
+rules into the caller's sink, with a deadline that grows with its size (``download_seconds``).
+``probe`` asks a server others chose (a package index) whether it answers, with nothing of the
+user's either.
 """
 
 from __future__ import annotations
@@ -119,6 +123,8 @@ def bearer(token: str | None) -> dict[str, Any]:
 DOWNLOAD_SECONDS = 300.0  # a whole download: 64 MiB at about 220 KiB/s; a trickle ends here
 READ_SECONDS = 30.0  # connecting, and each read (a stalled server ends sooner)
 MAX_HOPS = 5  # redirects a download may take
+MIN_RATE = 512 << 10  # bytes/s a large download keeps on average (4 at a time: 16 Mbit/s)
+FLOOR_SECONDS = 60.0  # besides: connecting, redirects, a slow start
 _BLOCK = 1 << 16
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 
@@ -218,10 +224,14 @@ class _Download:
     body: bytearray = field(default_factory=bytearray)
     stop: threading.Event = field(default_factory=threading.Event)
     failure: BaseException | None = None
+    sink: Callable[[bytes], object] | None = None  # where the bytes go (else: body)
+    cancel: threading.Event | None = None  # the caller's: set, the read loop ends (Ctrl-C)
+    anywhere: bool = False  # the first URL may reach any address (redirects keep the rules)
+    got: int = 0
 
     def late(self) -> EdgeVllmError:
         return self.error(f"{self.what}: {self.url} did not arrive within the {self.seconds:g} s "
-                          f"a download may take ({len(self.body)} bytes by then); check the URL "
+                          f"a download may take ({self.got} bytes by then); check the URL "
                           "and the network, or fetch the file yourself")
 
     def run(self) -> None:
@@ -268,7 +278,7 @@ class _Download:
         addresses = self._addresses(self.url)
         host = urlsplit(self.url).hostname or ""
         inside = [a for a in addresses if not is_public_address(a)]
-        if inside and not is_loopback(host):
+        if inside and not is_loopback(host) and not self.anywhere:
             raise self.error(f"{self.what}: {self.url} reaches {inside[0]}, an address that is "
                              "not public; a download others chose reaches the internet only "
                              "(or loopback, named as such): fetch the file yourself if it is "
@@ -295,14 +305,20 @@ class _Download:
         # in fetch_bounded still holds there
         read = getattr(answer.raw, "read1", None) or answer.raw.read
         while True:
+            if self.cancel is not None and self.cancel.is_set():
+                raise KeyboardInterrupt  # the caller stops every download (Ctrl-C)
             if self.stop.is_set() or time.monotonic() > self.deadline:
                 raise self.late()
             block = read(_BLOCK, decode_content=False)
             if not block:
                 return
-            self.body += block
-            if len(self.body) > self.limit:
+            self.got += len(block)
+            if self.got > self.limit:
                 raise self._over()
+            if self.sink is None:
+                self.body += block
+            else:
+                self.sink(block)
 
     def _over(self) -> EdgeVllmError:
         return self.error(f"{self.what}: {self.url} is over the {_size(self.limit)} a download "
@@ -323,6 +339,37 @@ def _scheme_refusal(url: str, after: str | None = None) -> str | None:
     return None
 
 
+def _check_url(url: str, what: str) -> None:
+    refused = _scheme_refusal(url)
+    if refused == "not an https URL":
+        raise InsecureURLError(f"{what}: {url} is not an https URL; edgevllm fetches from "
+                               "others over https only: change the URL to https")
+    if refused:  # the URL is not repeated: its login would reach the terminal and the logs
+        raise InsecureURLError(f"{what}: the URL for {urlsplit(url).hostname} is {refused}: "
+                               "remove the login from it")
+
+
+def _run(job: _Download) -> None:
+    """``job`` in a worker thread, within its deadline; its failure raised here."""
+    job.deadline = time.monotonic() + job.seconds
+    worker = threading.Thread(target=job.run, name="edgevllm-download", daemon=True)
+    worker.start()
+    try:
+        while worker.is_alive() and not (job.cancel is not None and job.cancel.is_set()):
+            left = job.deadline - time.monotonic()
+            if left <= 0:
+                break
+            worker.join(min(left, 0.5))
+    finally:
+        job.stop.set()  # the worker stops at its next read (Ctrl-C included)
+    if job.cancel is not None and job.cancel.is_set():
+        raise KeyboardInterrupt  # the caller stops every download (Ctrl-C elsewhere)
+    if worker.is_alive():
+        raise job.late()
+    if job.failure is not None:
+        raise job.failure from None
+
+
 def fetch_bounded(url: str, limit: int, what: str, error: type[EdgeVllmError], *,
                   seconds: float = DOWNLOAD_SECONDS, read_s: float = READ_SECONDS,
                   resolve: Resolver = resolve_host) -> bytes:
@@ -331,23 +378,38 @@ def fetch_bounded(url: str, limit: int, what: str, error: type[EdgeVllmError], *
     and each read). Anything else is one line of ``error`` naming ``what``; a URL that is not
     https (plain http: loopback only) or carries a login is an ``InsecureURLError``.
     ``resolve``: a host's addresses (tests stand a public address in for a loopback server)."""
-    refused = _scheme_refusal(url)
-    if refused == "not an https URL":
-        raise InsecureURLError(f"{what}: {url} is not an https URL; edgevllm fetches from "
-                               "others over https only: change the URL to https")
-    if refused:  # the URL is not repeated: its login would reach the terminal and the logs
-        raise InsecureURLError(f"{what}: the URL for {urlsplit(url).hostname} is {refused}: "
-                               "remove the login from it")
-    job = _Download(url, limit, what, error, seconds, read_s, resolve,
-                    deadline=time.monotonic() + seconds)
-    worker = threading.Thread(target=job.run, name="edgevllm-download", daemon=True)
-    worker.start()
-    try:
-        worker.join(seconds)
-    finally:
-        job.stop.set()  # the worker stops at its next read (Ctrl-C included)
-    if worker.is_alive():
-        raise job.late()
-    if job.failure is not None:
-        raise job.failure from None
+    _check_url(url, what)
+    job = _Download(url, limit, what, error, seconds, read_s, resolve)
+    _run(job)
     return bytes(job.body)
+
+
+def download_seconds(size: int, rate: float = MIN_RATE, floor: float = FLOOR_SECONDS) -> float:
+    """The deadline of a ``size``-byte download: ``floor`` s, and ``size`` at ``rate`` bytes/s
+    (a 1 GiB wheel: 35 min)."""
+    return floor + size / rate
+
+
+def stream_bounded(url: str, sink: Callable[[bytes], object], limit: int, what: str,
+                   error: type[EdgeVllmError], *, seconds: float | None = None,
+                   read_s: float = READ_SECONDS, cancel: threading.Event | None = None,
+                   anywhere: bool = False, resolve: Resolver = resolve_host) -> int:
+    """``fetch_bounded`` for a large file: each block of ``url`` handed to ``sink`` (a file's
+    write; called from a worker thread) as it arrives, the byte count returned. The deadline is
+    ``seconds``, else ``download_seconds(limit)``; ``cancel`` set ends it with KeyboardInterrupt
+    at the next read. ``anywhere``: the first URL may reach a private address too (a wheel whose
+    bytes its pin's sha256 decides, from a mirror on the user's network); its redirects keep
+    the rules."""
+    _check_url(url, what)
+    job = _Download(url, limit, what, error, download_seconds(limit) if seconds is None
+                    else seconds, read_s, resolve, sink=sink, cancel=cancel, anywhere=anywhere)
+    _run(job)
+    return job.got
+
+
+def probe(url: str, timeout: float) -> int:
+    """The status ``url`` answers a HEAD with (a server others chose: nothing of the user's is
+    sent, no redirect is followed); ``requests.RequestException`` when nothing answers."""
+    with _bare_session() as session:
+        return session.head(url, timeout=timeout, allow_redirects=False, verify=_ca_bundle(),
+                            proxies=download_proxies(url)).status_code

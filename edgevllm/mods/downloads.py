@@ -4,10 +4,12 @@ build and pinned in its lock.
 The import records each download (its URL, the file it becomes, its sha256 when known) and
 fetches nothing, so a folder of recipes imports offline. The build fetches each one here, on the
 host, before any container (through ``common/http.fetch_bounded``: https, at most
-``MAX_DOWNLOAD`` bytes), into the staged copy of the mod; the applier answers the script's
-``wget``/``curl`` from that file. What each file's sha256 must be: the lock's, on a lock rebuild;
-else the mod's own, when its manifest records one; a file whose bytes differ is refused, one line.
-The sha256 of every file goes into the lock (``ModLock.downloads``).
+``MAX_DOWNLOAD`` bytes within its whole-download deadline, with no login of the user's: no
+``~/.netrc``, cookie or engine login, whatever the host), into the staged copy of the mod; the
+applier answers the script's ``wget``/``curl`` from that file. What each file's sha256 must be:
+the lock's, on a lock rebuild; else the mod's own, when its manifest records one; a file whose
+bytes differ is refused, one line. The sha256 of every file goes into the lock
+(``ModLock.downloads``).
 
 A mod imported before the build fetched (its file already in the mod folder, pinned by the
 manifest) is used as it is.

@@ -8,10 +8,13 @@ requirement that pulled it; uv runs with ``--no-build``, so nothing is built on 
 resolved (a package with only an sdist is one line: common/requirements.source_only_line).
 ``Wheelhouse`` downloads the pins into a content-addressed cache (``<cache>/wheelhouse/sha256/
 <hash>/<file>``, shared by every build; a wheel lands under its final name only once its hash
-matched) and assembles one build's folder of hard links plus the
+matched; fetched through common/http.stream_bounded: no login of the user's, a deadline by
+its size, the redirect rules) and assembles one build's folder of hard links plus the
 ``requirements.txt`` that the image installs with ``--no-deps --require-hashes``, offline: the
 whole closure but the packages the mode installs over it in their own stage (its vLLM), whose
 pins go to ``requirements-mode.txt``.
+
+uv reads the user's logins only where every index is the user's own (``uvlogins.resolve_env``).
 
 Contracts: nothing is downloaded before the closure resolved; every wheel in an assembled folder
 has the sha256 its pin names (checked on the host, and again by the installer in the image).
@@ -44,12 +47,13 @@ from edgevllm.common.errors import (  # the closure's errors (importable from he
     WheelInputError,
 )
 from edgevllm.common.fsutil import StagedFile, atomic_dir, atomic_write_text, sha256_file
+from edgevllm.common.http import probe, stream_bounded
 from edgevllm.common.requirements import source_only, source_only_line
+from edgevllm.sources.uvlogins import PYPI, resolve_env, uv_env  # noqa: F401 (uv_env: callers')
 
-PYPI = "https://pypi.org/simple"
 DEFAULT_GLIBC = "2_34"   # llguidance 1.7 has no x86_64 wheel below manylinux_2_31
 _ARCH = {"linux/arm64": "aarch64", "linux/amd64": "x86_64"}
-_CHUNK = 1 << 20
+MAX_WHEEL = 4 << 30   # the most a wheel may be whose pin names no size (torch: about 1 GiB)
 REQUIREMENTS_FILE = "requirements.txt"
 NO_BUILD = "--no-build"   # uv resolves from wheels alone: no build backend runs on the host
 MODE_REQUIREMENTS_FILE = "requirements-mode.txt"   # the mode's own pins, installed over the closure
@@ -168,11 +172,6 @@ def uv_binary() -> str:
     return find_uv_bin()
 
 
-def uv_env() -> dict[str, str]:
-    """uv resolves for a target Python it need not have: never let it fetch an interpreter."""
-    return {**os.environ, "UV_PYTHON_DOWNLOADS": "never", "UV_NO_PROGRESS": "1"}
-
-
 def uv_version() -> str:
     out = subprocess.run([uv_binary(), "--version"], capture_output=True, text=True, check=True)
     return out.stdout.split()[1]
@@ -180,11 +179,9 @@ def uv_version() -> str:
 
 def check_index(url: str, timeout: float = 15) -> None:
     """``IndexUnreachable`` (one line, with the offline path) when ``url`` does not answer."""
-    import requests
-
-    try:
-        requests.head(url.rstrip("/") + "/pip/", timeout=timeout, allow_redirects=True)
-    except requests.RequestException as exc:
+    try:  # with nothing of the user's: the index may be one others chose
+        probe(url.rstrip("/") + "/pip/", timeout)
+    except OSError as exc:  # requests' errors are OSErrors
         reason = type(exc).__name__
         raise IndexUnreachable(
             f"package index {url} is unreachable ({reason}); offline, rebuild from a lock whose "
@@ -206,8 +203,9 @@ def resolve_closure(requirements: list[str], *, platform: str, python_version: s
         lock_file = Path(tmp) / "pylock.toml"
         args = _compile_args(Path(tmp), requirements, platform, python_version, overrides,
                              indexes)
+        env = resolve_env(Path(tmp), indexes)
         proc = subprocess.run([*args, "--format", "pylock.toml", "-o", str(lock_file)],
-                              capture_output=True, text=True, timeout=timeout, env=uv_env())
+                              capture_output=True, text=True, timeout=timeout, env=env)
         if proc.returncode != 0:
             raise _failed(proc.stderr, requirements, platform, python_version)
         packages = _read_pylock(lock_file)
@@ -221,7 +219,7 @@ def resolve_closure(requirements: list[str], *, platform: str, python_version: s
             else:
                 pins.append(pin)
         if missing:
-            via = _pulled_by(args, Path(tmp), missing, timeout)
+            via = _pulled_by(args, Path(tmp), missing, timeout, env)
             raise ClosureError(f"no wheel for {platform} / Python {python_version}: " + "; ".join(
                 f"{name} (required by {via.get(canonicalize_name(name), 'the request')})"
                 for name in missing) + "; pin another version with --package NAME==VER")
@@ -276,10 +274,11 @@ def _choose_wheel(package: dict, tags: list[Tag]) -> WheelPin | None:
                     size=wheel.get("size"))
 
 
-def _pulled_by(args: list[str], tmp: Path, names: list[str], timeout: float) -> dict[str, str]:
+def _pulled_by(args: list[str], tmp: Path, names: list[str], timeout: float,
+               env: dict[str, str]) -> dict[str, str]:
     """name → the packages that required it (uv's annotations; only on the failure path)."""
     proc = subprocess.run([*args, "--annotation-style", "line", "-o", str(tmp / "via.txt")],
-                          capture_output=True, text=True, timeout=timeout, env=uv_env())
+                          capture_output=True, text=True, timeout=timeout, env=env)
     via: dict[str, str] = {}
     if proc.returncode == 0:
         for line in (tmp / "via.txt").read_text().splitlines():
@@ -343,12 +342,14 @@ class Wheelhouse:
             _atomic_copy(source, dest, pin)
         return dest
 
-    def fetch(self, pins: list[WheelPin], jobs: int = 4, progress=None) -> list[Path]:
-        """Download every missing pin (``jobs`` at a time); Ctrl-C leaves only temporaries gone."""
+    def fetch(self, pins: list[WheelPin], jobs: int = 4, progress=None,
+              seconds: float | None = None) -> list[Path]:
+        """Download every missing pin (``jobs`` at a time; each within ``seconds``, else a
+        deadline by its size); Ctrl-C leaves only temporaries gone."""
         todo = self.missing(pins)
         cancel = threading.Event()
         with ThreadPoolExecutor(max_workers=jobs) as pool:
-            futures = [pool.submit(self._download, pin, cancel) for pin in todo]
+            futures = [pool.submit(self._download, pin, cancel, seconds) for pin in todo]
             try:
                 for future in futures:
                     future.result()
@@ -361,32 +362,33 @@ class Wheelhouse:
                 raise
         return [self.path_for(p) for p in pins]
 
-    def _download(self, pin: WheelPin, cancel: threading.Event) -> Path:
-        import requests
-
+    def _download(self, pin: WheelPin, cancel: threading.Event,
+                  seconds: float | None = None) -> Path:
+        """One pin, from a URL that a lock of anyone's may name: through common/http (no login
+        of the user's, the redirect rules, at most its pinned size within a deadline by it)."""
         if not pin.url:
             raise ClosureError(f"{pin.filename}: a local wheel that is not in the wheelhouse "
                                f"{self.root}; give its file to --vllm-wheel again")
         dest = self.path_for(pin)
         digest = hashlib.sha256()
+
+        def write(block: bytes) -> None:
+            digest.update(block)
+            out.write(block)
+
         try:
-            with StagedFile(dest) as staged, staged.open("wb") as out, \
-                    requests.get(pin.url, stream=True, timeout=60) as resp:
-                resp.raise_for_status()
-                for block in resp.iter_content(_CHUNK):
-                    if cancel.is_set():
-                        raise KeyboardInterrupt
-                    digest.update(block)
-                    out.write(block)
+            with StagedFile(dest) as staged, staged.open("wb") as out:
+                stream_bounded(pin.url, write, min(pin.size or MAX_WHEEL, MAX_WHEEL),
+                               f"downloading {pin.filename}", ClosureError, seconds=seconds,
+                               cancel=cancel, anywhere=True)
                 if digest.hexdigest() != pin.sha256:
                     raise WheelHashMismatch(f"{pin.url}: downloaded bytes have sha256 "
                                             f"{digest.hexdigest()}, the lock pins {pin.sha256}; "
                                             "nothing installed")
                 staged.commit()
-        except requests.RequestException as exc:
-            raise ClosureError(f"downloading {pin.filename} failed ({type(exc).__name__}); "
-                               "check access to the index, or build from a lock whose wheels "
-                               f"are cached in {self.root}") from None
+        except ClosureError as exc:
+            raise ClosureError(f"{exc} (a lock whose wheels are cached in {self.root} builds "
+                               "offline)") from None
         return dest
 
     def verify(self, pins: list[WheelPin]) -> None:
