@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from edgevllm.builder.aot import aot_plan, aot_summary, describe_aot, stage_aot
+from edgevllm.builder.aot.plan import aot_plan, aot_summary, describe_aot, stage_aot
 from edgevllm.builder.render import render_dockerfile
 from edgevllm.common.errors import ConfigError
 from edgevllm.specs.buildspec import load_spec, resolve
@@ -30,7 +30,7 @@ def test_stage_writes_the_script_and_the_plan(tmp_path):
     assert plan["modules"][0] == {"name": PRIMARY, "kind": "batch_prefill", "dtype_q": "bfloat16",
                                   "dtype_kv": "bfloat16", "head_dim": 64,
                                   "sliding_window": False, "logits_soft_cap": False}
-    script = (tmp_path / "ctx" / "aot_inimage.py").read_text()
+    script = (tmp_path / "ctx" / "inimage_build.py").read_text()
     assert "_gen_batch_prefill_primary_module" in script and "import edgevllm" not in script
 
 
@@ -39,15 +39,15 @@ def test_the_aot_step_builds_for_the_targets_arch_after_the_mods(target, arch):
     spec = load_spec(target, overrides={"mode": "prebuilt", "vllm_wheel": "0.33.0",
                                         "aot": str(TINY)})
     text = render_dockerfile(resolve(spec))
-    step = text.index("aot_inimage.py")
-    assert text.index("applier.py apply") < step < text.index("COPY --from=edgevllm-meta")
+    step = text.index("inimage_build.py")
+    assert text.index("inimage_applier.py apply") < step < text.index("COPY --from=edgevllm-meta")
     assert f'FLASHINFER_CUDA_ARCH_LIST="{arch}"' in text[text.rindex("RUN", 0, step):step]
     assert "from=edgevllm-aot,target=/edgevllm-aot" in text
     assert "--record /opt/edgevllm/aot.json" in text
     assert "batch_prefill" not in text  # the modules are plan.json's data, not Dockerfile text
     plain = render_dockerfile(resolve(load_spec(target, overrides={"mode": "prebuilt",
                                                                    "vllm_wheel": "0.33.0"})))
-    assert "aot_inimage.py" not in plain and "edgevllm-aot" not in plain
+    assert "inimage_build.py" not in plain and "edgevllm-aot" not in plain
 
 
 def test_render_task_stages_the_aot_context(cli, tmp_path):
@@ -121,8 +121,8 @@ def test_recipe_model_config_comes_from_the_local_hf_cache(cli, tmp_path):
 
 
 def test_a_config_outside_flashinfers_names_is_refused(tmp_path, monkeypatch):
-    import edgevllm.builder.aot as aot
-    from edgevllm.builder.aotlist import AotModule
+    import edgevllm.builder.aot.plan as aot
+    from edgevllm.builder.aot.modules import AotModule
 
     # Stands in for a future AOT list whose names leave FlashInfer's grammar.
     monkeypatch.setattr(aot, "aot_modules",

@@ -1,6 +1,6 @@
-"""The AOT step's cross road pieces (builder/aot_inimage.py ``--target-lib``): the link flags
+"""The AOT step's cross road pieces (builder/aot/inimage_build.py ``--target-lib``): the link flags
 for the target's CUDA folder, the refusals, the machine each module is built for; and the AOT
-road preflight names (builder/aot.py ``aot_road``, ``cross_aot``); the ``aot-build`` stage a
+road preflight names (builder/aot/plan.py ``aot_road``, ``cross_aot``); the ``aot-build`` stage a
 compile on the cross road renders, the runtime stage's COPY of its modules and record, the
 compile key it leaves alone, the aot-tools' refusal and lock field. The road end to end, through
 inv build, cross-compiled here and loaded in the linux/arm64 image:
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from edgevllm.builder import aot_inimage
-from edgevllm.builder.aot import aot_road, cross_aot, stage_aot
+from edgevllm.builder.aot import inimage_build
+from edgevllm.builder.aot.plan import aot_road, cross_aot, stage_aot
 from edgevllm.builder.dockerfile import needs, stages
 from edgevllm.builder.render import render_dockerfile
 from edgevllm.specs.buildspec import Builder, load_spec, resolve
@@ -40,12 +40,12 @@ def test_a_cross_build_links_against_the_targets_folder_and_its_driver_stub(tmp_
     monkeypatch.setenv("NVCC_PREPEND_FLAGS", FLAGS)
     monkeypatch.setenv("CC", "aarch64-linux-gnu-gcc")
     lib = target_lib(tmp_path)
-    found, cuda_flags, ld_flags = aot_inimage.cross_toolchain({"notes": []}, lib)
+    found, cuda_flags, ld_flags = inimage_build.cross_toolchain({"notes": []}, lib)
     assert cuda_flags == [] and ld_flags == [f"-L{lib}", f"-L{lib}/stubs"]
     assert found["cross"] == {"cxx": "aarch64-linux-gnu-g++", "target_lib": lib,
                               "nvcc_prepend_flags": FLAGS}
     # FlashInfer adds -ccbin $CC to nvcc's flags, which NVCC_PREPEND_FLAGS already names
-    assert "CC" not in aot_inimage.os.environ
+    assert "CC" not in inimage_build.os.environ
     assert any("CC unset" in note for note in found["notes"])
 
 
@@ -56,11 +56,11 @@ def test_a_target_folder_without_cudart_or_the_stub_fails_in_one_line(tmp_path, 
     monkeypatch.setenv("NVCC_PREPEND_FLAGS", FLAGS)
     lib = target_lib(tmp_path, stub=missing != "stub", cudart=missing != "cudart")
     with pytest.raises(SystemExit) as exc:
-        aot_inimage.cross_toolchain({"notes": []}, lib)
+        inimage_build.cross_toolchain({"notes": []}, lib)
     assert exc.value.code == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("edgevllm aot: error: ")
-    assert "cross_inimage" in err[0]
+    assert "inimage_stage" in err[0]
 
 
 @pytest.mark.parametrize("unset", ["CXX", "NVCC_PREPEND_FLAGS"])
@@ -70,15 +70,15 @@ def test_a_cross_build_without_the_roads_compilers_fails_in_one_line(tmp_path, m
     monkeypatch.setenv("NVCC_PREPEND_FLAGS", FLAGS)
     monkeypatch.delenv(unset)
     with pytest.raises(SystemExit):
-        aot_inimage.cross_toolchain({"notes": []}, target_lib(tmp_path))
+        inimage_build.cross_toolchain({"notes": []}, target_lib(tmp_path))
     assert "needs CXX" in capsys.readouterr().err
 
 
 def test_the_record_names_the_machine_a_library_was_built_for(tmp_path):
     own = {"x86_64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}[platform.machine()]
-    assert aot_inimage.elf_machine(sys.executable) == own
+    assert inimage_build.elf_machine(sys.executable) == own
     (tmp_path / "text").write_text("not a library")
-    assert aot_inimage.elf_machine(str(tmp_path / "text")) is None
+    assert inimage_build.elf_machine(str(tmp_path / "text")) is None
 
 
 def eff_of(target="spark", **overrides):
@@ -127,7 +127,7 @@ def test_the_cross_road_builds_the_modules_in_a_buildplatform_stage_and_copies_t
     assert (f"COPY --from=aot-build /edgevllm-aot-out/modules/ {site}/flashinfer/data/aot/"
             in runtime)
     assert "COPY --from=aot-build /edgevllm-aot-out/aot.json /opt/edgevllm/aot.json" in runtime
-    assert runtime.count("aot_inimage.py") == 0  # no in-image run under emulation
+    assert runtime.count("inimage_build.py") == 0  # no in-image run under emulation
     for name in stage_aot(str(TINY), tmp_path / "aot"):
         assert name not in text  # module names are plan.json's data, never Dockerfile text
     assert "batch_prefill" not in text
@@ -155,7 +155,7 @@ def test_aot_on_the_cross_road_leaves_the_compile_key_as_it_was():
 
 
 def test_a_closure_without_flashinfer_is_one_line_before_any_resolve():
-    from edgevllm.builder.cross import cross_aot_tools
+    from edgevllm.builder.cross.context import cross_aot_tools
     from edgevllm.common.errors import SpecError
     from edgevllm.sources.wheels import Closure
 

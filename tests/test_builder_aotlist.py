@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from edgevllm.builder.aotlist import (
+from edgevllm.builder.aot.modules import (
     aot_modules,
     attention_shape,
     flashinfer_modules,

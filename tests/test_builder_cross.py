@@ -1,5 +1,6 @@
-"""The cross road on the host side (builder/cross.py) and in the build stage
-(builder/cross_inimage.py, run here with this machine's Python): the staged context, the compile
+"""The cross road on the host side (builder/cross/context.py) and in the build stage
+(builder/cross/inimage_stage.py, run here with this machine's Python): the staged context, the
+compile
 key's input, the pyconfig.h stand-in, the refusals of a missing or old cross g++, and the
 closure checks (target CUDA runtime, target torch) in one line each."""
 
@@ -12,8 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from edgevllm.builder import cross_inimage
-from edgevllm.builder.cross import RUN_SCRIPT, SCRIPT, TOOLCHAIN, check_target_side, stage_cross
+from edgevllm.builder.cross import inimage_stage
+from edgevllm.builder.cross.context import (
+    RUN_SCRIPT,
+    SCRIPT,
+    TOOLCHAIN,
+    check_target_side,
+    stage_cross,
+)
 from edgevllm.builder.render import cross_values, render_toolchain
 from edgevllm.common.errors import SpecError
 from edgevllm.sources.buildreqs import read_build_layout
@@ -30,11 +37,11 @@ def the_road() -> CrossRoad:
 
 ROAD = the_road()
 FAKE_VLLM = Path(__file__).parent / "e2e" / "fixtures" / "fake-vllm"
-SCRIPT_PATH = Path(cross_inimage.__file__)
+SCRIPT_PATH = Path(inimage_stage.__file__)
 
 
 def test_the_staged_context_holds_the_rendered_toolchain_and_the_script(tmp_path):
-    digest = stage_cross(ROAD, tmp_path / "ctx")
+    digest = stage_cross(render_toolchain(ROAD), tmp_path / "ctx")
     assert sorted(p.name for p in (tmp_path / "ctx").iterdir()) == sorted(
         [SCRIPT, RUN_SCRIPT, TOOLCHAIN])
     toolchain = (tmp_path / "ctx" / TOOLCHAIN).read_text()
@@ -47,11 +54,12 @@ def test_the_staged_context_holds_the_rendered_toolchain_and_the_script(tmp_path
                  # cross-compiling (vLLM 0.33.0's find_package(Torch) failed without it)
                  'set(ENV{CUDA_TOOLKIT_ROOT} "${_edgevllm_cuda}")'):
         assert line in toolchain
-    assert stage_cross(ROAD, tmp_path / "again") == digest   # the same bytes, the same key
+    # the same bytes, the same key
+    assert stage_cross(render_toolchain(ROAD), tmp_path / "again") == digest
     # Another road's compilers: another toolchain file, another compile key. (Its flags to the
     # script, min_gcc among them, are in the Dockerfile's text, which the key counts too.)
     other = ROAD.model_copy(update={"triple": "aarch64-unknown-linux-gnu"})
-    assert stage_cross(other, tmp_path / "other") != digest
+    assert stage_cross(render_toolchain(other), tmp_path / "other") != digest
     assert "aarch64-unknown-linux-gnu-g++" in (tmp_path / "other" / TOOLCHAIN).read_text()
 
 
@@ -143,11 +151,11 @@ def test_pyconfig_of_the_target_stands_in_from_the_build_platforms(tmp_path):
         "#  include <aarch64-linux-gnu/python3.13/pyconfig.h>\n# endif\n")
     (include / "x86_64-linux-gnu" / "python3.13").mkdir(parents=True)
     (include / "x86_64-linux-gnu" / "python3.13" / "pyconfig.h").write_text("#define X 1\n")
-    written = cross_inimage.python_config("aarch64-linux-gnu", tmp_path)
+    written = inimage_stage.python_config("aarch64-linux-gnu", tmp_path)
     target = tmp_path / "usr/aarch64-linux-gnu/include/aarch64-linux-gnu/python3.13/pyconfig.h"
     assert written == [target] and target.read_text() == "#define X 1\n"
-    assert cross_inimage.python_config("aarch64-linux-gnu", tmp_path) == []  # kept, not redone
-    assert cross_inimage.python_config("riscv64-linux-gnu", tmp_path) == []  # not in the wrapper
+    assert inimage_stage.python_config("aarch64-linux-gnu", tmp_path) == []  # kept, not redone
+    assert inimage_stage.python_config("riscv64-linux-gnu", tmp_path) == []  # not in the wrapper
 
 
 def test_render_names_the_toolchain_in_its_plan(tmp_path):
@@ -189,7 +197,7 @@ def test_the_libcuda_stub_defines_the_driver_api_so_the_link_keeps_it(tmp_path):
         "const char *cuNotADriverFunction(void);\n")
     lib = tmp_path / "lib"
     lib.mkdir()
-    assert cross_inimage.driver_stub(lib, "gcc", include) == 2
+    assert inimage_stage.driver_stub(lib, "gcc", include) == 2
     symbols = subprocess.run(["nm", "-D", "--defined-only", str(lib / "libcuda.so")],
                              capture_output=True, text=True, check=True).stdout.split()
     assert {"cuMemRelease", "cuMemAlloc_v2"} <= set(symbols) and "cuMemAlloc" not in symbols
@@ -203,4 +211,4 @@ def test_the_libcuda_stub_defines_the_driver_api_so_the_link_keeps_it(tmp_path):
     assert "Shared library: [libcuda.so.1]" in dynamic
     (include / "cuda.h").write_text("/* no driver API */\n")
     with pytest.raises(SystemExit):
-        cross_inimage.driver_stub(tmp_path / "other", "gcc", include)
+        inimage_stage.driver_stub(tmp_path / "other", "gcc", include)

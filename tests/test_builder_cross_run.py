@@ -1,4 +1,5 @@
-"""builder/cross_run.py, the cross road's CMake emulator, run here as CMake runs it (a child of
+"""builder/cross/inimage_run.py, the cross road's CMake emulator, run here as CMake runs it (a
+child of
 a shell standing in for CMake): the build platform's programs run, a target program stops the
 process that ran it with one line on its stderr. The "target program" here is a file with an
 aarch64 ELF header (what the emulator reads); tests/e2e/test_cross_toolchain_e2e.py runs a real
@@ -11,9 +12,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from edgevllm.builder import cross_run
+from edgevllm.builder.cross import inimage_run
 
-SCRIPT = Path(cross_run.__file__)
+SCRIPT = Path(inimage_run.__file__)
 
 
 def _elf(path: Path, machine: int) -> Path:
@@ -32,11 +33,11 @@ def _as_cmake_would(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_reads_the_machine_of_an_elf_and_none_of_a_script(tmp_path):
-    assert cross_run.elf_machine(str(_elf(tmp_path / "a", 183))) == 183
+    assert inimage_run.elf_machine(str(_elf(tmp_path / "a", 183))) == 183
     (tmp_path / "s").write_text("#!/bin/sh\necho hi\n")
-    assert cross_run.elf_machine(str(tmp_path / "s")) is None
-    assert cross_run.elf_machine(str(tmp_path / "missing")) is None
-    assert cross_run.elf_machine(sys.executable) is not None
+    assert inimage_run.elf_machine(str(tmp_path / "s")) is None
+    assert inimage_run.elf_machine(str(tmp_path / "missing")) is None
+    assert inimage_run.elf_machine(sys.executable) is not None
 
 
 def test_the_build_platforms_programs_run_with_their_arguments_and_exit_code(tmp_path):

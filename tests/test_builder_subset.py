@@ -1,4 +1,5 @@
-"""A partial kernel build (``--extensions``, builder/subset.py and builder/cmake_subset.py): the
+"""A partial kernel build (``--extensions``, builder/subset/plan.py and
+builder/subset/inimage_cmake.py): the
 ``cmake`` that keeps the chosen targets of setup.py's one ``cmake --build``, run on a real CMake
 project with the real cmake and ninja; the names checked against the plan; the plan restricted;
 the Dockerfile, compile key, lock, label and the wheel's check that follow. A target's
@@ -16,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from edgevllm.builder import subset
 from edgevllm.builder.render import render_dockerfile
 from edgevllm.builder.runner import compile_key
+from edgevllm.builder.subset import plan as subset
 from edgevllm.common import labels
 from edgevllm.common.errors import ArchGateFailed, SpecError
 from edgevllm.sources.kernelplan import Extension, KernelPlan
@@ -160,7 +161,7 @@ def test_without_the_setting_every_call_is_the_real_cmakes(configured):
 
 
 def test_the_argument_forms_of_a_target():
-    from edgevllm.builder.cmake_subset import split_targets
+    from edgevllm.builder.subset.inimage_cmake import split_targets
 
     assert split_targets(["--build", ".", "--target=a", "-t", "b", "c", "-j", "2"]) == (
         ["--build", ".", "-j", "2"], ["a", "b", "c"])

@@ -32,11 +32,11 @@ OWN_DATA = {
     "serve/starttime.py": "the last line of edgevllm's own start-time probe",
     "probe/level1.py": "the marker line of edgevllm's own level-1 check script",
     "probe/inimage_check.py": "runs inside the image (standard library only)",
-    "serve/startprobe.py": "runs inside the image (standard library only)",
-    "serve/entry.py": "runs inside the image (standard library only)",
-    "builder/aot_inimage.py": "runs inside the image (standard library only)",
-    "mods/applier.py": "runs inside the image (standard library only)",
-    "builder/cmake_subset.py": "runs inside the image (standard library only): edgevllm's "
+    "serve/inimage_startprobe.py": "runs inside the image (standard library only)",
+    "serve/inimage_entry.py": "runs inside the image (standard library only)",
+    "builder/aot/inimage_build.py": "runs inside the image (standard library only)",
+    "mods/inimage_applier.py": "runs inside the image (standard library only)",
+    "builder/subset/inimage_cmake.py": "runs inside the image (standard library only): edgevllm's "
                                "own leave-out.json",
 }
 PARSERS = {("json", "loads"), ("json", "load"), ("_json", "loads"), ("yaml", "safe_load"),

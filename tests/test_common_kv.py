@@ -62,7 +62,8 @@ def test_every_pair_flag_fails_one_way(parse, flag, item, error):
 # Modules that split "=" for another reason than a flag's pairs, and why.
 NOT_FLAG_PAIRS = {
     "edgevllm/common/kv.py": "the parser itself",
-    "edgevllm/mods/applier.py": "self-contained in-image applier: imports nothing of edgevllm",
+    "edgevllm/mods/inimage_applier.py":
+        "self-contained in-image applier: imports nothing of edgevllm",
     "edgevllm/serve/launch.py": "docker's own label listing (a=b,c=d) and vLLM argv (--x=y)",
     "edgevllm/serve/recipe/importer.py": "an imported recipe's vLLM argv (--x=y)",
     "edgevllm/inspect/diff.py": "an image config's Env list (K=V, as docker writes it)",

@@ -53,7 +53,7 @@ def test_no_module_spells_a_label_or_in_image_path_itself():
     scripts excepted: they run without edgevllm and are held to the table above)."""
     import ast
 
-    exempt = {"common/labels.py", "mods/applier.py", "probe/inimage_check.py"}
+    exempt = {"common/labels.py", "mods/inimage_applier.py", "probe/inimage_check.py"}
     spelled = []
     for path in sorted(PACKAGE.rglob("*.py")):
         rel = str(path.relative_to(PACKAGE))
@@ -127,3 +127,12 @@ def test_the_list_of_in_image_scripts_is_complete():
                     and (path.parent / node.value).is_file():
                 named.add(str((path.parent / node.value).relative_to(PACKAGE)))
     assert named == set(labels.IN_IMAGE_SCRIPTS), "keep common/labels.IN_IMAGE_SCRIPTS complete"
+
+
+def test_every_in_image_script_is_named_inimage_and_only_they_are():
+    """One rule for the name: a file that runs inside an image is ``inimage_<what>.py``, so a
+    reader knows at the file name that it is stdlib only and copied into an image, and a module
+    so named is one."""
+    named = {str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("inimage_*.py")}
+    assert named == set(labels.IN_IMAGE_SCRIPTS), "name an in-image script inimage_<what>.py"
+    assert all(Path(script).name.startswith("inimage_") for script in labels.IN_IMAGE_SCRIPTS)

@@ -430,7 +430,7 @@ CONNECTS = {
     "perf/sweep.py": "the endpoint inv bench is given",
     "perf/roofline.py": "the Hub (HF_ENDPOINT), through credential_session",
     "probe/level2.py": "the server the probe started",
-    "serve/startprobe.py": "the server this process started",
+    "serve/inimage_startprobe.py": "the server this process started",
 }
 
 
@@ -517,9 +517,11 @@ def test_host_reaching_run_flags_are_judged_in_one_place():
 
 
 def test_the_toolchain_file_is_rendered_and_staged_in_one_place():
-    """The cross toolchain file is rendered by builder/render.py and staged by builder/cross.py
-    alone (its sha256 is a compile-key input: a second writer could change the file unkeyed)."""
-    assert offenders(calls("render_toolchain"), "builder/cross.py") == set()
+    """The cross toolchain file is rendered by builder/render.py for the compile mode alone
+    (builder/modes/compile.py) and staged by builder/cross/context.py alone (its sha256 is a
+    compile-key input: a second writer could change the file unkeyed)."""
+    assert offenders(calls("render_toolchain"), "builder/modes/compile.py") == set()
+    assert offenders(calls("stage_cross"), "builder/modes/compile.py") == set()
     template = lambda n: constant(n, lambda s: s.endswith("toolchain.cmake.j2"))  # noqa: E731
     assert offenders(template, "builder/render.py") == set()
     assert calls("render_toolchain")(ast.parse("render.render_toolchain(road)", mode="eval").body)
@@ -528,13 +530,13 @@ def test_the_toolchain_file_is_rendered_and_staged_in_one_place():
 def test_a_partial_build_is_spelt_in_one_place():
     """The partial kernel build's context and settings (``edgevllm-extensions``,
     ``EDGEVLLM_EXTENSIONS``, the target's leave-out ``EDGEVLLM_LEAVE_OUT`` and its
-    ``leave-out.json``) are builder/subset.py's; the in-image cmake_subset.py reads the
+    ``leave-out.json``) are builder/subset/plan.py's; the in-image inimage_cmake.py reads the
     setting. A second spelling could put a wrapper in a compile the key does not count."""
     spells = lambda n: constant(n, lambda s: s in ("edgevllm-extensions",  # noqa: E731
                                                    "EDGEVLLM_EXTENSIONS",
                                                    "EDGEVLLM_LEAVE_OUT", "leave-out.json"))
-    assert offenders(spells, "builder/subset.py", "builder/cmake_subset.py") == set()
-    assert offenders(calls("restrict"), "builder/tree.py", "builder/subset.py") == set()
+    assert offenders(spells, "builder/subset/plan.py", "builder/subset/inimage_cmake.py") == set()
+    assert offenders(calls("restrict"), "builder/tree.py", "builder/subset/plan.py") == set()
     assert spells(ast.parse("'EDGEVLLM_EXTENSIONS'", mode="eval").body)
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from edgevllm.mods import applier
+from edgevllm.mods import inimage_applier as applier
 
 MODULE = """class Gate:
     allowed = ["a"]
@@ -56,7 +56,7 @@ DIFF = """--- a/demo_pkg/gate.py
 
 def write_plan(stage: Path, mods: list[dict]) -> Path:
     stage.mkdir(parents=True, exist_ok=True)
-    (stage / "applier.py").write_bytes(Path(applier.__file__).read_bytes())
+    (stage / "inimage_applier.py").write_bytes(Path(applier.__file__).read_bytes())
     (stage / "plan.json").write_text(json.dumps({"format": 1, "target": "thor", "mods": mods}))
     return stage / "plan.json"
 
@@ -66,7 +66,7 @@ def run(plan: Path, site: Path, *extra: str, isolated: bool = False):
     argv = [
         sys.executable,
         *flags,
-        str(plan.parent / "applier.py"),
+        str(plan.parent / "inimage_applier.py"),
         "apply",
         "--plan",
         str(plan),
@@ -230,7 +230,7 @@ def test_applier_is_python_310_stdlib_only(tmp_path):
             sys.executable,
             "-I",
             "-S",
-            str(plan.parent / "applier.py"),
+            str(plan.parent / "inimage_applier.py"),
             "apply",
             "--plan",
             str(plan),

@@ -224,7 +224,7 @@ def test_thor_460_not_applicable_and_upstream_admits_sm110a(cutlass_460, tmp_pat
 
 def test_gb10_460_not_applicable_and_files_found_in_new_layout(cutlass_460, tmp_path):
     """4.6.0 moved the sources to libs-core under dsl_packages/: found through the RECORD."""
-    from edgevllm.mods.applier import Env
+    from edgevllm.mods.inimage_applier import Env
 
     site = working_copy(cutlass_460, tmp_path / "site")
     env = Env([str(site)], sys.executable, [], False, None)

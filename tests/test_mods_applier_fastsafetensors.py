@@ -69,7 +69,7 @@ def test_installs_links_cudart_and_rerun_changes_nothing(runtime_site, tmp_path)
 
 def test_without_any_cudart_it_fails(tmp_path):
     """No versioned libcudart anywhere it looks: failed, naming where it looked."""
-    from edgevllm.mods.applier import Context, Env, StepFailed, step_library_link
+    from edgevllm.mods.inimage_applier import Context, Env, StepFailed, step_library_link
 
     ctx = Context(Env([str(tmp_path)], sys.executable, [], False, None), tmp_path,
                   {"name": "fastsafetensors", "applies_to": {}})

@@ -103,8 +103,8 @@ def test_staging_again_replaces_its_copy_and_keeps_a_users_folder(tmp_path):
 def test_stage_contract(tmp_path):
     dest = tmp_path / "ctx"
     staged = M.stage_mods(SPARK, "spark", dest)
-    assert (dest / "applier.py").read_bytes() == (
-        project_root() / "edgevllm" / "mods" / "applier.py"
+    assert (dest / "inimage_applier.py").read_bytes() == (
+        project_root() / "edgevllm" / "mods" / "inimage_applier.py"
     ).read_bytes()
     plan = json.loads((dest / "plan.json").read_text())
     assert plan["target"] == "spark" and [m["name"] for m in plan["mods"]] == SPARK
@@ -482,7 +482,7 @@ def test_the_applier_knows_exactly_the_step_kinds_a_manifest_may_use():
     they must be the same set, or a valid manifest would fail in the image."""
     from typing import get_args
 
-    from edgevllm.mods import applier
+    from edgevllm.mods import inimage_applier as applier
 
     union = get_args(get_args(M.Step)[0])
     schema_kinds = {get_args(model.model_fields["kind"].annotation)[0] for model in union}

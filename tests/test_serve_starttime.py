@@ -30,7 +30,7 @@ from edgevllm.serve.recipe.load import LoadedRecipe, parse_recipe, render
 from edgevllm.serve.starttime import docker_time
 from support.bench_server import BenchServer, ServerConfig
 
-PROBE = Path(__file__).resolve().parents[1] / "edgevllm" / "serve" / "startprobe.py"
+PROBE = Path(__file__).resolve().parents[1] / "edgevllm" / "serve" / "inimage_startprobe.py"
 HEALTHY_AFTER_S = 2.0
 TTFT_S = 0.4
 

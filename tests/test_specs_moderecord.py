@@ -38,7 +38,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "edgevllm"
 NOT_A_MODE = {("verify/firststart.py", "caches"): "FlashInfer's own state ('prebuilt' kernels)"}
 TOOLCHAIN = ("git", "ccache", "build-essential", "cmake", "ninja-build")
 SHARED = {"edgevllm-mods", "edgevllm-meta", "wheels"}        # every plan's, not a mode's own
-# a tree's, a road's, a partial build's or a target's leave-out (builder/subset.py)
+# a tree's, a road's, a partial build's or a target's leave-out (builder/subset/plan.py)
 TREE = {"vllm-src", "cmake-deps", "flashinfer-src", "edgevllm-cross", "edgevllm-extensions"}
 
 

@@ -80,7 +80,7 @@ def test_bad_target_file_fails_in_one_line(tmp_path, monkeypatch, change, messag
 def test_spark_and_thor_leave_flashattention_3_out_and_no_9_0a_target_does():
     """FlashAttention 3 is sm_90a code (its CMake's FA3_ARCHS: 9.0a within the arch list): a
     target whose arch list holds no 9.0 leaves it out, one that holds 9.0a must not (the data
-    follows the arches; builder/subset.py applies it)."""
+    follows the arches; builder/subset/plan.py applies it)."""
     for name in ("spark", "thor"):
         reason = load_target(name).leave_out["_vllm_fa3_C"]
         assert reason.startswith("FlashAttention 3: sm_90a only")

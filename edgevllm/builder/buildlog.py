@@ -25,8 +25,8 @@ _STEP = re.compile(r"^#(\d+) \[(?:(?P<platform>linux/\S+) )?(?P<stage>[\w.-]+)(?
 _OUTPUT = re.compile(r"^#(\d+) (?:\d+\.\d+ )?(?P<text>.*)\Z")
 _ERROR = re.compile(r"^#(\d+) ERROR: (?P<why>.*)\Z")
 _DONE = re.compile(r"^#(\d+) (DONE|CACHED)")
-# The one line an edgevllm in-image step prints when it stops the step (cross_inimage, cross_run,
-# aot_inimage): the reason the failure message leads with.
+# The one line an edgevllm in-image step prints when it stops the step (inimage_stage, inimage_run,
+# inimage_build): the reason the failure message leads with.
 _SAID = re.compile(r"^edgevllm [\w-]+: error: ")
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from edgevllm.builder import modes, tail
-from edgevllm.builder.aot import aot_road
+from edgevllm.builder.aot.plan import aot_road
 from edgevllm.builder.basecheck import check_build_bases
 from edgevllm.builder.prepared import PreparedBuild
 from edgevllm.builder.runner import BuildResult, Workspace, disk_gb, preflight

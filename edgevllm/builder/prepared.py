@@ -88,7 +88,7 @@ def named_contexts(job: Job, tree: PreparedTree | None = None,
     if eff.mods:
         contexts["edgevllm-mods"] = str(ws.context / "edgevllm-mods")
     if eff.spec.aot:  # staged here, the one place every mode (and inv render) passes
-        from edgevllm.builder.aot import AOT_CONTEXT, stage_aot
+        from edgevllm.builder.aot.plan import AOT_CONTEXT, stage_aot
 
         stage_aot(eff.spec.aot, ws.context / AOT_CONTEXT)
         contexts[AOT_CONTEXT] = str(ws.context / AOT_CONTEXT)

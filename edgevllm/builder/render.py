@@ -19,8 +19,8 @@ from jinja2 import FileSystemLoader, StrictUndefined
 from jinja2.sandbox import SandboxedEnvironment
 
 from edgevllm import __version__
-from edgevllm.builder.aot import cross_aot
-from edgevllm.builder.subset import template_values as subset_values
+from edgevllm.builder.aot.plan import cross_aot
+from edgevllm.builder.subset.plan import template_values as subset_values
 from edgevllm.common import labels
 from edgevllm.common.paths import templates_dir
 from edgevllm.sources.buildreqs import BuildLayout, unread_layout
@@ -102,9 +102,9 @@ def cross_values(eff: EffectiveSpec) -> dict | None:
 
 
 def aot_cross_values(eff: EffectiveSpec) -> dict | None:
-    """The AOT step's cross road (builder/aot.py ``cross_aot``) as the templates read it (None:
+    """The AOT step's cross road (builder/aot/plan.py ``cross_aot``) as the templates read it (None:
     the step runs in the image): the target's CUDA library folder the ``aot-build`` stage links
-    against (laid out in build-env by cross_inimage.py) and the closure's FlashInfer AOT folder
+    against (laid out in build-env by inimage_stage.py) and the closure's FlashInfer AOT folder
     the runtime stage copies the modules into. No module name: those are plan.json's."""
     road = eff.cross
     if not cross_aot(eff) or road is None:

@@ -54,7 +54,7 @@ class BuildResult:
     compile_cache: dict | None = None  # ccache's hits and misses of the compile (when it ran)
     layers: dict | None = None  # bytes per layer and shadowed bytes (inspect/layersizes.py)
     image_seconds: float | None = None  # the runtime image's build (BuildKit), in seconds
-    aot: dict | None = None  # --aot: the FlashInfer AOT modules built in (builder/aot.py)
+    aot: dict | None = None  # --aot: the FlashInfer AOT modules built in (builder/aot/plan.py)
     wheel_cache: dict | None = None  # what --wheel-cache got: pushed, unchanged, kept, failed
     tail: dict | None = None  # seconds of each step after the image (builder/tail.py ``Clock``)
 

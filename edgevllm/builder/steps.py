@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from edgevllm.builder.runner import Workspace
-from edgevllm.builder.subset import label as subset_label
+from edgevllm.builder.subset.plan import label as subset_label
 from edgevllm.common import console, labels
 from edgevllm.common.errors import ArchGateFailed, ImageNotFoundError, ProbeError
 from edgevllm.containers.docker import DockerEngine
@@ -108,7 +108,7 @@ def lock_settings(eff: EffectiveSpec) -> dict:
 def _aot_setting(eff: EffectiveSpec) -> dict:
     if not eff.spec.aot:
         return {}
-    from edgevllm.builder.aot import aot_plan
+    from edgevllm.builder.aot.plan import aot_plan
 
     plan = aot_plan(eff.spec.aot)
     return {"aot": {"config": plan["config"], "modules": [m["name"] for m in plan["modules"]]}}
@@ -214,7 +214,7 @@ def checks_or_skip(
 def outcome_labels(record: dict | None, verify: dict, probe: dict,
                    aot: dict | None = None) -> dict[str, str]:
     """What is only known once the image is built and checked (added config-only); ``aot``:
-    the FlashInfer AOT modules --aot built in (builder/aot.py ``aot_summary``)."""
+    the FlashInfer AOT modules --aot built in (builder/aot/plan.py ``aot_summary``)."""
     compact = (",", ":")
     found = {
         labels.MODS: json.dumps(_mods_summary(record), separators=compact),

@@ -43,7 +43,7 @@ from edgevllm.builder.steps import (
     static_labels,
     supply_chain,
 )
-from edgevllm.builder.subset import check_wheels
+from edgevllm.builder.subset.plan import check_wheels
 from edgevllm.builder.wheelcache import share
 from edgevllm.common import console
 from edgevllm.common.errors import BuildError
@@ -186,7 +186,7 @@ def read_aot(runner: BuildRunner, eff: EffectiveSpec, candidate: str) -> dict | 
     """The AOT step's record (--aot), printed; None without one."""
     if not eff.spec.aot:
         return None
-    from edgevllm.builder.aot import aot_summary, describe_aot
+    from edgevllm.builder.aot.plan import aot_summary, describe_aot
 
     summary = aot_summary(read_image_record(runner.engine, candidate, AOT_RECORD))
     if summary is None:

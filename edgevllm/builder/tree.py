@@ -221,7 +221,7 @@ def kernel_plan(eff: EffectiveSpec, prepared: PreparedSource, check: bool = True
                            torch_version=eff.torch.version or "",
                            nvcc_threads=eff.nvcc_threads, check=check)
     if eff.spec.extensions:  # a partial kernel build: the plan of what it compiles
-        from edgevllm.builder.subset import partial_note, restrict
+        from edgevllm.builder.subset.plan import partial_note, restrict
 
         whole, plan = plan, restrict(plan, eff.spec.extensions)
         console.warn(partial_note(eff.spec.extensions, whole))
@@ -233,8 +233,8 @@ def kernel_plan(eff: EffectiveSpec, prepared: PreparedSource, check: bool = True
         f"  kernel plan: CUDA_ARCHS {';'.join(plan.cuda_archs)}; {len(plan.groups)} "
         f"groups, none for {eff.target.cuda_arch}: {', '.join(none) or '-'}"
     )
-    if eff.target.leave_out:  # what the compile's cmake drops (builder/subset.py)
-        from edgevllm.builder.subset import left_out_note
+    if eff.target.leave_out:  # what the compile's cmake drops (builder/subset/plan.py)
+        from edgevllm.builder.subset.plan import left_out_note
 
         console.info(f"  {left_out_note(eff.target.leave_out)}")
     return plan

@@ -82,7 +82,7 @@ def _with_aot_config(values: dict) -> dict:
         path = Path(aot).expanduser().absolute()
     if not path.is_file():
         raise ConfigError(f"--aot {aot}: {path} is not a file; give a model's config.json")
-    from edgevllm.builder.aotlist import read_config
+    from edgevllm.builder.aot.modules import read_config
 
     read_config(path)  # a broken config is one line here, before preflight and any download
     return {**values, "aot": str(path)}

@@ -56,7 +56,7 @@ HOME = "/opt/edgevllm"
 CONSTRAINTS = HOME + "/constraints.txt"
 MODS_RECORD = HOME + "/mods.json"
 MODS_ENV = HOME + "/mods.env"
-AOT_RECORD = HOME + "/aot.json"       # the AOT step's record (builder/aot_inimage.py)
+AOT_RECORD = HOME + "/aot.json"       # the AOT step's record (builder/aot/inimage_build.py)
 LOCK_FILENAME = "edgevllm.lock.json"        # beside prepared sources, and in the image
 LOCK_FILE = HOME + "/" + LOCK_FILENAME
 VENV = "/opt/venv"
@@ -70,14 +70,15 @@ AOT_MOUNT = "/edgevllm-aot"
 AOT_OUT = "/edgevllm-aot-out"      # the cross road's aot-build stage: its modules and record
 TUNE_MOUNT = "/edgevllm-tune"
 SERVE_MOUNT = "/edgevllm-serve"
-# A cross compile (builder/cross.py): the staged toolchain while a step runs, the closure's venv
+# A cross compile (builder/cross/context.py): the staged toolchain while a step runs, the closure's
+# venv
 # as the target's side of every compiling step, and where the toolchain file is kept.
 CROSS_MOUNT = "/edgevllm-cross"
 CROSS_TARGET = "/opt/edgevllm-target"
 CROSS_TOOLCHAIN = "/opt/edgevllm-cross/toolchain.cmake"
-# What CMake runs a "target program" with on a cross road (builder/cross_run.py).
+# What CMake runs a "target program" with on a cross road (builder/cross/inimage_run.py).
 CROSS_RUN = "/opt/edgevllm-cross/run"
-# The "edgevllm-extensions" context (builder/subset.py): bin/cmake and the target's leave-out.
+# The "edgevllm-extensions" context (builder/subset/plan.py): bin/cmake and the target's leave-out.
 EXTENSIONS_MOUNT = "/edgevllm-extensions"
 # The shared compile cache's URL reaches the compile step only as this BuildKit secret (a file
 # under /run/secrets while the step runs); the step prints ccache's counters after this marker.
@@ -87,11 +88,13 @@ CCACHE_STATS_MARKER = "edgevllm-ccache-stats"
 # The files that run inside an image or a container, where edgevllm is not installed (their source
 # is copied in or fed to the image's python3): each imports only the standard library (and the
 # image's own torch/flashinfer) and parses under the oldest Python a target or a test base runs.
-# tests/test_common_labels.py holds each of them to that, and holds this list complete.
-IN_IMAGE_SCRIPTS = ("mods/applier.py", "builder/aot_inimage.py", "probe/inimage_check.py",
-                    "inspect/inimage_dists.py", "serve/entry.py", "serve/startprobe.py",
-                    "builder/cross_inimage.py", "builder/cross_run.py",
-                    "builder/cmake_subset.py")
+# tests/test_common_labels.py holds each of them to that, holds this list complete, and holds
+# their one name: inimage_<what>.py.
+IN_IMAGE_SCRIPTS = ("mods/inimage_applier.py", "builder/aot/inimage_build.py",
+                    "probe/inimage_check.py", "inspect/inimage_dists.py",
+                    "serve/inimage_entry.py", "serve/inimage_startprobe.py",
+                    "builder/cross/inimage_stage.py", "builder/cross/inimage_run.py",
+                    "builder/subset/inimage_cmake.py")
 
 # The records a build leaves in an image: key → (the label holding its JSON, its files under HOME).
 RECORDS = {
@@ -116,7 +119,7 @@ def label_record(image_labels: dict[str, str] | None, key: str) -> object | None
 
 def serves(image_labels: dict[str, str] | None) -> bool:
     """False only for an image whose extensions label says it cannot serve a model (a partial
-    kernel build: builder/subset.py writes the label)."""
+    kernel build: builder/subset/plan.py writes the label)."""
     text = (image_labels or {}).get(EXTENSIONS)
     try:
         record = load_json(text, EXTENSIONS, ConfigError) if text else None

@@ -2,8 +2,8 @@
 
 A mod is a folder ``mods/<name>/`` with ``manifest.yaml`` and its data files. The manifest is
 validated here (pydantic, unknown fields rejected) and resolved into ``plan.json``, which the
-self-contained applier (``edgevllm/mods/applier.py``) executes inside the image at build time, or on
-any Python environment through ``inv mods-apply``. See docs/mods.md.
+self-contained applier (``edgevllm/mods/inimage_applier.py``) executes inside the image at build
+time, or on any Python environment through ``inv mods-apply``. See docs/mods.md.
 """
 
 from __future__ import annotations
@@ -365,12 +365,12 @@ def plan_for(mods: list[Mod], target_name: str, pins: Pins | None = None) -> dic
 
 def stage_mods(mod_names: list[str], target_name: str, dest: Path, locked: Pins | None = None,
                fetch: bool = True) -> StagedMods:
-    """Write applier.py, plan.json and the mods' data files into ``dest`` (a build context), each
-    download fetched and pinned (``locked``: a lock's pins; ``fetch`` off: none fetched)."""
+    """Write the applier, plan.json and the mods' data files into ``dest`` (a build context),
+    each download fetched and pinned (``locked``: a lock's pins; ``fetch`` off: none fetched)."""
     mods = select_mods(mod_names, target_name)
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(Path(__file__).with_name("applier.py"), dest / "applier.py")
+    shutil.copyfile(Path(__file__).with_name("inimage_applier.py"), dest / "inimage_applier.py")
     for mod in mods:
         with atomic_dir(dest / mod.name) as tmp:  # an older copy goes only if edgevllm wrote it
             copy_tree(mod.folder, tmp, what=f"mod {mod.name}", error=ManifestError,
@@ -471,7 +471,7 @@ def apply_to_environment(target_name: str, mod_names: list[str], site_packages: 
     with tempfile.TemporaryDirectory(prefix="edgevllm-mods-") as tmp:
         staged = stage_mods(names, target_name, Path(tmp) / "stage")
         record_path = Path(tmp) / "record.json"
-        argv = [python or sys.executable, str(Path(tmp) / "stage" / "applier.py"), "apply",
+        argv = [python or sys.executable, str(Path(tmp) / "stage" / "inimage_applier.py"), "apply",
                 "--plan", str(staged.plan_path), "--record", str(record_path)]
         if json_out:
             argv += ["--env-file", str(Path(json_out).with_suffix(".env"))]

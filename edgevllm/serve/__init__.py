@@ -2,7 +2,7 @@
 
 Launching stands here: ``launch`` (one engine), ``cluster`` (N nodes), ``rdma`` (can NCCL reach
 the NICs), ``starttime`` (how long a start took), and the two files that run inside a container
-(stdlib only): ``entry`` and ``startprobe``. The two wings below it:
+(stdlib only): ``inimage_entry`` and ``inimage_startprobe``. The two wings below it:
 
 * ``recipe/``: what a launch recipe is and how it becomes a ``docker run``: its schema, its
   ``--set`` values, the template sandbox, loading and rendering, eugr's recipes imported, and the

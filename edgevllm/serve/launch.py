@@ -7,7 +7,8 @@ Every container carries ``io.edgevllm.recipe=<name>``; stop/logs/status find con
 
 The device's launch defaults (``Rendered.launch``: ulimits, env, ``HF_HOME``, JIT cache mounts in
 one host folder per image id) and the recipe's files (read-only) are part of every ``docker run``.
-``--gpu-memory-gb`` / ``--earlyoom`` wrap the command in ``edgevllm/serve/entry.py``, which runs
+``--gpu-memory-gb`` / ``--earlyoom`` wrap the command in ``edgevllm/serve/inimage_entry.py``, which
+runs
 inside the container. Each container is labelled with its memory budget in GiB
 (``io.edgevllm.memory-gib``): a new recipe must fit beside the running ones.
 """
@@ -159,7 +160,7 @@ def entry_command(rendered: Rendered, command: list[str] | None = None,
         config["earlyoom"] = list(rendered.launch.earlyoom_args)
     if not config:
         return command
-    source = (Path(__file__).with_name("entry.py")).read_text()
+    source = (Path(__file__).with_name("inimage_entry.py")).read_text()
     return ["python3", "-c", source, json.dumps(config, separators=(",", ":")), *command]
 
 

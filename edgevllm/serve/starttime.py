@@ -1,6 +1,6 @@
 """How long a server took to start: container start → healthy → first streamed token.
 
-``StartClock`` is started right after ``docker run``: it runs ``startprobe.py`` inside the
+``StartClock`` is started right after ``docker run``: it runs ``inimage_startprobe.py`` inside the
 container (``docker exec``, in a thread, beside the health wait), so the times it takes and the
 container's ``State.StartedAt`` are on one clock, the engine host's, whichever machine runs
 ``inv``. ``result()`` gives a ``StartTiming``: seconds from the container's start to the first
@@ -49,7 +49,8 @@ def docker_time(text: str) -> float:
 
 
 def probe_config(rendered, deadline_s: float) -> dict:
-    """What startprobe.py needs: the health and completions URLs inside the container, and the
+    """What inimage_startprobe.py needs: the health and completions URLs inside the container, and
+    the
     model name the server answers to."""
     port = rendered.health_port
     served = rendered.values.get("served_model_name") if rendered.values else None
@@ -64,7 +65,7 @@ class StartClock:
     def __init__(self, engine, container: str, config: dict):
         self.engine, self.container = engine, container
         self._found: dict = {}
-        source = Path(__file__).with_name("startprobe.py").read_text()
+        source = Path(__file__).with_name("inimage_startprobe.py").read_text()
         command = ["python3", "-c", source, json.dumps(config, separators=(",", ":"))]
         timeout = float(config.get("deadline_s", 1800)) + 30
         self._thread = threading.Thread(target=self._run, args=(command, timeout), daemon=True)

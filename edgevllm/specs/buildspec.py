@@ -118,7 +118,7 @@ class BuildSpec(Strict):
     # (the target's compiler under qemu). None: cross where a road goes, else emulated.
     toolchain: Literal["cross", "emulated"] | None = None
     # A partial kernel build: only these CMake extensions of the tree (the kernel plan's names)
-    # are compiled; the image cannot serve (builder/subset.py). None: every one.
+    # are compiled; the image cannot serve (builder/subset/plan.py). None: every one.
     extensions: list[PythonModule] | None = Field(default=None, min_length=1)  # []: names none
     verify: bool = True
     # BuildKit cache-mount id of the local compiler cache (default ccache-<target>); a new name
@@ -140,7 +140,7 @@ class BuildSpec(Strict):
     # first `inv publish` assembles cached frames (no docker save). Does not change the image.
     publish_cache: bool = False
     # inv build --aot: a model's config.json; FlashInfer's modules vLLM asks for that model are
-    # built into the image (builder/aot.py, docs/first-start.md). ``warm:``, its name before,
+    # built into the image (builder/aot/plan.py, docs/first-start.md). ``warm:``, its name before,
     # is still read.
     aot: HostPath | None = Field(default=None, validation_alias=AliasChoices("aot", "warm"))
     # --cmake-dep NAME=FOLDER: a folder in place of what the tree's CMake clones as NAME, never

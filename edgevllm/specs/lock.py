@@ -218,7 +218,8 @@ class Lock(_Model):
     # compile/precompiled: the tree's build requirements (pinned like the closure, build stages
     # only); precompiled: the release whose kernels were reused.
     build_closure: Optional[ClosureLock] = None
-    # compile with --aot on the cross road: FlashInfer for the build platform (builder/cross.py
+    # compile with --aot on the cross road: FlashInfer for the build platform
+    # (builder/cross/context.py
     # cross_aot_tools), installed in the aot-build stage only.
     aot_closure: Optional[ClosureLock] = None
     kernels_from: Optional[KernelsFromLock] = None

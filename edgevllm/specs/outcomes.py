@@ -1,7 +1,7 @@
 """The outcomes of a mod or a source patch, as the mods record (``/opt/edgevllm/mods.json``) and
 ``inv mods`` write them.
 
-The in-image applier (edgevllm/mods/applier.py) runs without edgevllm installed and keeps a
+The in-image applier (edgevllm/mods/inimage_applier.py) runs without edgevllm installed and keeps a
 literal copy; tests/test_specs_outcomes.py holds it equal to this one.
 """
 

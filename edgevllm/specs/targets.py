@@ -155,7 +155,8 @@ class Target(Strict):
     # the largest layers (builder/tail.py). None: no budget.
     size_budget_gb: PositiveFloat | None = None
     # CMake targets of the tree's setup.py that every compile for this target leaves out, each with
-    # why (builder/subset.py: dropped from its one `cmake --build`, their installs skipped; in the
+    # why (builder/subset/plan.py: dropped from its one `cmake --build`, their installs skipped; in
+    # the
     # compile key, the lock and the image's label). Spark and Thor: FlashAttention 3 (sm_90a only).
     leave_out: dict[PythonModule, LabelText] = Field(default_factory=dict)
     runtime_env: dict[EnvName, Line] = Field(default_factory=dict)

@@ -15,7 +15,7 @@ module and the sampler. Then:
 
 What stands in: no GPU and no driver here. Loading a module needs no GPU, but each one asks for
 the driver library (libcuda.so.1, as every FlashInfer module does); the container gets a stand-in
-libcuda.so.1 built in the image's own build step (``aot_inimage.link_stub``), mounted over
+libcuda.so.1 built in the image's own build step (``inimage_build.link_stub``), mounted over
 nothing the image holds. The image is removed at the end of the module.
 """
 
@@ -63,7 +63,7 @@ def warm_build(engine, cli, tmp_path_factory):
 
 
 def test_the_build_records_each_module(warm_build, engine):
-    from edgevllm.builder.aotlist import modules_for_file
+    from edgevllm.builder.aot.modules import modules_for_file
 
     result, _, stderr = warm_build
     warm = result["aot"]

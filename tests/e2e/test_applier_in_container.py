@@ -1,7 +1,8 @@
 """The staged applier inside a container, as the image build runs it.
 
 Exercises: the image's own ``python3`` (Debian's, no edgevllm installed) running the staged,
-self-contained ``applier.py`` with the plan folder bind-mounted read-only at /edgevllm-mods and a
+self-contained ``inimage_applier.py`` with the plan folder bind-mounted read-only at /edgevllm-mods
+and a
 wheelhouse at /wheelhouse (``--pip-find-links /wheelhouse --pip-no-index``, hermetic); the real
 cutlass-dsl-gb10 mod on real cutlass-dsl 4.4.2 wheels (the site is bind-mounted); the record
 written where the build reads it; and the library_link step registering a folder the loader does
@@ -64,7 +65,7 @@ def test_gb10_mod_applied_in_container_read_only_plan(engine, tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     apply = (
-        "python3 /edgevllm-mods/applier.py apply --plan /edgevllm-mods/plan.json "
+        "python3 /edgevllm-mods/inimage_applier.py apply --plan /edgevllm-mods/plan.json "
         "--site-packages /site --pip-find-links /wheelhouse --pip-no-index "
         "--record /opt/edgevllm/{}.json"
     )
@@ -107,7 +108,7 @@ def test_failed_mod_exits_non_zero_in_container(engine, tmp_path):
         engine,
         image,
         [f"{tmp_path / 'stage'}:/edgevllm-mods:ro", f"{site}:/site", f"{tmp_path}:/out"],
-        "python3 /edgevllm-mods/applier.py apply --plan /edgevllm-mods/plan.json "
+        "python3 /edgevllm-mods/inimage_applier.py apply --plan /edgevllm-mods/plan.json "
         "--site-packages /site --record /out/mods.json",
     )
     assert code == 1
@@ -130,7 +131,8 @@ def test_library_link_registers_an_unknown_folder_with_ldconfig(engine, tmp_path
     stage = tmp_path / "stage"
     stage.mkdir()
     shutil.copy(
-        Path(__file__).parents[2] / "edgevllm" / "mods" / "applier.py", stage / "applier.py"
+        Path(__file__).parents[2] / "edgevllm" / "mods" / "inimage_applier.py", stage /
+        "inimage_applier.py"
     )
     plan = {
         "format": 1,
@@ -157,7 +159,7 @@ def test_library_link_registers_an_unknown_folder_with_ldconfig(engine, tmp_path
     }
     (stage / "plan.json").write_text(json.dumps(plan))
     apply = (
-        "python3 /edgevllm-mods/applier.py apply --plan /edgevllm-mods/plan.json "
+        "python3 /edgevllm-mods/inimage_applier.py apply --plan /edgevllm-mods/plan.json "
         "--record /out/{}.json"
     )
     code, output = run(
@@ -199,7 +201,7 @@ def test_eugr_script_mod_runs_in_the_image_without_network(engine, tmp_path, mon
     code, output = run(
         engine, python_image(engine, native_arch()),
         [f"{tmp_path / 'stage'}:/edgevllm-mods:ro", f"{tmp_path}:/out"],
-        "python3 /edgevllm-mods/applier.py apply --plan /edgevllm-mods/plan.json "
+        "python3 /edgevllm-mods/inimage_applier.py apply --plan /edgevllm-mods/plan.json "
         "--record /out/mods.json && cp /workspace/* /out/",
         network="none",
     )

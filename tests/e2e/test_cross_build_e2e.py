@@ -1,5 +1,6 @@
 """The compile mode's cross road, end to end on the real engine (specs/crossroads.yaml,
-builder/cross.py, dockerfiles/compile.Dockerfile.j2): ``build()`` of the stand-in vLLM tree for
+builder/cross/context.py, dockerfiles/compile.Dockerfile.j2): ``build()`` of the stand-in vLLM tree
+for
 thor (11.0a) and spark (12.1a), linux/arm64, on this x86_64 host without emulating the compile.
 
 What it exercises: the build stages run on the build platform (linux/amd64): the x86_64 CUDA

@@ -4,8 +4,9 @@ x86_64 host, then a slice of its real targets built, for spark (12.1a) and thor 
 What it exercises: the road's own pieces, as the compile template hands them to a build step
 (``builder/render.py`` ``cross_values``: the ``CMAKE_ARGS`` of ``toolchain_cmake_args``,
 ``NVCC_PREPEND_FLAGS``, the cross ``CC``/``CXX``/``LDFLAGS``; the ``edgevllm-cross`` context of
-``builder/cross.py`` ``stage_cross``: the rendered toolchain file, its emulator ``cross_run.py``,
-``cross_inimage.py`` laying out ``targets/sbsa-linux`` from the target's wheels), in the
+``builder/cross/context.py`` ``stage_cross``: the rendered toolchain file, its emulator
+``inimage_run.py``,
+``inimage_stage.py`` laying out ``targets/sbsa-linux`` from the target's wheels), in the
 cross build base (support/images.cross_cuda_image: Debian trixie, its aarch64 g++ 14, the x86_64
 nvcc 13.0). The tree is PyPI's sdist through the build's own source preparation and the target's
 source patches. The build Python is x86_64 with torch 2.14.0 and vLLM's build requirements (CMake
@@ -46,8 +47,8 @@ from pathlib import Path
 
 import pytest
 
-from edgevllm.builder.cross import RUN_SCRIPT, TOOLCHAIN, stage_cross
-from edgevllm.builder.render import cross_values
+from edgevllm.builder.cross.context import RUN_SCRIPT, TOOLCHAIN, stage_cross
+from edgevllm.builder.render import cross_values, render_toolchain
 from edgevllm.common.labels import CROSS_RUN, CROSS_TOOLCHAIN
 from edgevllm.mods.patches import apply_source_patches
 from edgevllm.sources.plan import plan_for_target
@@ -157,7 +158,7 @@ def build_env_lines(values: dict) -> list[str]:
         + " ".join(shlex.quote(r) for r in [TORCH, *BUILD_REQUIREMENTS])
         + "; touch /opt/venv/.complete; fi",
         ". /opt/venv/bin/activate",
-        f"python3 /cross/cross_inimage.py --compiler {values['host_compiler']} --triple "
+        f"python3 /cross/inimage_stage.py --compiler {values['host_compiler']} --triple "
         f"{values['triple']} --min-gcc {values['min_gcc']} --target-dir {values['target_dir']} "
         f"{aliases} --target-venv /opt/edgevllm-target",
         f"mkdir -p {Path(CROSS_TOOLCHAIN).parent} && cp /cross/{TOOLCHAIN} {CROSS_TOOLCHAIN} "
@@ -192,7 +193,7 @@ def test_the_real_tree_configures_and_its_slice_builds_for_the_device(
     deps = {d.env_var: "/".join(["/src/deps", d.name, *([d.override_subdir] if d.override_subdir
                                                        else [])])
             for d in plan.deps if d.env_var}
-    stage_cross(eff.cross, tmp_path / "cross")   # the edgevllm-cross build context
+    stage_cross(render_toolchain(eff.cross), tmp_path / "cross")  # the edgevllm-cross context
     (tmp_path / "work").mkdir()
     (tmp_path / "work" / "run.sh").write_text(
         build_script(values, target.torch_cuda_arch_list, deps))
@@ -266,7 +267,7 @@ def test_a_setup_py_torch_extension_builds_with_the_build_python_for_the_target(
                   builder=Builder("amd64"))
     values = cross_values(eff)
     assert values is not None and eff.cross is not None
-    stage_cross(eff.cross, tmp_path / "cross")   # the edgevllm-cross build context
+    stage_cross(render_toolchain(eff.cross), tmp_path / "cross")  # the edgevllm-cross context
     work = tmp_path / "work"
     work.mkdir()
     (work / "ext.cpp").write_text(TORCH_EXTENSION)

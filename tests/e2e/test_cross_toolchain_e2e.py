@@ -1,6 +1,6 @@
 """The cross road's toolchain where a build runs it, with CMake: the rendered toolchain file
 (dockerfiles/cross-toolchain.cmake.j2) and the assembly of ``targets/sbsa-linux``
-(builder/cross_inimage.py) in the cross build base (support/images.cross_cuda_image: Debian
+(builder/cross/inimage_stage.py) in the cross build base (support/images.cross_cuda_image: Debian
 trixie, its aarch64 cross g++ 14, cmake, the x86_64 CUDA 13.0 compiler from NVIDIA's wheels),
 then a real CMake CUDA project configured and built with them, as vLLM's CMake is on the road.
 
@@ -11,7 +11,8 @@ aarch64 CUDA wheels from PyPI laid out as a closure's venv, mounted as a build s
 closure. On an arm64 host there is no cross road: the build base is the native one and the test
 checks the native build of the same project instead.
 
-The toolchain's emulator (builder/cross_run.py) in the same base: FindPython's interpreter runs
+The toolchain's emulator (builder/cross/inimage_run.py) in the same base: FindPython's interpreter
+runs
 through it, and a project whose configure runs a target program (``try_run``) stops with its
 one line.
 """
@@ -24,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from edgevllm.builder import cross_inimage, cross_run
+from edgevllm.builder.cross import inimage_run, inimage_stage
 from edgevllm.builder.render import render_toolchain
 from edgevllm.common.labels import CROSS_RUN
 from edgevllm.specs.cross import CrossRoad, cross_road
@@ -74,8 +75,8 @@ def target_venv(tmp_path_factory) -> Path:
 def script(road: CrossRoad) -> str:
     """What the build stage runs (compile.Dockerfile.j2), then CMake on the project."""
     aliases = " ".join(f"--alias {a}" for a in road.cuda_target_aliases)
-    return (f"set -e; install -D -m 0755 /cross/cross_run.py {CROSS_RUN}; "
-            f"python3 /cross/cross_inimage.py --compiler {road.host_compiler} "
+    return (f"set -e; install -D -m 0755 /cross/inimage_run.py {CROSS_RUN}; "
+            f"python3 /cross/inimage_stage.py --compiler {road.host_compiler} "
             f"--triple {road.triple} --min-gcc {road.min_gcc} --target-dir "
             f"{road.cuda_target_dir} {aliases} --target-venv /opt/edgevllm-target; "
             "cmake -S /work/src -B /work/b -DCMAKE_TOOLCHAIN_FILE=/cross/toolchain.cmake "
@@ -84,7 +85,7 @@ def script(road: CrossRoad) -> str:
 
 
 def stage_scripts(folder: Path) -> None:
-    for module in (cross_inimage, cross_run):
+    for module in (inimage_stage, inimage_run):
         shutil.copyfile(str(module.__file__), folder / Path(str(module.__file__)).name)
 
 
@@ -144,7 +145,7 @@ def test_the_emulator_runs_the_interpreter_and_refuses_a_target_program(engine, 
     stage_scripts(tmp_path / "cross")
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "CMakeLists.txt").write_text(TRY_RUN_PROJECT)
-    command = (f"install -D -m 0755 /cross/cross_run.py {CROSS_RUN}; "
+    command = (f"install -D -m 0755 /cross/inimage_run.py {CROSS_RUN}; "
                "cmake -S /src -B /tmp/b -DCMAKE_TOOLCHAIN_FILE=/cross/toolchain.cmake 2>&1")
     proc = engine.run(RunOptions(
         image=cross_cuda_image(engine), remove=True, command=["bash", "-c", command],

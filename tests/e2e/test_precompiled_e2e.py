@@ -207,7 +207,7 @@ def test_one_vllm_in_the_image_and_nothing_of_the_install_shadowed(precompiled_b
     shadowed = shadowed_files(engine, result["image"])
     print(f"  shadowed: {shadowed}")
     assert set(shadowed) == {"etc/ld.so.cache", "var/cache/ldconfig/aux-cache"}, shadowed
-    assert all("applier.py apply" in step for _, step in shadowed.values()), shadowed
+    assert all("inimage_applier.py apply" in step for _, step in shadowed.values()), shadowed
     assert layers["shadowed_bytes"] == sum(size for size, _ in shadowed.values()) < 100_000
     assert layers["layers"][0]["shadowed_bytes"] == layers["shadowed_bytes"]   # the base's
     installs = [layer for layer in layers["layers"] if '"$uv" pip install' in layer["step"]]

@@ -14,7 +14,7 @@ qemu); the CMakeLists and setup.py are the release's. The build requirements are
 (x86_64, with torch 2.14.0 for the build Python), from the same wheelhouse as the real-vLLM tests
 (``EDGEVLLM_CACHE``).
 
-The subset is the build's own mechanism (builder/subset.py): setup.py builds every extension's
+The subset is the build's own mechanism (builder/subset/plan.py): setup.py builds every extension's
 CMake target in one ``cmake --build``; the ``cmake`` first on PATH in the compile step keeps the
 chosen targets (and triton_kernels, whose build runs no command) and skips the other installs.
 
@@ -24,12 +24,12 @@ of reach), given with ``--cmake-dep NAME=FOLDER``: support/cross_real.cmake_dep_
 the others; each folder holds an EDGEVLLM-STANDIN note). The configure reads them; the chosen
 extensions compile none of their code. Off the device the driver library is missing:
 ``cumem_allocator`` links ``libcuda.so.1``, so where the extensions are loaded here the road's
-stub (``cross_inimage.driver_stub``: every driver function of cuda.h, answering
+stub (``inimage_stage.driver_stub``: every driver function of cuda.h, answering
 CUDA_ERROR_STUB_LIBRARY) stands in for it; probe level 1 itself reports it as "needs the GPU
 driver (expected off-device)".
 
 With ``--aot`` (the shipped tiny Llama config: the FA2 batch-prefill module and the sampler) the
-AOT step takes the cross road too (builder/aot.py ``cross_aot``): FlashInfer's JIT in the
+AOT step takes the cross road too (builder/aot/plan.py ``cross_aot``): FlashInfer's JIT in the
 ``aot-build`` stage on this x86_64 host (the build Python's FlashInfer from the ``aot-tools``
 context), the modules copied into the image's ``flashinfer/data/aot``.
 
@@ -182,7 +182,7 @@ def library_of(wheel: Path, name: str, dest: Path) -> Path:
 
 
 def driver_stub(engine, tmp_path: Path) -> Path:
-    """A folder with the road's libcuda.so.1 stand-in (``cross_inimage.driver_stub``, built with
+    """A folder with the road's libcuda.so.1 stand-in (``inimage_stage.driver_stub``, built with
     the cross compiler in the cross base): the driver the extensions and modules ask for."""
     from edgevllm.containers.docker import RunOptions
     from support.images import cross_cuda_image
@@ -193,9 +193,9 @@ def driver_stub(engine, tmp_path: Path) -> Path:
     made = engine.run(RunOptions(
         image=cross_cuda_image(engine), remove=True,
         command=["python3", "-c", "import sys; from pathlib import Path; sys.path.insert(0, "
-                 "'/b'); from cross_inimage import driver_stub; driver_stub(Path('/out'), "
+                 "'/b'); from inimage_stage import driver_stub; driver_stub(Path('/out'), "
                  "'aarch64-linux-gnu-g++', Path('/usr/local/cuda/include'))"],
-        volumes=[f"{here / 'builder'}:/b:ro", f"{stub}:/out"]), timeout=600)
+        volumes=[f"{here / 'builder' / 'cross'}:/b:ro", f"{stub}:/out"]), timeout=600)
     assert made.returncode == 0, made.stderr.decode()[-2000:]
     shutil.copyfile(stub / "stubs" / "libcuda.so", stub / "libcuda.so.1")
     return stub

@@ -4,7 +4,7 @@
 cached pristine folder once; ``working_copy`` gives each test a hard-linked copy. The applier
 replaces files by rename, so the pristine copy is never modified through the links.
 ``stage_and_apply`` stages mods exactly as a build does (``stage_mods``) and runs the staged,
-self-contained ``applier.py`` in a subprocess, as the image build does.
+self-contained ``inimage_applier.py`` in a subprocess, as the image build does.
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ def stage_and_apply(
     record_path = work / "out" / "mods.json"
     argv = [
         sys.executable,
-        str(stage / "applier.py"),
+        str(stage / "inimage_applier.py"),
         "apply",
         "--plan",
         str(stage / "plan.json"),

@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Callable, Sequence
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from edgevllm.builder.aot import cross_aot
-from edgevllm.builder.cross import (
+from edgevllm.builder.aot.plan import cross_aot
+from edgevllm.builder.cross.context import (
     AOT_TOOLS,
     CROSS_CONTEXT,
     check_target_side,
@@ -50,10 +50,10 @@ from edgevllm.builder.modes.closure import (
     resolved,
 )
 from edgevllm.builder.prepared import Job, PreparedBuild, engine_of, named_contexts
-from edgevllm.builder.render import render_dockerfile
+from edgevllm.builder.render import render_dockerfile, render_toolchain
 from edgevllm.builder.runner import compile_key
 from edgevllm.builder.steps import stage_mods
-from edgevllm.builder.subset import lock_settings as subset_lock_settings
+from edgevllm.builder.subset.plan import lock_settings as subset_lock_settings
 from edgevllm.builder.tree import PreparedTree, TreeOptions, prepare_tree
 from edgevllm.common import console
 from edgevllm.common.errors import SourceError, SpecError
@@ -160,14 +160,14 @@ def stage_cross_context(job: Job) -> CrossContext:
     if job.eff.toolchain != "cross" or job.eff.cross is None:
         return CrossContext()
     folder = job.ws.context / CROSS_CONTEXT
-    digest = stage_cross(job.eff.cross, folder)
+    digest = stage_cross(render_toolchain(job.eff.cross), folder)
     return CrossContext({CROSS_CONTEXT: str(folder)}, {"cross-toolchain": digest})
 
 
 def stage_subset_context(job: Job) -> CrossContext:
     """A partial kernel build's ``edgevllm-extensions`` context, or a whole one's where the
-    target leaves targets out (``builder/subset.py``)."""
-    from edgevllm.builder import subset
+    target leaves targets out (``builder/subset/plan.py``)."""
+    from edgevllm.builder.subset import plan as subset
 
     left_out = job.eff.target.leave_out
     if not job.eff.spec.extensions and not left_out:
@@ -194,7 +194,7 @@ def compile_build_tools(eff: EffectiveSpec, layout: BuildLayout, closure: Closur
 
 def compile_aot_tools(eff: EffectiveSpec, closure: Closure, tools: Closure,
                       locked: Lock | None) -> Closure | None:
-    """--aot on the cross road (builder/aot.py ``cross_aot``): the build Python's FlashInfer
+    """--aot on the cross road (builder/aot/plan.py ``cross_aot``): the build Python's FlashInfer
     (``cross.cross_aot_tools``), from a lock made on the same road where it records them."""
     if not cross_aot(eff):
         return None

@@ -1,7 +1,7 @@
 """Runs inside the compile's build stage on a cross road (standard library only): checks the
 cross g++ and assembles the target's CUDA folder the build platform's nvcc compiles against.
 
-    python3 cross_inimage.py --compiler aarch64-linux-gnu-g++ --min-gcc 13 \\
+    python3 inimage_stage.py --compiler aarch64-linux-gnu-g++ --min-gcc 13 \\
         --target-dir sbsa-linux --alias aarch64-linux --target-venv /opt/edgevllm-target
 
 ``$CUDA_HOME/targets/<target-dir>`` gets ``include/`` (the build's own CUDA headers, which do not

@@ -1,7 +1,7 @@
 """The FlashInfer AOT step, inside the image at build time (``inv build --aot``;
 docs/first-start.md).
 
-FlashInfer's own JIT builds the modules that plan.json names (``builder/aotlist.py`` chose them
+FlashInfer's own JIT builds the modules that plan.json names (``builder/aot/modules.py`` chose them
 from a model's config.json), with the image's nvcc, g++ and ninja and no GPU, for
 ``FLASHINFER_CUDA_ARCH_LIST``. Each module's library is then installed where FlashInfer 0.7.2
 looks for prebuilt (AOT) modules before it would compile anything:
@@ -22,7 +22,7 @@ its name, bytes and sha256, and the arch list, the toolchain and the seconds the
 On an x86_64 builder for a linux/arm64 image the same script can cross-compile (``--target-lib
 $CUDA_HOME/targets/sbsa-linux/lib --out DIR``, run by the build platform's Python with FlashInfer,
 tvm-ffi and torch, the cross road's ``CXX`` and ``NVCC_PREPEND_FLAGS``, and the target's CUDA
-folder laid out by ``cross_inimage.py``): ``cross_toolchain``. docs/first-start.md says what of
+folder laid out by ``inimage_stage.py``): ``cross_toolchain``. docs/first-start.md says what of
 that ``inv build`` runs yet.
 
 Runs with the image's Python: the standard library, and the image's FlashInfer and torch (edgevllm
@@ -93,7 +93,7 @@ def toolchain(cuda_home, work, target_lib=None):
     """nvcc's and the headers' CUDA release, and the flags FlashInfer's knobs
     (FLASHINFER_EXTRA_CUDAFLAGS / _LDFLAGS) need to build with this toolkit. ``target_lib``: a
     cross build's folder of the target's CUDA libraries (``$CUDA_HOME/targets/<dir>/lib``, with
-    its ``stubs/libcuda.so``: builder/cross_inimage.py lays it out)."""
+    its ``stubs/libcuda.so``: builder/cross/inimage_stage.py lays it out)."""
     found = {"cuda_home": os.path.realpath(cuda_home), "nvcc": nvcc_release(cuda_home),
              "headers": headers_release(cuda_home), "notes": []}
     if found["nvcc"] is None:
@@ -128,7 +128,7 @@ def cross_toolchain(found, target_lib):
     stub = os.path.join(target_lib, "stubs", "libcuda.so")
     if not os.path.exists(os.path.join(target_lib, "libcudart.so")) or not os.path.exists(stub):
         fail(f"{target_lib}: no libcudart.so or stubs/libcuda.so: lay out the target's CUDA "
-             "folder first (cross_inimage.py)")
+             "folder first (inimage_stage.py)")
     if not os.environ.get("CXX") or "-ccbin" not in os.environ.get("NVCC_PREPEND_FLAGS", ""):
         fail("a cross AOT build needs CXX (the cross g++) and NVCC_PREPEND_FLAGS with -ccbin")
     # FlashInfer adds -ccbin $CC where CC is set; nvcc takes the last -ccbin (with a warning),

@@ -6,7 +6,7 @@ CMake extensions compiled, the one owner of what that means.
 - the plan: restricted to the chosen extensions, so the lock's plan, the unit count preflight
   estimates from and the plan-against-binaries lines speak of what the wheel holds;
 - the mechanism: the tree's setup.py and CMakeLists are not edited; the compile step puts
-  ``cmake_subset.py`` first on PATH as ``cmake`` (the ``edgevllm-extensions`` context), which
+  ``inimage_cmake.py`` first on PATH as ``cmake`` (the ``edgevllm-extensions`` context), which
   keeps the chosen ``--target`` names of setup.py's one ``cmake --build`` and skips the installs
   of the others. The names are in the Dockerfile and the script's digest in the compile key, so
   a partial wheel never shares a key with a whole one;
@@ -36,7 +36,7 @@ from edgevllm.common.fsutil import atomic_write_bytes
 from edgevllm.sources.kernelplan import KernelPlan
 
 CONTEXT = "edgevllm-extensions"
-SCRIPT = "cmake_subset.py"
+SCRIPT = "inimage_cmake.py"
 WRAPPER = "bin/cmake"   # in the context: the script under the name setup.py runs
 SETTING = "EDGEVLLM_EXTENSIONS"   # the chosen names, as the script reads them
 LEAVE_OUT = "EDGEVLLM_LEAVE_OUT"  # the path of the target's leave-out (name -> why), in the context

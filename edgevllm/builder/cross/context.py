@@ -1,5 +1,5 @@
 """The compile mode's cross road, on the host: the ``edgevllm-cross`` build context (the
-rendered CMake toolchain file and the in-image ``cross_inimage.py``) and the build tools for the
+rendered CMake toolchain file and the in-image ``inimage_stage.py``) and the build tools for the
 builder's own platform.
 
 On a cross road (``EffectiveSpec.toolchain == "cross"``, the road in ``eff.cross``) the build
@@ -18,7 +18,6 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from edgevllm.builder.render import render_toolchain
 from edgevllm.common import console
 from edgevllm.common.errors import SpecError
 from edgevllm.common.fsutil import atomic_write_bytes
@@ -28,21 +27,22 @@ from edgevllm.specs.buildspec import EffectiveSpec
 from edgevllm.specs.cross import CrossRoad
 
 CROSS_CONTEXT = "edgevllm-cross"
-SCRIPT = "cross_inimage.py"
-RUN_SCRIPT = "cross_run.py"  # the toolchain's emulator: runs build programs, refuses target ones
+SCRIPT = "inimage_stage.py"
+RUN_SCRIPT = "inimage_run.py"  # the toolchain's emulator: runs build programs, refuses target ones
 TOOLCHAIN = "toolchain.cmake"
 # The target's CUDA runtime: what the cross link needs of the closure (nvcc links cudart).
 TARGET_CUDA_RUNTIME = "nvidia-cuda-runtime"
-# --aot on the cross road (builder/aot.py cross_aot): the build Python's FlashInfer, by hash.
+# --aot on the cross road (builder/aot/plan.py cross_aot): the build Python's FlashInfer, by hash.
 AOT_TOOLS = "aot-tools"
 FLASHINFER = "flashinfer-python"
 
 
-def stage_cross(road: CrossRoad, dest: Path) -> str:
-    """Write the toolchain file and the in-image scripts into ``dest`` (a build context); the
-    sha256 of both, which the compile key counts."""
+def stage_cross(toolchain: str, dest: Path) -> str:
+    """Write the toolchain file (its text as builder/render.py renders it for the road) and the
+    in-image scripts into ``dest`` (a build context); the sha256 of all, which the compile key
+    counts."""
     dest.mkdir(parents=True, exist_ok=True)
-    files = {TOOLCHAIN: render_toolchain(road).encode(),
+    files = {TOOLCHAIN: toolchain.encode(),
              SCRIPT: Path(__file__).with_name(SCRIPT).read_bytes(),
              RUN_SCRIPT: Path(__file__).with_name(RUN_SCRIPT).read_bytes()}
     digest = hashlib.sha256()

@@ -1,12 +1,13 @@
 """FlashInfer's AOT modules for one model, built into the image (``inv build --aot CONFIG``).
 
-The host decides (``aotlist.aot_modules`` reads the model's config.json); the image builds:
-``stage_aot`` writes the plan and the in-image script (``aot_inimage.py``) into the
+The host decides (``modules.aot_modules`` reads the model's config.json); the image builds:
+``stage_aot`` writes the plan and the in-image script (``inimage_build.py``) into the
 ``edgevllm-aot`` build context, and the template's AOT step (``dockerfiles/_aot.j2``) runs it
 after the closure and the mods. On a compile's cross road (``cross_aot``: an emulated image on
 this builder) the script runs in the ``aot-build`` stage on the builder's platform instead
 (dockerfiles/_aot.j2's build_stage, FROM the compile's build-env, FlashInfer for it from the
-``aot-tools`` context: ``builder/cross.py`` ``cross_aot_tools``) and the runtime stage COPYs the
+``aot-tools`` context: ``builder/cross/context.py`` ``cross_aot_tools``) and the runtime stage
+COPYs the
 modules and the record. Every module name is checked against FlashInfer's own grammar before it
 is staged; it reaches the image as data (plan.json), never as Dockerfile text.
 ``aot_summary`` turns the in-image record into the build summary's and the label's form.
@@ -18,13 +19,13 @@ import re
 import shutil
 from pathlib import Path
 
-from edgevllm.builder.aotlist import aot_modules, read_config
+from edgevllm.builder.aot.modules import aot_modules, read_config
 from edgevllm.common.errors import ConfigError
 from edgevllm.common.fsutil import atomic_write_json
 from edgevllm.specs.buildspec import Builder, EffectiveSpec
 
 AOT_CONTEXT = "edgevllm-aot"
-SCRIPT = "aot_inimage.py"
+SCRIPT = "inimage_build.py"
 PLAN = "plan.json"
 # FlashInfer's module URIs: lower-case words, digits and underscores, with its dtype names and
 # True/False (``get_batch_prefill_uri``); they become folder and file names in the image.

@@ -14,7 +14,7 @@ to the stderr of the process that ran it (CMake captures a ``try_run``'s output;
 reaches the build log), then ends that process. The build's failure message leads with the line
 (builder/buildlog.py keeps every ``edgevllm <step>: error:`` line).
 
-    cross_run.py PROGRAM [ARGS...]
+    inimage_run.py PROGRAM [ARGS...]
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def refuse(message: str) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args:
-        print("edgevllm cross: error: cross_run.py needs the program to run", file=sys.stderr)
+        print("edgevllm cross: error: inimage_run.py needs the program to run", file=sys.stderr)
         return 2
     program = locate(args[0])
     machine, own = elf_machine(program), elf_machine(sys.executable)

@@ -4,7 +4,7 @@ SELF-CONTAINED ON PURPOSE: python stdlib only (3.10+). It is copied into the bui
 by the image's own ``python3`` at build time, and by ``inv mods-apply`` (possibly with another
 interpreter via ``--python``) on stock images. Do not import edgevllm or any third-party package.
 
-    python3 applier.py apply --plan plan.json [--record mods.json] [--site-packages DIR]
+    python3 inimage_applier.py apply --plan plan.json [--record mods.json] [--site-packages DIR]
                              [--mod NAME]... [--pip-find-links DIR] [--pip-no-index]
 
 Per mod, one outcome:
@@ -889,7 +889,7 @@ def write_record(path: Path, record: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="applier.py", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="inimage_applier.py", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     apply = sub.add_parser("apply", help="apply the mods of a plan")
     apply.add_argument("--plan", required=True, type=Path)
