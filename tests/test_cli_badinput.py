@@ -244,6 +244,14 @@ CASES: list[tuple[list[str], int, str]] = [
     (["sbom", "--tarball", "nothere.manifest.json"], 2, "nothere.manifest.json: no such file"),
     (["sign", "--image", "x"], 2, "--key required"),
     (["verify-supply-chain"], 2, "--key required"),
+    # track (docs/track.md): before PyPI is asked; an unknown or yanked release and no network
+    # are tests/test_track_report.py's (a local index)
+    (["track"], 2, "no --from LOCK|SPEC and no --target"),
+    (["track", "--target", "spark", "--min-age-days", "soon"], 2, "--min-age-days 'soon'"),
+    (["track", "--target", "spark", "--min-age-days", "-1"], 2, "--min-age-days"),
+    (["track", "--target", "spark", "--json", "--markdown"], 2, "--json and --markdown"),
+    (["track", "--from", "nothere.yaml"], 2, "nothere.yaml"),
+    (["track", "--target", "spark", "--write-spec", "nodir/new.yaml"], 2, "no folder nodir"),
 ]
 
 # A handful through the real entry points, in a process of their own.
