@@ -2,7 +2,8 @@
 # Installs what the end-to-end tests need on a Debian host, idempotently:
 # the Docker engine + buildx from trixie (low pin), qemu-user-static + binfmt for linux/arm64,
 # debootstrap for the locally built base images, Debian's docker-registry, and redis-server
-# (the shared compile cache test), bubblewrap (the sandbox of the kernel plan).
+# (the shared compile cache test), bubblewrap (the sandbox of the kernel plan), cosign (the
+# signature and attestation tests).
 # Starts dockerd (no iptables) and the arm64 binfmt handler. Safe to run again.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
@@ -50,6 +51,9 @@ dpkg -s docker-compose >/dev/null 2>&1 || need_pkgs+=(docker-compose/trixie)
 for p in binfmt-support debootstrap docker-registry zstd rsync openssh-client redis-server bubblewrap; do
   dpkg -s "$p" >/dev/null 2>&1 || need_pkgs+=("$p")
 done
+# cosign (trixie: bookworm has none): the real verifier of the signatures and attestations
+# inv push --attach writes (tests/test_inspect_cosign.py).
+dpkg -s cosign >/dev/null 2>&1 || need_pkgs+=(cosign/trixie)
 # qemu >= 8, from trixie where the host's is older: bookworm's qemu 7.2 emulates Python about 4x
 # slower than trixie's 10.0 (byte-compiling the real vLLM closure: 33 min against 8), and the real
 # torch 2.14 did not import under it.

@@ -44,6 +44,12 @@ for pair in debootstrap:debootstrap rsync:rsync ssh:openssh-client zstd:zstd \
     missing+=("$program: $install $package")
   fi
 done
+# cosign checks what inv push --attach signs and attests (Debian trixie packages it; elsewhere
+# its release binary).
+if ! command -v cosign >/dev/null 2>&1 && [ ! -x /usr/bin/cosign ]; then
+  missing+=("cosign: $install cosign (Debian trixie), or the release binary from\
+ https://github.com/sigstore/cosign/releases")
+fi
 if [ ${#missing[@]} -eq 0 ]; then
   exit 0
 fi

@@ -68,7 +68,7 @@ def test_not_an_envelope_and_not_a_key(tmp_path, keys):
     junk.write_text("not a key")
     with pytest.raises(ConfigError, match="not a PEM key"):
         dsse.load_private_key(junk)
-    with pytest.raises(ConfigError, match="not an Ed25519 private key"):
+    with pytest.raises(ConfigError, match="not an ECDSA P-256 or Ed25519 private key"):
         dsse.load_private_key(keys[1])
     bad = tmp_path / "env.json"
     bad.write_text(json.dumps([1]))

@@ -123,45 +123,92 @@ def sbom(c, image=None, tarball=None, lock=None, out=None, name=None):
     print(path)
 
 
-@cli_task(help={**_TARGET_HELP, "key": "your Ed25519 private key (PEM; inv keygen makes one)"})
-def sign(c, image=None, tarball=None, key=None, lock=None, out=None, name=None):
+@cli_task(help={**_TARGET_HELP,
+                "key": "your private key: ECDSA P-256 (inv keygen makes one) or Ed25519 (PEM)",
+                "attach": "also sign --image as pushed to HOST/REPO:TAG (or @sha256:…) and attest "
+                          "its SBOM and SLSA provenance there, in cosign's layout"})
+def sign(c, image=None, tarball=None, key=None, lock=None, out=None, name=None, attach=None):
     """Sign the image's provenance (in-toto statement, DSSE envelope) with an offline key."""
+    from edgevllm.common import console
+    from edgevllm.common.keys import is_ed25519
+    from edgevllm.inspect.dsse import COSIGN_CANNOT, load_private_key
     from edgevllm.inspect.supplychain import sign as run_sign
 
     if not key:
-        raise ConfigError("sign: --key required (an Ed25519 private key; inv keygen makes one)")
+        raise ConfigError("sign: --key required (a private key; inv keygen makes one)")
+    if is_ed25519(load_private_key(key)):
+        console.warn(f"--key {key}: {COSIGN_CANNOT}")
+    if attach and not image:
+        raise ConfigError("sign --attach: with --image (the local image pushed there)")
     stem = _stem(image, tarball, lock, out, name)
     print(run_sign(_view(image, tarball), stem, Path(key)))
+    if attach:
+        from edgevllm.containers.docker import DockerEngine
+        from edgevllm.inspect.attach import attach_pushed
+
+        for ref, digest in attach_pushed(DockerEngine(), image, attach, stem, Path(key)):
+            print(f"{ref} {digest} attached")
 
 
-@cli_task(help={"out": "where to write the private key (its public key goes to <out>.pub)"})
-def keygen(c, out):
-    """Make an Ed25519 signing key (PEM, mode 0600) and its public key beside it."""
+@cli_task(help={"out": "where to write the private key (its public key goes to <out>.pub)",
+                "kind": "p256 (default: ECDSA P-256, what cosign verifies) or ed25519"})
+def keygen(c, out, kind="p256"):
+    """Make a signing key (PEM PKCS#8, mode 0600) and its public key beside it (<out>.pub, the
+    file cosign verify --key takes)."""
     from edgevllm.inspect.dsse import generate_key
 
-    for path in generate_key(Path(out)):
+    for path in generate_key(Path(out), kind):
         print(path)
 
 
-SUPPLY_CHAIN_HELP = {**_TARGET_HELP, "key": "the signer's public key (or the private key file)"}
+SUPPLY_CHAIN_HELP = {**_TARGET_HELP, "key": "the signer's public key (or the private key file)",
+                     "attached": "check what the registry holds for --image HOST/REPO:TAG or "
+                                 "@sha256:… in cosign's layout (signature, attestations) instead"
+                                 " of local files"}
 
 
 @cli_task(help=SUPPLY_CHAIN_HELP)
-def verify_supply_chain(c, image=None, tarball=None, key=None, lock=None, out=None, name=None):
+def verify_supply_chain(c, image=None, tarball=None, key=None, lock=None, out=None, name=None,
+                        attached=False):
     """Check signature, SBOM and image together (online, or offline on a published set)."""
-    check_supply_chain("verify-supply-chain", image, tarball, key, lock, out, name)
+    check_supply_chain("verify-supply-chain", image, tarball, key, lock, out, name, attached)
 
 
-def check_supply_chain(task: str, image, tarball, key, lock, out, name) -> None:
+def check_supply_chain(task: str, image, tarball, key, lock, out, name,
+                       attached: bool = False) -> None:
     """The supply-chain check of ``inv verify-supply-chain`` and ``inv verify --supply-chain``:
-    online on ``image``, offline on the published set ``tarball``; exit 8 on the first problem."""
+    online on ``image``, offline on the published set ``tarball``, or in the registry
+    (``attached``); exit 8 on the first problem."""
     from edgevllm.common import console
     from edgevllm.inspect.supplychain import check, raise_first
 
     if not key:
         raise ConfigError(f"{task}: --key required (the signer's public key)")
+    if attached:
+        return _check_attached(task, image, key, {"--tarball": tarball, "--lock": lock,
+                                                  "--out": out, "--name": name})
     stem = _stem(image, tarball, lock, out, name)
     view = _view(image, tarball)
     raise_first(check(view, stem, Path(key)))
     console.info(f"OK: {view.image_id}: signature, statement, SBOM ({len(view.dists)} "
                  f"distributions, {len(view.debs)} Debian packages) and image agree")
+
+
+def _check_attached(task: str, image, key, others: dict) -> None:
+    from edgevllm.common import console
+    from edgevllm.common.keys import is_ed25519
+    from edgevllm.inspect import cosign
+    from edgevllm.inspect.dsse import COSIGN_CANNOT, load_public_key
+    from edgevllm.inspect.supplychain import raise_first
+
+    given = [flag for flag, value in others.items() if value]
+    if given or not image:
+        raise ConfigError(f"{task} --attached: give --image HOST/REPO:TAG (or @sha256:…) only, "
+                          f"not {', '.join(given) or 'nothing'}")
+    public = load_public_key(key)
+    if is_ed25519(public):
+        console.warn(f"--key {key}: {COSIGN_CANNOT}")
+    found = cosign.check(image, public)
+    raise_first(found.problems)
+    console.info(f"OK: {image} ({found.digest}): {found.signatures} signature(s) and "
+                 f"attestations {', '.join(sorted(found.predicates))} check with {key}")

@@ -192,21 +192,24 @@ def load(c, path, every_layer=False):
         "tag": "immutable tag (default: from the image's lock / io.edgevllm.tag label)",
         "moving_tag": "also push this moving tag, e.g. latest-spark (repeatable, or a,b)",
         "repo": "repository name under the registry (default: the image's repository name)",
-        "attach": "the image's SBOM (X.sbom.cdx.json, or its lock X.lock.json): it and the signed "
-        "provenance beside it are pushed as <repo>:sha256-<digest>.att (docs/inside.md)",
+        "attach": "the image's SBOM (X.sbom.cdx.json, or its lock X.lock.json): with --key, the "
+        "pushed image is signed and the SBOM and SLSA provenance attested in cosign's layout "
+        "(<repo>:sha256-<digest>.sig / .att; cosign verify-attestation reads them; "
+        "docs/inside.md)",
+        "key": "--attach: the signing key (ECDSA P-256 PEM; inv keygen makes one)",
         "engine": "the engine the image is on: ssh://[user@]host[:port] or a docker context "
         "(default: this one)",
     },
     iterable=["moving_tag"],
 )
 def push(c, image=None, registry=None, tag=None, moving_tag=None, repo=None, attach=None,
-         engine=None):
+         key=None, engine=None):
     """Push the immutable lock-derived tag (never overwriting another image) and moving tags."""
     _use_engine(engine)
     require(image=image, registry=registry)
     from edgevllm.image.registry import push as run_push
 
-    stem = _attach_stem(attach) if attach else None
+    stem = _attach_stem(attach, key) if attach else None
 
     result = run_push(
         _engine(), image, registry, tag=tag, moving_tags=split_csv(moving_tag), repo=repo
@@ -216,16 +219,21 @@ def push(c, image=None, registry=None, tag=None, moving_tag=None, repo=None, att
     if stem is not None:
         from edgevllm.inspect.attach import push_attachment
 
-        dest = result.immutable.ref.rsplit(":", 1)[0]
-        ref, digest = push_attachment(_engine(), dest, result.immutable.digest, stem)
-        print(f"{ref} {digest} attached")
+        for ref, digest in push_attachment(_engine(), image, result.immutable.ref,
+                                           result.immutable.digest, stem, Path(key)):
+            print(f"{ref} {digest} attached")
 
 
-def _attach_stem(attach: str) -> Path:
-    """Checked before anything is pushed: the SBOM must be there."""
+def _attach_stem(attach: str, key: str | None) -> Path:
+    """Checked before anything is pushed: the SBOM and the key must be there."""
     from edgevllm.common.errors import ConfigError
+    from edgevllm.inspect.dsse import load_private_key
     from edgevllm.inspect.provenance import artefact_paths, stem_of
 
+    if not key:
+        raise ConfigError("--attach needs --key: the private key that signs the image and its "
+                          "attestations (inv keygen makes one)")
+    load_private_key(key)
     stem = stem_of(Path(attach))
     if not artefact_paths(stem)[0].is_file():
         raise ConfigError(f"--attach {attach}: {artefact_paths(stem)[0]} not found; run inv sbom "

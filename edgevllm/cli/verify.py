@@ -31,14 +31,16 @@ from edgevllm.common.errors import ArchGateFailed, ConfigError
     "out": "--supply-chain: folder holding the SBOM and statement when there is no --lock or "
            "--tarball (default: .)",
     "name": "--supply-chain: their file name stem in --out (default: from the image tag)",
+    "attached": "--supply-chain: check the signature and attestations the registry holds for "
+                "--image HOST/REPO:TAG in cosign's layout (cosign sign/attest, inv push --attach)",
     "engine": "the engine --image is on: ssh://[user@]host[:port] or a docker context (default: "
               "this one); its layers are read through the link, never stored here",
 }, iterable=["diff"])
 def verify(c, target=None, image=None, tarball=None, path=None, json=None, cuobjdump=False,
            policy=None, diff=None, max_library_size=None, supply_chain=False, key=None,
-           lock=None, out=None, name=None, engine=None):
+           lock=None, out=None, name=None, engine=None, attached=False):
     """Gate: vLLM/FlashInfer/flash-attn/torch CUDA libraries must run on the target GPU."""
-    supply_chain_only = {"--out": out, "--name": name}
+    supply_chain_only = {"--out": out, "--name": name, "--attached": attached}
     if supply_chain:
         gate_only = {"--json": json, "--cuobjdump": cuobjdump, "--policy": policy,
                      "--max-library-size": max_library_size}
@@ -46,7 +48,8 @@ def verify(c, target=None, image=None, tarball=None, path=None, json=None, cuobj
                                    **({} if target else gate_only)})
         from edgevllm.cli.inspect import check_supply_chain
 
-        check_supply_chain("verify --supply-chain", image, tarball, key, lock, out, name)
+        check_supply_chain("verify --supply-chain", image, tarball, key, lock, out, name,
+                           attached)
         if not target:
             return None
     given = [flag for flag, value in supply_chain_only.items() if value]

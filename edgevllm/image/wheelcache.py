@@ -12,7 +12,7 @@ before the folder of wheels appears under its final name; anything else is one
 
 Who is trusted: a compile key is computable from public inputs, so whoever can push to the
 repository could write a key's artifact before the builder does, and "every sha256 checked" only
-checks the wheels against their own list. A builder therefore signs the list (Ed25519 over
+checks the wheels against their own list. A builder therefore signs the list (P-256 or Ed25519 over
 ``PAE(ARTIFACT_TYPE, list)``, the DSSE encoding ``inv sign`` uses: annotations SIGNATURE_NOTE
 and KEYID_NOTE), and ``fetch`` takes an artifact only when a key it is given to trust signed it;
 with no key to trust it takes nothing (builder/wheelcache.py: EDGEVLLM_WHEEL_CACHE_KEYS, and the
@@ -28,15 +28,13 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from pydantic import Field, ValidationError
 
 from edgevllm.common import labels
 from edgevllm.common.errors import ConfigError, WheelCacheError
 from edgevllm.common.fsutil import atomic_dir, sha256_file
 from edgevllm.common.grammar import SHA256_DIGEST
+from edgevllm.common.keys import PrivateKey, PublicKey, keyid, sign_bytes, verify_bytes
 from edgevllm.common.schema import Strict, describe_validation_error, parse_json
 from edgevllm.image.registry import (
     REPO_RE,
@@ -53,7 +51,7 @@ ARTIFACT_TYPE = "application/vnd.edgevllm.compiled-wheels.v1+json"  # also the l
 WHEEL_TYPE = "application/vnd.edgevllm.wheel.v1.zip"
 TITLE = "org.opencontainers.image.title"
 COMPILE_KEY_NOTE = labels.COMPILE_KEY
-SIGNATURE_NOTE = labels.WHEELS_SIGNATURE  # base64 Ed25519 over PAE(type, wheel list)
+SIGNATURE_NOTE = labels.WHEELS_SIGNATURE  # base64 signature over PAE(type, wheel list)
 KEYID_NOTE = labels.WHEELS_KEYID  # sha256 of the signing key's public DER
 # pydantic checks it with Rust's regex, whose $ is the end of the text (no \Z there).
 _KEY_PATTERN = r"^[0-9a-f]{16}$"
@@ -110,11 +108,11 @@ def wheel_list(folder: Path, key: str) -> WheelList:
         {"name": w.name, "sha256": sha256_file(w), "size": w.stat().st_size} for w in wheels]})
 
 
-def manifest_for(listing: WheelList, signer: Ed25519PrivateKey | None = None) -> bytes:
+def manifest_for(listing: WheelList, signer: PrivateKey | None = None) -> bytes:
     config = listing.raw()
     notes = {COMPILE_KEY_NOTE: listing.compile_key}
     if signer is not None:
-        notes |= {SIGNATURE_NOTE: base64.b64encode(signer.sign(_pae(config))).decode(),
+        notes |= {SIGNATURE_NOTE: base64.b64encode(sign_bytes(signer, _pae(config))).decode(),
                   KEYID_NOTE: keyid(signer.public_key())}
     return json.dumps({
         "schemaVersion": 2,
@@ -133,13 +131,7 @@ def _pae(config: bytes) -> bytes:
     return b"DSSEv1 %d %s %d %s" % (len(kind), kind, len(config), config)
 
 
-def keyid(public: Ed25519PublicKey) -> str:
-    der = public.public_bytes(serialization.Encoding.DER,
-                              serialization.PublicFormat.SubjectPublicKeyInfo)
-    return hashlib.sha256(der).hexdigest()
-
-
-def check_signature(raw: bytes, config: bytes, trusted: list[Ed25519PublicKey],
+def check_signature(raw: bytes, config: bytes, trusted: list[PublicKey],
                     where: str) -> str:
     """The keyid of the trusted key that signed the wheel list; refused (one line) when no key
     is trusted, the artifact is unsigned, or no trusted key signed it."""
@@ -156,17 +148,14 @@ def check_signature(raw: bytes, config: bytes, trusted: list[Ed25519PublicKey],
     except (ValueError, TypeError):
         signed = b""
     for public in trusted if signed else []:
-        try:
-            public.verify(signed, _pae(config))
+        if verify_bytes(public, signed, _pae(config)):
             return keyid(public)
-        except InvalidSignature:
-            continue
     what = "is not signed" if not signed else "is not signed by a key you trust"
     raise WheelCacheError(f"{where} {what} (EDGEVLLM_WHEEL_CACHE_KEYS): refused, whoever wrote "
                           "it first")
 
 
-def publish(ref: str, key: str, folder: Path, signer: Ed25519PrivateKey | None = None
+def publish(ref: str, key: str, folder: Path, signer: PrivateKey | None = None
             ) -> Transfer:
     """Push the wheels of ``folder`` as key ``key``'s artifact, signed by ``signer``; an existing
     tag is never overwritten (a compile is not bit-reproducible: the first builder's wheels
@@ -188,7 +177,7 @@ def publish(ref: str, key: str, folder: Path, signer: Ed25519PrivateKey | None =
                     listing.wheels)
 
 
-def fetch(ref: str, key: str, dest: Path, trusted: list[Ed25519PublicKey]) -> Transfer | None:
+def fetch(ref: str, key: str, dest: Path, trusted: list[PublicKey]) -> Transfer | None:
     """Key ``key``'s wheels from ``ref`` into ``dest``, signed by a ``trusted`` key and every one
     checked; None when the registry holds no artifact for the key. Refused (WheelCacheError):
     nothing in ``dest``."""

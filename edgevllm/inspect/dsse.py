@@ -1,31 +1,37 @@
-"""DSSE envelopes signed with an offline Ed25519 key (https://github.com/secure-systems-lab/dsse).
+"""DSSE envelopes signed with an offline key (https://github.com/secure-systems-lab/dsse).
 
 The signature covers ``PAE(payloadType, payload)``, never the JSON around it, so an envelope can
-be re-serialised freely. Keys are PEM files (PKCS#8 private, SubjectPublicKeyInfo public) as
-``openssl genpkey -algorithm ed25519`` writes them; ``keyid`` is the sha256 of the public key's
-DER bytes, so a verifier can tell which key an envelope claims without trusting it.
+be re-serialised freely. Keys are PEM files (PKCS#8 private, SubjectPublicKeyInfo public): ECDSA
+P-256 (``inv keygen``'s default, what cosign signs and verifies: SHA-256, DER signatures) or
+Ed25519 (older edgevllm keys: edgevllm verifies them, cosign does not). ``keyid`` is the sha256
+of the public key's DER bytes, so a verifier can tell which key an envelope claims without
+trusting it; cosign leaves it empty, which matches any key.
 """
 
 from __future__ import annotations
 
 import base64
-import hashlib
 import os
 from pathlib import Path
 from typing import Callable
 
-from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from edgevllm.common.archives import read_file
 from edgevllm.common.dataload import load_json
 from edgevllm.common.errors import ConfigError, SupplyChainError
 from edgevllm.common.fsutil import atomic_write_bytes
+from edgevllm.common.keys import PrivateKey, PublicKey, keyid, p256, sign_bytes, verify_bytes
 
 IN_TOTO_PAYLOAD = "application/vnd.in-toto+json"
-KEY_LIMIT = 64 << 10  # a PEM Ed25519 key is under 200 bytes
+KEY_LIMIT = 64 << 10  # a PEM P-256 or Ed25519 key is under 300 bytes
 ENVELOPE_LIMIT = 16 << 20  # a provenance envelope: a few KiB
+KINDS = ("p256", "ed25519")
+COSIGN_CANNOT = ("an Ed25519 key: edgevllm verifies its signatures, cosign and the admission "
+                 "controllers built on it do not (sigstore/cosign#5074); inv keygen makes a "
+                 "P-256 key they verify")
 
 
 def pae(payload_type: str, payload: bytes) -> bytes:
@@ -34,21 +40,23 @@ def pae(payload_type: str, payload: bytes) -> bytes:
     return b"DSSEv1 %d %s %d %s" % (len(kind), kind, len(payload), payload)
 
 
-def load_private_key(path: Path | str) -> Ed25519PrivateKey:
+def load_private_key(path: Path | str) -> PrivateKey:
     key = _load(path)
-    if not isinstance(key, Ed25519PrivateKey):
-        raise ConfigError(f"--key {path}: not an Ed25519 private key; make one with "
-                          "'inv keygen --out KEY' or 'openssl genpkey -algorithm ed25519'")
+    if not (isinstance(key, Ed25519PrivateKey) or
+            (isinstance(key, ec.EllipticCurvePrivateKey) and p256(key))):
+        raise ConfigError(f"--key {path}: not an ECDSA P-256 or Ed25519 private key; make one "
+                          "with 'inv keygen --out KEY'")
     return key
 
 
-def load_public_key(path: Path | str) -> Ed25519PublicKey:
+def load_public_key(path: Path | str) -> PublicKey:
     """A public key file, or the public half of a private key file."""
     key = _load(path)
-    if isinstance(key, Ed25519PrivateKey):
-        return key.public_key()
-    if not isinstance(key, Ed25519PublicKey):
-        raise ConfigError(f"--key {path}: not an Ed25519 key (PEM)")
+    if isinstance(key, (Ed25519PrivateKey, ec.EllipticCurvePrivateKey)):
+        key = key.public_key()
+    if not (isinstance(key, Ed25519PublicKey) or
+            (isinstance(key, ec.EllipticCurvePublicKey) and p256(key))):
+        raise ConfigError(f"--key {path}: not an ECDSA P-256 or Ed25519 key (PEM)")
     return key
 
 
@@ -65,22 +73,23 @@ def _load(path: Path | str) -> object:
             return load()
         except (ValueError, TypeError):
             continue
+    if b"SIGSTORE PRIVATE KEY" in data:
+        raise ConfigError(f"--key {path}: a cosign private key (encrypted): sign with cosign, "
+                          "or verify with its public key (cosign.pub)")
     raise ConfigError(f"--key {path}: not a PEM key without a passphrase")
 
 
-def keyid(public: Ed25519PublicKey) -> str:
-    der = public.public_bytes(serialization.Encoding.DER,
-                              serialization.PublicFormat.SubjectPublicKeyInfo)
-    return hashlib.sha256(der).hexdigest()
-
-
-def generate_key(private_path: Path | str) -> tuple[Path, Path]:
-    """A new Ed25519 key: the private PEM (mode 0600) and ``<name>.pub`` beside it."""
+def generate_key(private_path: Path | str, kind: str = "p256") -> tuple[Path, Path]:
+    """A new key (ECDSA P-256, or Ed25519): the private PEM (PKCS#8, mode 0600) and
+    ``<name>.pub`` beside it (SubjectPublicKeyInfo, what ``cosign verify --key`` reads)."""
     private_path = Path(private_path)
+    if kind not in KINDS:
+        raise ConfigError(f"--kind '{kind}': one of {', '.join(KINDS)}")
     if private_path.exists():
         raise ConfigError(f"{private_path} already exists; pick another --out (keys are never "
                           "overwritten)")
-    key = Ed25519PrivateKey.generate()
+    key: PrivateKey = ec.generate_private_key(ec.SECP256R1()) if kind == "p256" \
+        else Ed25519PrivateKey.generate()
     pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                             serialization.NoEncryption())
     public = key.public_key().public_bytes(serialization.Encoding.PEM,
@@ -92,15 +101,15 @@ def generate_key(private_path: Path | str) -> tuple[Path, Path]:
     return private_path, public_path
 
 
-def sign(payload: bytes, key: Ed25519PrivateKey, payload_type: str = IN_TOTO_PAYLOAD) -> dict:
-    signature = key.sign(pae(payload_type, payload))
+def sign(payload: bytes, key: PrivateKey, payload_type: str = IN_TOTO_PAYLOAD) -> dict:
+    signature = sign_bytes(key, pae(payload_type, payload))
     return {"payloadType": payload_type,
             "payload": base64.b64encode(payload).decode(),
             "signatures": [{"keyid": keyid(key.public_key()),
                             "sig": base64.b64encode(signature).decode()}]}
 
 
-def verify(envelope: dict, public: Ed25519PublicKey, origin: str) -> bytes:
+def verify(envelope: dict, public: PublicKey, origin: str) -> bytes:
     """The payload, once a signature by ``public`` over its PAE checks; else one line."""
     try:
         payload_type = envelope["payloadType"]
@@ -117,11 +126,8 @@ def verify(envelope: dict, public: Ed25519PublicKey, origin: str) -> bytes:
     for claimed, signature in signatures:
         if claimed and claimed != wanted:
             continue
-        try:
-            public.verify(signature, pae(payload_type, payload))
+        if verify_bytes(public, signature, pae(payload_type, payload)):
             return payload
-        except InvalidSignature:
-            continue
     raise SupplyChainError(f"{origin}: no valid signature by key {wanted[:16]}…: the statement "
                            "was changed after signing, or signed with another key")
 

@@ -162,40 +162,76 @@ def test_publish_carries_the_sbom_and_statement_made_online(variants, cli, tmp_p
     assert code == 0, err
 
 
-def test_push_attaches_sbom_and_statement_in_the_registry(variants, engine, cli, tmp_path):
-    """inv push --attach: the files go to <repo>:sha256-<digest>.att in a real local registry;
-    pulled back on their own, they still verify against the image."""
+def test_push_attaches_what_the_real_cosign_verifies(variants, engine, cli, tmp_path):
+    """inv push --attach --key: the pushed image's signature and its SBOM and SLSA provenance
+    attestations, in cosign's layout in a real local registry, pass the real cosign verify and
+    verify-attestation and inv verify --supply-chain --attached; a second image pushed without
+    them fails both until inv sign --attach signs it where it is; an SBOM of another image is
+    refused before anything is attached."""
+    from support.cosign import cosign_verify
     from support.registry import local_registry
 
-    image = variants[0]
+    image, other = variants
     key, pub = tmp_path / "key.pem", tmp_path / "key.pem.pub"
     assert cli("keygen", "--out", str(key))[0] == 0
     where = ["--image", image, "--out", str(tmp_path), "--name", "img"]
-    assert cli("sbom", *where)[0] == 0 and cli("sign", *where, "--key", str(key))[0] == 0
+    assert cli("sbom", *where)[0] == 0
+    sbom_file = str(tmp_path / "img.sbom.cdx.json")
+    pushed = []
     with local_registry() as host:
-        code, out, err = cli("push", "--image", image, "--registry", host, "--attach",
-                             str(tmp_path / "img.sbom.cdx.json"))
+        code, out, err = cli("push", "--image", image, "--registry", host, "--attach", sbom_file,
+                             "--key", str(key))
         assert code == 0, err
         pushed_ref, digest, _ = out.splitlines()[0].split()
-        attached = out.splitlines()[-1].split()
-        assert attached[0] == f"{host}/edgevllm-test-inside-variant:{digest.replace(':', '-')}.att"
-        assert attached[2] == "attached"
-        engine.pull(attached[0])
-        container = engine.create(attached[0])
-        try:
-            fetched = tmp_path / "fetched"
-            fetched.mkdir()
-            engine.copy_from(container, "/edgevllm/.", fetched)
-        finally:
-            engine.remove_container(container)
-            engine.remove_image(attached[0])
-            engine.remove_image(pushed_ref)
-    assert (fetched / "sbom.cdx.json").read_bytes() == (tmp_path / "img.sbom.cdx.json").read_bytes()
-    (fetched / "sbom.cdx.json").rename(fetched / "img.sbom.cdx.json")
-    (fetched / "provenance.dsse.json").rename(fetched / "img.provenance.dsse.json")
-    code, _, err = cli("verify-supply-chain", "--image", image, "--out", str(fetched), "--name",
-                       "img", "--key", str(pub))
-    assert code == 0, err
+        pushed.append(pushed_ref)
+        repo = f"{host}/edgevllm-test-inside-variant"
+        assert [line.split()[0] for line in out.splitlines() if line.endswith(" attached")] == [
+            f"{repo}:{digest.replace(':', '-')}.{suffix}" for suffix in ("sig", "att")]
+        ref = f"{repo}@{digest}"
+        result = cosign_verify(None, pub, ref)
+        assert result.returncode == 0, result.stderr
+        for kind in ("slsaprovenance1", "cyclonedx"):
+            result = cosign_verify(kind, pub, ref)
+            assert result.returncode == 0, result.stderr
+            statement = json.loads(base64.b64decode(json.loads(result.stdout)["payload"]))
+            predicate = statement["predicate"]
+            if kind == "cyclonedx":
+                assert predicate == json.loads((tmp_path / "img.sbom.cdx.json").read_text())
+            else:
+                definition = predicate["buildDefinition"]
+                assert any(d["name"].startswith("wheel:six-1.16.0")
+                           for d in definition["resolvedDependencies"])
+                assert definition["externalParameters"]["lock_sha256"]
+        code, _, err = cli("verify", "--supply-chain", "--attached", "--image", ref, "--key",
+                           str(pub))
+        assert code == 0, err
+
+        code, out, err = cli("push", "--image", other, "--registry", host)
+        assert code == 0, err
+        second_ref, second, _ = out.splitlines()[0].split()
+        pushed.append(second_ref)
+        assert cosign_verify(None, pub, f"{repo}@{second}").returncode != 0
+        code, _, err = cli("verify", "--supply-chain", "--attached", "--image",
+                           f"{repo}@{second}", "--key", str(pub))
+        assert code == 8 and "nothing there (no cosign signature)" in err
+        code, _, err = cli("push", "--image", other, "--registry", host, "--attach", sbom_file,
+                           "--key", str(key))
+        assert code == 8 and "the SBOM describes image" in err
+        # inv sign --attach: the image pushed before, signed and attested where it is.
+        code, _, err = cli("sign", *where, "--key", str(key), "--attach", f"{repo}@{second}")
+        assert code == 10 and f"the registry's image ({second}) is not {image}" in err
+        other_where = ["--image", other, "--out", str(tmp_path), "--name", "other"]
+        assert cli("sbom", *other_where)[0] == 0
+        code, out, err = cli("sign", *other_where, "--key", str(key), "--attach",
+                             f"{repo}@{second}")
+        assert code == 0 and out.count(" attached") == 2, err
+        assert cosign_verify(None, pub, f"{repo}@{second}").returncode == 0
+        assert cosign_verify("cyclonedx", pub, f"{repo}@{second}").returncode == 0
+    for ref in pushed:
+        engine.remove_image(ref)
     code, _, err = cli("push", "--image", image, "--registry", "127.0.0.1:1", "--attach",
-                       str(tmp_path / "missing.sbom.cdx.json"))
+                       str(tmp_path / "missing.sbom.cdx.json"), "--key", str(key))
     assert code == 2 and "missing.sbom.cdx.json not found; run inv sbom" in err
+    code, _, err = cli("push", "--image", image, "--registry", "127.0.0.1:1", "--attach",
+                       sbom_file)
+    assert code == 2 and "--attach needs --key" in err
