@@ -28,8 +28,8 @@ from edgevllm.common.kv import split_csv
         "no_layer_cache": "compress the plain docker save stream (no per-layer cache)",
         "layer_cache": "layer cache folder (default: $EDGEVLLM_LAYER_CACHE or <cache>/layers)",
         "sbom": "also write <name>.sbom.cdx.json beside the manifest (docs/inside.md)",
-        "sign_key": "also sign the provenance with this Ed25519 key: <name>.provenance.dsse.json "
-        "(implies --sbom)",
+        "sign_key": "also sign the provenance with this key (P-256 or Ed25519): "
+        "<name>.provenance.dsse.json (implies --sbom)",
         "prime_cache": "only compress the image's layers into the cache (no --out; e.g. after a "
         "build)",
         "with_caches": "also put this JIT cache bundle (inv warm) beside the set as "
