@@ -48,6 +48,8 @@ def _bases(junk_url: str) -> dict[str, list[str]]:
     lists or plans; one flag at a time is then given an odd value."""
     return {
         "bench": ["bench", junk_url], "build": ["build", "--target", "thor"],
+        "bundle": ["bundle", "--image", "x", "--recipe", RECIPE, "--out", "o", "--key", "k"],
+        "deploy": ["deploy", "--from", "adir", "--key", "k"],
         "compose": ["compose", "--recipe", RECIPE, "--out", "c.yaml", "--set", "port=0"],
         "copy": ["copy", "--image", "x", "--to", "local"], "diff": ["diff", "image-a", "b"],
         "doctor": ["doctor"], "keygen": ["keygen", "--out", "adir"],

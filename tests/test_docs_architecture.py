@@ -400,9 +400,11 @@ def test_cross_roads_are_spelt_in_one_place():
 
 
 def test_a_published_set_reaches_docker_load_only_after_its_check():
-    """``docker load`` of a published set happens in image/load.load, after check_archive;
-    the only other load is distribute's pipe from a ``docker save`` of this engine's image."""
-    assert offenders(calls("load_from"), "image/load.py") == set()
+    """``docker load`` of a published set happens in image/load.load, after check_archive, and
+    of an offline bundle's layout in image/ocilayout.load_layout, which serve/deploy.py calls
+    after the signed manifest and every file's sha256 checked; the only other load is
+    distribute's pipe from a ``docker save`` of this engine's image."""
+    assert offenders(calls("load_from"), "image/load.py", "image/ocilayout.py") == set()
     assert offenders(calls("load_stream"), "serve/cache/distribute.py") == set()
     assert calls("load_from")(ast.parse("engine.load_from(feed)", mode="eval").body)
 
