@@ -71,12 +71,31 @@ def test_the_audit_hook_sees_a_connect(tmp_path):
     assert seen == ["('127.0.0.1', 9)"]
 
 
-def _bundle(tmp_path: Path, image: str, key: Path) -> Path:
+def _bundle(tmp_path: Path, image: str, key: Path, caches: Path | None = None) -> Path:
     make_hub_cache(tmp_path / "hf")
     recipe = write_recipe(tmp_path / "tiny-offline.yaml", image, tmp_path / "hf")
     out = tmp_path / "bundle"
+    extra = ["--with-caches", str(caches)] if caches else []
     assert _cli(["bundle", "--image", image, "--recipe", str(recipe), "--out", str(out),
-                 "--key", str(key), "--lock", str(recipe)]) == 0
+                 "--key", str(key), "--lock", str(recipe), *extra]) == 0
+    return out
+
+
+def _jit_caches(tmp_path: Path, image_id: str) -> Path:
+    """A JIT cache bundle of the image, as inv warm writes it (files that stand in for a
+    driver's compute cache: no device code)."""
+    from edgevllm.serve.cache.bundle import BundleKey
+    from edgevllm.serve.cache.harvest import bundle_folder
+    from edgevllm.specs.targets import load_target
+
+    folder = tmp_path / "harvested"
+    (folder / "compute" / "7f").mkdir(parents=True)
+    (folder / "compute" / "index").write_bytes(b"\x01\x02index")
+    (folder / "compute" / "7f" / "3e").write_bytes(bytes(range(256)) * 8)
+    key = BundleKey(image_id=image_id, recipe="tiny-offline", model=MODEL, model_revision="",
+                    target="thor", cuda_arch=load_target("thor").cuda_arch)
+    out = tmp_path / "tiny.jitcache.tar"
+    bundle_folder(folder, key, {"compute": "/root/.nv/ComputeCache"}, out)
     return out
 
 
@@ -93,7 +112,8 @@ def test_a_bundle_deploys_with_no_network_and_every_tampered_part_is_refused(eng
     image = unique_image(engine, "offline")
     image_id = engine.image_id(image)
     try:
-        out = _bundle(tmp_path, image, private)
+        caches = _jit_caches(tmp_path, image_id)
+        out = _bundle(tmp_path, image, private, caches)
         for name in ("oci-layout", "index.json"):  # what skopeo/oras/crane read
             assert (out / "image" / name).is_file()
         remove_everything(engine, image_id)
@@ -108,6 +128,8 @@ def test_a_bundle_deploys_with_no_network_and_every_tampered_part_is_refused(eng
         assert proc.returncode != 0 and str(blob) in proc.stderr, proc.stderr
         assert not engine.image_exists(image_id), "a tampered bundle reached the engine"
         assert not (tmp_path / "node-hf").exists(), "a tampered bundle reached the model folder"
+        installed = tmp_path / "cache" / "jit-bundles"
+        assert not installed.exists(), "a tampered bundle installed its caches"
         data[len(data) // 2] ^= 0x01
         blob.write_bytes(bytes(data))
 
@@ -117,6 +139,9 @@ def test_a_bundle_deploys_with_no_network_and_every_tampered_part_is_refused(eng
         assert engine.image_exists(image_id) and engine.image_id(image) == image_id
         assert "inv serve" in proc.stdout and "tiny-offline.yaml" in proc.stdout, proc.stdout
         _model_is_in_the_node_cache(tmp_path / "node-hf")
+        copies = list(installed.iterdir())
+        assert [p.read_bytes() for p in copies] == [caches.read_bytes()]
+        assert f"--caches {copies[0]}" in proc.stdout, proc.stdout
     finally:
         remove_everything(engine, image_id)
 
