@@ -210,3 +210,13 @@ def test_a_model_not_in_the_cache_is_one_line(tmp_path):
 
     with pytest.raises(MissingInputError, match="inv model-fetch"):
         snapshot_files(tmp_path / "empty", MODEL, None)
+
+
+def test_a_model_whose_download_was_cut_short_is_one_line(tmp_path):
+    """A snapshot link whose blob is missing: finish the download first, never a half model."""
+    from edgevllm.common.errors import MissingInputError
+
+    snapshot = make_hub_cache(tmp_path / "here")
+    (snapshot / "model.safetensors").resolve().unlink()
+    with pytest.raises(MissingInputError, match="model.safetensors: its blob is missing"):
+        snapshot_files(tmp_path / "here", MODEL, None)

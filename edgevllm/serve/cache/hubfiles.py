@@ -56,6 +56,9 @@ def _hub_file(path: Path, snapshot: Path, folder: Path) -> HubFile:
     if target.parent != (folder / "blobs").resolve() or not _BLOB_NAME.match(target.name):
         raise RecipeError(f"{path}: not a link into {folder}/blobs; the cache was not written "
                           "by huggingface_hub (run 'inv model-fetch' again)")
+    if not target.is_file():
+        raise MissingInputError(f"{path}: its blob is missing (a download cut short); run "
+                                "'inv model-fetch' again to finish it")
     return HubFile(relative, target.name, target)
 
 
