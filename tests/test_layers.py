@@ -35,6 +35,10 @@ MAX_MODULE_LINES = 500
 LONG_MODULES = {
     "mods/inimage_applier.py": "the in-image applier: one self-contained file, stdlib only"}
 MAX_FUNCTION_LINES = 60
+# A module within 10 % of the cap says why in its caption (a paragraph starting "Its length:"),
+# so the cap stays a limit, not a target. PENDING: near the cap, its reason still to be written.
+NEAR_CAP_LINES = MAX_MODULE_LINES * 9 // 10
+NEAR_CAP_PENDING = {"sources/wheels.py": "changed by another piece of work the day the rule came"}
 
 
 def layer_of(package: str) -> int:
@@ -149,6 +153,18 @@ def test_no_module_is_too_long():
             if n > MAX_MODULE_LINES and name not in LONG_MODULES}
     assert not over, f"modules over {MAX_MODULE_LINES} lines (split them by concern): {over}"
     assert all(long[name] > MAX_MODULE_LINES for name in LONG_MODULES), "exempt but short: drop it"
+
+
+def test_a_module_near_the_cap_says_why_in_its_caption():
+    near = {str(p.relative_to(PACKAGE)): p for p in PACKAGE.rglob("*.py")
+            if len(p.read_text().splitlines()) > NEAR_CAP_LINES}
+    silent = sorted(name for name, path in near.items()
+                    if name not in LONG_MODULES and name not in NEAR_CAP_PENDING
+                    and "\nIts length: " not in (ast.get_docstring(ast.parse(path.read_text()))
+                                                 or ""))
+    assert not silent, (f"modules over {NEAR_CAP_LINES} lines whose caption does not say why "
+                        f"(a paragraph 'Its length: ...', or split them by concern): {silent}")
+    assert set(NEAR_CAP_PENDING) <= set(near), "pending but no longer near the cap: drop it"
 
 
 def long_functions() -> dict[str, int]:

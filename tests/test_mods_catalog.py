@@ -483,7 +483,8 @@ def test_the_applier_knows_exactly_the_step_kinds_a_manifest_may_use():
     from typing import get_args
 
     from edgevllm.mods import inimage_applier as applier
+    from edgevllm.mods.manifest import Step
 
-    union = get_args(get_args(M.Step)[0])
+    union = get_args(get_args(Step)[0])
     schema_kinds = {get_args(model.model_fields["kind"].annotation)[0] for model in union}
     assert set(applier.STEP_KINDS) == schema_kinds

@@ -24,8 +24,9 @@ from edgevllm.common.errors import (
 )
 from edgevllm.common.paths import user_data_dir
 from edgevllm.mods import downloads
-from edgevllm.mods.catalog import ScriptStep, apply_to_environment, load_mod, stage_mods
+from edgevllm.mods.catalog import apply_to_environment, stage_mods
 from edgevllm.mods.eugr import import_eugr_mod, mod_name
+from edgevllm.mods.manifest import ScriptStep, load_mod
 from support import web_standin
 
 MODS = Path(__file__).parent / "fixtures" / "eugr-recipes" / "mods"

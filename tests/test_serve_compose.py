@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from edgevllm.common.errors import RecipeError
-from edgevllm.serve.launch import write_compose
+from edgevllm.serve.compose import write_compose
 from edgevllm.serve.recipe.load import all_recipes, parse_recipe, render
 
 SECRET = "hf_compose_secret_value"

@@ -14,7 +14,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from edgevllm.common.errors import RecipeError
-from edgevllm.serve.launch import compose_document, run_options
+from edgevllm.serve.compose import compose_document
+from edgevllm.serve.launch import run_options
 from edgevllm.serve.recipe.hostaccess import check_host_access
 from edgevllm.serve.recipe.load import all_recipes, parse_recipe, render
 from support.properties import PROPERTY, bounded

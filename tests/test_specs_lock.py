@@ -227,3 +227,25 @@ def test_the_plans_arches_are_read_with_every_type_checked():
     assert planned_arches_of(plan) == {"_moe_C": ["12.1a", "8.0+PTX"], "_qutlass_C": []}
     assert planned_arches_of({}) is None and planned_arches_of(None) is None
     assert planned_arches_of({"extensions": ["_C"]}) is None and planned_arches_of("plan") is None
+
+
+def test_a_picks_identity_is_one_set_of_fields_on_the_request_the_pick_and_the_record():
+    """``PICK_IDENTITY`` names fields that the request, the resolved pick and the lock record
+    all have; a lock's pick becomes a request that keeps its identity and pins its refs."""
+    import dataclasses
+
+    from edgevllm.sources.cherrypick import ResolvedPick
+    from edgevllm.sources.requests import PickRequest
+    from edgevllm.specs.lock import PICK_IDENTITY, PickLock, identity_of
+
+    resolved = {f.name for f in dataclasses.fields(ResolvedPick)}
+    for name in PICK_IDENTITY:
+        assert name in PickLock.model_fields and name in PickRequest.model_fields
+        assert name in resolved
+    record = PickLock(spec="o/r#7", kind="pr", repo="https://github.com/o/r", pr=7,
+                      head_sha="a" * 40, merge_base="b" * 40, diff_sha256="c" * 64)
+    request = PickRequest.pinned(record)
+    assert identity_of(request) == identity_of(record) == {
+        "spec": "o/r#7", "kind": "pr", "repo": "https://github.com/o/r", "pr": 7}
+    assert (request.sha, request.merge_base, request.diff_sha256) == \
+        ("a" * 40, "b" * 40, "c" * 64)

@@ -231,7 +231,7 @@ def status(c, engine=None, as_json=False):
           iterable=["set_"], auto_shortflags=False)
 def compose(c, recipe, out, set_=None, target=None, allow_host_access=False):
     """Write a Compose file (service mode: restart policy, health check) for a solo recipe."""
-    from edgevllm.serve.launch import write_compose
+    from edgevllm.serve.compose import write_compose
     from edgevllm.serve.recipe.load import render_named
 
     path = write_compose(render_named(recipe, set_, target, allow_host_access=allow_host_access),

@@ -11,6 +11,10 @@ sha256. Readers (``inv load``, ``inv verify --tarball``) go through this module:
         for member in tarfile.open(fileobj=tar, mode="r|"): ...
 
 Nothing here talks to Docker. Every failure is an ``IntegrityError`` (one line, naming the file).
+
+Its length: the manifest, the part set, the checks and the decompressed stream are the states of
+one reader (``TarballSet``) that every consumer goes through; the whole-set check already stands
+apart (``image/setcheck.py``).
 """
 
 from __future__ import annotations

@@ -22,8 +22,8 @@ from edgevllm.common.errors import ManifestError, ModFailedError
 from edgevllm.common.fsutil import atomic_write_text
 from edgevllm.common.paths import data_dirs
 from edgevllm.common.schema import Strict, check_regex, load_model
-from edgevllm.mods.catalog import Edit
 from edgevllm.mods.inimage_applier import StepFailed, apply_unified_diff, plan_replacements
+from edgevllm.mods.manifest import Edit
 from edgevllm.specs.outcomes import ALREADY_APPLIED, APPLIED, NOT_APPLICABLE
 
 PATCH_FILE = "patch.yaml"

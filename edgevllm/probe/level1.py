@@ -4,6 +4,9 @@
 remote engine too) and reports facts as JSON; this module judges them against the target:
 which components must import (data: the target's ``probe.required_imports``, or ``required``),
 torch's CUDA version and compiled arch list, the mods record, the runtime env and the lock.
+
+Its length: one judge per fact the in-image script reports, each read against the same target
+and report; the facts are checked together (the lock names what the imports must show).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Serve a rendered recipe on one engine (solo); stop it, show logs and status; write Compose.
+"""Serve a rendered recipe on one engine (solo); stop it, show logs and status.
 
 Containers are started through ``DockerEngine`` with argument lists: no value ever passes through
 a shell, and ``--dry-run`` prints the exact ``docker run`` line. Secrets (``HF_TOKEN``...) are
@@ -8,9 +8,9 @@ Every container carries ``io.edgevllm.recipe=<name>``; stop/logs/status find con
 The device's launch defaults (``Rendered.launch``: ulimits, env, ``HF_HOME``, JIT cache mounts in
 one host folder per image id) and the recipe's files (read-only) are part of every ``docker run``.
 ``--gpu-memory-gb`` / ``--earlyoom`` wrap the command in ``edgevllm/serve/inimage_entry.py``, which
-runs
-inside the container. Each container is labelled with its memory budget in GiB
-(``io.edgevllm.memory-gib``): a new recipe must fit beside the running ones.
+runs inside the container. Each container is labelled with its memory budget in GiB
+(``io.edgevllm.memory-gib``): a new recipe must fit beside the running ones. The same recipe
+as a Compose file: ``serve/compose.py``.
 """
 
 from __future__ import annotations
@@ -20,11 +20,8 @@ import os
 import shlex
 from pathlib import Path
 
-import yaml
-
 from edgevllm.common import console, labels
 from edgevllm.common.errors import EdgeVllmError, RecipeError
-from edgevllm.common.fsutil import atomic_write_text
 from edgevllm.common.poll import poll
 from edgevllm.containers.docker import DockerEngine, RunOptions
 from edgevllm.serve.cache.harvest import bundle_line, start_with_caches
@@ -85,7 +82,7 @@ def run_options(rendered: Rendered, engine: DockerEngine, *, name: str,
     budget = memory_budget_gib(rendered)
     memory = {LABEL_MEMORY: f"{budget:g}"} if budget is not None else {}
     return RunOptions(
-        image=image or _require_image(rendered),
+        image=image or require_image(rendered),
         command=list(command if command is not None else entry_command(rendered)),
         name=name, detach=True,
         env=container_env(rendered, env, image_labels),
@@ -224,7 +221,7 @@ def _health_flags(rendered: Rendered) -> list[str]:
             "--health-retries", str(h.retries), "--health-start-period", h.start_period]
 
 
-def _require_image(rendered: Rendered) -> str:
+def require_image(rendered: Rendered) -> str:
     if not rendered.image:
         raise RecipeError(f"{rendered.source}: no 'image' to run: build it first (--build) "
                           "or add image: <tag or repo@sha256:...>")
@@ -431,69 +428,3 @@ def status(engine: DockerEngine) -> list[dict[str, str]]:
             "health": (state.get("Health") or {}).get("Status", "-"),
         })
     return rows
-
-
-# -- Compose ------------------------------------------------------------------------------------
-def _dollar(text: str) -> str:
-    """Compose interpolates ``$VAR``: a literal ``$`` in a recipe value must be written ``$$``."""
-    return text.replace("$", "$$")
-
-
-def compose_document(rendered: Rendered) -> dict:
-    """A Compose file for service mode: restart policy, health check, secrets by reference."""
-    if rendered.topology.mode != "solo":
-        raise RecipeError(f"recipe {rendered.name} is a {rendered.topology.mode} cluster; Compose "
-                          "output covers solo recipes: use inv serve --nodes for clusters")
-    c = rendered.container
-    if c.extra:
-        console.warn(f"container.extra flags {c.extra} have no Compose equivalent; left out")
-    env = {k: _dollar(v) for k, v in {**launch_env(rendered), **rendered.env}.items()}
-    env.update({name: f"${{{name}:-}}" for name in rendered.secrets})
-    h = rendered.health
-    service: dict = {
-        "image": _require_image(rendered),
-        "container_name": container_name(rendered),
-        "command": [_dollar(a) for a in entry_command(rendered)],
-        "environment": env,
-        # JIT cache folders are per image id, which only an engine knows: inv serve mounts them.
-        "volumes": [_dollar(v) for v in rendered.volumes + launch_volumes(rendered, "")
-                    if not v.startswith(rendered.launch.jit_cache_root.rstrip("/") + "/")],
-        "restart": rendered.restart,
-        "healthcheck": {
-            "test": ["CMD"] + health_command(rendered.health_port, rendered.health_path),
-            "interval": h.interval, "timeout": h.timeout, "retries": h.retries,
-            "start_period": h.start_period,
-        },
-        "labels": {LABEL_RECIPE: rendered.name},
-    }
-    if c.entrypoint is not None:
-        service["entrypoint"] = [] if c.entrypoint == "" else [c.entrypoint]
-    if c.network == "host":
-        service["network_mode"] = "host"
-    elif rendered.ports:
-        service["ports"] = list(rendered.ports)
-    for key, value in (("ipc", c.ipc), ("shm_size", c.shm_size), ("runtime", c.runtime)):
-        if value:
-            service[key] = value
-    if rendered.launch.ulimits:
-        service["ulimits"] = {name: _compose_ulimit(value)
-                              for name, value in rendered.launch.ulimits.items()}
-    if c.gpus:
-        count = "all" if c.gpus == "all" else int(c.gpus) if c.gpus.isdigit() else c.gpus
-        service["deploy"] = {"resources": {"reservations": {"devices": [
-            {"driver": "nvidia", "count": count, "capabilities": ["gpu"]}]}}}
-    project = "edgevllm-" + rendered.name.replace(".", "-").replace("_", "-")
-    return {"name": project, "services": {rendered.name.replace(".", "-"): service}}
-
-
-def _compose_ulimit(value: str) -> int | dict[str, int]:
-    soft, _, hard = value.partition(":")
-    return {"soft": int(soft), "hard": int(hard)} if hard else int(soft)
-
-
-def write_compose(rendered: Rendered, out: Path | str) -> Path:
-    header = (f"# Generated by 'inv compose' from {rendered.source}; edit the recipe instead.\n"
-              "# Secrets come from the environment of 'docker compose up' (e.g. HF_TOKEN).\n")
-    body = yaml.safe_dump(compose_document(rendered), sort_keys=False, default_flow_style=False,
-                          width=1000)
-    return atomic_write_text(out, header + body)

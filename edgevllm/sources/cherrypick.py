@@ -12,6 +12,9 @@ Outcomes:
 - any conflict in code fails, naming the pick, the files and the lines (in the base's file).
 Every applied pick becomes a commit whose message names the pick and its head SHA. Commit
 identity and dates are fixed (taken from the base commit) so the same inputs give the same SHAs.
+
+Its length: the diff, the 3-way apply on the temporary index, the conflict report and the pick's
+record are one engine over one mirror and one index; apart, each would hand both to the next.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from typing import Literal
 
 from edgevllm.common.errors import CherryPickConflictError, LockError, SourceError
 from edgevllm.sources.gitcache import GitMirror, last_line, out
-from edgevllm.specs.lock import PickLock
+from edgevllm.specs.lock import PickLock, identity_of
 from edgevllm.specs.refs import display_repo
 
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
@@ -240,15 +243,8 @@ def apply_pick(
     """Apply one pick onto ``current`` -> (new commit, its lock record). Raises on conflict."""
     label = pick.label(source_repo)
     diff, diff_sha = _checked_diff(mirror, pick, label)
-    record = PickLock(
-        spec=pick.spec,
-        kind=pick.kind,
-        repo=pick.repo,
-        pr=pick.pr,
-        head_sha=pick.head_sha,
-        merge_base=pick.merge_base,
-        diff_sha256=diff_sha,
-    )
+    record = PickLock(**identity_of(pick), head_sha=pick.head_sha, merge_base=pick.merge_base,
+                      diff_sha256=diff_sha)
     if mirror.is_ancestor(pick.head_sha, current):
         return current, record.model_copy(
             update={"skipped": True, "reason": "already in the base (its head is an ancestor)"}

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from edgevllm.common.errors import LockError, SourceError
 from edgevllm.specs.buildspec import EffectiveSpec
-from edgevllm.specs.lock import SourceLock
+from edgevllm.specs.lock import PickLock, SourceLock, identity_of
 from edgevllm.specs.refs import (
     UPSTREAM_REPOS,
     display_repo,
@@ -39,6 +39,13 @@ class PickRequest(BaseModel):
     sha: Optional[str] = None  # commit to pick, or a PR head pinned by a lock
     merge_base: Optional[str] = None  # pinned by a lock
     diff_sha256: Optional[str] = None  # pinned by a lock
+
+    @classmethod
+    def pinned(cls, record: PickLock) -> "PickRequest":
+        """The request that re-applies ``record`` exactly: its identity, its head, merge base
+        and diff pinned."""
+        return cls(**identity_of(record), sha=record.head_sha, merge_base=record.merge_base,
+                   diff_sha256=record.diff_sha256)
 
     @classmethod
     def parse(cls, text: str) -> "PickRequest":
@@ -153,18 +160,7 @@ class SourceRequest(BaseModel):
     def from_lock_entry(cls, entry: SourceLock) -> "SourceRequest":
         """A request that rebuilds ``entry`` exactly: every commit fetched by SHA, result
         checked."""
-        picks = [
-            PickRequest(
-                spec=p.spec,
-                kind=p.kind,
-                repo=p.repo,
-                pr=p.pr,
-                sha=p.head_sha,
-                merge_base=p.merge_base,
-                diff_sha256=p.diff_sha256,
-            )
-            for p in entry.picks
-        ]
+        picks = [PickRequest.pinned(p) for p in entry.picks]
         return cls(
             name=source_name(entry.name),
             repo=entry.repo,

@@ -80,6 +80,17 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+# A cherry-pick's identity: the same four fields wherever a pick is held (the request,
+# sources/requests.py; the pick resolved, sources/cherrypick.py; its record below), copied
+# between them by ``identity_of`` alone.
+PICK_IDENTITY = ("spec", "kind", "repo", "pr")
+
+
+def identity_of(pick: object) -> dict[str, Any]:
+    """``PICK_IDENTITY``'s fields of a request, a resolved pick or a record."""
+    return {name: getattr(pick, name) for name in PICK_IDENTITY}
+
+
 class PickLock(_Model):
     """One cherry-pick, as applied (or skipped) onto a source's base."""
 

@@ -20,6 +20,10 @@ the recipe the way eugr's own runner does:
   without it (reserved names such as ``pipeline_parallel`` included).
 
 ``edgevllm.serve.recipe.importfolder`` reads the files and folders and writes the results.
+
+Its length: every field of an eugr recipe is converted here, each with what is lost said beside
+it, and the fields are read together (the command's placeholders name defaults, build args and
+files); the file reading already stands apart (``importfolder``).
 """
 
 from __future__ import annotations
