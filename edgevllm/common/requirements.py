@@ -63,7 +63,8 @@ def check_requirement(text: str) -> Requirement:
         what = _OPTIONS.get(word, "an option")
         raise ValueError(f"'{shown(word)}' is an option line ({what}), not a requirement: a "
                          "requirement names a package (name, extras, version, marker) and "
-                         "nothing else")
+                         "nothing else; indexes come only from your target (torch.index_url), "
+                         "so drop the line with a source patch (docs/security.md)")
     if _LOCATION.match(line):
         raise ValueError(f"'{shown(line)}' is a local path or URL, not a package: name the "
                          "package and its version instead (nothing is built on the host)")
