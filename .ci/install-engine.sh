@@ -3,7 +3,7 @@
 # the Docker engine + buildx from trixie (low pin), qemu-user-static + binfmt for linux/arm64,
 # debootstrap for the locally built base images, Debian's docker-registry, and redis-server
 # (the shared compile cache test), bubblewrap (the sandbox of the kernel plan), cosign (the
-# signature and attestation tests).
+# signature and attestation tests), skopeo (copies between registries and OCI layouts).
 # Starts dockerd (no iptables) and the arm64 binfmt handler. Safe to run again.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
@@ -48,7 +48,9 @@ need_pkgs=()
 dpkg -s docker.io >/dev/null 2>&1 || need_pkgs+=(docker.io/trixie docker-cli/trixie docker-buildx/trixie)
 dpkg -s docker-compose >/dev/null 2>&1 || need_pkgs+=(docker-compose/trixie)
 # bubblewrap: the sandbox a tree's CMake runs in (the kernel plan, docs/security.md).
-for p in binfmt-support debootstrap docker-registry zstd rsync openssh-client redis-server bubblewrap; do
+# skopeo: copies an image and its cosign tags to another registry, and the bundle's OCI layout
+# into one (tests/test_inspect_cosign.py, tests/test_image_ocilayout_cosign.py).
+for p in binfmt-support debootstrap docker-registry zstd rsync openssh-client redis-server bubblewrap skopeo; do
   dpkg -s "$p" >/dev/null 2>&1 || need_pkgs+=("$p")
 done
 # cosign (trixie: bookworm has none): the real verifier of the signatures and attestations

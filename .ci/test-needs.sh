@@ -35,9 +35,11 @@ if [ ! -f "$keyring" ]; then
  $install debian-archive-keyring")
 fi
 # program → package: the base images (debootstrap), the registry, cluster and cache tests, the
-# sandbox a tree's CMake runs in (bwrap).
+# sandbox a tree's CMake runs in (bwrap), copies to another registry and out of an OCI layout
+# (skopeo).
 for pair in debootstrap:debootstrap rsync:rsync ssh:openssh-client zstd:zstd \
-            redis-server:redis-server docker-registry:docker-registry bwrap:bubblewrap; do
+            redis-server:redis-server docker-registry:docker-registry bwrap:bubblewrap \
+            skopeo:skopeo; do
   program=${pair%%:*} package=${pair#*:}
   if ! command -v "$program" >/dev/null 2>&1 && [ ! -x "/usr/sbin/$program" ] \
      && [ ! -x "/usr/bin/$program" ]; then

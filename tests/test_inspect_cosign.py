@@ -19,6 +19,7 @@ from edgevllm.inspect import cosign, dsse
 from support.cosign import cosign_verify as verify
 from support.cosign import run_cosign
 from support.registry import local_registry
+from support.skopeo import skopeo_copy
 
 SBOM = {"bomFormat": "CycloneDX", "specVersion": "1.5", "version": 1,
         "components": [{"type": "library", "name": "six", "version": "1.16.0"}]}
@@ -138,6 +139,31 @@ def test_another_images_signature_fails_cosign_and_edgevllm(signed, registry, cl
     assert code == 8 and f"signed for image {digest}, not {other}" in err
     found = cosign.check(second, dsse.load_public_key(public))
     assert sum("attests another image" in p for p in found.problems) == 2
+
+
+def test_skopeo_copy_to_another_registry_keeps_them_verifiable(signed, cli):
+    """The image and its two cosign tags copied to a second registry with ``skopeo copy --all
+    --preserve-digests``: cosign and edgevllm verify them there (the signature's
+    docker-reference still names registry A: cosign checks the digest, not the name)."""
+    ref, digest, public = signed
+    host, name = ref.split("/")[0], ref.split("/")[1].split("@")[0]
+    with local_registry() as other:
+        for tag in ("v1", cosign.tag_for(digest, "sig"), cosign.tag_for(digest, "att")):
+            copied = skopeo_copy(f"docker://{host}/{name}:{tag}", f"docker://{other}/{name}:{tag}")
+            assert copied.returncode == 0, copied.stderr
+        there = f"{other}/{name}@{digest}"
+        assert verify(None, public, there).returncode == 0
+        for kind in ("slsaprovenance1", "cyclonedx"):
+            result = verify(kind, public, there)
+            assert result.returncode == 0, result.stderr
+        code, _, err = cli("verify", "--supply-chain", "--attached", "--image",
+                           f"{other}/{name}:v1", "--key", str(public))
+        assert code == 0, err
+        assert "1 signature(s)" in err
+        # Without the tags the image alone is not verifiable there: the copy is what carries them.
+        assert skopeo_copy(f"docker://{host}/{name}:v1",
+                           f"docker://{other}/bare:v1").returncode == 0
+        assert verify(None, public, f"{other}/bare@{digest}").returncode != 0
 
 
 def test_another_key_fails_both(signed, tmp_path):
