@@ -137,6 +137,11 @@ def _manifest(layers: list[dict]) -> tuple[bytes, bytes]:
     return raw, config
 
 
+def signature_manifest(layers: list[dict]) -> tuple[bytes, bytes]:
+    """The manifest cosign writes over ``layers``, and its config (an OCI layout's too)."""
+    return _manifest(layers)
+
+
 def _layers_of(raw: bytes | None, where: str) -> list[dict]:
     found = load_json(raw, where, RegistryError) if raw else {}
     layers = found.get("layers") if isinstance(found, dict) else None
