@@ -70,6 +70,14 @@ def test_032_to_033_for_spark_per_item(report_032_033):
     assert mods["cutlass-dsl-gb10"] == "not-applicable"  # CuTe DSL 4.8.0 is past <4.6
     assert mods["flashinfer-sm121"] == "not-applicable"  # FlashInfer 0.7.2.post1 past <0.6.12
     assert mods["spark-runtime"] == "no-range"
+    # the applier's own decision on the new pins' wheels (PyPI's, by sha256): its range check
+    # stops at the version, as in the image; a mod with no edit step has nothing to judge
+    judged = {m["name"]: m["applier"] for m in report["mods"]}
+    assert judged["flashinfer-sm121"]["outcome"] == "not-applicable"
+    assert judged["flashinfer-sm121"]["detail"] == ("flashinfer-python 0.7.2.post1 is outside "
+                                                    ">=0.6.9,<0.6.12")
+    assert judged["cutlass-dsl-gb10"]["detail"] == "nvidia-cutlass-dsl 4.8.0 is outside >=4.4,<4.6"
+    assert judged["spark-runtime"] is None
     changes = {(c["name"], c["change"]) for c in report["plan"]["changes"]}
     assert ("BEAM_KERNEL_ARCHS", "added") in changes
     assert not report["plan"]["new_gap"] and not report["broken"]

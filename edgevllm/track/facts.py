@@ -175,7 +175,7 @@ def _inside(version: str | None, spec: str) -> bool | None:
 
 def mod_verdict(name: str, old: dict[str, str], new: dict[str, str]) -> ModVerdict:
     """A mod's declared ranges against the versions the old and new trees pin: the version-range
-    verdict (the applier's anchors are judged in the image, against installed files)."""
+    verdict (the applier's own outcome on the new wheels is ``modcheck``'s)."""
     ranges = dict(get_mod(name).manifest.applies_to)
     if not ranges:
         return ModVerdict(name, "no-range", detail="no version range: the applier decides by "

@@ -156,15 +156,19 @@ def pick(found: dict[str, Release], to: str, current: str, now: _dt.datetime,
 def sdist(release: Release) -> tuple[Path, int]:
     """The release's sdist in the cache (``sdists/<sha256>/``), fetched when missing and kept
     only if its bytes have the published sha256; (its path, bytes downloaded now)."""
-    slot = cache_dir("sdists", release.sha256)
+    return fetch_file(release, "sdists", SDIST_MAX_BYTES, f"the sdist {release.filename}")
+
+
+def fetch_file(release: Release, folder: str, limit: int, what: str) -> tuple[Path, int]:
+    """A file PyPI lists (an sdist, a wheel) in the cache (``<folder>/<sha256>/``), as ``sdist``."""
+    slot = cache_dir(folder, release.sha256)
     final = slot / release.filename
     if final.is_file() and sha256_file(final) == release.sha256:
         return final, 0
     fd, tmp = tempfile.mkstemp(prefix=".dl-", dir=slot)
     try:
         with os.fdopen(fd, "wb") as out:
-            got = stream_bounded(release.url, out.write, SDIST_MAX_BYTES,
-                                 f"the sdist {release.filename}", DownloadError,
+            got = stream_bounded(release.url, out.write, limit, what, DownloadError,
                                  anywhere=True)  # its bytes are decided by PyPI's sha256
         if sha256_file(Path(tmp)) != release.sha256:
             raise DownloadError(f"{release.url}: its bytes do not have the sha256 PyPI publishes "

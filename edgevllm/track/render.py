@@ -23,7 +23,10 @@ def rows(report: dict) -> list[tuple[str, str, str, str]]:
         out.append(("patch", p["name"], f"{p['old']} → {p['new']}", f"{verdict}: {p['detail']}"))
     for m in report.get("mods", []):
         change = "; ".join(f"{k} {v}" for k, v in m["versions"].items()) or "-"
-        out.append(("mod", m["name"], change, f"{m['verdict']}: {m['detail']}"))
+        judged = m.get("applier")
+        applier = (f"; the applier: {judged['verdict']}: {judged['detail']}" if judged
+                   else "; the applier: no edit step to judge")
+        out.append(("mod", m["name"], change, f"{m['verdict']}: {m['detail']}{applier}"))
     for pin in report.get("pins", []):
         installed = f" (the image installs {pin['installed']})" if pin["installed"] else ""
         out.append(("pin", pin["pin"], f"{_short(pin['old'])} → {_short(pin['new'])}",

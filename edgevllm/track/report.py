@@ -4,7 +4,8 @@
 vLLM release, mods and picks), picks the release ``--to`` names by the bump rule (final, not
 yanked, uploaded at least ``min_age_days`` ago: ``pypi.pick``), fetches both releases' sdists by
 their published sha256 and compares the two trees item by item: source patches (the build's
-``apply_patch``), mods (their declared ranges against the versions the build would install),
+``apply_patch``), mods (their declared ranges against the versions the build would install, and
+their edits judged by the build's applier on the new pins' wheels: ``modcheck``),
 pins, the kernel plan (``sources/plan`` in its sandbox, after the patches), cherry-picks and the
 mode (``choose_mode``, asked through ``buildspec.resolve``). Data only: nothing of either tree
 runs on the host but its CMake, in the plan's sandbox. Cherry-picks: whether upstream merged one
@@ -29,7 +30,7 @@ from edgevllm.specs.buildspec import BuildSpec, SourceSpec, load_spec, load_spec
 from edgevllm.specs.lock import Lock, read_lock
 from edgevllm.specs.moderule import release_of
 from edgevllm.specs.targets import load_target
-from edgevllm.track import facts, pypi
+from edgevllm.track import facts, modcheck, pypi
 
 NOTHING_TO_DO = 0         # no newer release passes the bump rule: the image is current
 REBUILD_RECOMMENDED = 20  # a newer release, and every fix applies or retires cleanly
@@ -173,7 +174,9 @@ def _compare(start: Start, old_release: pypi.Release, new_release: pypi.Release,
     with tempfile.TemporaryDirectory(prefix="edgevllm-track-") as tmp:
         old = _side(old_release, Path(tmp), target, {**installed, **start.locked_packages})
         new = _side(new_release, Path(tmp), target, installed)
-    mods = [facts.mod_verdict(name, old.exact, new.exact) for name in resolve(start.spec).mods]
+    names = resolve(start.spec).mods
+    mods = [facts.mod_verdict(name, old.exact, new.exact) for name in names]
+    judged = {o["name"]: o for o in modcheck.outcomes(names, start.spec.target, new.exact)}
     picks, kept = _picks(start, new_release.version)
     report: dict[str, object] = {
         "to": {"vllm": new_release.version, "sha256": new_release.sha256,
@@ -181,7 +184,7 @@ def _compare(start: Start, old_release: pypi.Release, new_release: pypi.Release,
                "age_days": round(new_release.age_days(now), 1)},
         "patches": [_patch_row(o, n) for o, n in zip(old.patches, new.patches,
                                                                     strict=True)],
-        "mods": [asdict(m) for m in mods],
+        "mods": [dict(asdict(m), applier=judged.get(m.name)) for m in mods],
         "pins": _pin_rows(old, new, target, installed),
         "plan": {"changes": facts.plan_changes(old.plan or {}, new.plan or {}),
                  "old_error": old.plan_error, "new_error": new.plan_error,
@@ -191,7 +194,8 @@ def _compare(start: Start, old_release: pypi.Release, new_release: pypi.Release,
         "mode": {"old": _mode(start.spec, old.version, [p for p, _ in start.picks]),
                  "new": _mode(start.spec, new.version, kept)},
         "figures": {"old_seconds": round(old.seconds, 2), "new_seconds": round(new.seconds, 2),
-                    "bytes_downloaded": old.downloaded + new.downloaded,
+                    "bytes_downloaded": old.downloaded + new.downloaded + sum(
+                        o["downloaded"] for o in judged.values()),
                     "bytes_read": old.bytes_read + new.bytes_read},
     }
     broken = _broken(report)
@@ -234,6 +238,8 @@ def _broken(report: dict) -> list[str]:
     out = [f"patch {p['name']} fails: {p['detail']}" for p in report["patches"]
            if p["new"] == "failed"]
     plan = report["plan"]
+    out += [f"mod {m['name']} fails: {m['applier']['detail']}" for m in report["mods"]
+            if (m.get("applier") or {}).get("outcome") == "failed"]
     out += [f"the kernel plan: {plan[key]}" for key in ("new_error", "new_gap") if plan[key]]
     refused = report["requirements"]["new_refused"]
     return out + ([f"the build refuses the requirement files: {refused}"] if refused else [])
@@ -242,6 +248,7 @@ def _broken(report: dict) -> list[str]:
 def retired(report: dict) -> dict[str, list[str]]:
     """What a bump drops: mods whose range no longer holds, picks the new release has, patches
     upstream made unnecessary."""
-    return {"mods": [m["name"] for m in report.get("mods", []) if m["verdict"] == "retire"],
+    return {"mods": [m["name"] for m in report.get("mods", []) if m["verdict"] == "retire"
+                     or (m.get("applier") or {}).get("outcome") == "already-applied"],
             "picks": [p["pick"] for p in report.get("picks", []) if p["retire"]],
             "patches": [p["name"] for p in report.get("patches", []) if p["retire"]]}
