@@ -27,6 +27,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 from pydantic import Field, ValidationError
 
@@ -131,7 +132,7 @@ def _pae(config: bytes) -> bytes:
     return b"DSSEv1 %d %s %d %s" % (len(kind), kind, len(config), config)
 
 
-def check_signature(raw: bytes, config: bytes, trusted: list[PublicKey],
+def check_signature(raw: bytes, config: bytes, trusted: Sequence[PublicKey],
                     where: str) -> str:
     """The keyid of the trusted key that signed the wheel list; refused (one line) when no key
     is trusted, the artifact is unsigned, or no trusted key signed it."""
@@ -177,7 +178,7 @@ def publish(ref: str, key: str, folder: Path, signer: PrivateKey | None = None
                     listing.wheels)
 
 
-def fetch(ref: str, key: str, dest: Path, trusted: list[PublicKey]) -> Transfer | None:
+def fetch(ref: str, key: str, dest: Path, trusted: Sequence[PublicKey]) -> Transfer | None:
     """Key ``key``'s wheels from ``ref`` into ``dest``, signed by a ``trusted`` key and every one
     checked; None when the registry holds no artifact for the key. Refused (WheelCacheError):
     nothing in ``dest``."""
