@@ -38,7 +38,7 @@ MAX_FUNCTION_LINES = 60
 # A module within 10 % of the cap says why in its caption (a paragraph starting "Its length:"),
 # so the cap stays a limit, not a target. PENDING: near the cap, its reason still to be written.
 NEAR_CAP_LINES = MAX_MODULE_LINES * 9 // 10
-NEAR_CAP_PENDING = {"sources/wheels.py": "changed by another piece of work the day the rule came"}
+NEAR_CAP_PENDING: dict[str, str] = {}  # a module whose reason is being written (none now)
 
 
 def layer_of(package: str) -> int:

@@ -18,6 +18,9 @@ uv reads the user's logins only where every index is the user's own (``uvlogins.
 
 Contracts: nothing is downloaded before the closure resolved; every wheel in an assembled folder
 has the sha256 its pin names (checked on the host, and again by the installer in the image).
+
+Its length: the resolve, the pin chosen per platform tag and the wheelhouse that fetches and
+assembles those pins share one pin model and one cache layout; uv's logins already live apart.
 """
 
 from __future__ import annotations
