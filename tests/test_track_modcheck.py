@@ -10,16 +10,28 @@ replacement) and fails (0.6.11 whose anchor changed: the file and the anchor nam
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import io
+import json
+import platform
+import threading
 import zipfile
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from edgevllm.track import modcheck
-from support.modenv import outcome, site_with, stage_and_apply, wheel, working_copy
+from support.modenv import (
+    cuda_bindings_wheels,
+    outcome,
+    site_with,
+    stage_and_apply,
+    wheel,
+    working_copy,
+)
 from support.pypiindex import serve_index
 
 ANCHOR = 'if sm_version != "sm_120":'
@@ -114,3 +126,68 @@ def test_a_missing_wheel_is_unknown_not_a_guess(tmp_path, monkeypatch):
     assert "no wheel of flashinfer-python 0.6.11 for aarch64" in judged[0]["detail"]
     assert unpinned[0]["outcome"] == "unknown"
     assert unpinned[0]["detail"] == "the new tree pins no exact version of flashinfer-python"
+
+
+@contextlib.contextmanager
+def serve_wheels(paths: list[Path]):
+    """A local index in PyPI's JSON shape for several projects: each wheel under its project."""
+    releases: dict[str, dict[str, list[dict]]] = {}
+    files = {p.name: p.read_bytes() for p in paths}
+    for path in paths:
+        project, version = path.name.split("-")[:2]
+        releases.setdefault(project.replace("_", "-"), {}).setdefault(version, []).append(
+            index_entry(path.name, files[path.name]))
+    pages = {f"/pypi/{name}/json": json.dumps({"releases": rel}).encode()
+             for name, rel in releases.items()}
+    pages.update({f"/files/{name}": body for name, body in files.items()})
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            data = pages.get(self.path)
+            self.send_response(200 if data is not None else 404)
+            self.send_header("Content-Length", str(len(data or b"")))
+            self.end_headers()
+            self.wfile.write(data or b"")
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}/pypi"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_cutlass_dsl_edit_as_the_applier_records_it(tmp_path, monkeypatch):
+    """CuTe DSL 4.4.2 (the cutlass-dsl-gb10 fix applies): only the meta wheel's version is
+    pinned; libs-base and libs-cu13 come from its == requirements, and the edit (in_class
+    anchors) lands in the file the applier edits in a site where both are installed."""
+    wheels = [wheel("nvidia-cutlass-dsl==4.4.2", platform=False),
+              wheel("nvidia-cutlass-dsl-libs-cu13==4.4.2"),
+              wheel("nvidia-cutlass-dsl-libs-base==4.4.2")]
+    monkeypatch.setenv("EDGEVLLM_CACHE", str(tmp_path / "cache"))
+    with serve_wheels(wheels) as base:
+        monkeypatch.setenv("EDGEVLLM_PYPI_URL", base)
+        (predicted,) = modcheck.outcomes(["cutlass-dsl-gb10"], "spark",
+                                         {"nvidia-cutlass-dsl": "4.4.2"}, arch=host_arch())
+    assert predicted["packages"] == {"nvidia-cutlass-dsl": "4.4.2",
+                                     "nvidia-cutlass-dsl-libs-base": "4.4.2",
+                                     "nvidia-cutlass-dsl-libs-cu13": "4.4.2"}
+    assert predicted["left_to_build"] == ["dist_files", "env", "verify"]
+
+    site = working_copy(site_with("cutlass-4.4.2-base-cu13", [
+        *wheels[:1], wheels[1], wheels[2], *cuda_bindings_wheels()]), tmp_path / "site")
+    links = ["--pip-find-links", str(wheels[1].parent), "--pip-no-index"]
+    _, record, _, _ = stage_and_apply(["cutlass-dsl-gb10"], "spark", site, tmp_path / "run", links)
+    assert record is not None
+    applied = outcome(record, "cutlass-dsl-gb10")
+    assert predicted["outcome"] == "applied" == applied["outcome"], (predicted, applied)
+    assert normalised(predicted, Path("/nowhere"))[2] == normalised(applied, site)[2]
+    assert normalised(predicted, Path("/nowhere"))[2][0][:2] == (1, "applied")
+
+
+def host_arch() -> str:
+    return platform.machine()

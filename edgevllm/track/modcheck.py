@@ -83,7 +83,9 @@ def wheel(name: str, version: str, arch: str = "aarch64") -> tuple[Path, int]:
 
 def unpack(path: Path, dest: Path, wanted: list[str]) -> None:
     """``path``'s ``.dist-info`` and its files whose names end with one of ``wanted`` into
-    ``dest``; names that climb out are refused."""
+    ``dest``; names that climb out are refused. A file an earlier wheel wrote is kept: where two
+    wheels install the same file (CuTe DSL's libs-base and libs-cu13), the one the mod's edit
+    names first wins, as the mod's ``dist_files`` step makes it in the image."""
     try:
         with zipfile.ZipFile(path) as zf:
             for info in zf.infolist():
@@ -96,6 +98,8 @@ def unpack(path: Path, dest: Path, wanted: list[str]) -> None:
                     raise SourceError(f"{path.name}: {name} is over "
                                       f"{pypi.MEMBER_MAX_BYTES * 4} bytes")
                 out = dest / name
+                if out.exists():
+                    continue
                 out.parent.mkdir(parents=True, exist_ok=True)
                 out.write_bytes(zf.read(info))
     except (OSError, zipfile.BadZipFile) as exc:
@@ -165,7 +169,9 @@ def _judge(mod: dict, plan_dir: Path, versions: dict[str, str], arch: str) -> di
                                + ", ".join(got["unknown"]), downloaded=got["downloaded"])
         record = applier.apply_mod(env, plan_dir, edits)
     detail = record["detail"].replace(f"{site}/", "")
-    steps = [dict(s, detail=s["detail"].replace(f"{site}/", "")) for s in record["steps"]]
+    where = [i for i, s in enumerate(mod["steps"]) if s["kind"] in JUDGED]  # the mod's indices
+    steps = [dict(s, index=where[s["index"]], detail=s["detail"].replace(f"{site}/", ""))
+             for s in record["steps"]]
     return dict(row, outcome=record["outcome"], verdict=WORDS[record["outcome"]],
                 packages=record["packages"], detail=detail, steps=steps,
                 downloaded=got["downloaded"])
