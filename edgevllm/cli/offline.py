@@ -24,10 +24,13 @@ _ENGINE = "docker engine: 'local' (default), a docker context name or ssh://user
                 "revision": "the model's branch or commit (default: the recipe's, else main)",
                 "lock": "the lock file to carry (default: the image's lock label)",
                 "with-caches": "a JIT cache bundle of this image (inv warm) to carry",
+                "attach": "the image's lock or SBOM (out/X.lock.json, as inv push --attach): "
+                          "its SBOM and SLSA provenance attested in the layout beside the "
+                          "signature (default: the signature alone)",
                 "engine": _ENGINE},
           auto_shortflags=False)
 def bundle(c, image=None, recipe=None, out=None, key=None, target=None, hf_cache=None,
-           revision=None, lock=None, with_caches=None, engine=None):
+           revision=None, lock=None, with_caches=None, attach=None, engine=None):
     """Write one signed folder (OCI image layout, recipe, lock, model, caches) to deploy offline."""
     from edgevllm.serve.offlinebundle import BundleRequest, make_bundle
 
@@ -40,7 +43,8 @@ def bundle(c, image=None, recipe=None, out=None, key=None, target=None, hf_cache
         image=check(ImageRef, image, "--image"), recipe=recipe, out=Path(out), key=Path(key),
         target=target, hf_cache=Path(hf_cache).expanduser() if hf_cache else None,
         revision=revision, lock=Path(lock) if lock else None,
-        caches=Path(with_caches) if with_caches else None)
+        caches=Path(with_caches) if with_caches else None,
+        attach=Path(attach) if attach else None)
     manifest = make_bundle(DockerEngine.named(engine), request)
     console.step(f"bundle {out}: {len(manifest.files)} files, signed; on the node: "
                  f"inv deploy --from {out} --key PUBLIC_KEY")

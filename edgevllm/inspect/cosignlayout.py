@@ -95,10 +95,12 @@ def add_signatures(folder: Path, dest: str, key: PrivateKey,
     return written + ["index.json"]
 
 
-def _drop_stale(folder: Path, old: list[dict], kept: set[str]) -> None:
-    """The blobs of the cosign manifests replaced (a bundle written again), where no new one
-    shares them."""
-    for entry in old:
+def signature_blobs(folder: Path, entries: list[dict] | None = None) -> set[str]:
+    """The blobs (``blobs/sha256/<hex>``) of the layout's cosign entries (or of ``entries``)."""
+    if entries is None:
+        entries = [m for m in _index(folder)["manifests"] if isinstance(m, dict) and _is_cosign(m)]
+    names: set[str] = set()
+    for entry in entries:
         name = f"blobs/sha256/{str(entry.get('digest', '')).removeprefix('sha256:')}"
         try:
             found = load_json(read_file(folder / name, INDEX_LIMIT, "a cosign manifest",
@@ -106,8 +108,13 @@ def _drop_stale(folder: Path, old: list[dict], kept: set[str]) -> None:
         except (OSError, IntegrityError):
             continue
         parts = [found.get("config"), *found.get("layers", [])] if isinstance(found, dict) else []
-        names = [name] + [f"blobs/sha256/{str(d.get('digest', '')).removeprefix('sha256:')}"
-                          for d in parts if isinstance(d, dict)]
-        for stale in names:
-            if stale not in kept and SHA256_DIGEST.fullmatch("sha256:" + stale.rsplit("/")[-1]):
-                (folder / stale).unlink(missing_ok=True)
+        names |= {name} | {f"blobs/sha256/{str(d.get('digest', '')).removeprefix('sha256:')}"
+                           for d in parts if isinstance(d, dict)}
+    return {n for n in names if SHA256_DIGEST.fullmatch("sha256:" + n.rsplit("/")[-1])}
+
+
+def _drop_stale(folder: Path, old: list[dict], kept: set[str]) -> None:
+    """The blobs of the cosign manifests replaced (a bundle written again), where no new one
+    shares them."""
+    for stale in signature_blobs(folder, old) - kept:
+        (folder / stale).unlink(missing_ok=True)

@@ -2,11 +2,14 @@
 
 The image as an OCI image layout (image/ocilayout.py), the recipe, the image's lock, the recipe's
 model at a pinned commit from the local Hugging Face cache (serve/cache/hubfiles.py), a JIT cache
-bundle where given (checked for this image first), and one signed manifest of every file's sha256
-and size (serve/bundlefiles.py). The size is printed before a byte is written; each file is
-written under a temporary name and renamed; a file already there with its size and sha256 is kept,
-so a bundle cut short is finished by running the same command again. The manifest is written
-last: a folder without it is not a bundle.
+bundle where given (checked for this image first), the image's cosign signature and, with
+``--attach``, its SBOM and SLSA provenance attestations in the layout (inspect/cosignlayout.py:
+``skopeo copy`` out of it lands them where ``cosign verify`` looks), and one signed manifest of
+every file's sha256 and size (serve/bundlefiles.py). The size is printed before a byte is
+written; each file is written under a temporary name and renamed; a file already there with its
+size and sha256 is kept (the signature in the layout excepted: signed anew), so a bundle cut
+short is finished by running the same command again. The manifest is written last: a folder
+without it is not a bundle.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from edgevllm.containers.docker import DockerEngine
 from edgevllm.image.ocilayout import save_layout
 from edgevllm.image.progress import ByteProgress, human
 from edgevllm.inspect import dsse
+from edgevllm.inspect.cosignlayout import signature_blobs
 from edgevllm.serve.bundlefiles import (
     BundleFile,
     BundleImage,
@@ -54,6 +58,7 @@ class BundleRequest:
     revision: str | None = None    # default: the recipe's pinned revision, else main
     lock: Path | None = None       # default: the image's lock label
     caches: Path | None = None
+    attach: Path | None = None     # the image's lock or SBOM: its stem's SBOM attested
 
 
 @dataclass
@@ -69,6 +74,7 @@ class _Plan:
 
 def make_bundle(engine: DockerEngine, request: BundleRequest) -> BundleManifest:
     dsse.load_private_key(request.key)  # a wrong key is one line before any work
+    _check_attach(request.attach)
     check_out_folder(request.out)
     rendered = render_named(request.recipe, [], request.target)
     plan = _plan(engine, request, rendered)
@@ -81,9 +87,11 @@ def make_bundle(engine: DockerEngine, request: BundleRequest) -> BundleManifest:
     _check_disk(request.out, total)
     out = request.out
     out.mkdir(parents=True, exist_ok=True)
-    files = [_entry(out, f"image/{name}") for name in
-             save_layout(engine, request.image, out / "image", plan.image_size,
-                                         plan.image_id)]
+    layout = save_layout(engine, request.image, out / "image", plan.image_size, plan.image_id)
+    replaced = signature_blobs(out / "image")  # a bundle written again: signed anew below
+    layout = [name for name in layout if name not in replaced]
+    layout += _sign_layout(engine, request, out / "image")
+    files = [_entry(out, f"image/{name}") for name in sorted(set(layout))]
     files.append(_copy(recipe_path, out, f"recipe/{recipe_path.name}"))
     if plan.lock_text is not None:
         atomic_write_text(out / "lock" / LOCK_FILENAME, plan.lock_text)
@@ -100,6 +108,30 @@ def make_bundle(engine: DockerEngine, request: BundleRequest) -> BundleManifest:
         model=BundleModel(repo=rendered.model, commit=plan.commit, ref=plan.ref), files=files)
     sign_manifest(manifest, request.key, out)
     return manifest
+
+
+def _check_attach(attach: Path | None) -> None:
+    from edgevllm.inspect.provenance import artefact_paths, stem_of
+
+    if attach is not None and not artefact_paths(stem_of(attach))[0].is_file():
+        raise ConfigError(f"--attach {attach}: {artefact_paths(stem_of(attach))[0]} not found; "
+                          "run inv sbom first")
+
+
+def _sign_layout(engine: DockerEngine, request: BundleRequest, folder: Path) -> list[str]:
+    """The image's cosign signature (and with ``--attach`` its attestations) in the layout,
+    signed with the bundle's key; the layout's files written."""
+    from edgevllm.common.keys import is_ed25519
+    from edgevllm.inspect import attach, cosignlayout, provenance
+
+    key = dsse.load_private_key(request.key)
+    if is_ed25519(key):
+        console.warn(f"--key {request.key}: {dsse.COSIGN_CANNOT}")
+    dest = request.image.rsplit(":", 1)[0] if ":" in request.image.rsplit("/", 1)[-1] \
+        else request.image
+    predicates = {} if request.attach is None else attach.predicates(
+        engine, request.image, dest, provenance.stem_of(request.attach))
+    return cosignlayout.add_signatures(folder, dest, key, predicates)
 
 
 def _plan(engine: DockerEngine, request: BundleRequest, rendered) -> _Plan:

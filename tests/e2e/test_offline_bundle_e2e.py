@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from edgevllm.cli import program
+from edgevllm.inspect.cosignlayout import signature_blobs
 from edgevllm.inspect.dsse import generate_key
 from edgevllm.serve.bundlefiles import MANIFEST_NAME, hash_file
 from edgevllm.serve.deploy import verify_bundle
@@ -116,6 +117,12 @@ def test_a_bundle_deploys_with_no_network_and_every_tampered_part_is_refused(eng
         out = _bundle(tmp_path, image, private, caches)
         for name in ("oci-layout", "index.json"):  # what skopeo/oras/crane read
             assert (out / "image" / name).is_file()
+        from edgevllm.inspect import cosign, cosignlayout
+        from support.skopeo import run_skopeo
+
+        tag = cosign.tag_for(cosignlayout.image_digest(out / "image"), "sig")
+        found = run_skopeo("inspect", "--raw", f"oci:{out / 'image'}:{tag}")
+        assert found.returncode == 0 and cosign.SIMPLE_SIGNING in found.stdout, found.stderr
         remove_everything(engine, image_id)
 
         blob = max((out / "image" / "blobs" / "sha256").iterdir(), key=lambda p: p.stat().st_size)
@@ -162,8 +169,10 @@ def test_a_bundle_cut_short_is_finished_by_running_it_again(engine, tmp_path):
     image_id = engine.image_id(image)
     try:
         out = _bundle(tmp_path, image, private)
-        blobs = sorted((out / "image" / "blobs" / "sha256").iterdir(),
-                       key=lambda p: p.stat().st_size)
+        signed = {out / "image" / name for name in signature_blobs(out / "image")}
+        assert len(signed) == 3  # the image's cosign .sig: its layer, config and manifest
+        blobs = sorted(set((out / "image" / "blobs" / "sha256").iterdir()) - signed,
+                       key=lambda p: p.stat().st_size)  # the signature is signed anew
         kept = {p: p.stat().st_ino for p in blobs[:-1]}
         (out / MANIFEST_NAME).unlink()     # cut short before the manifest, one blob half
         blobs[-1].write_bytes(blobs[-1].read_bytes()[:1000])
@@ -183,6 +192,7 @@ def test_a_bundle_cut_short_is_finished_by_running_it_again(engine, tmp_path):
         assert {p: p.stat().st_ino for p in kept} == kept
         tops = ("oci-layout", "index.json", "manifest.json", "repositories")
         layout = {f"image/{p.relative_to(out / 'image')}" for p in blobs} | {
+            f"image/{name}" for name in signature_blobs(out / "image")} | {
             f"image/{name}" for name in tops}
         assert {"image/index.json", "image/oci-layout"} <= {f.path for f in manifest.under(
             "image")} <= layout
