@@ -109,3 +109,12 @@ def test_a_layout_of_two_images_is_refused(tmp_path):
     (layout / "index.json").write_text(json.dumps(index))
     with pytest.raises(IntegrityError, match="2 images"):
         cosignlayout.image_digest(layout)
+
+
+def test_bundle_attach_without_an_sbom_is_one_line_before_any_work(tmp_path, cli):
+    private, _ = dsse.generate_key(tmp_path / "k.pem")
+    code, _, err = cli("bundle", "--image", "x:1", "--recipe", "any", "--out",
+                       str(tmp_path / "out"), "--key", str(private), "--attach",
+                       str(tmp_path / "x.lock.json"))
+    assert code == 2 and "run inv sbom first" in err and "Traceback" not in err, err
+    assert not (tmp_path / "out").exists()

@@ -117,12 +117,7 @@ def test_a_bundle_deploys_with_no_network_and_every_tampered_part_is_refused(eng
         out = _bundle(tmp_path, image, private, caches)
         for name in ("oci-layout", "index.json"):  # what skopeo/oras/crane read
             assert (out / "image" / name).is_file()
-        from edgevllm.inspect import cosign, cosignlayout
-        from support.skopeo import run_skopeo
-
-        tag = cosign.tag_for(cosignlayout.image_digest(out / "image"), "sig")
-        found = run_skopeo("inspect", "--raw", f"oci:{out / 'image'}:{tag}")
-        assert found.returncode == 0 and cosign.SIMPLE_SIGNING in found.stdout, found.stderr
+        _the_layouts_signature_verifies_in_a_registry(out / "image", public)
         remove_everything(engine, image_id)
 
         blob = max((out / "image" / "blobs" / "sha256").iterdir(), key=lambda p: p.stat().st_size)
@@ -151,6 +146,29 @@ def test_a_bundle_deploys_with_no_network_and_every_tampered_part_is_refused(eng
         assert f"--caches {copies[0]}" in proc.stdout, proc.stdout
     finally:
         remove_everything(engine, image_id)
+
+
+def _the_layouts_signature_verifies_in_a_registry(layout: Path, public: Path) -> None:
+    """docker save's layout, signed by inv bundle: copied with its .sig into a registry, digests
+    kept, the real cosign verifies it under the digest docker save wrote."""
+    from edgevllm.inspect import cosign, cosignlayout
+    from support.cosign import cosign_verify
+    from support.registry import local_registry
+    from support.skopeo import run_skopeo, skopeo_copy
+
+    digest = cosignlayout.image_digest(layout)
+    index = json.loads((layout / "index.json").read_text())
+    image_tag = next(m["annotations"][cosignlayout.REF_NAME] for m in index["manifests"]
+                     if m["digest"] == digest)
+    sig = cosign.tag_for(digest, "sig")
+    found = run_skopeo("inspect", "--raw", f"oci:{layout}:{sig}")
+    assert found.returncode == 0 and cosign.SIMPLE_SIGNING in found.stdout, found.stderr
+    with local_registry() as host:
+        for tag in (image_tag, sig):
+            copied = skopeo_copy(f"oci:{layout}:{tag}", f"docker://{host}/bundled:{tag}")
+            assert copied.returncode == 0, copied.stderr
+        result = cosign_verify(None, public, f"{host}/bundled@{digest}")
+        assert result.returncode == 0, result.stderr
 
 
 def _model_is_in_the_node_cache(node: Path) -> None:
