@@ -14,7 +14,7 @@ import pytest
 from edgevllm.common.errors import RecipeError
 from edgevllm.common.paths import host_hf_cache
 from edgevllm.containers.docker import DockerEngine, RunOptions
-from edgevllm.serve.entry import fraction, with_fraction
+from edgevllm.serve.inimage_entry import fraction, with_fraction
 from edgevllm.serve.launch import (
     LABEL_MEMORY,
     check_memory_fits,
