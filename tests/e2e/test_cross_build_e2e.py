@@ -28,8 +28,10 @@ from pathlib import Path
 import pytest
 
 from e2e.conftest import hermetic_spec
+from support.timeouts import COLD_FIXTURE_TIMEOUT_S
 
-pytestmark = pytest.mark.e2e
+# The first test sets up the module's cold fixtures (support/timeouts.py says why and how long).
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(COLD_FIXTURE_TIMEOUT_S)]
 
 CUDA_RUNTIME = "13.0.96"   # the aarch64 nvidia-cuda-runtime the cross link takes from the closure
 TARGETS = {"thor": "sm_110a", "spark": "sm_121a"}

@@ -69,8 +69,10 @@ from support.cross_real import (
 )
 from support.gitfixtures import git_cache, make_upstream_repo  # noqa: F401
 from support.sdists import pypi_sdist, sdist_tree
+from support.timeouts import COLD_FIXTURE_TIMEOUT_S
 
-pytestmark = pytest.mark.e2e
+# The first test sets up the module's cold fixtures (support/timeouts.py says why and how long).
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(COLD_FIXTURE_TIMEOUT_S)]
 
 EXTENSIONS = ["cumem_allocator", "spinloop", "fs_io_C"]
 UNIT = "csrc/activation_kernels.cu"

@@ -24,8 +24,10 @@ import pytest
 
 from e2e.conftest import write_spec
 from support.images import in_image
+from support.timeouts import COLD_FIXTURE_TIMEOUT_S
 
-pytestmark = pytest.mark.e2e
+# The first test sets up the module's cold fixtures (support/timeouts.py says why and how long).
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(COLD_FIXTURE_TIMEOUT_S)]
 
 VLLM = "0.33.0"
 REPO = "edgevllm-test/real-vllm"

@@ -67,8 +67,10 @@ import pytest
 
 from e2e.conftest import write_spec
 from e2e.test_cross_build_e2e import step_ran_or_cached
+from support.timeouts import COLD_FIXTURE_TIMEOUT_S
 
-pytestmark = pytest.mark.e2e
+# The first test sets up the module's cold fixtures (support/timeouts.py says why and how long).
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(COLD_FIXTURE_TIMEOUT_S)]
 
 VLLM = "0.33.0"
 PYTHON = "3.13"
