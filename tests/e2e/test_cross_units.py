@@ -8,10 +8,13 @@ and for Thor (11.0a), are compiled with the arguments the kernel plan reads from
 sbsa target folder assembled from NVIDIA's aarch64 wheels), and by the same nvcc natively for
 x86_64. Checked: every cross object is an aarch64 ELF (readelf) and every native one an x86-64
 ELF; edgevllm's verify finds exactly the target's SASS (sm_121a / sm_110a) where the plan says
-so; each unit's cubins are byte-identical (sha256) between the cross and the native build. Then
-the small unit (activation_kernels, Spark only) is compiled by the aarch64 nvcc and g++ under
-qemu in a linux/arm64 container, as the compile mode does today: its cubin is byte-identical to
-the cross build's.
+so; these two units' cubins are also byte-identical (sha256) between the cross and the native
+x86_64 build, which holds only because neither takes a char-sized kernel parameter (x86_64's
+``char`` is signed, aarch64's unsigned: such a kernel loads it ``ld.param.s8`` natively and
+``u8`` cross). The invariant the road keeps for every unit is cross == arm64 nvcc: the small unit
+(activation_kernels, Spark only) is compiled by the aarch64 nvcc and g++ under qemu in a
+linux/arm64 container, as the compile mode does on a native arm64 builder, and its cubin is
+byte-identical to the cross build's.
 
 The compilers run in Debian trixie containers (support.images.debian_image): bookworm's own
 cross g++ is GCC 12, below the road's minimum, and trixie's needs trixie's glibc. No timed
@@ -73,6 +76,8 @@ def test_cross_objects_are_aarch64_with_the_planned_sass_and_the_native_cubins(b
         assert report.arches("sass") == [sass], (unit, report.arches("sass"))
         assert report.arches("ptx") == []
         assert [key.rsplit(".", 2)[-2] for key in cross.cubins] == [sass], cross.cubins
+        # True of these units only (no char-sized parameter); the road's invariant is the
+        # arm64 one, test_small_unit_cubin_is_the_arm64_nvcc_one_under_qemu.
         assert cross.cubins == native.cubins, f"{unit}: the cross cubins differ from native's"
     planned = {cu.object_name(u): [_arch(flag) for flag in plan.flags_for(u)] for u in UNITS}
     rows = compare_with_binaries(planned, {str(c.obj): scan_path(c.obj)[0].arches("sass")
