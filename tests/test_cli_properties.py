@@ -66,6 +66,7 @@ def _bases(junk_url: str) -> dict[str, list[str]]:
         "serve": ["serve", RECIPE], "sign": ["sign", "--image", "x", "--key", "k"],
         "sources": ["sources", "--target", "thor", "--dry-run"], "status": ["status"],
         "stop": ["stop", "--name", "x"], "targets": ["targets"],
+        "track": ["track", "--target", "thor", "--to", "0.33.0"],  # PyPI behind the dead proxy
         "tune-moe": ["tune-moe", "--image", "x", "--target", "thor", "--model", "m"],
         "verify": ["verify", "--target", "thor", "--image", "x"],
         "verify-supply-chain": ["verify-supply-chain", "--key", "k", "--image", "x"],

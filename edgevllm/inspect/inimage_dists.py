@@ -18,6 +18,7 @@ import sys
 
 PACKAGE_DIRS = ("site-packages", "dist-packages")
 SKIP = ("/proc", "/sys", "/dev")
+DIST_INFO = ".dist-info"  # a wheel's (and an installed distribution's) metadata folder suffix
 MARKER = "EDGEVLLM-DISTS "
 DEBS_MARKER = "EDGEVLLM-DEBS "
 DPKG_STATUS = "var/lib/dpkg/status"
@@ -80,7 +81,7 @@ def _read(path):
 def _from_packages_dir(folder, found):
     for name in sorted(os.listdir(folder)):
         full = os.path.join(folder, name)
-        if name.endswith(".dist-info") and os.path.isdir(full):
+        if name.endswith(DIST_INFO) and os.path.isdir(full):
             metadata = _read(os.path.join(full, "METADATA"))
             if metadata is not None:
                 found.append(entry(full, metadata, _read(os.path.join(full, "RECORD"))))

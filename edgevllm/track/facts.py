@@ -24,6 +24,7 @@ from edgevllm.mods.patches import apply_patch, load_patches
 from edgevllm.sources.buildreqs import REQUIREMENT_FILES, RUNTIME_FILES, read_requirement_tree
 from edgevllm.sources.gitcache import GitMirror
 from edgevllm.sources.plan import check_target, patches_skipped, plan_for_target
+from edgevllm.specs.outcomes import FAILED, NOT_APPLICABLE
 
 CMAKE_MAX_BYTES = 4 << 20
 # The pins the report names: (label, where: "req:<package>" or "cmake:<file>[:<variable>]").
@@ -148,7 +149,7 @@ def apply_patches(tree: Path, target, version: str) -> list[PatchVerdict]:
         try:
             result = apply_patch(patch, tree, version)
         except ModFailedError as exc:
-            out.append(PatchVerdict(patch.name, "failed", exc.message))
+            out.append(PatchVerdict(patch.name, FAILED, exc.message))
             continue
         out.append(PatchVerdict(patch.name, result["outcome"], result["detail"]))
     return out
@@ -193,7 +194,7 @@ def mod_verdict(name: str, old: dict[str, str], new: dict[str, str]) -> ModVerdi
     if all(v is not False for v in before.values()):
         return ModVerdict(name, "retire", ranges, versions, f"{out}: upstream's new pin no "
                                                              "longer needs it")
-    return ModVerdict(name, "not-applicable", ranges, versions, out)
+    return ModVerdict(name, NOT_APPLICABLE, ranges, versions, out)
 
 
 # --- the kernel plan --------------------------------------------------------------------------

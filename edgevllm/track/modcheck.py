@@ -2,10 +2,10 @@
 
 The mods are staged as a build stages them (``stage_mods``, nothing fetched) and each mod's
 ``edit`` steps are run by the in-image applier's ``apply_mod`` over a scratch folder holding,
-of each wheel the mod names, its ``.dist-info`` and the files its edits name: the applier finds
-them through the RECORD as in the image and decides applies / already upstream / not applicable
-(a range, the version named) / fails (the file and the anchor). Its text edits touch only the
-scratch copies; no code of a wheel runs, the other step kinds (pip, scripts, verification) are
+of each wheel the mod names, its metadata folder (``DIST_INFO``) and the files its edits name:
+the applier finds them through the RECORD as in the image and decides applies / already
+upstream / not applicable (a range, the version named) / fails (the file and the anchor). Its
+text edits touch only the scratch copies; no code of a wheel runs, the other step kinds (pip, scripts, verification) are
 left to the build and named as such.
 
 Wheels come from the JSON API (``pypi.pypi_url``) by their published sha256 into the cache
@@ -26,14 +26,16 @@ from edgevllm.common.archives import check_name
 from edgevllm.common.dataload import load_json
 from edgevllm.common.errors import DownloadError, EdgeVllmError, SourceError
 from edgevllm.common.http import stream_bounded
+from edgevllm.inspect.inimage_dists import DIST_INFO
 from edgevllm.mods import inimage_applier as applier
 from edgevllm.mods.catalog import stage_mods
+from edgevllm.specs.outcomes import ALREADY_APPLIED, APPLIED, FAILED, NOT_APPLICABLE
 from edgevllm.track import pypi
 
 WHEEL_MAX_BYTES = 1 << 30   # nvidia-cutlass-dsl-libs-cu13 4.4.2 for aarch64: about 80 MB
 JUDGED = ("edit",)          # text edits: decided here; the rest is the build's
-WORDS = {"applied": "applies", "already-applied": "already upstream",
-         "not-applicable": "not applicable", "failed": "fails"}
+WORDS = {APPLIED: "applies", ALREADY_APPLIED: "already upstream",
+         NOT_APPLICABLE: "not applicable", FAILED: "fails"}
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?\s*==\s*([0-9][^\s;,]*)"
                   r"\s*(?:;.*)?$")
 
@@ -82,7 +84,7 @@ def wheel(name: str, version: str, arch: str = "aarch64") -> tuple[Path, int]:
 
 
 def unpack(path: Path, dest: Path, wanted: list[str]) -> None:
-    """``path``'s ``.dist-info`` and its files whose names end with one of ``wanted`` into
+    """``path``'s metadata folder and its files whose names end with one of ``wanted`` into
     ``dest``; names that climb out are refused. A file an earlier wheel wrote is kept: where two
     wheels install the same file (CuTe DSL's libs-base and libs-cu13), the one the mod's edit
     names first wins, as the mod's ``dist_files`` step makes it in the image."""
@@ -91,7 +93,7 @@ def unpack(path: Path, dest: Path, wanted: list[str]) -> None:
             for info in zf.infolist():
                 name = check_name(info.filename, path.name, SourceError)
                 top = name.split("/", 1)[0]
-                if info.is_dir() or not (top.endswith(".dist-info") or any(
+                if info.is_dir() or not (top.endswith(DIST_INFO) or any(
                         name == w or name.endswith("/" + w) for w in wanted)):
                     continue
                 if info.file_size > pypi.MEMBER_MAX_BYTES * 4:
@@ -109,7 +111,7 @@ def unpack(path: Path, dest: Path, wanted: list[str]) -> None:
 def _pins_of(site: Path) -> dict[str, str]:
     """``==`` requirements of the wheels unpacked in ``site`` (any extra), by normalised name."""
     found: dict[str, str] = {}
-    for meta in site.glob("*.dist-info/METADATA"):
+    for meta in site.glob(f"*{DIST_INFO}/METADATA"):
         for line in meta.read_text(encoding="utf-8", errors="replace").splitlines():
             if line.startswith("Requires-Dist:") and (m := _PIN.match(line[14:].strip())):
                 found.setdefault(_norm(m[1]), m[2])

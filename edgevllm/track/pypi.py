@@ -24,7 +24,7 @@ from packaging.version import InvalidVersion, Version
 from edgevllm.common.archives import check_member, open_tar, read_member, walk
 from edgevllm.common.dataload import load_json
 from edgevllm.common.errors import DownloadError, RefNotFoundError, SourceError
-from edgevllm.common.fsutil import atomic_dir, sha256_file
+from edgevllm.common.fsutil import atomic_dir, move_into_place, sha256_file
 from edgevllm.common.http import stream_bounded
 from edgevllm.common.paths import cache_dir
 
@@ -173,7 +173,7 @@ def fetch_file(release: Release, folder: str, limit: int, what: str) -> tuple[Pa
         if sha256_file(Path(tmp)) != release.sha256:
             raise DownloadError(f"{release.url}: its bytes do not have the sha256 PyPI publishes "
                                 f"({release.sha256[:16]}…); try again or use another mirror")
-        os.replace(tmp, final)
+        move_into_place(tmp, final)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)

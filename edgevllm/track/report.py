@@ -29,6 +29,7 @@ from edgevllm.common.errors import EdgeVllmError, SpecError
 from edgevllm.specs.buildspec import BuildSpec, SourceSpec, load_spec, load_spec_file, resolve
 from edgevllm.specs.lock import Lock, read_lock
 from edgevllm.specs.moderule import release_of
+from edgevllm.specs.outcomes import ALREADY_APPLIED, APPLIED, FAILED, NOT_APPLICABLE
 from edgevllm.specs.targets import load_target
 from edgevllm.track import facts, modcheck, pypi
 
@@ -219,7 +220,7 @@ def _picks(start: Start, version: str) -> tuple[list[dict], list[str]]:
 
 def _patch_row(old: facts.PatchVerdict, new: facts.PatchVerdict) -> dict:
     return {"name": new.name, "old": old.outcome, "new": new.outcome, "detail": new.detail,
-            "retire": old.outcome == "applied" and new.outcome == "not-applicable"}
+            "retire": old.outcome == APPLIED and new.outcome == NOT_APPLICABLE}
 
 
 def _pin_rows(old: Side, new: Side, target, installed: dict[str, str]) -> list[dict]:
@@ -236,10 +237,10 @@ def _pin_rows(old: Side, new: Side, target, installed: dict[str, str]) -> list[d
 
 def _broken(report: dict) -> list[str]:
     out = [f"patch {p['name']} fails: {p['detail']}" for p in report["patches"]
-           if p["new"] == "failed"]
+           if p["new"] == FAILED]
     plan = report["plan"]
     out += [f"mod {m['name']} fails: {m['applier']['detail']}" for m in report["mods"]
-            if (m.get("applier") or {}).get("outcome") == "failed"]
+            if (m.get("applier") or {}).get("outcome") == FAILED]
     out += [f"the kernel plan: {plan[key]}" for key in ("new_error", "new_gap") if plan[key]]
     refused = report["requirements"]["new_refused"]
     return out + ([f"the build refuses the requirement files: {refused}"] if refused else [])
@@ -249,6 +250,6 @@ def retired(report: dict) -> dict[str, list[str]]:
     """What a bump drops: mods whose range no longer holds, picks the new release has, patches
     upstream made unnecessary."""
     return {"mods": [m["name"] for m in report.get("mods", []) if m["verdict"] == "retire"
-                     or (m.get("applier") or {}).get("outcome") == "already-applied"],
+                     or (m.get("applier") or {}).get("outcome") == ALREADY_APPLIED],
             "picks": [p["pick"] for p in report.get("picks", []) if p["retire"]],
             "patches": [p["name"] for p in report.get("patches", []) if p["retire"]]}
