@@ -5,8 +5,8 @@ The mods are staged as a build stages them (``stage_mods``, nothing fetched) and
 of each wheel the mod names, its metadata folder (``DIST_INFO``) and the files its edits name:
 the applier finds them through the RECORD as in the image and decides applies / already
 upstream / not applicable (a range, the version named) / fails (the file and the anchor). Its
-text edits touch only the scratch copies; no code of a wheel runs, the other step kinds (pip, scripts, verification) are
-left to the build and named as such.
+text edits touch only the scratch copies; no code of a wheel runs, the other step kinds (pip,
+scripts, verification) are left to the build and named as such.
 
 Wheels come from the JSON API (``pypi.pypi_url``) by their published sha256 into the cache
 (``wheels/<sha256>/``); a version not pinned by the tree is taken from an ``==`` requirement of
