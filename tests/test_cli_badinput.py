@@ -263,6 +263,10 @@ CASES: list[tuple[list[str], int, str]] = [
     (["track", "--target", "spark", "--json", "--markdown"], 2, "--json and --markdown"),
     (["track", "--from", "nothere.yaml"], 2, "nothere.yaml"),
     (["track", "--target", "spark", "--write-spec", "nodir/new.yaml"], 2, "no folder nodir"),
+    # --to REF (track/gitref.py): an unknown branch of the spec's repository (an empty local
+    # one), a ref git cannot read as one; no mirror is made
+    (["track", "--from", "localrepo.yaml", "--to", "nosuch"], 5, "has no branch or tag 'nosuch'"),
+    (["track", "--target", "spark", "--to", "a..b"], 2, "--to a..b"),
 ]
 
 # A handful through the real entry points, in a process of their own.
@@ -311,6 +315,9 @@ def _inputs(folder: Path) -> None:
     (folder / "bad.bench.json").write_text(json.dumps(
         {**record, "points": [{"concurrency": "many", "input_len": 1, "output_len": 1,
                                "summary": {}}]}))
+    subprocess.run(["git", "init", "-q", "--bare", str(folder / "emptyrepo.git")], check=True)
+    (folder / "localrepo.yaml").write_text(
+        f"target: spark\nvllm:\n  repo: {folder / 'emptyrepo.git'}\n  ref: v0.33.0\n")
 
 
 def _tree(folder: Path) -> dict[str, tuple[int, int]]:

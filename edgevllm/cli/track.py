@@ -20,7 +20,8 @@ _TRACK_HELP = {
             "(default: --target's default spec)",
     "target": "the target (thor, spark) where no --from is given",
     "to": "a vLLM release (0.33.0) or 'latest' (default): the newest release at least "
-          "--min-age-days old",
+          "--min-age-days old; or a git ref of the spec's vLLM repository (a tag, a branch, "
+          "a full SHA, pr:N or a PR URL), fetched as the build fetches it (no age rule)",
     "min-age-days": "candidates only from releases uploaded at least this many days ago "
                     "(default 7)",
     "json": "print the report as JSON on stdout instead of the table",
@@ -32,7 +33,8 @@ _TRACK_HELP = {
 @cli_task(help=_TRACK_HELP, auto_shortflags=False)
 def track(c, from_=None, target=None, to="latest", min_age_days="7", json=False, markdown=False,
           write_spec=None):
-    """Compare what an image is built from with a newer vLLM release (PyPI sdists, data only).
+    """Compare what an image is built from with a newer vLLM release (PyPI sdists) or a git ref
+    (the git mirror), data only.
 
     Per item: source patches, mods, pins, the kernel plan, cherry-picks and the mode; exits 0
     (nothing to do), 20 (rebuild recommended) or 21 (a fix is broken).

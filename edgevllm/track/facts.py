@@ -240,21 +240,24 @@ NO_GITHUB = "unknown (no GitHub access: track reads PyPI and the git cache only)
 _FULL_SHA = re.compile(r"^[0-9a-f]{40}\Z")
 
 
-def pick_verdict(repo: str, head_sha: str | None, version: str) -> tuple[str, bool]:
+def pick_verdict(repo: str, head_sha: str | None, version: str,
+                 commit: str | None = None) -> tuple[str, bool]:
     """Whether the pick's head (a lock's ``head_sha``, or a pick given as a full SHA) is in
-    release ``version``'s tag, from the git cache's mirror of ``repo`` alone (nothing fetched):
-    (what is known, retire). A squash-merged PR's head is never in the tag: only GitHub knows."""
+    release ``version``'s tag (or in ``commit``, what ``--to REF`` named), from the git cache's
+    mirror of ``repo`` alone (nothing fetched): (what is known, retire). A squash-merged PR's
+    head is never in the tag: only GitHub knows."""
     mirror = GitMirror(repo)
     if not head_sha or not _FULL_SHA.match(head_sha) or not (mirror.path / "HEAD").exists():
         return NO_GITHUB, False
     with mirror.locked():
         if not mirror.has_commit(head_sha):
             return f"{NO_GITHUB}; the git cache lacks {head_sha[:12]}", False
+        name = commit[:12] if commit else f"v{version}"
         try:
-            tag = mirror.rev_parse(f"refs/tags/v{version}")
+            tag = commit or mirror.rev_parse(f"refs/tags/v{version}")
         except RefNotFoundError:
             return f"{NO_GITHUB}; the git cache lacks tag v{version}", False
         if mirror.is_ancestor(head_sha, tag):
-            return f"merged: {head_sha[:12]} is in v{version} (git cache): retire it", True
-        return (f"not in v{version} as-is (git cache; a squash merge shows only on GitHub)",
+            return f"merged: {head_sha[:12]} is in {name} (git cache): retire it", True
+        return (f"not in {name} as-is (git cache; a squash merge shows only on GitHub)",
                 False)

@@ -60,8 +60,10 @@ def _short(value: str) -> str:
 def title(report: dict) -> str:
     start, to = report["from"], report.get("to")
     new = to["vllm"] if to else "-"
-    return (f"vLLM {start['vllm']} → {new} for {start['target']} ({start['origin']}): "
-            f"{report['verdict']}")
+    note = report.get("rule", {}).get("note")  # a git ref: the bump rule is for releases only
+    what = f" ({to['what']})" if to and to.get("what") else ""
+    return (f"vLLM {start['vllm']} → {new}{what} for {start['target']} ({start['origin']}): "
+            f"{report['verdict']}" + (f" ({note})" if note else ""))
 
 
 def print_table(report: dict) -> None:
@@ -97,7 +99,11 @@ def write_spec(report: dict, start: Start, out: Path) -> dict[str, list[str]]:
     data["target"] = start.spec.target
     data.pop("mode_from_lock", None)
     vllm = dict(data.get("vllm") or {})
-    vllm["ref"] = f"v{report['to']['vllm']}"
+    to = report["to"]
+    vllm["ref"] = to["commit"] if to.get("commit") else f"v{to['vllm']}"  # --to REF: its commit
+    if to.get("repo"):
+        vllm["repo"] = to["repo"]
+        vllm.pop("pr", None)
     if vllm.get("cherry_picks"):
         vllm["cherry_picks"] = [p for p in vllm["cherry_picks"] if p not in dropped["picks"]]
     data["vllm"] = vllm

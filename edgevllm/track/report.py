@@ -31,7 +31,7 @@ from edgevllm.specs.lock import Lock, read_lock
 from edgevllm.specs.moderule import release_of
 from edgevllm.specs.outcomes import ALREADY_APPLIED, APPLIED, FAILED, NOT_APPLICABLE
 from edgevllm.specs.targets import load_target
-from edgevllm.track import facts, modcheck, pypi
+from edgevllm.track import facts, gitref, modcheck, pypi
 
 NOTHING_TO_DO = 0         # no newer release passes the bump rule: the image is current
 REBUILD_RECOMMENDED = 20  # a newer release, and every fix applies or retires cleanly
@@ -102,10 +102,16 @@ class Side:
     seconds: float
 
 
-def _side(release: pypi.Release, root: Path, target, installed: dict[str, str]) -> Side:
+def _side(release: pypi.Release | gitref.GitTree, root: Path, target,
+          installed: dict[str, str]) -> Side:
+    """One tree's facts: a release's sdist (PyPI), or a commit ``--to REF`` named (git)."""
     began = time.monotonic()
-    tree = root / release.version
-    downloaded, read = pypi.release_tree(release, tree)
+    if isinstance(release, gitref.GitTree):
+        tree, label = root / release.commit, f"{release.asked} ({release.commit[:12]}, git)"
+        downloaded, read = release.fill(tree)
+    else:
+        tree, label = root / release.version, f"vllm-{release.version} (sdist)"
+        downloaded, read = pypi.release_tree(release, tree)
     try:  # the build's gate on the tree's requirement files: a refusal is a finding here
         lines: list[str] | None = facts.requirement_lines(tree)
         refused = ""
@@ -114,7 +120,7 @@ def _side(release: pypi.Release, root: Path, target, installed: dict[str, str]) 
     exact = {**facts.exact_versions(lines or []), **installed}
     patches = facts.apply_patches(tree, target, release.version)
     plan, error, gap = facts.plan_or_error(tree, target, exact.get("torch", ""))
-    named = _namer(tree, release.version)
+    named = _namer(tree, label)
     for patch in patches:
         patch.detail = named(patch.detail)
     return Side(release.version, tree, facts.pins(tree, lines), exact, patches, plan,
@@ -122,10 +128,10 @@ def _side(release: pypi.Release, root: Path, target, installed: dict[str, str]) 
                 time.monotonic() - began)
 
 
-def _namer(tree: Path, version: str):
-    """A message about the scratch copy, naming the release's sdist instead."""
-    return lambda text: text.replace(f"{tree}/", f"vllm-{version} (sdist): ").replace(
-        str(tree), f"vllm-{version} (sdist)")
+def _namer(tree: Path, label: str):
+    """A message about the scratch copy, naming the release's sdist (or the git commit)
+    instead."""
+    return lambda text: text.replace(f"{tree}/", f"{label}: ").replace(str(tree), label)
 
 
 def _installed(spec: BuildSpec) -> dict[str, str]:
@@ -136,9 +142,12 @@ def _installed(spec: BuildSpec) -> dict[str, str]:
     return {k: v for k, v in out.items() if v}
 
 
-def _mode(spec: BuildSpec, version: str, picks: list[str]) -> dict:
+def _mode(spec: BuildSpec, version: str, picks: list[str],
+          ref: gitref.GitTree | None = None) -> dict:
+    source = ({"ref": f"v{version}"} if ref is None else
+              {"repo": ref.repo, "ref": None if ref.pr else ref.commit, "pr": ref.pr})
     new = spec.model_copy(update={"vllm": spec.vllm.model_copy(
-        update={"ref": f"v{version}", "cherry_picks": picks}), "mode_from_lock": False})
+        update={**source, "cherry_picks": picks}), "mode_from_lock": False})
     try:  # the one rule, asked as the build asks it (buildspec.resolve: choose_mode)
         eff = resolve(new, None, builder_of(None, load_target(spec.target)))
     except EdgeVllmError as exc:
@@ -152,6 +161,8 @@ def track(start: Start, to: str = "latest", min_age_days: int = 7,
     ``--to``."""
     began = time.monotonic()
     now = now or _dt.datetime.now(_dt.timezone.utc)
+    if not gitref.is_release_word(to):
+        return dict(_against_ref(start, to), seconds=round(time.monotonic() - began, 2))
     found = pypi.releases("vllm")
     chosen = pypi.pick(found, to, start.release, now, min_age_days)
     head = {"from": {"origin": start.origin, "target": start.spec.target,
@@ -164,12 +175,31 @@ def track(start: Start, to: str = "latest", min_age_days: int = 7,
     old = found.get(start.release)
     if old is None:
         raise SpecError(f"{start.origin}: vLLM {start.release} has no sdist on PyPI to compare")
-    return dict(head, **_compare(start, old, chosen, now), seconds=round(time.monotonic() - began,
-                                                                         2))
+    header = {"vllm": chosen.version, "sha256": chosen.sha256,
+              "uploaded": chosen.uploaded.isoformat(), "age_days": round(chosen.age_days(now), 1)}
+    return dict(head, **_compare(start, old, chosen, header),
+                seconds=round(time.monotonic() - began, 2))
 
 
-def _compare(start: Start, old_release: pypi.Release, new_release: pypi.Release,
-             now: _dt.datetime) -> dict:
+def _against_ref(start: Start, to: str) -> dict:
+    """``--to REF``: both trees from the git mirror of the spec's repository (the start at its
+    ref, the new one at REF), as the build fetches them; the bump rule is for releases only."""
+    new = gitref.resolve(to, start.spec.vllm.repo)
+    old = gitref.resolve(start.spec.vllm.ref or f"v{start.release}", start.spec.vllm.repo)
+    head = {"from": {"origin": start.origin, "target": start.spec.target,
+                     "vllm": start.release, "commit": old.commit},
+            "rule": {"to": to, "min_age_days": None,
+                     "note": "a git ref: the bump rule (a release, N days old) is not applied"}}
+    if new.commit == old.commit:
+        return dict(head, to=None, exit_code=NOTHING_TO_DO, verdict=f"nothing to do: {to} is "
+                    f"{new.commit[:12]}, the commit the image is built from")
+    header = {"vllm": new.version, "ref": to, "commit": new.commit, "repo": new.repo,
+              "from_cache": new.cached, "what": gitref.describe(new)}
+    return dict(head, **_compare(start, old, new, header))
+
+
+def _compare(start: Start, old_release: pypi.Release | gitref.GitTree,
+             new_release: pypi.Release | gitref.GitTree, header: dict) -> dict:
     target = load_target(start.spec.target)
     installed = _installed(start.spec)
     with tempfile.TemporaryDirectory(prefix="edgevllm-track-") as tmp:
@@ -178,11 +208,10 @@ def _compare(start: Start, old_release: pypi.Release, new_release: pypi.Release,
     names = resolve(start.spec).mods
     mods = [facts.mod_verdict(name, old.exact, new.exact) for name in names]
     judged = {o["name"]: o for o in modcheck.outcomes(names, start.spec.target, new.exact)}
-    picks, kept = _picks(start, new_release.version)
+    ref = new_release if isinstance(new_release, gitref.GitTree) else None
+    picks, kept = _picks(start, new_release.version, ref)
     report: dict[str, object] = {
-        "to": {"vllm": new_release.version, "sha256": new_release.sha256,
-               "uploaded": new_release.uploaded.isoformat(),
-               "age_days": round(new_release.age_days(now), 1)},
+        "to": header,
         "patches": [_patch_row(o, n) for o, n in zip(old.patches, new.patches,
                                                                     strict=True)],
         "mods": [dict(asdict(m), applier=judged.get(m.name)) for m in mods],
@@ -193,7 +222,7 @@ def _compare(start: Start, old_release: pypi.Release, new_release: pypi.Release,
         "requirements": {"old_refused": old.refused, "new_refused": new.refused},
         "picks": picks,
         "mode": {"old": _mode(start.spec, old.version, [p for p, _ in start.picks]),
-                 "new": _mode(start.spec, new.version, kept)},
+                 "new": _mode(start.spec, new.version, kept, ref)},
         "figures": {"old_seconds": round(old.seconds, 2), "new_seconds": round(new.seconds, 2),
                     "bytes_downloaded": old.downloaded + new.downloaded + sum(
                         o["downloaded"] for o in judged.values()),
@@ -203,15 +232,18 @@ def _compare(start: Start, old_release: pypi.Release, new_release: pypi.Release,
     report["broken"] = broken
     report["exit_code"] = FIX_BROKEN if broken else REBUILD_RECOMMENDED
     report["verdict"] = ("a fix is broken: " + "; ".join(broken) if broken else
-                         f"rebuild recommended: vLLM {new_release.version}")
+                         f"rebuild recommended: vLLM {new_release.version}"
+                         + (f" ({ref.asked})" if ref else ""))
     return report
 
 
-def _picks(start: Start, version: str) -> tuple[list[dict], list[str]]:
+def _picks(start: Start, version: str, ref: gitref.GitTree | None = None
+           ) -> tuple[list[dict], list[str]]:
     """Each pick's row, and the picks a bump keeps (all but those the git cache shows merged)."""
     rows, kept = [], []
     for text, sha in start.picks:
-        merged, retire = facts.pick_verdict(start.spec.vllm.repo, sha, version)
+        merged, retire = facts.pick_verdict(start.spec.vllm.repo, sha, version,
+                                            ref.commit if ref else None)
         rows.append({"pick": text, "merged": merged, "retire": retire})
         if not retire:
             kept.append(text)
