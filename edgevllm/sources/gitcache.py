@@ -133,7 +133,7 @@ class GitMirror:
             or "repo"
         )
         digest = hashlib.sha256(self.key.encode()).hexdigest()[:12]
-        self.path = (root or paths.cache_dir("git")) / f"{slug}-{digest}.git"
+        self.path = (root or git_cache_root()) / f"{slug}-{digest}.git"
         self._default_branches: dict[str, str] = {}
 
     # -- plumbing
@@ -278,6 +278,11 @@ class GitMirror:
         url = normalize_repo(url) if url else self.url
         branch = self.default_branch(url)
         return branch, self.fetch_ref(f"refs/heads/{branch}", url)
+
+
+def git_cache_root(create: bool = True) -> Path:
+    """Where the mirrors live (``cache_dir("git")``); ``create`` off to look without making it."""
+    return paths.cache_dir("git", create=create)
 
 
 def open_mirror(url: str, root: Path | None = None) -> GitMirror:

@@ -17,8 +17,7 @@ from pathlib import Path
 from edgevllm.common.errors import RefNotFoundError, RefSyntaxError, SourceError
 from edgevllm.common.foreign import git_ref, inside
 from edgevllm.common.grammar import GIT_SHA
-from edgevllm.common.paths import cache_dir
-from edgevllm.sources.gitcache import GitMirror, git
+from edgevllm.sources.gitcache import GitMirror, git, git_cache_root
 from edgevllm.sources.prepare import describe_version, pep440_version
 from edgevllm.specs.refs import display_repo, normalize_repo, parse_pr_arg
 from edgevllm.track.pypi import MEMBER_MAX_BYTES, SDIST_MAX_BYTES, TREE_PREFIXES
@@ -54,7 +53,7 @@ def resolve(to: str, repo: str) -> GitTree:
         git_ref(to, what=f"--to {to}", error=RefSyntaxError)
     reachable = _asked_remote(normalize_repo(url or repo), to, number)  # before any mirror
     # where the mirror would be, made only where there is something to put in it
-    mirror = GitMirror(url or repo, cache_dir("git", create=False))
+    mirror = GitMirror(url or repo, git_cache_root(create=False))
     if not reachable and not (mirror.path / "HEAD").exists():
         raise SourceError(f"--to {to}: cannot reach {display_repo(mirror.url)}, and the git cache "
                           "has no mirror of it; check the network or the repository")
@@ -88,7 +87,7 @@ def _asked_remote(url: str, to: str, number: int | None) -> bool:
 
 
 def _pr_of(to: str) -> tuple[str | None, int | None]:
-    if _PR.match(to) or "/pull/" in to:
+    if _PR.match(to) or "://" in to:  # a PR URL; parse_pr_arg refuses any other URL
         return parse_pr_arg(_PR.sub("", to), f"--to {to}")
     return None, None
 
@@ -124,7 +123,7 @@ def copy_tree(mirror: GitMirror, commit: str, dest: Path) -> int:
         path = inside(dest, name)
         if path is None or int(size) > MEMBER_MAX_BYTES:
             raise SourceError(f"{commit[:12]}: {name[:80]!r} is outside the tree or over "
-                              f"{MEMBER_MAX_BYTES >> 20} MiB; track reads no such file")
+                              f"{MEMBER_MAX_BYTES >> 20} MiB; track reads no file like it")
         written += int(size)
         if written > SDIST_MAX_BYTES:
             raise SourceError(f"{commit[:12]}: the files track reads exceed "
