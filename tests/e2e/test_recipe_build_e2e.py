@@ -95,14 +95,16 @@ def recipe_build(imported, python_image_arm64, engine, tmp_path_factory, cli, we
         # .pyc are compiled on the build platform: the same Debian + Python 3.11, native
         "bytecode_image": python_image(engine, host_arch()),
         "python": "python3.11", "apt_packages": [], "mods": [],
-        "vllm_wheel": str(standin_vllm_wheel(out)),
         "torch": {"version": None, "index_url": None},
         "overrides": [f"torch ; {NEVER}"],  # the stand-in wheel carries the torch it imports
         "packages": {**spec["packages"], "flashinfer-python": None, "nvidia-cutlass-dsl": None},
         "image_repo": "edgevllm-test/recipes24-recipe", "probe_required": ["vllm"],
     })
     spec_path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    # The stand-in vLLM wheel is a local file: the user's own flag, as a recipe (others' file)
+    # names vLLM by version only (docs/security.md).
     code, _, stderr = cli("build", "--recipe", str(imported), "--no-verify", "--out", str(out),
+                          "--vllm-wheel", str(standin_vllm_wheel(out)),
                           "--json", str(out / "result.json"), timeout=1800)
     assert code == 0, stderr[-6000:]
     result = json.loads((out / "result.json").read_text())
