@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 import pytest
 import requests
+from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from edgevllm.common.errors import ConfigError, RegistryError, WheelCacheError
@@ -85,6 +86,17 @@ def test_publish_then_fetch_gives_the_same_wheels(registry, wheels, tmp_path):
     got = fetch(ref, KEY, tmp_path / "got", TRUSTED)
     assert got is not None and got.digest == sent.digest
     assert same_files(wheels, tmp_path / "got")
+
+
+def test_a_p256_builder_republishing_its_wheels_finds_them_unchanged(registry, wheels):
+    """An ECDSA signature differs at every signing: the same wheels signed again by the same
+    P-256 key are the tag's own ("unchanged"); another builder's key finds them "kept"."""
+    ref = repo(registry, "p256")
+    signer = ec.generate_private_key(ec.SECP256R1())
+    assert publish(ref, KEY, wheels, signer).action == "pushed"
+    assert publish(ref, KEY, wheels, signer).action == "unchanged"
+    other = ec.generate_private_key(ec.SECP256R1())
+    assert publish(ref, KEY, wheels, other).action == "kept"
 
 
 def test_an_existing_key_is_never_overwritten(registry, wheels, tmp_path):

@@ -126,6 +126,28 @@ def manifest_for(listing: WheelList, signer: PrivateKey | None = None) -> bytes:
     }, sort_keys=True).encode()
 
 
+def _same_signed(existing: bytes, manifest: bytes, listing: WheelList,
+                 signer: PrivateKey | None) -> bool:
+    """Whether the tag already holds these wheels, signed by this builder: the manifests equal
+    but for the signature, which verifies with the signer's key (an ECDSA signature differs at
+    every signing, an Ed25519 one does not)."""
+    def unsigned(raw: bytes) -> object:
+        found = json.loads(raw)
+        if isinstance(found, dict) and isinstance(found.get("annotations"), dict):
+            found["annotations"].pop(SIGNATURE_NOTE, None)
+        return found
+    try:
+        if unsigned(existing) != unsigned(manifest):
+            return False
+        if signer is None:
+            return True
+        signature = json.loads(existing)["annotations"][SIGNATURE_NOTE]
+        return verify_bytes(signer.public_key(), base64.b64decode(signature, validate=True),
+                            _pae(listing.raw()))
+    except (ValueError, TypeError, KeyError):
+        return False
+
+
 def _pae(config: bytes) -> bytes:
     """DSSE's pre-authentication encoding of the wheel list: what a builder signs."""
     kind = ARTIFACT_TYPE.encode()
@@ -167,7 +189,7 @@ def publish(ref: str, key: str, folder: Path, signer: PrivateKey | None = None
     where = f"{ref}:{key}"
     existing = get_manifest(host, name, key, OCI_MANIFEST)
     if existing is not None:
-        action = "unchanged" if existing == manifest else "kept"
+        action = "unchanged" if _same_signed(existing, manifest, listing, signer) else "kept"
         return Transfer(where, _sha(existing), action, listing.wheels)
     for wheel in listing.wheels:
         with open(folder / wheel.name, "rb") as data:
