@@ -32,6 +32,7 @@ from typing import Sequence
 from pydantic import Field, ValidationError
 
 from edgevllm.common import labels
+from edgevllm.common.dataload import load_json
 from edgevllm.common.errors import ConfigError, WheelCacheError
 from edgevllm.common.fsutil import atomic_dir, sha256_file
 from edgevllm.common.grammar import SHA256_DIGEST
@@ -132,7 +133,7 @@ def _same_signed(existing: bytes, manifest: bytes, listing: WheelList,
     but for the signature, which verifies with the signer's key (an ECDSA signature differs at
     every signing, an Ed25519 one does not)."""
     def unsigned(raw: bytes) -> object:
-        found = json.loads(raw)
+        found = load_json(raw, "the wheel cache tag's manifest")
         if isinstance(found, dict) and isinstance(found.get("annotations"), dict):
             found["annotations"].pop(SIGNATURE_NOTE, None)
         return found
@@ -141,10 +142,11 @@ def _same_signed(existing: bytes, manifest: bytes, listing: WheelList,
             return False
         if signer is None:
             return True
-        signature = json.loads(existing)["annotations"][SIGNATURE_NOTE]
+        found = load_json(existing, "the wheel cache tag's manifest")
+        signature = found["annotations"][SIGNATURE_NOTE]
         return verify_bytes(signer.public_key(), base64.b64decode(signature, validate=True),
                             _pae(listing.raw()))
-    except (ValueError, TypeError, KeyError):
+    except (ConfigError, ValueError, TypeError, KeyError):
         return False
 
 
