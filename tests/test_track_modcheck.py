@@ -11,14 +11,9 @@ replacement) and fails (0.6.11 whose anchor changed: the file and the anchor nam
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
-import hashlib
 import io
-import json
 import platform
-import threading
 import zipfile
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -32,7 +27,7 @@ from support.modenv import (
     wheel,
     working_copy,
 )
-from support.pypiindex import serve_index
+from support.pypiindex import serve_index, serve_projects, wheel_entry
 
 ANCHOR = 'if sm_version != "sm_120":'
 EDITS = {  # how a case changes the kernel file of the real wheel (and of the installed site)
@@ -68,12 +63,6 @@ def altered_wheel(path: Path, edit) -> bytes:
     return out.getvalue()
 
 
-def index_entry(name: str, body: bytes) -> dict:
-    return {"packagetype": "bdist_wheel", "filename": name, "url": f"../../files/{name}",
-            "size": len(body), "digests": {"sha256": hashlib.sha256(body).hexdigest()},
-            "upload_time_iso_8601": dt.datetime(2026, 1, 1).isoformat() + "Z", "yanked": False}
-
-
 def normalised(record: dict, site: Path) -> tuple:
     """What both sides decide: the outcome, its detail and each step's (paths made relative)."""
     strip = lambda text: text.replace(f"{site}/", "")  # noqa: E731
@@ -87,7 +76,7 @@ def test_track_predicts_what_the_applier_records(version, case, expected, tmp_pa
     real = wheel(f"flashinfer-python=={version}", platform=False)
     body = altered_wheel(real, EDITS[case])
     monkeypatch.setenv("EDGEVLLM_CACHE", str(tmp_path / "cache"))
-    with serve_index("flashinfer-python", {version: [index_entry(real.name, body)]},
+    with serve_index("flashinfer-python", {version: [wheel_entry(real.name, body)]},
                      {real.name: body}) as base:
         monkeypatch.setenv("EDGEVLLM_PYPI_URL", base)
         predicted = modcheck.outcomes(["flashinfer-sm121"], "spark",
@@ -128,37 +117,15 @@ def test_a_missing_wheel_is_unknown_not_a_guess(tmp_path, monkeypatch):
     assert unpinned[0]["detail"] == "the new tree pins no exact version of flashinfer-python"
 
 
-@contextlib.contextmanager
-def serve_wheels(paths: list[Path]):
+def serve_wheels(paths: list[Path]) -> contextlib.AbstractContextManager[str]:
     """A local index in PyPI's JSON shape for several projects: each wheel under its project."""
     releases: dict[str, dict[str, list[dict]]] = {}
     files = {p.name: p.read_bytes() for p in paths}
     for path in paths:
         project, version = path.name.split("-")[:2]
         releases.setdefault(project.replace("_", "-"), {}).setdefault(version, []).append(
-            index_entry(path.name, files[path.name]))
-    pages = {f"/pypi/{name}/json": json.dumps({"releases": rel}).encode()
-             for name, rel in releases.items()}
-    pages.update({f"/files/{name}": body for name, body in files.items()})
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802
-            data = pages.get(self.path)
-            self.send_response(200 if data is not None else 404)
-            self.send_header("Content-Length", str(len(data or b"")))
-            self.end_headers()
-            self.wfile.write(data or b"")
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}/pypi"
-    finally:
-        server.shutdown()
-        server.server_close()
+            wheel_entry(path.name, files[path.name]))
+    return serve_projects(releases, files)
 
 
 def test_cutlass_dsl_edit_as_the_applier_records_it(tmp_path, monkeypatch):

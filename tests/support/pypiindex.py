@@ -1,5 +1,5 @@
 """A local package index for tests (an HTTP server on 127.0.0.1): PyPI's JSON API shape for one
-project, and the files it names (real tarballs the test makes), served from memory."""
+project or several, and the files they name (real tarballs the test makes), served from memory."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import hashlib
 import io
 import json
 import tarfile
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Iterator
+
+from support.localhttp import serve_pages
 
 
 def tarball(files: dict[str, bytes], top: str) -> bytes:
@@ -37,29 +37,26 @@ def sdist_entry(name: str, version: str, uploaded: dt.datetime, body: bytes,
              "yanked_reason": "broken wheel" if yanked else None}]
 
 
+def wheel_entry(name: str, body: bytes) -> dict:
+    """A wheel file as the JSON API lists it (uploaded 2026-01-01, not yanked)."""
+    return {"packagetype": "bdist_wheel", "filename": name, "url": f"../../files/{name}",
+            "size": len(body), "digests": {"sha256": hashlib.sha256(body).hexdigest()},
+            "upload_time_iso_8601": dt.datetime(2026, 1, 1).isoformat() + "Z", "yanked": False}
+
+
 @contextlib.contextmanager
-def serve_index(name: str, releases: dict[str, list[dict]],
-                files: dict[str, bytes]) -> Iterator[str]:
-    """Serve ``/pypi/<name>/json`` and ``/files/<file>``; yields the base for
-    ``EDGEVLLM_PYPI_URL``."""
-    pages = {f"/pypi/{name}/json": json.dumps({"releases": releases}).encode()}
+def serve_projects(projects: dict[str, dict[str, list[dict]]],
+                   files: dict[str, bytes]) -> Iterator[str]:
+    """Serve ``/pypi/<name>/json`` for each project (its releases) and ``/files/<file>``;
+    yields the base for ``EDGEVLLM_PYPI_URL``."""
+    pages = {f"/pypi/{name}/json": json.dumps({"releases": releases}).encode()
+             for name, releases in projects.items()}
     pages.update({f"/files/{file}": body for file, body in files.items()})
+    with serve_pages(pages) as base:
+        yield f"{base}/pypi"
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802
-            data = pages.get(self.path)
-            self.send_response(200 if data is not None else 404)
-            self.send_header("Content-Length", str(len(data or b"")))
-            self.end_headers()
-            self.wfile.write(data or b"")
 
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}/pypi"
-    finally:
-        server.shutdown()
-        server.server_close()
+def serve_index(name: str, releases: dict[str, list[dict]],
+                files: dict[str, bytes]) -> contextlib.AbstractContextManager[str]:
+    """One project's index (``serve_projects`` with one name)."""
+    return serve_projects({name: releases}, files)

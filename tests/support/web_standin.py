@@ -5,11 +5,10 @@ loopback only, so the server is reached as itself (no proxy)."""
 from __future__ import annotations
 
 import contextlib
-import http.server
 import shutil
-import threading
 from pathlib import Path
-from typing import Iterator
+
+from support.localhttp import serve_pages
 
 PLUGIN = b"# stand-in reasoning parser plugin\n"
 PLUGIN_PATH = "/parsers/plugin_parser.py"
@@ -17,27 +16,9 @@ PLUGIN_PATH = "/parsers/plugin_parser.py"
 PLUGIN_URL = "http://example.org/parsers/plugin_parser.py"
 
 
-@contextlib.contextmanager
-def serve(files: dict[str, bytes]) -> Iterator[str]:
+def serve(files: dict[str, bytes]) -> contextlib.AbstractContextManager[str]:
     """``files`` (path -> bytes, changeable while it runs) served on 127.0.0.1; its base URL."""
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            body = files.get(self.path)
-            self.send_response(200 if body is not None else 404)
-            self.send_header("Content-Length", str(len(body or b"")))
-            self.end_headers()
-            self.wfile.write(body or b"")
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    return serve_pages(files)
 
 
 def plugin_mod(fixture: Path, dest: Path, base_url: str) -> Path:
