@@ -15,19 +15,7 @@ from edgevllm.common import fdtree
 from edgevllm.common.errors import ManifestError
 from edgevllm.common.fdtree import copy_tree
 from edgevllm.mods.eugr import import_eugr_mod
-
-SECRET = "host secret: must never land in the copy"
-
-
-def tree(root: Path, files: dict[str, str]) -> Path:
-    for rel, text in files.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(text)
-    return root
-
-
-def texts(folder: Path) -> str:
-    return "".join(p.read_text() for p in folder.rglob("*") if p.is_file())
+from support.folderswap import SECRET, swap_on_first_copy, texts, tree
 
 
 def test_files_folders_and_inside_links_are_copied_names_skipped(tmp_path):
@@ -63,17 +51,8 @@ def test_a_pipe_is_one_line_and_never_waited_on(tmp_path):
 def test_a_folder_swapped_for_a_link_mid_copy_is_refused_not_followed(tmp_path, monkeypatch):
     outside = tree(tmp_path / "outside", {"in.txt": SECRET})
     src = tree(tmp_path / "src", {"a.txt": "a\n", "sub/in.txt": "inside\n"})
-    real = fdtree._copy_file
-    done: list[int] = []
-
-    def hook(*args, **kwargs):   # a.txt is copied after src was listed, before sub is opened
-        if not done:
-            done.append(1)
-            (src / "sub").rename(src / "sub.old")
-            os.symlink(outside, src / "sub")
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(fdtree, "_copy_file", hook)
+    # a.txt is copied after src was listed, before sub is opened
+    swap_on_first_copy(monkeypatch, fdtree, src / "sub", outside)
     with pytest.raises(ManifestError) as info:
         copy_tree(src, tmp_path / "out", what="mod m", error=ManifestError)
     assert str(info.value) == ("mod m: sub: was a folder when listed and is a link now; the "

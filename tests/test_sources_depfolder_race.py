@@ -14,35 +14,7 @@ import pytest
 from edgevllm.common.errors import SuppliedFolderError
 from edgevllm.sources import depfolder
 from edgevllm.sources.depfolder import survey, take
-
-SECRET = "host secret: must never land in the copy"
-
-
-def tree(root: Path, files: dict[str, str]) -> Path:
-    for rel, text in files.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(text)
-    return root
-
-
-def copied_text(dest: Path) -> str:
-    return "".join(p.read_text() for p in dest.rglob("*") if p.is_file())
-
-
-def swap_on_first_copy(monkeypatch, folder: Path, target: str) -> None:
-    """When the first file is copied, ``folder`` moves aside and a link to ``target`` takes its
-    place (what a hostile writer of the folder does between the listing and the reading)."""
-    real = depfolder._copy_file
-    done: list[bool] = []
-
-    def hook(*args, **kwargs):
-        if not done:
-            done.append(True)
-            folder.rename(folder.with_name(folder.name + ".old"))
-            os.symlink(target, folder)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(depfolder, "_copy_file", hook)
+from support.folderswap import SECRET, swap_on_first_copy, texts, tree
 
 
 @pytest.mark.parametrize("absolute", [True, False], ids=["absolute-link", "relative-link"])
@@ -52,7 +24,8 @@ def test_a_folder_swapped_for_a_link_after_its_listing_is_refused_not_followed(
     dep = tree(tmp_path / "dep", {"sub/in.txt": "inside\n", "z.txt": "z\n"})
     found = survey("cutlass", dep)
     # z.txt is copied after dep was listed (sub: a folder then), before sub is opened.
-    swap_on_first_copy(monkeypatch, dep / "sub", str(outside) if absolute else "../outside")
+    swap_on_first_copy(monkeypatch, depfolder, dep / "sub",
+                       str(outside) if absolute else "../outside")
     dest = tmp_path / "copy"
     with pytest.raises(SuppliedFolderError) as info:
         take(found, dest)
@@ -60,7 +33,7 @@ def test_a_folder_swapped_for_a_link_after_its_listing_is_refused_not_followed(
     assert "\n" not in line and info.value.exit_code == SuppliedFolderError.exit_code
     assert line == (f"--cmake-dep cutlass={dep}: sub: was a folder when listed and is a link "
                     "now; the folder changed while it was read (supply one nothing writes to)")
-    assert SECRET not in copied_text(dest) and not (dest / "sub").exists()
+    assert SECRET not in texts(dest) and not (dest / "sub").exists()
 
 
 def test_a_file_is_read_from_the_folder_that_was_listed(tmp_path, monkeypatch):
@@ -69,12 +42,12 @@ def test_a_file_is_read_from_the_folder_that_was_listed(tmp_path, monkeypatch):
     tree(tmp_path / "outside", {"a.txt": SECRET, "b.txt": SECRET})
     dep = tree(tmp_path / "dep", {"sub/a.txt": "a\n", "sub/b.txt": "b\n"})
     found = survey("cutlass", dep)
-    swap_on_first_copy(monkeypatch, dep / "sub", str(tmp_path / "outside"))
+    swap_on_first_copy(monkeypatch, depfolder, dep / "sub", str(tmp_path / "outside"))
     entries = take(found, tmp_path / "copy")
     assert sorted(e.path for e in entries) == ["sub/a.txt", "sub/b.txt"]
     assert (tmp_path / "copy" / "sub" / "a.txt").read_text() == "a\n"
     assert (tmp_path / "copy" / "sub" / "b.txt").read_text() == "b\n"
-    assert SECRET not in copied_text(tmp_path / "copy")
+    assert SECRET not in texts(tmp_path / "copy")
 
 
 def test_the_folder_swapped_after_the_preflight_is_refused(tmp_path):
@@ -89,4 +62,4 @@ def test_the_folder_swapped_after_the_preflight_is_refused(tmp_path):
         take(found, tmp_path / "copy")
     assert str(info.value) == (f"--cmake-dep cutlass={dep}: is not the folder the preflight read "
                                "(another was put in its place); supply one nothing writes to")
-    assert not (tmp_path / "copy").exists() or SECRET not in copied_text(tmp_path / "copy")
+    assert not (tmp_path / "copy").exists() or SECRET not in texts(tmp_path / "copy")
