@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from edgevllm.cli import namespace, program
+from support.inprocess import run_cli
 
 REPO = Path(__file__).resolve().parents[1]
 RECIPE = "nemotron-3-nano-nvfp4-spark"
@@ -355,15 +356,9 @@ def _check(code: int, stderr: str, expected: int, needle: str, before: dict, wor
 @pytest.mark.parametrize(("argv", "expected", "needle"), CASES,
                          ids=[" ".join(a)[:60] for a, _, _ in CASES])
 def test_bad_input_in_process(argv, expected, needle, workdir, capsys, monkeypatch):
-    monkeypatch.setattr(sys, "argv", ["edgevllm", *argv])
     before = _tree(workdir)
-    capsys.readouterr()
-    try:
-        program().run(["edgevllm", *argv])
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    _check(code, capsys.readouterr().err, expected, needle, before, workdir)
+    code, err = run_cli(capsys, monkeypatch, *argv)
+    _check(code, err, expected, needle, before, workdir)
 
 
 def test_a_cmake_dep_folder_over_its_cap_is_one_line(workdir, capsys, monkeypatch):

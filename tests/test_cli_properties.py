@@ -29,6 +29,7 @@ from test_cli_badinput import RECIPE, _inputs
 
 from edgevllm.cli import namespace, program
 from edgevllm.common import errors
+from support.inprocess import run_cli
 from support.properties import EXAMPLES, PROPERTY
 
 PER_TASK = max(4, EXAMPLES // 5)  # 8 in the fast loop; 200 with EDGEVLLM_PROPERTY_EXAMPLES=1000
@@ -165,16 +166,6 @@ def _tree(folder: Path) -> dict[str, tuple[int, int, int]]:
     return found
 
 
-def _run(argv: list[str], capsys) -> tuple[int, str]:
-    capsys.readouterr()
-    try:
-        program().run(["edgevllm", *argv])
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    return code, capsys.readouterr().err
-
-
 def _check(task: str, flag: str, argv: list[str], code: int, stderr: str, before: dict,
            work: Path) -> None:
     shown = [a[:40] for a in argv]
@@ -205,7 +196,7 @@ def test_every_flag_of_a_task_given_odd_values(task, oddwork, junk_url, capsys, 
         argv = _argv(base, name, positional, repeatable, ODD[kind])
         monkeypatch.setattr(sys, "argv", ["edgevllm", *argv])
         before = _tree(oddwork)
-        code, stderr = _run(argv, capsys)
+        code, stderr = run_cli(capsys, None, *argv)
         _check(task, name, argv, code, stderr, before, oddwork)
 
     odd()

@@ -7,12 +7,11 @@ code, so a pass, a tamper and the exit codes are the real ones."""
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
 
-from edgevllm.cli import program
 from edgevllm.inspect import dsse, provenance, supplychain
+from support.inprocess import run_cli
 from support.inside_view import IMAGE_ID, make_view
 
 
@@ -38,21 +37,9 @@ def signed(tmp_path, monkeypatch):
     return stem, public, seen
 
 
-def run(capsys, monkeypatch, *argv: str) -> tuple[int, str]:
-    monkeypatch.setattr(sys, "argv", ["edgevllm", *argv])
-    monkeypatch.setenv("NO_COLOR", "1")
-    capsys.readouterr()
-    try:
-        program().run(["edgevllm", *argv])
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    return code, capsys.readouterr().err
-
-
 def test_online_on_an_image_passes(signed, capsys, monkeypatch):
     stem, public, seen = signed
-    code, err = run(capsys, monkeypatch, "verify", "--supply-chain", "--image", "img:1",
+    code, err = run_cli(capsys, monkeypatch, "verify", "--supply-chain", "--image", "img:1",
                     "--out", str(stem.parent), "--name", "img", "--key", str(public))
     assert code == 0, err
     assert f"OK: {IMAGE_ID}: signature, statement, SBOM (1 distributions, 0 Debian " \
@@ -64,7 +51,7 @@ def test_offline_on_a_published_set_reads_the_files_beside_its_manifest(signed, 
                                                                         monkeypatch):
     stem, public, seen = signed
     manifest = stem.parent / "img.manifest.json"
-    code, err = run(capsys, monkeypatch, "verify", "--supply-chain", "--tarball", str(manifest),
+    code, err = run_cli(capsys, monkeypatch, "verify", "--supply-chain", "--tarball", str(manifest),
                     "--key", str(public))
     assert code == 0, err
     assert seen == [("tarball", str(manifest))]
@@ -77,8 +64,8 @@ def test_a_tampered_sbom_fails_as_verify_supply_chain_does(signed, capsys, monke
     next(c for c in doc["components"] if c["name"] == "six")["hashes"][0]["content"] = "e" * 64
     sbom_path.write_text(json.dumps(doc))
     where = ["--image", "img:1", "--out", str(stem.parent), "--name", "img", "--key", str(public)]
-    flag = run(capsys, monkeypatch, "verify", "--supply-chain", *where)
-    task = run(capsys, monkeypatch, "verify-supply-chain", *where)
+    flag = run_cli(capsys, monkeypatch, "verify", "--supply-chain", *where)
+    task = run_cli(capsys, monkeypatch, "verify-supply-chain", *where)
     assert flag[0] == task[0] == 8
     last = [err.strip().splitlines()[-1] for _, err in (flag, task)]
     assert last[0] == last[1]
@@ -88,7 +75,7 @@ def test_a_tampered_sbom_fails_as_verify_supply_chain_does(signed, capsys, monke
 def test_another_key_fails(signed, capsys, monkeypatch, tmp_path):
     stem, _, _ = signed
     _, other = dsse.generate_key(tmp_path / "other.pem")
-    code, err = run(capsys, monkeypatch, "verify", "--supply-chain", "--image", "img:1",
+    code, err = run_cli(capsys, monkeypatch, "verify", "--supply-chain", "--image", "img:1",
                     "--out", str(stem.parent), "--name", "img", "--key", str(other))
     assert code == 8
     assert "img.provenance.dsse.json: no valid signature" in err.strip().splitlines()[-1]
@@ -99,7 +86,7 @@ def test_with_a_target_both_checks_run(signed, capsys, monkeypatch, tmp_path):
     (here on an engine nobody answers: the gate's own exit 3, after the check's OK)."""
     stem, public, seen = signed
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path / 'nobody-listens.sock'}")
-    code, err = run(capsys, monkeypatch, "verify", "--supply-chain", "--target", "spark",
+    code, err = run_cli(capsys, monkeypatch, "verify", "--supply-chain", "--target", "spark",
                     "--image", "img:1", "--out", str(stem.parent), "--name", "img",
                     "--key", str(public))
     assert f"OK: {IMAGE_ID}: signature, statement, SBOM" in err

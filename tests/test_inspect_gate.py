@@ -8,7 +8,6 @@ the real code."""
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
 
@@ -18,6 +17,7 @@ from edgevllm.inspect import dsse, supplychain
 from edgevllm.inspect.gate import Gate, choose_gate, signed_lock
 from edgevllm.specs.lock import write_lock
 from edgevllm.verify.policy import STOCK_POLICY
+from support.inprocess import run_cli
 from support.inside_locks import lock_data, make_lock
 from support.inside_view import IMAGE_ID, make_view
 
@@ -82,34 +82,20 @@ def test_a_lock_whose_signature_does_not_check_gives_no_gate(signed, tmp_path):
         signed_lock(alone, public)
 
 
-def _run(capsys, monkeypatch, *argv: str) -> tuple[int, str]:
-    from edgevllm.cli import program
-
-    monkeypatch.setattr(sys, "argv", ["edgevllm", *argv])
-    monkeypatch.setenv("NO_COLOR", "1")
-    capsys.readouterr()
-    try:
-        program().run(["edgevllm", *argv])
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    return code, capsys.readouterr().err
-
-
 def test_inv_verify_takes_the_gate_of_a_signed_lock_only(signed, tmp_path, capsys, monkeypatch):
     """``inv verify --path``: --lock needs --key; a signed lock's stock gate is said; a lock
     changed after signing is one line, exit 8, nothing judged."""
     lock_file, public = signed
     empty = tmp_path / "libs"
     empty.mkdir()
-    code, err = _run(capsys, monkeypatch, "verify", "--target", "spark", "--path", str(empty),
+    code, err = run_cli(capsys, monkeypatch, "verify", "--target", "spark", "--path", str(empty),
                      "--lock", str(lock_file))
     assert code == 2 and "--lock needs --key" in err, err
-    code, err = _run(capsys, monkeypatch, "verify", "--target", "spark", "--path", str(empty),
+    code, err = run_cli(capsys, monkeypatch, "verify", "--target", "spark", "--path", str(empty),
                      "--lock", str(lock_file), "--key", str(public))
     assert "gate: the stock-kernel gate, from --lock" in err, err
     lock_file.write_text(lock_file.read_text().replace("MAX_JOBS", "MIN_JOBS"))
-    code, err = _run(capsys, monkeypatch, "verify", "--target", "spark", "--path", str(empty),
+    code, err = run_cli(capsys, monkeypatch, "verify", "--target", "spark", "--path", str(empty),
                      "--lock", str(lock_file), "--key", str(public))
     assert code == 8 and "signed with (its sha256 differs)" in err, err
     assert "Traceback" not in err

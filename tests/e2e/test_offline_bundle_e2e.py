@@ -21,12 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from edgevllm.cli import program
 from edgevllm.inspect.cosignlayout import signature_blobs
 from edgevllm.inspect.dsse import generate_key
 from edgevllm.serve.bundlefiles import MANIFEST_NAME, hash_file
 from edgevllm.serve.deploy import verify_bundle
 from edgevllm.serve.offlinebundle import BundleRequest, make_bundle
+from support.inprocess import exit_code
 from support.offline import MODEL, make_hub_cache, write_recipe
 from support.publish_images import NoSaveEngine, remove_everything, unique_image
 
@@ -77,7 +77,7 @@ def _bundle(tmp_path: Path, image: str, key: Path, caches: Path | None = None) -
     recipe = write_recipe(tmp_path / "tiny-offline.yaml", image, tmp_path / "hf")
     out = tmp_path / "bundle"
     extra = ["--with-caches", str(caches)] if caches else []
-    assert _cli(["bundle", "--image", image, "--recipe", str(recipe), "--out", str(out),
+    assert exit_code(["bundle", "--image", image, "--recipe", str(recipe), "--out", str(out),
                  "--key", str(key), "--lock", str(recipe), *extra]) == 0
     return out
 
@@ -98,14 +98,6 @@ def _jit_caches(tmp_path: Path, image_id: str) -> Path:
     out = tmp_path / "tiny.jitcache.tar"
     bundle_folder(folder, key, {"compute": "/root/.nv/ComputeCache"}, out)
     return out
-
-
-def _cli(argv: list[str]) -> int:
-    try:
-        program().run(["edgevllm", *argv])
-    except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else 1
-    return 0
 
 
 def test_a_bundle_deploys_with_no_network_and_every_tampered_part_is_refused(engine, tmp_path):
@@ -199,7 +191,7 @@ def test_a_bundle_cut_short_is_finished_by_running_it_again(engine, tmp_path):
                           no_network=False)
         assert proc.returncode != 0 and "incomplete" in proc.stderr, proc.stderr
         recipe = str(tmp_path / "tiny-offline.yaml")
-        assert _cli(["bundle", "--image", image, "--recipe", recipe, "--out", str(out),
+        assert exit_code(["bundle", "--image", image, "--recipe", recipe, "--out", str(out),
                      "--key", str(private), "--lock", recipe]) == 0
         assert {p: p.stat().st_ino for p in kept} == kept, "whole files were written again"
         assert hash_file(blobs[-1]) == blobs[-1].name

@@ -1,0 +1,35 @@
+"""The CLI run in this process, through its own entry (``edgevllm.cli.program``), as a user's
+``inv``/``edgevllm`` line runs it: the exit code it ends with and what it said on stderr. Faster
+than a subprocess (the ``cli`` fixture of conftest.py) and it sees what a test put in place in
+this process (a stand-in reader, an environment); the bad-input and property tests use it."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+
+def exit_code(argv: list[str]) -> int:
+    """``edgevllm ARGV`` run to its end: 0, or the code its SystemExit carries (1 for a
+    message)."""
+    from edgevllm.cli import program
+
+    try:
+        program().run(["edgevllm", *argv])
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 1
+    return 0
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch | None,
+            *argv: str) -> tuple[int, str]:
+    """``edgevllm ARGV``: its exit code and its stderr alone (what came before is dropped).
+    With ``monkeypatch``, ``sys.argv`` is the line and colour is off, as in a terminal that a
+    test reads."""
+    if monkeypatch is not None:
+        monkeypatch.setattr(sys, "argv", ["edgevllm", *argv])
+        monkeypatch.setenv("NO_COLOR", "1")
+    capsys.readouterr()
+    code = exit_code(list(argv))
+    return code, capsys.readouterr().err
