@@ -1,7 +1,7 @@
 """image/loadskip.py: which layer files of a checked archive ``inv load`` leaves out (their
 chains held by the engine's images), and the tar stream without them. The engine-side half
 (docker load making the image from such a stream, the fall-back when a held layer went) is in
-tests/test_publish.py."""
+tests/test_image_publish.py."""
 
 from __future__ import annotations
 

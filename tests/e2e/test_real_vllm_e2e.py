@@ -206,7 +206,7 @@ def test_publish_and_load_the_real_image(real_build, engine, cli, tmp_path):
         # the image it runs while an update loads: the set is read whole (every part's sha256,
         # the 10 GB archive decompressed and every blob hashed), and docker load gets the
         # archive without the layers the engine holds (its full road, on images whose layers it
-        # lacks: tests/test_publish.py; a whole 10 GB docker load here would unpack 10 GB into
+        # lacks: tests/test_image_publish.py; a whole 10 GB docker load here would unpack 10 GB into
         # the engine's temporary folder beside the 4 GB set, more than this CI disk spares).
         keep = f"{REPO}-keep:{result['image_id'][7:19]}"
         engine.tag(result["image"], keep)
