@@ -104,7 +104,20 @@ def _local_header(path: Path) -> dict:
             raise RooflineUnknown(f"roofline unknown: {path} is not a safetensors file (too short)")
         (length,) = struct.unpack("<Q", first)
         handle.seek(0)
-        return parse_header(handle.read(8 + min(length, _MAX_HEADER)), str(path))
+        header = parse_header(handle.read(8 + min(length, _MAX_HEADER)), str(path))
+        _check_held(header, os.fstat(handle.fileno()).st_size - 8 - length, path)
+        return header
+
+
+def _check_held(header: dict, data_bytes: int, path: Path) -> None:
+    """A local file holds every byte its header counts: a tensor ending past the file is a cut
+    download or a header that lies, and its size would count bytes no one can read."""
+    for name, info in header.items():
+        end = info["data_offsets"][1]
+        if end > data_bytes:
+            raise RooflineUnknown(f"roofline unknown: {path}: tensor {name[:80]!r} ends at byte "
+                                  f"{end} of the data, the file holds {max(data_bytes, 0)}; a "
+                                  "cut or damaged file (download it again)")
 
 
 def _http_get(url: str, headers: dict) -> requests.Response:
