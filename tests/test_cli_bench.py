@@ -59,6 +59,7 @@ def test_roofline_of_a_local_checkpoint_counts_its_stored_bytes(tmp_path, capsys
     assert code == 0, err
     figures = json.loads(out.read_text())
     bandwidth = load_target("spark").memory_bandwidth_gbps
+    assert bandwidth is not None, "targets/spark.yaml names its memory bandwidth"
     assert figures["bytes_per_token"] == figures["dense_bytes"] == 512 * 4  # one F32 tensor
     assert figures["tensors"] == 1 and figures["bandwidth_gbps"] == bandwidth
     assert figures["ceiling_tok_s"] == pytest.approx(bandwidth * 1e9 / 2048)
@@ -148,7 +149,7 @@ def test_a_report_with_a_comparison_gives_each_figure_a_verdict(tmp_path, capsys
     assert "+0.0%" in rows["TTFT ms"] and rows["TTFT ms"].rstrip(" |").endswith("ok")
 
 
-def _bad_records(folder: Path) -> dict[str, tuple[Path, int, str]]:
+def _bad_records(folder: Path) -> dict[str, tuple[Path, int | None, str]]:
     good = record("r")
     zero = json.loads(json.dumps(good))
     zero["points"][0]["concurrency"] = 0
@@ -158,7 +159,7 @@ def _bad_records(folder: Path) -> dict[str, tuple[Path, int, str]]:
              "concurrency 0": (json.dumps(zero).encode(), BenchError.exit_code,
                                "points.0.concurrency"),
              "not utf8": (b'{"name": "\xff"}', BenchError.exit_code, "r.json")}
-    found = {}
+    found: dict[str, tuple[Path, int | None, str]] = {}
     for kind, (data, code, said) in texts.items():
         path = folder / kind.replace(" ", "-") / "r.json"
         path.parent.mkdir(parents=True)
