@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from edgevllm.common.archives import read_file
 from edgevllm.common.dataload import load_json
 from edgevllm.common.errors import ConfigError, SupplyChainError
-from edgevllm.common.fsutil import atomic_write_bytes
+from edgevllm.common.fsutil import atomic_open, atomic_write_bytes
 from edgevllm.common.keys import PrivateKey, PublicKey, keyid, p256, sign_bytes, verify_bytes
 
 IN_TOTO_PAYLOAD = "application/vnd.in-toto+json"
@@ -85,18 +85,20 @@ def generate_key(private_path: Path | str, kind: str = "p256") -> tuple[Path, Pa
     private_path = Path(private_path)
     if kind not in KINDS:
         raise ConfigError(f"--kind '{kind}': one of {', '.join(KINDS)}")
-    if private_path.exists():
-        raise ConfigError(f"{private_path} already exists; pick another --out (keys are never "
-                          "overwritten)")
+    public_path = private_path.with_name(private_path.name + ".pub")
+    for path in (private_path, public_path):  # a site's public key beside it is a key too
+        if path.exists() or path.is_symlink():
+            raise ConfigError(f"{path} already exists; pick another --out (keys are never "
+                              "overwritten)")
     key: PrivateKey = ec.generate_private_key(ec.SECP256R1()) if kind == "p256" \
         else Ed25519PrivateKey.generate()
     pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                             serialization.NoEncryption())
     public = key.public_key().public_bytes(serialization.Encoding.PEM,
                                            serialization.PublicFormat.SubjectPublicKeyInfo)
-    atomic_write_bytes(private_path, pem)
-    os.chmod(private_path, 0o600)
-    public_path = private_path.with_name(private_path.name + ".pub")
+    with atomic_open(private_path) as handle:
+        os.fchmod(handle.fileno(), 0o600)  # before a byte of the key is in it
+        handle.write(pem)
     atomic_write_bytes(public_path, public)
     return private_path, public_path
 
