@@ -57,6 +57,10 @@ def mods_apply(
 
     if not site_packages and not python:
         raise ConfigError("give --site-packages DIR or --python PATH (the environment to patch)")
+    for folder in site_packages or []:  # a typo would get a new environment installed into it
+        if not Path(folder).is_dir():
+            raise ConfigError(f"--site-packages {folder}: no such folder; give the site-packages "
+                              "folder of the environment to patch")
     try:
         record, table = apply_to_environment(
             target,
