@@ -268,6 +268,14 @@ CASES: list[tuple[list[str], int, str]] = [
     # one), a ref git cannot read as one; no mirror is made
     (["track", "--from", "localrepo.yaml", "--to", "nosuch"], 5, "has no branch or tag 'nosuch'"),
     (["track", "--target", "spark", "--to", "a..b"], 2, "--to a..b"),
+    # dist-pool (builder/distpool): flags before any download or process; no pool, no token
+    (["dist-pool", "sideways"], 2, "dist-pool 'sideways'"),
+    (["dist-pool", "up", "--workers", "0"], 2, "--workers"),
+    (["dist-pool", "up", "--bind", "0.0.0.0"], 2, "--bind 0.0.0.0"),
+    (["dist-pool", "up", "--port", "70000"], 2, "--port"),
+    (["dist-pool", "check", "--scheduler", "sccache://tok3n@h:1"], 2, "carries no token"),
+    (["dist-pool", "check", "--token-file", "nothere.token"], 2, "nothere.token"),
+    (["dist-pool", "status"], 3, "no pool is up"),
 ]
 
 # A handful through the real entry points, in a process of their own.

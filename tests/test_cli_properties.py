@@ -53,6 +53,8 @@ def _bases(junk_url: str) -> dict[str, list[str]]:
         "deploy": ["deploy", "--from", "adir", "--key", "k"],
         "compose": ["compose", "--recipe", RECIPE, "--out", "c.yaml", "--set", "port=0"],
         "copy": ["copy", "--image", "x", "--to", "local"], "diff": ["diff", "image-a", "b"],
+        "dist-pool": ["dist-pool", "check", "--scheduler", "sccache://127.0.0.1:9",
+                      "--token-file", "nothere"],
         "doctor": ["doctor"], "keygen": ["keygen", "--out", "adir"],
         "load": ["load", "nothere.tar.zst"], "logs": ["logs", "--name", "x"],
         "model-fetch": ["model-fetch", "org/model"], "mods": ["mods"],

@@ -438,6 +438,7 @@ def test_mod_downloads_are_fetched_in_one_place():
 # Modules that open connections, and what each reaches: the user's choice or the builder's own
 CONNECTS = {
     "common/http.py": "URLs others chose (fetch_bounded); a credential's origin",
+    "builder/distpool/probe.py": "the sccache-dist scheduler the user names (credential_session)",
     "image/registry.py": "the registry the user names (credential_session)",
     "image/registryauth.py": "that registry's token realm (credential_session)",
     "perf/client.py": "the endpoint inv bench is given",

@@ -20,7 +20,7 @@ from edgevllm.common.console import reader_left
 # One task module per concern.
 TASK_MODULES = ("build", "plan", "sources", "mods", "verify", "probe", "publish", "recipes",
                 "distribute", "bench", "inspect", "warm", "track",
-                "offline")
+                "offline", "distpool")
 
 
 def namespace() -> Collection:

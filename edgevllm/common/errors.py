@@ -178,6 +178,11 @@ class SizeBudgetError(BuildError):
     """The image is larger than its target's size budget."""
 
 
+class NotReproducibleError(BuildError):
+    """A rebuild of the same lock gave another image (--check-reproducible): the first
+    differing file named (its layer, its path, what differs)."""
+
+
 # --- mods and patches (7) ----------------------------------------------------------------------
 class ModError(EdgeVllmError):
     exit_code = 7
@@ -291,3 +296,8 @@ class CuobjdumpNotFoundError(MissingToolError):
 
 class PolicyError(ConfigError):
     """A malformed arch policy file."""
+
+
+class DistPoolError(MissingToolError):
+    """An sccache-dist compile pool that cannot serve: its scheduler unreachable, the token
+    refused, a worker that did not register, a pool already up (builder/distpool)."""

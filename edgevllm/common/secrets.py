@@ -2,10 +2,11 @@
 
 A value is a secret when its key says so (``HF_TOKEN``, ``AWS_SECRET_ACCESS_KEY``, ``*PASSWORD``)
 or when the value has the shape of a credential whatever its key (``--env HF_AUTH=hf_…``): Hugging
-Face, GitHub, GitLab, npm, OpenAI, Slack, Google and AWS keys, ``Bearer …`` values, JWTs, private
-keys (PEM and PGP), a URL's userinfo that holds a password (``https://user:pass@host``,
-``https://:pass@host``) or a token as its user (``https://<token>@host``), a credential as a
-query parameter (``?password=…``, ``&token=…``) and as a ccache storage attribute
+Face, GitHub, GitLab, npm, OpenAI, Slack, Google and AWS keys, sccache-dist pool tokens,
+``Bearer …`` values, JWTs, private keys (PEM and PGP), a URL's userinfo that holds a password
+(``https://user:pass@host``, ``https://:pass@host``) or a token as its user
+(``https://<token>@host``), a credential as a query parameter (``?password=…``,
+``&token=…``) and as a ccache storage attribute
 (``|bearer-token=…``, ``|password=…``). Build args, image env, labels and locks refuse them
 (``secret_problem``); locks, labels and logs redact them with the one function ``redact``
 (a URL keeps its scheme and host, an attribute its name); processes that run code from others get
@@ -32,6 +33,8 @@ _SHAPES = {
     "a Google API key": r"\bAIza[0-9A-Za-z_-]{35}",
     "a Slack token": r"\bxox[abposr]-[A-Za-z0-9-]{10,}",
     "an AWS access key": r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",
+    # builder/distpool/config.new_token's: a pool's client and worker tokens (DIST_TOKEN_PREFIX)
+    "an sccache-dist pool token": r"\bsccd_[A-Za-z0-9_-]{40,}",
     # A token has a digit: "bearer token" (these words, in a refusal) is not one.
     "a bearer token": r"(?P<KEPT>\b[Bb]earer\s+)(?=[A-Za-z._~+/=-]*[0-9])"
                        r"[A-Za-z0-9._~+/=-]{8,}",
@@ -49,6 +52,7 @@ _SHAPES = {
                               r"(?i:password|passwd|token|secret|api-?key)"
                               + _KEY_CHARS + r"{0,64}=)(?!\*\*\*(?![\w*]))[^\s|]+",
 }
+DIST_TOKEN_PREFIX = "sccd_"  # what an sccache-dist pool's token starts with (the shape above)
 _SHAPE = re.compile("|".join(f"(?P<s{i}>{p.replace('KEPT', f'k{i}')})"
                               for i, p in enumerate(_SHAPES.values())))
 _WHAT = list(_SHAPES)
