@@ -14,8 +14,11 @@ from __future__ import annotations
 import re
 
 # C0 controls (but tab and newline), DEL, C1 controls, and the characters that reorder or split
-# what a terminal shows (bidi embeddings, overrides and isolates; line and paragraph separators).
-_UNSAFE = "\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+# what a terminal shows (bidi embeddings, overrides and isolates; line and paragraph separators);
+# and lone surrogates: a file name's bytes that are not UTF-8 (os.fsdecode), which no UTF-8
+# stream can write (printing one raised UnicodeEncodeError instead of the error line).
+_UNSAFE = ("\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+           "\ud800-\udfff")
 _TERMINAL = re.compile(f"[{_UNSAFE}]")
 _ONE_LINE = re.compile(f"[{_UNSAFE}\t\n]")
 _MARKUP = re.compile(r"([\\`*_\[\]<>|~])")

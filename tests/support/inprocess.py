@@ -8,15 +8,16 @@ from __future__ import annotations
 import sys
 
 import pytest
+from invoke import Program
 
 
-def exit_code(argv: list[str]) -> int:
-    """``edgevllm ARGV`` run to its end: 0, or the code its SystemExit carries (1 for a
-    message)."""
-    from edgevllm.cli import program
+def exit_code(argv: list[str], program: Program | None = None) -> int:
+    """``edgevllm ARGV`` (or ARGV of another Invoke ``program``) run to its end: 0, or the code
+    its SystemExit carries (1 for a message)."""
+    from edgevllm.cli import program as edgevllm_program
 
     try:
-        program().run(["edgevllm", *argv])
+        (program or edgevllm_program()).run(["edgevllm", *argv])
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else 1
     return 0
