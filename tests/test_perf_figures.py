@@ -8,13 +8,18 @@ from __future__ import annotations
 import json
 import math
 import re
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
 from edgevllm.common.errors import BenchError, MissingInputError
+from edgevllm.perf.bench import roofline_facts, sweep_values
 from edgevllm.perf.expect import judge, parse_expectations
 from edgevllm.perf.metrics import SUMMARISED, figures, spread, summarise
 from edgevllm.perf.record import SCHEMA, load_record, new_record, record_path, save_record
+from edgevllm.perf.sweep import wait_for_health
+from support.localhttp import serve_handler
+from support.offline import tiny_model_files
 
 RESULT = {"median_ttft_ms": 120.0, "p90_ttft_ms": 150.0, "p99_ttft_ms": 180.0,
           "median_tpot_ms": 20.0, "median_itl_ms": 19.5, "output_throughput": 48.0,
@@ -143,3 +148,55 @@ def test_a_missing_record_or_a_folder_is_one_line(tmp_path):
         load_record(tmp_path / "none.json")
     with pytest.raises(BenchError, match="cannot read it"):
         load_record(tmp_path)
+
+
+# -- sweeps, the roofline's facts and the server's health -----------------------------------------
+def test_sweeps_multiply_into_every_combination():
+    assert sweep_values([]) == [{}]
+    combos = sweep_values(["port=8000,8001", "max_model_len=4096"])
+    assert combos == [{"port": 8000, "max_model_len": 4096},  # read as --set reads values
+                      {"port": 8001, "max_model_len": 4096}]
+
+
+@pytest.mark.parametrize("bad", ["port", "port=", "=1,2"], ids=["no-values", "empty", "no-name"])
+def test_a_sweep_without_name_or_values_is_one_line(bad):
+    with pytest.raises(BenchError) as info:
+        sweep_values([bad])
+    assert "--sweep" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_the_roofline_of_a_record_is_its_figures_or_why_not(tmp_path):
+    assert roofline_facts(None, 273.0) is None
+    assert roofline_facts(str(tmp_path / "none"), 273.0) == {
+        "unknown": f"roofline unknown: {tmp_path / 'none'} is neither a folder nor a model id "
+                   "(org/name)"}
+    model = tmp_path / "tiny"
+    for name, data in tiny_model_files().items():
+        (model / name).parent.mkdir(parents=True, exist_ok=True)
+        (model / name).write_bytes(data)
+    facts = roofline_facts(str(model), 100.0)
+    assert facts is not None and facts["ceiling_tok_s"] == pytest.approx(100e9 / 2048)
+
+
+def _health(status: int) -> type[BaseHTTPRequestHandler]:
+    class Health(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (http.server's name)
+            self.send_response(status if self.path == "/health" else 404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    return Health
+
+
+def test_a_healthy_server_is_seen_and_an_unhealthy_one_said_in_one_line():
+    with serve_handler(_health(200)) as base:
+        wait_for_health(base, 5)
+    with serve_handler(_health(503)) as base:
+        with pytest.raises(BenchError) as info:
+            wait_for_health(base, 1)
+    assert str(info.value) == f"server {base} not healthy after 1s (HTTP 503)"
+    with pytest.raises(BenchError, match="give http://HOST:PORT"):
+        wait_for_health("http://127.0.0.1:99999", 1)
