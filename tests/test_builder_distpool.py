@@ -6,6 +6,7 @@ nothing running. The pool needs an x86_64 host, root and bubblewrap (apt-get ins
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
@@ -91,12 +92,24 @@ def _listening(port: int) -> set[str]:
     return found
 
 
+def _client_env(binaries: tools.Tools, url: str, token: str, work: Path) -> dict[str, str]:
+    """A real sccache client's environment: the pool's config, its own server port and caches
+    (its packaged toolchains too: HOME) under ``work``."""
+    conf = config.write_private(work / "client.toml", config.client_toml(url, token))
+    return {"PATH": os.environ["PATH"], "HOME": str(work), "SCCACHE_CONF": str(conf),
+            "SCCACHE_DIR": str(work / "cache"), "SCCACHE_SERVER_PORT": str(_free_ports(1)),
+            "SCCACHE_IDLE_TIMEOUT": "0"}
+
+
+def _stats(sccache: str, env: dict[str, str]) -> dict:
+    shown = subprocess.run([sccache, "--show-stats", "--stats-format", "json"], env=env,
+                           check=True, capture_output=True, text=True).stdout
+    return json.loads(shown)["stats"]
+
+
 def _compile_through(binaries: tools.Tools, url: str, token: str, work: Path) -> dict:
     """Four C units compiled by a real sccache client sent to the pool; its stats (JSON)."""
-    conf = config.write_private(work / "client.toml", config.client_toml(url, token))
-    env = {"PATH": os.environ["PATH"], "HOME": str(work), "SCCACHE_CONF": str(conf),
-           "SCCACHE_DIR": str(work / "cache"), "SCCACHE_SERVER_PORT": str(_free_ports(1)),
-           "SCCACHE_IDLE_TIMEOUT": "0"}
+    env = _client_env(binaries, url, token, work)
     sccache = str(binaries.sccache)
     subprocess.run([sccache, "--start-server"], env=env, check=True, capture_output=True)
     try:
@@ -106,11 +119,9 @@ def _compile_through(binaries: tools.Tools, url: str, token: str, work: Path) ->
             jobs.append(subprocess.Popen([sccache, "gcc", "-c", f"u{k}.c", "-o", f"u{k}.o"],
                                          cwd=work, env=env))
         assert [j.wait() for j in jobs] == [0] * 4
-        shown = subprocess.run([sccache, "--show-stats", "--stats-format", "json"], env=env,
-                               check=True, capture_output=True, text=True).stdout
+        return _stats(sccache, env)
     finally:
         subprocess.run([sccache, "--stop-server"], env=env, capture_output=True)
-    return json.loads(shown)
 
 
 def test_a_pool_registers_its_workers_by_their_cores_and_compiles_on_them(binaries, pool_folder,
@@ -131,13 +142,73 @@ def test_a_pool_registers_its_workers_by_their_cores_and_compiles_on_them(binari
         probe.check_token(url, server)
     work = tmp_path / "client"
     work.mkdir()
-    stats = _compile_through(binaries, url, client, work)["stats"]
+    stats = _compile_through(binaries, url, client, work)
     per_worker = stats["dist_compiles"]
     assert sum(per_worker.values()) == 4, stats
     assert stats["dist_errors"] == 0
     assert pool.down(pool_folder) == 3
     with pytest.raises(DistPoolError, match="cannot be reached"):
         probe.scheduler_status(url, 1.0)
+
+
+KERNEL = ("__global__ void scale{k}(float* x, float a, int n) {{\n"
+          "  int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] *= a * {k}; }}\n"
+          "void launch{k}(float* x, float a, int n) {{\n"
+          "  scale{k}<<<(n + 255) / 256, 256>>>(x, a, n); }}\n")
+
+
+def _cubins(obj: Path, out: Path) -> dict[str, str]:
+    """sha256 of each cubin in ``obj`` (cuobjdump -xelf all), by its architecture."""
+    from support.cuda_libs import cuobjdump_binary
+
+    out.mkdir()
+    subprocess.run([str(cuobjdump_binary()), "-xelf", "all", str(obj)], cwd=out, check=True,
+                   capture_output=True)
+    return {p.name.rsplit(".", 2)[-2]: hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in out.glob("*.cubin")}
+
+
+def test_cuda_units_compile_on_the_workers_with_the_local_cubins_and_fall_back_when_it_goes(
+        binaries, pool_folder, tmp_path):
+    """Real nvcc (CUDA 13.0, x86 host g++) through a real sccache client: two units for sm_121a
+    (spark's) split into nvcc's steps (cudafe++, cicc, ptxas, the host compile), every step a
+    miss compiled on a worker, no dist error, each cubin byte-identical to plain nvcc's; with
+    the pool down, a third unit still compiles (locally), and the failed dispatch is counted."""
+    from support.cuda_libs import require_nvcc
+
+    nvcc = str(require_nvcc())
+    port = _free_ports(3)
+    url = pool.up(pool.PoolPlan(workers=2, port=port), binaries, pool_folder).scheduler
+    work = tmp_path / "client"
+    work.mkdir()
+    env = _client_env(binaries, url, pool.token_paths(pool_folder)[0].read_text().strip(), work)
+    sccache = str(binaries.sccache)
+    for k in range(3):
+        (work / f"k{k}.cu").write_text(KERNEL.format(k=k + 2))
+    argv = [nvcc, "-c", "-arch=sm_121a"]
+    subprocess.run([sccache, "--start-server"], env=env, check=True, capture_output=True)
+    try:
+        jobs = [subprocess.Popen([sccache, *argv, f"k{k}.cu", "-o", f"k{k}.o"], cwd=work,
+                                 env=env) for k in range(2)]
+        assert [j.wait() for j in jobs] == [0, 0]
+        stats = _stats(sccache, env)
+        misses = sum(stats["cache_misses"]["counts"].values())
+        assert sum(stats["dist_compiles"].values()) == misses >= 8, stats
+        assert stats["dist_errors"] == 0
+        for k in range(2):
+            subprocess.run([*argv, f"k{k}.cu", "-o", f"local{k}.o"], cwd=work, check=True)
+            remote, local = (_cubins(work / f"{n}{k}.o", work / f"x-{n}{k}")
+                             for n in ("k", "local"))
+            assert remote == local and set(remote) == {"sm_121a"}
+        assert pool.down(pool_folder) == 3
+        subprocess.run([sccache, *argv, "k2.cu", "-o", "k2.o"], cwd=work, env=env, check=True)
+        after = _stats(sccache, env)
+        assert after["dist_compiles"] == stats["dist_compiles"] and after["dist_errors"] > 0
+    finally:
+        subprocess.run([sccache, "--stop-server"], env=env, capture_output=True)
+        shutil.rmtree(pool_folder / "worker-1", ignore_errors=True)  # nvcc's toolchain: 300 MB
+        shutil.rmtree(pool_folder / "worker-2", ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def test_the_pool_folder_holds_its_tokens_privately_and_logs_none(binaries, pool_folder):
