@@ -15,18 +15,11 @@ import pytest
 from edgevllm.common.errors import BenchError, ConfigError, NoSuchModelError, RooflineUnknown
 from edgevllm.perf.record import SCHEMA
 from edgevllm.specs.targets import load_target
-from support.inprocess import exit_code, run_cli
+from support.inprocess import exit_code, one_error, run_cli
 from support.offline import tiny_model_files
 
 STATS = {"median": 10.0, "min": 9.0, "max": 11.0}
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-
-def one_error(err: str) -> str:
-    assert "Traceback" not in err, err
-    errors = [line for line in err.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1, f"not one error line: {err!r}"
-    return errors[0]
 
 
 def write_model(folder: Path, files: dict[str, bytes] | None = None) -> Path:

@@ -15,7 +15,7 @@ import pytest
 from edgevllm.common.errors import ConfigError
 from edgevllm.common.keys import sign_bytes, verify_bytes
 from edgevllm.inspect import dsse
-from support.inprocess import exit_code, run_cli
+from support.inprocess import exit_code, one_error, run_cli
 from support.inside_locks import lock_data
 
 
@@ -24,13 +24,6 @@ def no_engine(tmp_path, monkeypatch):
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path / 'nobody-listens.sock'}")
     monkeypatch.delenv("DOCKER_CONTEXT", raising=False)
     monkeypatch.setenv("NO_COLOR", "1")
-
-
-def one_error(err: str) -> str:
-    assert "Traceback" not in err, err
-    errors = [line for line in err.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1, f"not one error line: {err!r}"
-    return errors[0]
 
 
 # -- inv keygen ----------------------------------------------------------------------------------

@@ -14,24 +14,14 @@ import pytest
 import yaml
 
 from edgevllm.common.errors import ConfigError
-from support.inprocess import exit_code, run_cli
+from support.inprocess import exit_code, one_error, own_user_folders, run_cli
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(autouse=True)
 def own_config(tmp_path, monkeypatch):
-    """The user's folders are the test's: this machine's user's mods are not listed."""
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.setenv("NO_COLOR", "1")
-    monkeypatch.chdir(tmp_path)
-
-
-def one_error(err: str) -> str:
-    assert "Traceback" not in err, err
-    errors = [line for line in err.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1, f"not one error line: {err!r}"
-    return errors[0]
+    own_user_folders(tmp_path, monkeypatch)
 
 
 def as_json(capsys, *argv: str) -> list[dict]:

@@ -17,7 +17,7 @@ from edgevllm.common.errors import IntegrityError, RecipeError
 from edgevllm.common.fsutil import atomic_write_json
 from edgevllm.inspect import dsse
 from edgevllm.serve.bundlefiles import MANIFEST_NAME, PAYLOAD_TYPE, hash_file
-from support.inprocess import run_cli
+from support.inprocess import one_error, run_cli
 
 PARTS = {"image/index.json": b'{"schemaVersion": 2}',
          "recipe/tiny.yaml": b"name: tiny\n",
@@ -53,15 +53,6 @@ def sign(folder: Path, private: Path, sizes: dict[str, object]) -> None:
     atomic_write_json(folder / MANIFEST_NAME, envelope)
 
 
-def one_error_line(err: str) -> str:
-    assert "Traceback" not in err, err
-    lines = [line for line in err.splitlines() if line.strip()]
-    errors = [line for line in lines if line.startswith("error: ")]
-    assert len(errors) == 1, f"not one error line: {err!r}"
-    assert "\n" not in errors[0]
-    return errors[0]
-
-
 CACHES = "caches/tiny-0123456789abcdef.jitcache.tar"
 TRUE_SIZE = len(PARTS[CACHES])
 LIES = {"one byte more": TRUE_SIZE + 1, "one byte less": TRUE_SIZE - 1, "empty": 0,
@@ -76,7 +67,7 @@ def test_a_signed_manifest_that_lies_about_a_size_is_one_line_before_the_engine(
     hf = tmp_path / "hf"
     code, err = run_cli(capsys, monkeypatch, "deploy", "--from", str(folder), "--key", str(public),
                         "--hf-cache", str(hf))
-    line = one_error_line(err)
+    line = one_error(err)
     assert code == IntegrityError.exit_code, (code, line)
     assert line == (f"error: {folder / CACHES}: {TRUE_SIZE} bytes, the manifest says "
                     f"{LIES[lie]}; the copy is incomplete or changed (copy the bundle again)")
@@ -91,7 +82,7 @@ def test_a_size_that_is_no_byte_count_is_one_line_naming_the_field(site, capsys,
     folder, private, public = site
     sign(folder, private, {CACHES: size})
     code, err = run_cli(capsys, monkeypatch, "deploy", "--from", str(folder), "--key", str(public))
-    line = one_error_line(err)
+    line = one_error(err)
     assert code == IntegrityError.exit_code, (code, line)
     assert str(folder / MANIFEST_NAME) in line and said in line, line
 
@@ -102,7 +93,7 @@ def test_the_true_sizes_pass_the_check_and_only_then_meet_the_engine(site, capsy
     folder, private, public = site
     sign(folder, private, {})
     code, err = run_cli(capsys, monkeypatch, "deploy", "--from", str(folder), "--key", str(public))
-    line = one_error_line(err)
+    line = one_error(err)
     assert code not in (0, IntegrityError.exit_code), (code, line)
     assert "signature and 3 files checked" in err, err
 
@@ -112,7 +103,7 @@ def test_a_lying_size_in_a_real_process(site, cli, tmp_path):
     sign(folder, private, {CACHES: 10 ** 30})
     code, out, err = cli("deploy", "--from", str(folder), "--key", str(public),
                          env={"DOCKER_HOST": f"unix://{tmp_path / 'nobody-listens.sock'}"})
-    line = one_error_line(err)
+    line = one_error(err)
     assert code == IntegrityError.exit_code and "the manifest says " + "1" + "0" * 30 in line
     assert out == ""
 
@@ -133,7 +124,7 @@ def test_a_recipe_that_is_not_utf8_is_one_line_before_the_engine(site, tmp_path,
     out = tmp_path / "out"
     code, err = run_cli(capsys, monkeypatch, "bundle", "--image", "tiny:1", "--recipe",
                         str(recipe), "--out", str(out), "--key", str(private))
-    line = one_error_line(err)
+    line = one_error(err)
     assert code == RecipeError.exit_code, (code, line)
     assert line.startswith(f"error: {recipe}: not UTF-8 text (byte ") and \
         line.endswith("save it as UTF-8"), line
@@ -149,7 +140,7 @@ def test_a_recipe_whose_name_is_not_utf8_is_one_line_in_a_real_process(site, cli
     code, out, err = cli("bundle", "--image", "tiny:1", "--recipe", str(name),
                          "--out", str(tmp_path / "out"), "--key", str(private),
                          env={"DOCKER_HOST": f"unix://{tmp_path / 'nobody-listens.sock'}"})
-    line = one_error_line(err)
+    line = one_error(err)
     assert code == RecipeError.exit_code, (code, line)
     assert "odd\\udcff.yaml: not UTF-8 text" in line, line
     assert not (tmp_path / "out").exists() and out == ""

@@ -6,6 +6,7 @@ this process (a stand-in reader, an environment); the bad-input and property tes
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 from invoke import Program
@@ -34,3 +35,20 @@ def run_cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch 
     capsys.readouterr()
     code = exit_code(list(argv))
     return code, capsys.readouterr().err
+
+
+def one_error(err: str) -> str:
+    """The one ``error:`` line a refused command printed on stderr ``err``; fails the test on a
+    traceback or on any other number of error lines."""
+    assert "Traceback" not in err, err
+    errors = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, f"not one error line: {err!r}"
+    return errors[0]
+
+
+def own_user_folders(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The user's folders ($XDG_CONFIG_HOME: their recipes and mods) are the test's, colour is
+    off and the test runs in ``tmp_path``: nothing of this machine's user is read or written."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.chdir(tmp_path)
