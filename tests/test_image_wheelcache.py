@@ -36,6 +36,7 @@ from edgevllm.image.wheelcache import (
     wheel_list,
 )
 from support.downloads import pypi_download
+from support.localhttp import serve_handler
 from support.registry import blob_file, local_registry_storage
 
 KEY, OTHER_KEY = "0123456789abcdef", "fedcba9876543210"
@@ -262,14 +263,9 @@ class _Forward(http.server.BaseHTTPRequestHandler):
 
 @contextmanager
 def _serving(handler: type) -> Iterator[str]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    """``handler`` on 127.0.0.1, as the registry's ``HOST:PORT``."""
+    with serve_handler(handler) as base:
+        yield base.removeprefix("http://")
 
 
 def test_docker_s_login_goes_to_the_registry_s_origin_only(wheels, tmp_path, monkeypatch):

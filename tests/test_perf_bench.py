@@ -20,6 +20,7 @@ from edgevllm.perf.metrics import summarise
 from edgevllm.perf.record import new_record, save_record
 from edgevllm.perf.report import compare
 from support.bench_server import BenchServer, ServerConfig
+from support.localhttp import serve_handler
 
 
 def test_unhealthy_server_gives_one_line_and_a_record_that_says_so(tmp_path, cli):
@@ -126,23 +127,10 @@ class _Dribble(socketserver.BaseRequestHandler):
             return
 
 
-@contextmanager
-def _dribbling_server():
-    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Dribble)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
 def test_a_request_has_a_deadline_for_its_whole_answer():
     from edgevllm.perf.client import http_get
 
-    with _dribbling_server() as url:
+    with serve_handler(_Dribble, socketserver.ThreadingTCPServer) as url:
         started = time.monotonic()
         with pytest.raises(OSError, match="no whole answer within 1s"):
             http_get(f"{url}/health", 1)
@@ -153,7 +141,7 @@ def test_a_request_has_a_deadline_for_its_whole_answer():
 def test_inv_bench_against_a_server_that_answers_garbage_ends_with_one_line(tmp_path, cli):
     """/v1/models answered with endless garbage: one error line within the probe's deadline,
     nothing written (no server was measured)."""
-    with _dribbling_server() as url:
+    with serve_handler(_Dribble, socketserver.ThreadingTCPServer) as url:
         code, _, stderr = cli("bench", url, "--client-python", sys.executable,
                               "--health-timeout", "2", "--out", str(tmp_path))
     assert code == 12, stderr
@@ -219,18 +207,9 @@ class _NotFound(_Html):
         self.send_error(404)
 
 
-@contextmanager
 def _local_server(handler):
-    kind = socketserver.ThreadingTCPServer if issubclass(handler, _Junk) else \
-        http.server.ThreadingHTTPServer
-    server = kind(("127.0.0.1", 0), handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    kind = socketserver.ThreadingTCPServer if issubclass(handler, _Junk) else None
+    return serve_handler(handler, kind)
 
 
 @pytest.mark.parametrize(("handler", "said"), [
