@@ -288,19 +288,9 @@ def test_mods_apply_cli_on_an_environment(tmp_path):
     site = tmp_path / "site"
     site.mkdir()
     record = tmp_path / "rec" / "mods.json"
-    proc = inv(
-        "mods-apply",
-        "--target",
-        "thor",
-        "--python",
-        sys.executable,
-        "--site-packages",
-        str(site),
-        "--mod",
-        "thor-runtime",
-        "--json",
-        str(record),
-    )
+    apply = ["mods-apply", "--target", "thor", "--python", sys.executable, "--site-packages",
+             str(site), "--mod", "thor-runtime", "--json", str(record)]
+    proc = inv(*apply)
     assert proc.returncode == 0, proc.stderr
     assert "thor-runtime  applied" in proc.stdout
     data = json.loads(record.read_text())
@@ -308,19 +298,7 @@ def test_mods_apply_cli_on_an_environment(tmp_path):
     assert mod["steps"][1]["detail"] == "/usr/local/cuda/bin/ptxas assembles sm_110a"
     assert "VLLM_USE_FLASHINFER_MOE_FP4=0" in record.with_suffix(".env").read_text()
     assert "set at run time: LD_PRELOAD=" in proc.stderr
-    again = inv(
-        "mods-apply",
-        "--target",
-        "thor",
-        "--python",
-        sys.executable,
-        "--site-packages",
-        str(site),
-        "--mod",
-        "thor-runtime",
-        "--json",
-        str(record),
-    )
+    again = inv(*apply)  # the same line again
     assert "thor-runtime  already-applied" in again.stdout
     # without --json there is no env file: an env-only mod has nothing to write
     spark = inv(
