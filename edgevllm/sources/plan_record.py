@@ -119,15 +119,19 @@ def _tree_file(shadow: str, file: str) -> Path | None:
         return None
 
 
+def _lines_above(path: Path | None, line: int) -> list[str]:
+    """The lines of a CMake file up to ``line``, nearest first (none for a file not read)."""
+    if path is None:
+        return []
+    try:
+        return path.read_text(errors="replace").splitlines()[:line][::-1]
+    except OSError:
+        return []
+
+
 def _enclosing_function(path: Path | None, line: int) -> str | None:
     """The ``function(NAME`` around ``line`` in a CMake file (for results kept in a local var)."""
-    if path is None:
-        return None
-    try:
-        lines = path.read_text(errors="replace").splitlines()[:line]
-    except OSError:
-        return None
-    for text in reversed(lines):
+    for text in _lines_above(path, line):
         if re.match(r"\s*endfunction\s*\(", text, re.I):
             return None
         match = re.match(r"\s*function\s*\(\s*(\w+)", text, re.I)
@@ -228,13 +232,7 @@ def _override_has_no_subdir(path: Path | None, env_var: str) -> bool:
 
 def _override_var(path: Path | None, line: int) -> str | None:
     """The nearest ``ENV{..._SRC_DIR}`` the file reads above the clone: the tree's override."""
-    if path is None:
-        return None
-    try:
-        lines = path.read_text(errors="replace").splitlines()[:line]
-    except OSError:
-        return None
-    for text in reversed(lines):
+    for text in _lines_above(path, line):
         match = re.search(r"ENV\{(\w*SRC_DIR\w*)\}", text)
         if match:
             return match.group(1)
