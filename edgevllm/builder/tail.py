@@ -67,6 +67,10 @@ def run(job: Job, build: PreparedBuild) -> BuildResult:
     engine, lock = job.engine, build.lock
     if engine is None or lock is None:
         raise BuildError("nothing was fetched for this build: it can be rendered, not run")
+    if job.locked is not None and job.locked.created_at:
+        # A rebuild is the same lock (its hash leaves the time out): the lock's time stays, in
+        # the image's lock file and labels alike; the rebuild's own time is the log's (issue 45)
+        lock.created_at = job.locked.created_at
     tag = image_tag(lock)
     tags = final_tags(build.eff, tag)
     console.step(f"image {tags[0]}")
@@ -87,6 +91,10 @@ def run(job: Job, build: PreparedBuild) -> BuildResult:
                                           labels=static_labels(build.eff, lock, tag)),
                              build.runtime_what)
     clock = Clock()
+    if build.eff.spec.reproducible:
+        with clock("clamp"):
+            clamp_candidate(engine, candidate, lock_epoch(lock), build.eff.images.runtime,
+                            job.ws.root)
     with clock("layers"):
         layers = layer_report(engine, candidate, build.eff)
     aot = read_aot(runner, build.eff, candidate)
@@ -216,9 +224,42 @@ def check_and_tag(job: Job, build: PreparedBuild, lock: Lock, runner: BuildRunne
     with clock("labels"):
         image_id = relabel(runner, engine, candidate,
                            outcome_labels(record, verify, probe, aot) | build.labels, tags,
-                           eff.platform, job.ws.context)
+                           eff.platform, job.ws.context,
+                           lock_epoch(lock) if eff.spec.reproducible else None)
         engine.remove_image(candidate)
     return record, verify, probe, image_id
+
+
+def lock_epoch(lock: Lock) -> int:
+    """--reproducible's moment: the lock's created_at (a rebuild keeps it: ``run``)."""
+    from edgevllm.image.clamp import epoch_of
+    from edgevllm.specs.lock import now_utc
+
+    return epoch_of(lock.created_at or now_utc())
+
+
+def clamp_candidate(engine: DockerEngine, candidate: str, epoch: int, base: str,
+                    scratch) -> None:
+    """The candidate's times after its base's creation set to ``epoch`` (image/clamp.py),
+    under its tag; the image BuildKit exported is dropped (its layers stay in its cache)."""
+    from edgevllm.common.errors import ImageNotFoundError
+    from edgevllm.image.clamp import Moment, clamp_image, epoch_of
+
+    keep: frozenset[str] = frozenset()
+    try:
+        found = engine.image_inspect(base)
+        floor = epoch_of(str(found.get("Created") or ""))
+        keep = frozenset((found.get("RootFS") or {}).get("Layers") or [])
+    except (ImageNotFoundError, ValueError):
+        floor = epoch  # a base BuildKit pulled for itself: a plain clamp
+        console.warn(f"  reproducible: base {base} is not on the engine: only times after the "
+                     "lock's are set (a layer BuildKit's cache kept keeps its own)")
+    exported = engine.image_inspect(candidate).get("Id", "")
+    clamped = clamp_image(engine, candidate, Moment(epoch, min(floor, epoch)), scratch, keep)
+    console.info(f"  reproducible: the times after the base's set to {epoch} (the lock's "
+                 f"created_at): {clamped[:19]}")
+    if exported and exported != clamped:
+        engine.remove_image(exported)
 
 
 def planned_arches(lock: Lock) -> dict[str, list[str]]:

@@ -175,11 +175,15 @@ def render(c, **values):
     param("verify", True),
     param("json"),
     param("engine"),
+    param("check_reproducible", False),
     help_extra={
         "out": OUT_FLAG.help,
         "verify": "run arch verify and probe level 1 (default on)",
         "json": "write a JSON summary of the build to this file",
         "engine": ENGINE_HELP,
+        "check_reproducible": "build (--reproducible), then build the lock again with every "
+                              "step rerun and compare the images layer by layer; one line "
+                              "names the first differing file (docs/reproducible.md)",
     },
     iterable_extra=("engine",),
 )
@@ -197,8 +201,15 @@ def build(c, **values):
         from edgevllm.common.errors import ConfigError
 
         raise ConfigError(f"--target {values['target']}: names a target twice; name each once")
+    check = bool(values.pop("check_reproducible", False))
+    if check and len(targets) > 1:
+        from edgevllm.common.errors import ConfigError
+
+        raise ConfigError("--check-reproducible builds one target twice; give one --target")
     if len(targets) > 1:
         return build_many(values, targets, engines_for(values.get("engine"), targets))
+    if check:
+        values["reproducible"] = True
     build_spec = spec_from_flags(values, verify=values.get("verify", True))
     if build_spec.wheel_cache:  # its grammar before preflight, not after the disk check
         from edgevllm.image.wheelcache import check_ref
@@ -209,6 +220,8 @@ def build(c, **values):
     result = run_build(build_spec, Path(values.get("out") or "out"),
                        engine=engine_of(engines, build_spec.target),
                        lock_path=Path(lock) if lock else None)
+    if check:
+        _check_reproducible(values, result, engine_of(engines, build_spec.target))
     if values.get("json"):
         write_summary(result, Path(values["json"]))
     console.step(f"built {', '.join(result.tags)}")
@@ -218,6 +231,19 @@ def build(c, **values):
 
         console.info(f"  {describe_compile_cache(result.compile_cache)}")
     print(result.image)
+
+
+def _check_reproducible(values: dict, first, engine) -> None:
+    """--check-reproducible: the first build's lock built again, every step rerun, compared."""
+    from edgevllm.builder.pipeline import build as run_build
+    from edgevllm.builder.reprocheck import check_rebuild
+
+    def rebuild(lock: Path):
+        again = {**values, "lock": str(lock), "rerun_steps": True, "reproducible": True}
+        return run_build(spec_from_flags(again, verify=values.get("verify", True)),
+                         Path(values.get("out") or "out"), engine=engine, lock_path=lock)
+
+    check_rebuild(engine, first, rebuild)
 
 
 @cli_task(help={"target": "thor | spark", "out": "where builds will write (for the disk check)",

@@ -173,6 +173,15 @@ BUILD_FLAGS: tuple[Flag, ...] = (
             False,
         ),
         Flag(
+            "reproducible",
+            "set the times the build wrote (file mtimes, timestamp .pyc, uv's install "
+            "records, the config's dates) to the lock's created_at, after BuildKit: two "
+            "builds of one lock give the same image (docs/reproducible.md)",
+            "reproducible",
+            "bool",
+            False,
+        ),
+        Flag(
             "platform",
             "override the target's docker platform (e.g. linux/amd64 for a test build)",
             "platform",

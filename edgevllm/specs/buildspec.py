@@ -135,6 +135,10 @@ class BuildSpec(Strict):
     # Every build step runs again instead of coming from BuildKit's cached layers: what a
     # builder that never built this does (the compiler caches still apply).
     rerun_steps: bool = False
+    # inv build --reproducible: the times the build wrote set to the lock's created_at after
+    # BuildKit (image/clamp.py), so two builds of one lock give the same image. Changes no
+    # Dockerfile and no build argument of the BuildKit build (its layer cache serves it).
+    reproducible: bool = False
     probe_required: list[PythonModule] | None = None
     # After the checks pass, compress the image's layers into the publish layer cache, so the
     # first `inv publish` assembles cached frames (no docker save). Does not change the image.

@@ -1,0 +1,134 @@
+"""image/clamp.py on real tar files (written with tarfile, read back with tarfile): the times a
+build writes set to the lock's moment, the base's kept, a timestamp .pyc kept valid against its
+source, uv's install record and its RECORD line rewritten together, and every other byte as it
+was; two layers built at different times come out byte for byte the same."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import tarfile
+
+from edgevllm.image.clamp import (
+    Moment,
+    clamp_config,
+    clamp_layer,
+    clamp_pyc,
+    epoch_of,
+    uv_cache_records,
+)
+
+EPOCH = 1_700_000_000
+FLOOR = EPOCH - 86_400  # the base image's creation: a day before the lock
+OLD = FLOOR - 1_000    # a base file's time
+MOMENT = Moment(EPOCH, FLOOR)
+RECORD = "sp/a-1.dist-info/RECORD"
+UV = "sp/a-1.dist-info/uv_cache.json"
+LONG = "sp/" + "l" * 120 + ".txt"  # a PAX path record
+
+
+def pyc(source_mtime: int, flags: int = 0) -> bytes:
+    """A .pyc header and body: flags 0 records the source's mtime (and size), flags 1 its hash
+    (here the same 8 bytes whenever it is built)."""
+    stamp = source_mtime.to_bytes(4, "little") + b"\x05\0\0\0" if flags == 0 else b"h" * 8
+    return b"\xa7\r\r\n" + flags.to_bytes(4, "little") + stamp + b"code"
+
+
+def layer(built: int) -> bytes:
+    """A layer as a step at ``built`` writes it: uv's files, a .pyc, a long name, a base file."""
+    uv = b'{"timestamp":{"secs_since_epoch":%d,"nanos_since_epoch":123},"commit":null}' % built
+    record = (b"a/__init__.py,sha256=x,1\na-1.dist-info/uv_cache.json,sha256=%d,50\n"
+              b"a-1.dist-info/RECORD,,\n" % built)
+    entries = [("sp", None, built), (RECORD, record, built), (UV, uv, built),
+               ("sp/x.pyc", pyc(built), built), ("sp/h.pyc", pyc(built, flags=1), built),
+               (LONG, b"long", built), ("old", b"old", OLD)]
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, data, mtime in entries:
+            info = tarfile.TarInfo(name)
+            info.mtime = mtime
+            if data is None:
+                info.type = tarfile.DIRTYPE
+                tar.addfile(info)
+            else:
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def clamped(raw: bytes, moment: Moment = MOMENT) -> bytes:
+    uv = uv_cache_records(io.BytesIO(raw), moment)
+    out = io.BytesIO()
+    clamp_layer(io.BytesIO(raw), out, moment, uv)
+    return out.getvalue()
+
+
+def members(raw: bytes) -> dict[str, tuple[float, bytes]]:
+    with tarfile.open(fileobj=io.BytesIO(raw)) as tar:
+        return {m.name: (m.mtime, (tar.extractfile(m).read() if m.isfile() else b""))  # type: ignore[union-attr]
+                for m in tar}
+
+
+def test_two_builds_at_different_times_give_the_same_bytes():
+    one, two = layer(EPOCH + 100), layer(EPOCH + 5_000)
+    assert one != two
+    assert clamped(one) == clamped(two)
+
+
+def test_a_layer_cached_before_the_lock_is_set_to_the_same_moment():
+    """BuildKit's cache kept a layer built before the lock: its times are after the base's,
+    so it comes out as a layer built afresh does."""
+    assert clamped(layer(FLOOR + 10)) == clamped(layer(EPOCH + 10))
+
+
+def test_build_times_are_the_moment_and_the_base_files_keep_theirs():
+    found = members(clamped(layer(EPOCH + 100)))
+    assert {name: mtime for name, (mtime, _) in found.items()} == {
+        "sp": EPOCH, RECORD: EPOCH, UV: EPOCH, "sp/x.pyc": EPOCH, "sp/h.pyc": EPOCH,
+        LONG: EPOCH, "old": OLD}
+    assert found["old"][1] == b"old" and found[LONG][1] == b"long"
+
+
+def test_uv_record_and_its_record_line_agree():
+    found = members(clamped(layer(EPOCH + 100)))
+    data = found[UV][1]
+    assert data == b'{"timestamp":{"secs_since_epoch":1700000000,"nanos_since_epoch":0},' \
+                   b'"commit":null}'
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    lines = found[RECORD][1].decode().splitlines()
+    assert lines == ["a/__init__.py,sha256=x,1",
+                     f"a-1.dist-info/uv_cache.json,sha256={digest},{len(data)}",
+                     "a-1.dist-info/RECORD,,"]
+
+
+def test_a_timestamp_pyc_follows_its_source_and_a_hash_pyc_is_left():
+    found = members(clamped(layer(EPOCH + 100)))
+    assert found["sp/x.pyc"][1] == pyc(EPOCH)
+    assert found["sp/h.pyc"][1] == pyc(EPOCH + 100, flags=1) == pyc(0, flags=1)
+    assert clamp_pyc(pyc(OLD), MOMENT) == pyc(OLD)
+    assert clamp_pyc(b"short", MOMENT) == b"short"
+
+
+def test_a_layer_with_no_time_after_the_base_is_copied_byte_for_byte():
+    raw = layer(OLD)
+    assert clamped(raw) == raw
+
+
+def test_the_config_dates_after_the_base_are_the_moment():
+    config = {"created": "2023-11-20T10:00:00.123456789Z", "architecture": "amd64",
+              "history": [{"created": "2020-01-01T00:00:00Z", "created_by": "base"},
+                          {"created": "2023-11-20T10:00:01Z", "created_by": "RUN x"},
+                          {"created_by": "no date"}],
+              "rootfs": {"type": "layers", "diff_ids": ["sha256:old"]}}
+    written = clamp_config(config, ["sha256:new"], MOMENT)
+    assert written == clamp_config(dict(config, created="2023-11-21T00:00:00Z"),
+                                   ["sha256:new"], MOMENT)
+    assert written.startswith(b'{"created":"2023-11-14T22:13:20Z","architecture":"amd64",'
+                              b'"history":[{"created":"2020-01-01T00:00:00Z"')
+    assert b'"rootfs":{"type":"layers","diff_ids":["sha256:new"]}' in written
+
+
+def test_epoch_of_reads_a_lock_and_an_engine_time():
+    assert epoch_of("2023-11-14T22:13:20Z") == EPOCH
+    assert epoch_of("2023-11-14T22:13:20.064383726Z") == EPOCH
