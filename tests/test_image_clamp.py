@@ -18,6 +18,7 @@ from edgevllm.image.clamp import (
     epoch_of,
     uv_cache_records,
 )
+from support.tars import tar_bytes
 
 EPOCH = 1_700_000_000
 FLOOR = EPOCH - 86_400  # the base image's creation: a day before the lock
@@ -43,18 +44,7 @@ def layer(built: int) -> bytes:
     entries = [("sp", None, built), (RECORD, record, built), (UV, uv, built),
                ("sp/x.pyc", pyc(built), built), ("sp/h.pyc", pyc(built, flags=1), built),
                (LONG, b"long", built), ("old", b"old", OLD)]
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for name, data, mtime in entries:
-            info = tarfile.TarInfo(name)
-            info.mtime = mtime
-            if data is None:
-                info.type = tarfile.DIRTYPE
-                tar.addfile(info)
-            else:
-                info.size = len(data)
-                tar.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
+    return tar_bytes(entries, format=tarfile.PAX_FORMAT)
 
 
 def clamped(raw: bytes, moment: Moment = MOMENT) -> bytes:

@@ -18,6 +18,7 @@ from edgevllm.inspect.layersizes import (
     measure,
     summary,
 )
+from support.tars import tar_bytes
 
 
 def layer(step: str, files: dict[str, int], whiteouts=(), opaque=()) -> LayerFiles:
@@ -51,17 +52,7 @@ def test_nothing_shadowed_when_layers_only_add():
 
 def _tar(members: dict[str, bytes | None]) -> bytes:
     """A tar of regular files (bytes) and folders (None)."""
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w") as tar:
-        for name, data in members.items():
-            info = tarfile.TarInfo(name)
-            if data is None:
-                info.type = tarfile.DIRTYPE
-                tar.addfile(info)
-            else:
-                info.size = len(data)
-                tar.addfile(info, io.BytesIO(data))
-    return out.getvalue()
+    return tar_bytes((name, data, 0) for name, data in members.items())
 
 
 def docker_save(layers: list[bytes], history: list[dict]) -> bytes:
