@@ -271,6 +271,7 @@ CASES: list[tuple[list[str], int, str]] = [
     # dist-pool (builder/distpool): flags before any download or process; no pool, no token
     (["dist-pool", "sideways"], 2, "dist-pool 'sideways'"),
     (["dist-pool", "up", "--workers", "0"], 2, "--workers"),
+    (["dist-pool", "up", "--workers", "256"], 2, "--workers 256"),  # more than the cores
     (["dist-pool", "up", "--bind", "0.0.0.0"], 2, "--bind 0.0.0.0"),
     (["dist-pool", "up", "--port", "70000"], 2, "--port"),
     (["dist-pool", "check", "--scheduler", "sccache://tok3n@h:1"], 2, "carries no token"),

@@ -46,6 +46,7 @@ def dist_pool(c, action, workers="2", bind=None, port=None, scheduler=None, toke
         found = probe.check_pool(url or f"http://{config.url_host(plan.bind)}:{plan.port}", token)
         print(json.dumps(found.__dict__))
     elif action == "up":
+        pool.check_plan(plan)  # before the download
         found = pool.up(plan, tools.ensure_tools())
         console.info(f"pool up: {found.describe()}; builders' token: "
                      f"{pool.token_paths(pool.pool_dir())[0]}")

@@ -108,10 +108,16 @@ def _died(proc: subprocess.Popen, what: str, log: Path) -> None:
                             f"its log is {log}")
 
 
+def check_plan(plan: PoolPlan) -> tuple[str, list[list[int]]]:
+    """What ``up`` needs of this host, before anything is downloaded or written: bubblewrap,
+    root, and a core for each worker."""
+    shares = core_shares(plan.workers, sorted(os.sched_getaffinity(0)))
+    return _preflight(), shares
+
+
 def up(plan: PoolPlan, tools: Tools, folder: Path | None = None) -> PoolStatus:
     """Start the scheduler and ``plan.workers`` workers; their status once all registered."""
-    bwrap = _preflight()
-    shares = core_shares(plan.workers, sorted(os.sched_getaffinity(0)))
+    bwrap, shares = check_plan(plan)
     where = folder or pool_dir()
     if running(where):
         raise DistPoolError(f"a pool is already up here ({where / STATE}): inv dist-pool down "
