@@ -106,17 +106,27 @@ def _build_mixed(work: Path) -> Path:
     return work / "libmixed_tu.so"
 
 
-def _key() -> str:
+def _digest(*parts: object) -> str:
+    """The cache key of a build of ``parts`` with this nvcc: 16 hex digits of the sha256 of
+    ``repr((*parts, nvcc --version))``."""
     version = subprocess.run([str(NVCC), "--version"], capture_output=True, text=True).stdout
-    text = repr((SOURCE, OTHER_SOURCE, sorted(VARIANTS.items()), version))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    return hashlib.sha256(repr((*parts, version)).encode()).hexdigest()[:16]
+
+
+def _nvcc_cache() -> Path:
+    """The folder the nvcc-built test libraries are cached in (nvcc required)."""
+    require_nvcc()
+    return test_cache_dir("nvcc-libs")
+
+
+def _key() -> str:
+    return _digest(SOURCE, OTHER_SOURCE, sorted(VARIANTS.items()))
 
 
 @functools.lru_cache(maxsize=None)
 def nvcc_libs() -> dict[str, Path]:
     """``{variant: path}`` for every entry of VARIANTS plus ``mixed_tu``; built once, cached."""
-    require_nvcc()
-    root = test_cache_dir("nvcc-libs")
+    root = _nvcc_cache()
     final = root / _key()
     with file_lock(root / f".{final.name}.lock"):
         if not final.is_dir():
@@ -161,10 +171,8 @@ def cuobjdump_binary() -> Path:
 def nvcc_lib(flags: tuple[str, ...]) -> Path:
     """One shared object of SOURCE built with ``flags`` (e.g. a kernel plan's ``-gencode``
     flags); cached by source, flags and nvcc version like ``nvcc_libs``."""
-    require_nvcc()
-    root = test_cache_dir("nvcc-libs")
-    version = subprocess.run([str(NVCC), "--version"], capture_output=True, text=True).stdout
-    key = hashlib.sha256(repr((SOURCE, flags, version)).encode()).hexdigest()[:16]
+    root = _nvcc_cache()
+    key = _digest(SOURCE, flags)
     final = root / f"flags-{key}"
     with file_lock(root / f".{final.name}.lock"):
         if not final.is_dir():
@@ -196,11 +204,8 @@ COMPRESSED_VARIANTS: dict[str, list[str]] = {
 @functools.lru_cache(maxsize=None)
 def compressed_libs() -> dict[str, Path]:
     """``{"zstd": lib, "lz4": lib}``: every fatbin entry compressed that way; built once, cached."""
-    require_nvcc()
-    root = test_cache_dir("nvcc-libs")
-    version = subprocess.run([str(NVCC), "--version"], capture_output=True, text=True).stdout
-    key = hashlib.sha256(repr((SOURCE, sorted(COMPRESSED_VARIANTS.items()), version)).encode())
-    final = root / f"compressed-{key.hexdigest()[:16]}"
+    root = _nvcc_cache()
+    final = root / f"compressed-{_digest(SOURCE, sorted(COMPRESSED_VARIANTS.items()))}"
     with file_lock(root / f".{final.name}.lock"):
         if not final.is_dir():
             tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=root))
@@ -281,10 +286,8 @@ def wheel_verdict(spec: str, target: str):
 def nvcc_cubin(sm: str) -> Path:
     """A raw cubin of SOURCE for ``sm`` (``121a``): what Triton's and FlashInfer's JIT caches
     hold; built with ``nvcc -cubin`` once, cached like ``nvcc_libs``."""
-    require_nvcc()
-    root = test_cache_dir("nvcc-libs")
-    version = subprocess.run([str(NVCC), "--version"], capture_output=True, text=True).stdout
-    key = hashlib.sha256(repr((SOURCE, sm, version)).encode()).hexdigest()[:16]
+    root = _nvcc_cache()
+    key = _digest(SOURCE, sm)
     final = root / f"cubin-{sm}-{key}.cubin"
     with file_lock(root / f".{final.name}.lock"):
         if not final.is_file():
@@ -302,8 +305,7 @@ def nvcc_cubin(sm: str) -> Path:
 def planned_ptx_lib() -> Path:
     """Two units as a 12.1a compile of vLLM lays out Marlin: one with sm_121a SASS, one built
     for ``8.0+PTX`` (sm_80 SASS and compute_80 PTX: it runs on a Spark through the JIT)."""
-    require_nvcc()
-    root = test_cache_dir("nvcc-libs")
+    root = _nvcc_cache()
     final = root / f"planned-ptx-{_key()}" / "libplanned_ptx.so"
     with file_lock(root / f".planned-ptx-{_key()}.lock"):
         if not final.is_file():
