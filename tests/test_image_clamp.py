@@ -122,3 +122,18 @@ def test_the_config_dates_after_the_base_are_the_moment():
 def test_epoch_of_reads_a_lock_and_an_engine_time():
     assert epoch_of("2023-11-14T22:13:20Z") == EPOCH
     assert epoch_of("2023-11-14T22:13:20.064383726Z") == EPOCH
+
+
+def test_the_times_an_image_carries_are_set_in_one_place():
+    """image/clamp.py alone spells what holds a build's time (BuildKit's epoch argument, uv's
+    install record): another module setting them would set them another way."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "edgevllm"
+    words = ("SOURCE_DATE_EPOCH", "uv_cache.json", "rewrite-timestamp")
+    found = {str(path.relative_to(root)) for path in root.rglob("*.py")
+             for node in ast.walk(ast.parse(path.read_text()))
+             if isinstance(node, ast.Constant) and isinstance(node.value, str)
+             and any(word in node.value for word in words)}
+    assert found == {"image/clamp.py"}

@@ -220,10 +220,12 @@ def with_options(options: BuildOptions, **changes) -> BuildOptions:
 def relabel(runner: BuildRunner, engine: DockerEngine, image: str, labels: dict[str, str],
             tags: list[str], platform: str, workdir: Path, epoch: int | None = None) -> str:
     """Add post-build labels (config only) and apply the final tags; returns the image id.
-    ``epoch`` (--reproducible): BuildKit's SOURCE_DATE_EPOCH, so the config's date and the
-    label step's history entry are that moment, not now."""
+    ``epoch`` (--reproducible): BuildKit's epoch argument (clamp.EPOCH_ARG), so the config's
+    date and the label step's history entry are that moment, not now."""
+    from edgevllm.image.clamp import EPOCH_ARG
+
     iid = workdir / "relabel.iid"
-    args = {"IMAGE": image, **({"SOURCE_DATE_EPOCH": str(epoch)} if epoch is not None else {})}
+    args = {"IMAGE": image, **({EPOCH_ARG: str(epoch)} if epoch is not None else {})}
     options = BuildOptions(context=workdir, dockerfile=relabel_dockerfile(), platform=platform,
                            tags=tags, labels=labels, build_args=args, iidfile=iid)
     runner.run(options, "labels")

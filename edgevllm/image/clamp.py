@@ -36,6 +36,9 @@ from edgevllm.common.archives import open_tar, read_member, walk
 from edgevllm.common.errors import IntegrityError
 from edgevllm.containers.docker import DockerEngine
 
+# BuildKit's build argument for the moment an image's config dates are clamped to (the relabel
+# step passes it: a config-only step, so no layer cache depends on it)
+EPOCH_ARG = "SOURCE_DATE_EPOCH"
 BLOCK = 512
 CHUNK = 1 << 20
 MAX_EDITED = 16 << 20  # the files edited in memory (RECORD, uv_cache.json) are a few KiB
