@@ -225,20 +225,6 @@ def test_applier_is_python_310_stdlib_only(tmp_path):
     plan = write_plan(tmp_path / "stage", [diff_mod()])
     (tmp_path / "stage" / "demo").mkdir()
     (tmp_path / "stage" / "demo" / "gate.diff").write_text(DIFF)
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-I",
-            "-S",
-            str(plan.parent / "inimage_applier.py"),
-            "apply",
-            "--plan",
-            str(plan),
-            "--site-packages",
-            str(site),
-        ],
-        capture_output=True,
-        text=True,
-    )
+    proc = run(plan, site, isolated=True)
     assert proc.returncode == 0, proc.stderr
     assert "demo  applied" in proc.stdout and '"b"' in gate.read_text()
