@@ -59,6 +59,8 @@ CASES: list[tuple[list[str], int, str]] = [
     (["build", "--spec", "deep.yaml"], 2, "nested too deeply"),
     (["build", "--spec", "adir"], 2, "adir"),
     (["build", "--target", "spark,thor,spark"], 2, "names a target twice"),
+    (["build", "--target", "spark,thor", "--check-reproducible"], 2,
+     "--check-reproducible builds one target twice"),
     (["build", "--target", "spark", "--wheel-cache", "{{7*7}}/x"], 2, "--wheel-cache '{{7*7}}/x'"),
     (["build", "--target", "spark", "--aot", "nonutf8.json"], 2, "nonutf8.json: not UTF-8"),
     (["build", "--target", "spark", "--warm", "a.json", "--aot", "b.json"], 2,
