@@ -7,6 +7,7 @@ a line that is no requirement is one of edgevllm's errors in one line, never a t
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Mapping
 
 import pytest
 
@@ -14,7 +15,7 @@ from edgevllm.common.errors import EdgeVllmError
 from edgevllm.track import facts
 
 
-def tree(root: Path, files: dict[str, str | bytes]) -> Path:
+def tree(root: Path, files: Mapping[str, str | bytes]) -> Path:
     for rel, data in files.items():
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
