@@ -221,7 +221,7 @@ def build(c, **values):
                        engine=engine_of(engines, build_spec.target),
                        lock_path=Path(lock) if lock else None)
     if check:
-        _check_reproducible(values, result, engine_of(engines, build_spec.target))
+        _check_reproducible(values, build_spec, result, engine_of(engines, build_spec.target))
     if values.get("json"):
         write_summary(result, Path(values["json"]))
     console.step(f"built {', '.join(result.tags)}")
@@ -233,15 +233,21 @@ def build(c, **values):
     print(result.image)
 
 
-def _check_reproducible(values: dict, first, engine) -> None:
+# What a lock does not record but the image's tags and checks follow: the first build's
+# (from --spec, or the flags), so the rebuild checks and tags as it did.
+KEPT_FOR_REBUILD = ("verify", "probe_required", "image_repo", "tags")
+
+
+def _check_reproducible(values: dict, spec, first, engine) -> None:
     """--check-reproducible: the first build's lock built again, every step rerun, compared."""
     from edgevllm.builder.pipeline import build as run_build
     from edgevllm.builder.reprocheck import check_rebuild
 
     def rebuild(lock: Path):
-        again = {**values, "lock": str(lock), "rerun_steps": True, "reproducible": True}
-        return run_build(spec_from_flags(again, verify=values.get("verify", True)),
-                         Path(values.get("out") or "out"), engine=engine, lock_path=lock)
+        again = spec_from_flags({**values, "lock": str(lock)})
+        again = again.model_copy(update={**{k: getattr(spec, k) for k in KEPT_FOR_REBUILD},
+                                         "rerun_steps": True, "reproducible": True})
+        return run_build(again, Path(values.get("out") or "out"), engine=engine, lock_path=lock)
 
     check_rebuild(engine, first, rebuild)
 

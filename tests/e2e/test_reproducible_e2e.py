@@ -59,3 +59,26 @@ def test_a_lock_rebuilt_with_every_step_rerun_is_the_same_image(
     assert not verdict.same and verdict.layer is not None
     assert verdict.line.startswith(f"layer {verdict.layer} (")
     assert ": mtime " in verdict.line and "\n" not in verdict.line, verdict.line
+
+
+def test_a_spec_build_checked_is_rebuilt_as_its_spec_tags_and_checks_it(
+    engine, cuda_image_native, fake_upstream, tmp_path, cli, made_images
+):
+    """--check-reproducible after a --spec build: the rebuild from its lock keeps what the lock
+    does not record (the image repository, the checks' settings), so it is tagged and checked as
+    the first build was, and is the same image."""
+    from e2e.conftest import write_spec
+
+    spec = hermetic_spec("spark", cuda_image_native, fake_upstream, platform=native_platform(),
+                         mods=[], image_repo=REPO, verify=False)
+    spec_file = write_spec(tmp_path / "spec.yaml", **spec)
+    code, stdout, stderr = cli(
+        "build", "--spec", str(spec_file), "--out", str(tmp_path / "out"),
+        "--check-reproducible", "--json", str(tmp_path / "result.json"), timeout=1200,
+    )
+    result = json.loads((tmp_path / "result.json").read_text()) if code == 0 else {}
+    made_images.extend(result.get("tags", []))
+    assert code == 0, stderr[-3000:]
+    assert "reproducible: the same image sha256:" in stderr, stderr[-3000:]
+    assert result["image"].startswith(f"{REPO}:") and stdout.strip() == result["image"]
+    assert "edgevllm/vllm:" not in stderr
