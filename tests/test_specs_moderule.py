@@ -19,7 +19,8 @@ FLASHINFER = {"source": {"repo": "flashinfer-ai/flashinfer", "ref": "v0.7.2"}}
 # A value for each field of MODE_FIELDS.
 GIVEN: dict[str, dict] = {"vllm_wheel": {"vllm_wheel": "0.20.2"},
                           "extensions": {"extensions": ["cumem_allocator"]},
-                          "flashinfer.source": {"flashinfer": FLASHINFER}}
+                          "flashinfer.source": {"flashinfer": FLASHINFER},
+                          "dist": {"dist": "sccache://10.0.0.5:10600"}}
 
 
 def test_every_field_of_the_table_has_a_value_here_and_names_its_flags():

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from edgevllm.common.labels import CCACHE_STATS_MARKER
+from edgevllm.common.labels import CCACHE_STATS_MARKER, SCCACHE_STATS_MARKER
 from edgevllm.common.secrets import redact
 
 _STEP = re.compile(r"^#(\d+) \[(?:(?P<platform>linux/\S+) )?(?P<stage>[\w.-]+)(?: "
@@ -54,6 +54,7 @@ class BuildFollower:
         self.on_stage = on_stage  # called with (vertex) when a new step starts
         self.tail: deque = deque(maxlen=40)
         self.ccache: dict[str, int] = {}  # the compile step's ccache counters, when it printed them
+        self.sccache: dict[str, int] = {}  # --dist: sccache's (builder/distpool/inimage_stats.py)
 
     def feed(self, line: str) -> None:
         line = redact(line)  # the log and the failure tail are read by people, CI and issues
@@ -84,6 +85,8 @@ class BuildFollower:
         words = text.split()
         if len(words) == 3 and words[0] == CCACHE_STATS_MARKER and words[2].isdigit():
             self.ccache[words[1]] = int(words[2])
+        elif len(words) == 3 and words[0] == SCCACHE_STATS_MARKER and words[2].isdigit():
+            self.sccache[words[1]] = int(words[2])
 
     def _start(self, number: int, stage: str, what: str) -> None:
         vertex = self.vertices.get(number)

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from edgevllm.builder import modes, tail
 from edgevllm.builder.aot.plan import aot_road
@@ -33,6 +34,9 @@ from edgevllm.specs.buildspec import (
 )
 from edgevllm.specs.lock import Lock, read_lock
 from edgevllm.specs.targets import load_target
+
+if TYPE_CHECKING:
+    from edgevllm.builder.distpool.client import DistClient
 
 
 def build(
@@ -62,6 +66,7 @@ def _build(spec: BuildSpec, out: Path, engine: DockerEngine, lock_path: Path | N
     console.step(f"mode: {job.eff.mode} ({job.eff.mode_reason})")
     if record.compiles:
         console.step(f"toolchain: {job.eff.toolchain} ({job.eff.toolchain_reason})")
+    pool = dist_check(job.eff)  # --dist: the pool probed before anything is fetched
     if spec.aot:
         console.step(f"flashinfer aot: {aot_road(job.eff, builder)}")
     if record.kernels_from_release and not (spec.mode or spec.vllm_wheel):
@@ -75,6 +80,8 @@ def _build(spec: BuildSpec, out: Path, engine: DockerEngine, lock_path: Path | N
     if build.compiles and job.eff.toolchain != "native" and not reused:
         say = console.warn if job.eff.toolchain == "emulated" else console.info
         say(compile_estimate(build, builder, job.eff))
+    if pool is not None and not reused:
+        console.step(pool.preflight_line(build.compile_units))
     return tail.run(job, build)
 
 
@@ -90,6 +97,13 @@ def compile_estimate(build: PreparedBuild, builder: Builder, eff: EffectiveSpec)
                                   threads=threads)
     return emulated_compile_line(build.compile_units, builder.arch, eff.platform,
                                  why=eff.toolchain_reason, jobs=jobs, threads=threads)
+
+
+def dist_check(eff: EffectiveSpec) -> DistClient | None:
+    """--dist: the pool answers, takes the token and has workers (one line if not)."""
+    from edgevllm.builder.distpool import client as dist_client
+
+    return dist_client.check(eff)
 
 
 def lock_for(lock_path: Path | None, target: str, mode: str | None = None) -> Lock | None:

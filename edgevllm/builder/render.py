@@ -20,6 +20,7 @@ from jinja2.sandbox import SandboxedEnvironment
 
 from edgevllm import __version__
 from edgevllm.builder.aot.plan import cross_aot
+from edgevllm.builder.distpool import client as dist_client
 from edgevllm.builder.subset.plan import template_values as subset_values
 from edgevllm.common import labels
 from edgevllm.common.paths import templates_dir
@@ -166,6 +167,7 @@ def template_values(eff: EffectiveSpec) -> dict:
         "mode_vllm": mode_vllm_values(eff),
         "cross": cross_values(eff),
         "extensions": subset_values(eff.spec.extensions, eff.target.leave_out),
+        "dist": dist_client.template_values(eff),  # None: no --dist block (the text as before)
         **mount_options(eff),
         **labels.template_values(),
     }

@@ -60,7 +60,24 @@ def render_to(spec: BuildSpec, out: Path, force: bool = False,
         (tmp / "build-plan.json").write_text(plan.to_json())
     console.step(mode_line(plan))
     console.info(on_top_line(plan.on_top))
+    if eff.spec.dist and eff.record.compiles:
+        dist_line(eff, build.compile_units)
     return out / "Dockerfile"
+
+
+def dist_line(eff: EffectiveSpec, units: int) -> None:
+    """--dist: the pool as a build would find it, one line; a pool that does not serve now is a
+    warning here (the plan is still written), and refuses the build itself."""
+    from edgevllm.builder.distpool import client as dist_client
+    from edgevllm.common.errors import DistPoolError
+
+    try:
+        found = dist_client.check(eff)
+    except DistPoolError as exc:
+        console.warn(str(exc))
+        return
+    if found is not None:
+        console.step(found.preflight_line(units))
 
 
 def mode_line(plan: BuildPlan) -> str:

@@ -135,6 +135,7 @@ class BuildRunner:
         self.log_path = log_path
         self.env = env or {}  # for buildx itself: the values of ``--secret id=…,env=…``
         self.ccache: dict[str, int] = {}  # ccache's counters of the last step that printed them
+        self.sccache: dict[str, int] = {}  # --dist: sccache's, likewise
 
     def run(self, options: BuildOptions, what: str) -> BuildFollower:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -146,6 +147,7 @@ class BuildRunner:
             code = self.engine.build(options, follower.feed, env=self.env)
         follower.finish()
         self.ccache = follower.ccache or self.ccache
+        self.sccache = follower.sccache or self.sccache
         if code != 0 and engine_gone(self.engine):
             raise EngineLostError(
                 f"engine {self.engine.describe()} went away during {what} (after "

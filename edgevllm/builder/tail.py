@@ -76,6 +76,7 @@ def run(job: Job, build: PreparedBuild) -> BuildResult:
     console.step(f"image {tags[0]}")
     write_context(job.ws, build.dockerfile, {LOCK_FILE_IN_IMAGE: label_value(lock) + "\n"})
     secrets, secret_env = compile_cache_secret(build.eff)
+    secrets, secret_env = with_dist_secret(build, secrets, secret_env)
     runner = BuildRunner(engine, job.ws.logs / f"build-{timestamp()}.log", env=secret_env)
     options = BuildOptions(context=job.ws.context, dockerfile=job.ws.context / "Dockerfile",
                            platform=build.eff.platform, build_args=build.build_args,
@@ -181,13 +182,34 @@ def compile_cache_secret(eff: EffectiveSpec) -> tuple[list[str], dict[str, str]]
     return [f"id={CCACHE_REMOTE_SECRET},env={CCACHE_REMOTE_ENV}"], {CCACHE_REMOTE_ENV: url}
 
 
+def with_dist_secret(build: PreparedBuild, secrets: list[str], env: dict[str, str]
+                     ) -> tuple[list[str], dict[str, str]]:
+    """--dist: sccache's client config (the pool and its token) as one more build secret, the
+    pool probed once more right before BuildKit runs (builder/distpool/client.py)."""
+    from edgevllm.builder.distpool import client as dist_client
+
+    found = dist_client.check(build.eff) if build.compiles else None
+    if found is None:
+        return secrets, env
+    more, more_env = found.secret()
+    return [*secrets, *more], {**env, **more_env}
+
+
 def compile_cache_report(runner: BuildRunner, eff: EffectiveSpec) -> dict | None:
-    """ccache's hits and misses of the compile that just ran, printed; None without ccache."""
-    if not runner.ccache:
+    """ccache's hits and misses of the compile that just ran, printed (and --dist's units on the
+    pool and here); None without either."""
+    dist = None
+    if runner.sccache:
+        from edgevllm.builder.distpool import client as dist_client
+
+        dist = dist_client.summary(runner.sccache)
+        console.info(dist_client.describe(dist))
+    if not runner.ccache and not dist:
         return None
-    summary = compile_cache_summary(runner.ccache, remote=bool(eff.spec.compile_cache))
-    console.info(describe_compile_cache(summary))
-    return summary
+    summary: dict = compile_cache_summary(runner.ccache, remote=bool(eff.spec.compile_cache))
+    if runner.ccache:
+        console.info(describe_compile_cache(summary))
+    return {**summary, "dist": dist} if dist else summary
 
 
 def read_aot(runner: BuildRunner, eff: EffectiveSpec, candidate: str) -> dict | None:

@@ -158,6 +158,18 @@ BUILD_FLAGS: tuple[Flag, ...] = (
             "compile_cache",
         ),
         Flag(
+            "dist",
+            "compile across an sccache-dist pool at sccache://HOST:PORT (its scheduler; "
+            "inv dist-pool up starts one): C, C++ and CUDA through sccache, the same wheels",
+            "dist",
+        ),
+        Flag(
+            "dist_token_file",
+            "--dist: the pool's client token, a file readable by its owner alone (0600), "
+            "passed as a build secret (never logged); default $EDGEVLLM_DIST_TOKEN",
+            "dist_token_file",
+        ),
+        Flag(
             "wheel_cache",
             "a registry repository of compiled wheels by compile key (HOST[:PORT]/REPOSITORY): "
             "a build whose key it holds compiles nothing (every sha256 checked); a compile "

@@ -84,6 +84,9 @@ EXTENSIONS_MOUNT = "/edgevllm-extensions"
 # under /run/secrets while the step runs); the step prints ccache's counters after this marker.
 CCACHE_REMOTE_SECRET = "ccache-remote"
 CCACHE_STATS_MARKER = "edgevllm-ccache-stats"
+SCCACHE_STATS_MARKER = "edgevllm-sccache-stats"  # --dist: builder/distpool/inimage_stats.py
+# --dist (builder/distpool/client.py): the pinned sccache's context while the compile step runs.
+SCCACHE_MOUNT = "/opt/edgevllm-sccache"
 
 # The files that run inside an image or a container, where edgevllm is not installed (their source
 # is copied in or fed to the image's python3): each imports only the standard library (and the
@@ -94,7 +97,7 @@ IN_IMAGE_SCRIPTS = ("mods/inimage_applier.py", "builder/aot/inimage_build.py",
                     "probe/inimage_check.py", "inspect/inimage_dists.py",
                     "serve/inimage_entry.py", "serve/inimage_startprobe.py",
                     "builder/cross/inimage_stage.py", "builder/cross/inimage_run.py",
-                    "builder/subset/inimage_cmake.py")
+                    "builder/subset/inimage_cmake.py", "builder/distpool/inimage_stats.py")
 
 # The records a build leaves in an image: key → (the label holding its JSON, its files under HOME).
 RECORDS = {

@@ -128,6 +128,12 @@ class BuildSpec(Strict):
     # builder. Passed as a BuildKit secret: it never changes the Dockerfile, the compile key
     # or the image; the lock records it with its password redacted.
     compile_cache: CompileCacheUrl | None = None
+    # --dist sccache://HOST:PORT: the compile step's C, C++ and CUDA compiles go through sccache
+    # to an sccache-dist pool (builder/distpool; its client token from ``dist_token_file``, a
+    # BuildKit secret). Like the compile cache it changes no compile key, lock or image; the
+    # Dockerfile gains its block only when it is set (docs/dist.md).
+    dist: Line | None = None
+    dist_token_file: HostPath | None = None
     # A registry repository (HOST[:PORT]/REPOSITORY) of compiled wheels by compile key
     # (image/wheelcache.py): a build of a key it holds compiles nothing, a compile publishes.
     # Like the compile cache it changes no Dockerfile, compile key, lock or image.

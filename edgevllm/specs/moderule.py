@@ -70,6 +70,8 @@ class SpecAsked(Protocol):
     def vllm(self) -> SourceAsked: ...
     @property
     def flashinfer(self) -> FlashInferAsked: ...
+    @property
+    def dist(self) -> str | None: ...
 
 
 class TreeChange(Protocol):
@@ -126,6 +128,8 @@ MODE_FIELDS: tuple[ModeField, ...] = (
               lambda record: record.compiles),
     ModeField("flashinfer.source", "--flashinfer-repo, --flashinfer-ref, --flashinfer-pr, "
               "--flashinfer-cherry-pick", "compiles FlashInfer", lambda record: record.compiles),
+    ModeField("dist", "--dist, --dist-token-file", "sends the compile to an sccache-dist pool",
+              lambda record: record.compiles),
 )
 
 

@@ -39,6 +39,7 @@ from edgevllm.builder.cross.context import (
     cross_build_tools,
     stage_cross,
 )
+from edgevllm.builder.distpool import client as dist_client
 from edgevllm.builder.modes.closure import (
     base_lock,
     build_tools,
@@ -112,10 +113,18 @@ def prepare_over(job: Job, tree: PreparedTree, staged: StagedMods,
     version = tree.vllm.pep440_version if tree.fetched else VERSION_PLACEHOLDER
     build_args = {"VLLM_VERSION": version, **eff.spec.build_args}
     dockerfile = render_dockerfile(eff, staged.env, tree.layout)  # rendered once per build
+    # --dist's block is no input of the wheels: the key hashes the text without it
+    key_text = dockerfile if not eff.spec.dist else render_dockerfile(
+        dist_client.without_dist(eff), staged.env, tree.layout)
     plan = tree.kernel_plan
     units = sum(e.cuda_sources for e in plan.extensions if e.language == "CUDA") if plan else 0
     cross = stage_cross_context(job)
     partial = stage_subset_context(job)
+    if dist_client.wanted(eff):
+        dist_client.check_road(eff)
+        partial = dataclasses.replace(partial, contexts=partial.contexts | {
+            dist_client.CONTEXT: dist_client.stage_context(job.ws.context / dist_client.CONTEXT,
+                                                           job.fetch)})
     if not tree.fetched:
         return PreparedBuild(eff=eff, dockerfile=dockerfile, stages=mode_record(name).stages,
                              contexts=named_contexts(job, then(tree, job),
@@ -135,7 +144,7 @@ def prepare_over(job: Job, tree: PreparedTree, staged: StagedMods,
         folders[AOT_TOOLS] = prepare_wheelhouse(eff, aot_tools, job.ws)
     lock = make_lock(eff, tree, staged.versions, build_args, engine_of(job), (closure, tools),
                      aot_tools)
-    key = compile_key(dockerfile, tree.key_inputs() | {"closure": pins_key(closure),
+    key = compile_key(key_text, tree.key_inputs() | {"closure": pins_key(closure),
                                                        "build-tools": pins_key(tools)}
                       | cross.key_inputs | partial.key_inputs, build_args, lock.base_images)
     contexts = named_contexts(job, tree, {n: str(p) for n, p in folders.items()}
