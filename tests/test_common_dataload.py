@@ -38,6 +38,8 @@ OWN_DATA = {
     "mods/inimage_applier.py": "runs inside the image (standard library only)",
     "builder/subset/inimage_cmake.py": "runs inside the image (standard library only): edgevllm's "
                                "own leave-out.json",
+    "builder/distpool/inimage_stats.py": "runs inside the image (standard library only): sccache's "
+                                         "own --show-stats JSON",
 }
 PARSERS = {("json", "loads"), ("json", "load"), ("_json", "loads"), ("yaml", "safe_load"),
            ("yaml", "load"), ("yaml", "full_load"), ("yaml", "unsafe_load"),

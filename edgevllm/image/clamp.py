@@ -33,7 +33,9 @@ from pathlib import Path
 from typing import IO
 
 from edgevllm.common.archives import open_tar, read_member, walk
+from edgevllm.common.dataload import load_json
 from edgevllm.common.errors import IntegrityError
+from edgevllm.common.fsutil import move_into_place
 from edgevllm.containers.docker import DockerEngine
 
 # BuildKit's build argument for the moment an image's config dates are clamped to (the relabel
@@ -263,15 +265,16 @@ def clamp_image(engine: DockerEngine, image: str, moment: Moment, scratch: Path,
     with tempfile.TemporaryDirectory(dir=scratch, prefix="clamp-") as tmp:
         work = Path(tmp)
         blobs = _saved(engine, image, work)
-        manifest = json.loads(blobs.pop("manifest.json"))[0]
-        config = json.loads(blobs[manifest["Config"]])
+        manifest = load_json(blobs.pop("manifest.json"), f"{image}'s saved manifest",
+                             IntegrityError)[0]
+        config = load_json(blobs[manifest["Config"]], f"{image}'s saved config", IntegrityError)
         layers = [work / Path(name).name for name in manifest["Layers"]]
         clamped: dict[Path, str] = {}  # a layer the image holds twice is written once
         for path in layers:
             if path in clamped:
                 continue
             if f"sha256:{path.name}" in keep:
-                path.rename(path.with_name(path.name + ".tar"))
+                move_into_place(path, path.with_name(path.name + ".tar"))
                 clamped[path] = path.name
             else:
                 clamped[path] = _clamp_file(path, moment)
@@ -317,7 +320,7 @@ def _clamp_file(path: Path, moment: Moment) -> str:
         while block := done.read(CHUNK):
             sha.update(block)
     final = path.with_name(sha.hexdigest() + ".tar")
-    out.rename(final)
+    move_into_place(out, final)
     return sha.hexdigest()
 
 

@@ -45,7 +45,7 @@ START_S = 20.0  # the scheduler answering
 REGISTER_S = 60.0  # every worker registered
 STOP_S = 10.0  # SIGTERM, then SIGKILL
 TOOLCHAIN_CACHE = 4 << 30  # bytes of packaged toolchains a worker keeps (sccache's default: 10 GiB)
-_ENV = re.compile(r"^(PATH|HOME|LANG|LC_ALL|TMPDIR)$")
+_ENV = re.compile(r"\A(PATH|HOME|LANG|LC_ALL|TMPDIR)\Z")
 
 
 @dataclass(frozen=True)
