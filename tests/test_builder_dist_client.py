@@ -226,3 +226,54 @@ def test_the_summary_keeps_the_pool_figures_beside_ccache_s():
     found = compile_cache_report(Ran(), _eff("spark", "cross", dist=SCHEDULER))  # type: ignore[arg-type]
     assert found is not None and found["dist"]["distributed"] == 3
     assert describe_compile_cache(found).startswith("compile cache: 0 hits")  # inv build's line
+
+
+def _lan_address() -> str:
+    """This host's address on its default route (a UDP socket sends nothing to connect)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe_socket:
+        try:
+            probe_socket.connect(("192.0.2.1", 9))
+        except OSError:
+            pytest.fail("this test needs a non-loopback IPv4 address (a network interface up)")
+        found = probe_socket.getsockname()[0]
+    assert not found.startswith("127."), found
+    return found
+
+
+def test_the_token_reaches_a_scheduler_on_a_lan_address_over_plain_http(tmp_path):
+    """sccache-dist speaks plain http; a pool on the LAN (or Docker's bridge, where a build step
+    reaches it) must get the token from the probe as from sccache itself."""
+    address = _lan_address()
+    server = http.server.ThreadingHTTPServer((address, 0), _Scheduler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"sccache://{address}:{server.server_address[1]}"
+        found = client.check(_eff("spark", "cross", dist=url,
+                                  dist_token_file=_token_file(tmp_path)))
+        assert found is not None and found.status.workers == 2
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_compile_sccache_never_saw_and_a_fallback_are_warnings(capsys):
+    none = {"distributed": 0, "local": 0, "dist_errors": 0, "workers": {}}
+    fallback = {"distributed": 0, "local": 1, "dist_errors": 1, "workers": {}}
+    healthy = {"distributed": 4, "local": 0, "dist_errors": 0, "workers": {"10.0.0.5:10601": 4}}
+    for found in (none, fallback, healthy):
+        client.report(found)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].startswith("warning: dist: sccache compiled no unit") and "launcher" in lines[0]
+    assert lines[1] == ("warning: dist: 0 unit(s) compiled on the pool, 1 here (1 dist error(s), "
+                        "each compiled here instead)")
+    assert lines[2].startswith("dist: 4 unit(s) compiled on the pool, 0 here")
+
+
+def test_a_token_file_without_dist_is_refused_in_one_line(tmp_path):
+    from edgevllm.specs.buildspec import load_spec
+
+    spec = load_spec("spark", overrides={"mode": "compile",
+                                         "dist_token_file": _token_file(tmp_path)})
+    with pytest.raises(ConfigError, match="^--dist-token-file is given without --dist"):
+        client.refuse_stray_token(spec)
+    client.refuse_stray_token(load_spec("spark", overrides={"mode": "compile"}))

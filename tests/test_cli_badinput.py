@@ -279,6 +279,9 @@ CASES: list[tuple[list[str], int, str]] = [
     (["dist-pool", "check", "--scheduler", "sccache://tok3n@h:1"], 2, "carries no token"),
     (["dist-pool", "check", "--token-file", "nothere.token"], 2, "nothere.token"),
     (["dist-pool", "status"], 3, "no pool is up"),
+    # a token file without a pool is a --dist left out, never silently unused
+    (["build", "--target", "spark", "--compile", "--dist-token-file", "client.token"], 2,
+     "--dist-token-file is given without --dist"),
 ]
 
 # A handful through the real entry points, in a process of their own.

@@ -203,7 +203,7 @@ def compile_cache_report(runner: BuildRunner, eff: EffectiveSpec) -> dict | None
         from edgevllm.builder.distpool import client as dist_client
 
         dist = dist_client.summary(runner.sccache)
-        console.info(dist_client.describe(dist))
+        dist_client.report(dist)
     if not runner.ccache and not dist:
         return None
     summary: dict = compile_cache_summary(runner.ccache, remote=bool(eff.spec.compile_cache))

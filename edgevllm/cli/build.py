@@ -13,6 +13,14 @@ from edgevllm.common import console
 
 def spec_from_flags(values: dict, verify: bool = True):
     """The build spec that ``--spec``/``--lock``/``--target`` and the other flags describe."""
+    from edgevllm.builder.distpool.client import refuse_stray_token
+
+    spec = _spec_from_flags(values, verify)
+    refuse_stray_token(spec)
+    return spec
+
+
+def _spec_from_flags(values: dict, verify: bool = True):
     from edgevllm.specs.buildspec import load_spec, lock_overrides, spec_from_dict
     from edgevllm.specs.lock import read_lock
 

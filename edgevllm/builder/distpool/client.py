@@ -22,9 +22,9 @@ import shutil
 from pathlib import Path
 
 from edgevllm.builder.distpool import config, probe, tools
-from edgevllm.common import labels
+from edgevllm.common import console, labels
 from edgevllm.common.errors import ConfigError, DistPoolError
-from edgevllm.specs.buildspec import EffectiveSpec
+from edgevllm.specs.buildspec import BuildSpec, EffectiveSpec
 
 CONTEXT = "edgevllm-sccache"          # the named context: the pinned sccache and the stats script
 MOUNT = labels.SCCACHE_MOUNT          # where the compile step mounts it
@@ -71,6 +71,14 @@ def without_dist(eff: EffectiveSpec) -> EffectiveSpec:
         return eff
     spec = eff.spec.model_copy(update={"dist": None, "dist_token_file": None})
     return eff.model_copy(update={"spec": spec})
+
+
+def refuse_stray_token(spec: BuildSpec) -> None:
+    """A token file without a pool is a mistake (a --dist left out), never silently unused.
+    ``EDGEVLLM_DIST_TOKEN`` is not refused: a shell that exports it still builds without one."""
+    if spec.dist_token_file and not spec.dist:
+        raise ConfigError("--dist-token-file is given without --dist: name the pool "
+                          "(--dist sccache://HOST:PORT) or drop the token file")
 
 
 def read_token(eff: EffectiveSpec) -> str:
@@ -147,7 +155,21 @@ def summary(counters: dict[str, int]) -> dict[str, object]:
 
 def describe(found: dict) -> str:
     """One line of the build summary."""
+    if not found["distributed"] and not found["local"]:
+        return ("dist: sccache compiled no unit: the tree's build did not call it (vLLM's "
+                "setup.py takes sccache from PATH as its CMake launcher; a setup.py that runs "
+                "nvcc itself bypasses the pool)")
     workers = ", ".join(f"{k} {v}" for k, v in sorted(found["workers"].items()))
     return (f"dist: {found['distributed']} unit(s) compiled on the pool, {found['local']} here"
             f" ({found['dist_errors']} dist error(s), each compiled here instead)"
             + (f"; per worker: {workers}" if workers else ""))
+
+
+def report(found: dict) -> None:
+    """The summary's line: a warning when the pool took no unit or some fell back to here (the
+    wheel is still the one a local compile makes), otherwise information."""
+    line = describe(found)
+    if found["dist_errors"] or not found["distributed"]:
+        console.warn(line)
+    else:
+        console.info(line)

@@ -3,8 +3,8 @@ token, and it has workers. Each failure is one DistPoolError line saying what to
 
 The scheduler's status needs no token; the token is tried on the job-allocation endpoint with a
 body no scheduler accepts: a refused token is 401 before the body is read, an accepted one 400,
-so no job is made and no source sent. Connections go to the scheduler the user named, through
-common/http's origin-bound session, without the environment's proxies (a pool is on the LAN).
+so no job is made and no source sent. Connections go to the scheduler the user named, never
+redirected, without the environment's proxies (a pool is on the LAN).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import requests
 
 from edgevllm.common.errors import DistPoolError
-from edgevllm.common.http import bearer, credential_session
+from edgevllm.common.http import bearer
 from edgevllm.common.schema import json_object
 
 STATUS_PATH = "/api/v1/scheduler/status"
@@ -36,7 +36,10 @@ class PoolStatus:
 
 
 def _session(url: str) -> requests.Session:
-    session = credential_session(url)
+    """A session to the scheduler the user named. sccache-dist speaks plain http (its clients
+    send the token so too), so the token goes over http to a LAN address as sccache's own
+    client's would (common/http's session keeps it to https and loopback); never redirected."""
+    session = requests.Session()
     session.trust_env = False
     return session
 
