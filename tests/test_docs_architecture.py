@@ -347,11 +347,13 @@ def test_tars_are_read_through_the_gate():
 def test_a_credential_header_is_sent_through_the_origin_bound_session():
     """A module that sets ``Authorization`` sends it with common/http.py's credential_session."""
     def sets_it(tree: ast.AST) -> bool:
-        return any(constant(n, lambda s: s.lower() == "authorization") for n in ast.walk(tree))
+        return any(constant(n, lambda s: s.lower() == "authorization") or calls("bearer")(n)
+                   for n in ast.walk(tree))
     found = {rel for rel, tree in py_files("common/http.py") if sets_it(tree)
              and not any(calls("credential_session")(n) for n in ast.walk(tree))}
     assert not found, f"send a credential with edgevllm.common.http.credential_session: {found}"
     assert sets_it(ast.parse("requests.get(u, headers={'Authorization': t})"))
+    assert sets_it(ast.parse("requests.post(u, headers=bearer(t))"))
 
 
 def test_bubblewrap_is_started_in_one_place():

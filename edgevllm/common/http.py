@@ -72,28 +72,31 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def may_carry_credential(url: str, origin: tuple[str, str, int | None]) -> bool:
+def may_carry_credential(url: str, origin: tuple[str, str, int | None],
+                         clear_text: bool = False) -> bool:
     """Whether a request to ``url`` may carry the credential of ``origin``: the same scheme,
-    host and port, and https unless the host is loopback."""
+    host and port, and https unless the host is loopback or the protocol has no https at all
+    (``clear_text``: sccache-dist, whose own clients send their token so)."""
     found = _origin(url)
     if found != origin or not found[1]:
         return False
-    return found[0] == "https" or (found[0] == "http" and is_loopback(found[1]))
+    return found[0] == "https" or (found[0] == "http" and (clear_text or is_loopback(found[1])))
 
 
 class CredentialSession(requests.Session):
     """requests, with the origin and redirect rules above checked here rather than left to a
     version."""
 
-    def __init__(self, origin: str | None = None) -> None:
+    def __init__(self, origin: str | None = None, clear_text: bool = False) -> None:
         super().__init__()
         self.credential_origin = _origin(origin) if origin else None
+        self.clear_text = clear_text
 
     def send(self, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:
         url = request.url or ""
         if self.credential_origin is None:
             self.credential_origin = _origin(url)
-        if not may_carry_credential(url, self.credential_origin):
+        if not may_carry_credential(url, self.credential_origin, self.clear_text):
             request.headers.pop("Authorization", None)
         return super().send(request, **kwargs)
 
@@ -108,10 +111,12 @@ class CredentialSession(requests.Session):
         super().rebuild_auth(prepared_request, response)
 
 
-def credential_session(origin: str | None = None) -> CredentialSession:
+def credential_session(origin: str | None = None, *,
+                       clear_text: bool = False) -> CredentialSession:
     """A session whose credential goes to ``origin`` (a URL; its path is ignored) only; without
-    one, to the origin of its first request."""
-    return CredentialSession(origin)
+    one, to the origin of its first request. ``clear_text``: the protocol is plain http by design
+    (the credential still goes to that origin alone, never through a redirect)."""
+    return CredentialSession(origin, clear_text)
 
 
 def bearer(token: str | None) -> dict[str, Any]:

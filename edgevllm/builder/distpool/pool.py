@@ -192,12 +192,30 @@ def _ours(pid: int, config: str) -> bool:
 
 
 def _gone(pid: int, config: str) -> bool | None:
-    """True once ``pid`` is no longer ours (reaped first when it is this process's child)."""
+    """True once ``pid`` has exited with all its threads (reaped first when it is this process's
+    child), or the pid is another program's. Not while only its main thread has ended: its
+    command line then reads empty while the other threads still hold its ports."""
     try:
         os.waitpid(pid, os.WNOHANG)
     except ChildProcessError:
         pass
-    return None if _ours(pid, config) else True
+    try:
+        threads = len(os.listdir(f"/proc/{pid}/task"))
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            named = bool(handle.read())
+    except OSError:
+        return True
+    if named:
+        return None if _ours(pid, config) else True
+    return True if threads <= 1 and _zombie(pid) else None
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            return handle.read().rsplit(b")", 1)[-1].split()[0] == b"Z"
+    except (OSError, IndexError):
+        return True
 
 
 def _stop(pid: int, config: str) -> bool:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import requests
 
 from edgevllm.common.errors import DistPoolError
-from edgevllm.common.http import bearer
+from edgevllm.common.http import bearer, credential_session
 from edgevllm.common.schema import json_object
 
 STATUS_PATH = "/api/v1/scheduler/status"
@@ -37,9 +37,9 @@ class PoolStatus:
 
 def _session(url: str) -> requests.Session:
     """A session to the scheduler the user named. sccache-dist speaks plain http (its clients
-    send the token so too), so the token goes over http to a LAN address as sccache's own
-    client's would (common/http's session keeps it to https and loopback); never redirected."""
-    session = requests.Session()
+    send the token so too), so the token goes over http to that address alone, as sccache's own
+    client's would; no proxy of the environment, never redirected."""
+    session = credential_session(url, clear_text=True)
     session.trust_env = False
     return session
 
