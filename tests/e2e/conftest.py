@@ -25,8 +25,10 @@ FLASHINFER_TREE = Path(__file__).parent / "fixtures" / "fake-flashinfer"
 KERNELS = "csrc/kernels.cu"
 
 # The fixture builds need a few GB, not the 60 GB a real vLLM compile asks of the host; the
-# disk check itself is tested in tests/test_builder_doctor.py.
-os.environ.setdefault("EDGEVLLM_MIN_DISK_GB", "8")
+# disk check itself is tested in tests/test_builder_doctor.py. 6, not 8: right after the real
+# image's publish test, BuildKit's copies of its build contexts hold about 3 GB until .ci/run's
+# trimmer (every 20 s) removes them, and the recipe build that came next met 7.9 GB free.
+os.environ.setdefault("EDGEVLLM_MIN_DISK_GB", "6")
 PR_MARKER = 1      # changes the compiled marker string to "pr-1"
 PR_BROKEN = 2      # breaks the CUDA source: the compile stage must fail
 
