@@ -301,6 +301,13 @@ def test_a_token_file_is_one_private_line_of_token(tmp_path):
         config.read_token(bad)
     with pytest.raises(MissingInputError, match="cannot be read"):
         config.read_token(tmp_path / "absent")
+    huge = config.write_private(tmp_path / "huge", "a" * (config.TOKEN_FILE_BYTES + 1))
+    with pytest.raises(ConfigError, match="more than such a file may hold"):
+        config.read_token(huge)  # refused by its size, before a byte is read
+    latin = config.write_private(tmp_path / "latin", "x")
+    latin.write_bytes(b"\xff\xfe tok")
+    with pytest.raises(ConfigError, match="not UTF-8"):
+        config.read_token(latin)
 
 
 def test_a_pool_token_is_redacted_wherever_it_is_printed():

@@ -17,6 +17,7 @@ import secrets
 import stat
 from pathlib import Path
 
+from edgevllm.common.dataload import load_text
 from edgevllm.common.errors import ConfigError, MissingInputError
 from edgevllm.common.fsutil import atomic_open
 from edgevllm.common.grammar import flag_port
@@ -25,6 +26,7 @@ from edgevllm.common.secrets import DIST_TOKEN_PREFIX
 DEFAULT_BIND = "127.0.0.1"
 DEFAULT_PORT = 10600  # the scheduler; worker K listens on DEFAULT_PORT + K
 TOKEN = re.compile(r"[A-Za-z0-9._~+/=-]{16,512}")
+TOKEN_FILE_BYTES = 4096
 _HOST = re.compile(r"(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
                    r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*")
 _SCHEDULER = re.compile(r"(?P<scheme>sccache|http)://(?P<host>\[[0-9A-Fa-f:.]+\]|[^/:@\[\]]+)"
@@ -73,17 +75,17 @@ def read_token(path: Path, what: str = "--dist-token-file") -> str:
     """A token file: one line of token characters, readable by its owner alone."""
     try:
         info = path.stat()
-        text = path.read_text(encoding="utf-8", errors="strict") if stat.S_ISREG(info.st_mode) \
-            else None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise MissingInputError(f"{what} {path}: cannot be read "
-                                f"({getattr(exc, 'strerror', None) or 'not UTF-8'})") from None
-    if text is None:
+    except OSError as exc:
+        raise MissingInputError(f"{what} {path}: cannot be read ({exc.strerror})") from None
+    if not stat.S_ISREG(info.st_mode):
         raise MissingInputError(f"{what} {path}: not a file")
     if info.st_mode & 0o077:
         raise ConfigError(f"{what} {path}: others may read it (mode "
                           f"{stat.S_IMODE(info.st_mode):o}); chmod 600 {path}")
-    token = text.strip()
+    try:  # its size is checked before a byte is read: a token is one short line
+        token = load_text(path, ConfigError, TOKEN_FILE_BYTES).strip()
+    except OSError as exc:
+        raise MissingInputError(f"{what} {path}: cannot be read ({exc.strerror})") from None
     if not TOKEN.fullmatch(token):
         raise ConfigError(f"{what} {path}: not a token (one line of 16-512 letters, digits or "
                           f"._~+/=-); the pool's client.token is one")

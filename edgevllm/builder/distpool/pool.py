@@ -32,7 +32,7 @@ from edgevllm.builder.distpool.config import (
 )
 from edgevllm.builder.distpool.probe import PoolStatus, scheduler_status
 from edgevllm.builder.distpool.tools import Tools
-from edgevllm.common.dataload import load_json
+from edgevllm.common.dataload import JSON_MAX_BYTES, load_json, load_text
 from edgevllm.common.errors import ConfigError, DistPoolError
 from edgevllm.common.fsutil import atomic_write_json
 from edgevllm.common.paths import cache_dir
@@ -44,6 +44,7 @@ STATE = "pool.json"
 START_S = 20.0  # the scheduler answering
 REGISTER_S = 60.0  # every worker registered
 STOP_S = 10.0  # SIGTERM, then SIGKILL
+LOG_TAIL_BYTES = 64 << 10  # of a process's log, read for its last line
 TOOLCHAIN_CACHE = 4 << 30  # bytes of packaged toolchains a worker keeps (sccache's default: 10 GiB)
 _ENV = re.compile(r"\A(PATH|HOME|LANG|LC_ALL|TMPDIR)\Z")
 
@@ -98,7 +99,10 @@ def _start(argv: list[str], log: Path, cores: list[int] | None = None) -> subpro
 
 
 def _log_tail(log: Path) -> str:
-    lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
+    with open(log, "rb") as handle:  # the end only: a worker's log grows for as long as it runs
+        handle.seek(max(handle.seek(0, os.SEEK_END) - LOG_TAIL_BYTES, 0))
+        text = handle.read().decode(errors="replace")
+    lines = [line for line in text.splitlines() if line.strip()]
     return lines[-1][-300:] if lines else "no output"
 
 
@@ -237,7 +241,7 @@ def _state(folder: Path) -> dict | None:
     path = folder / STATE
     if not path.is_file():
         return None
-    found = load_json(path.read_bytes(), str(path), DistPoolError)
+    found = load_json(load_text(path, DistPoolError, JSON_MAX_BYTES), str(path), DistPoolError)
     return found if isinstance(found, dict) else None
 
 
