@@ -88,7 +88,7 @@ def load_text(path: Path, error: type[EdgeVllmError], max_bytes: int) -> str:
     size = path.stat().st_size
     if size > max_bytes:
         raise error(f"{path}: {size} bytes, more than such a file may hold ({max_bytes}); check "
-                    "that the tree is the one meant")
+                    "that it is the file meant")
     return _text(path.read_bytes(), str(path), error, max_bytes)
 
 
