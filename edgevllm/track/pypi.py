@@ -13,6 +13,7 @@ import gzip
 import os
 import re
 import shutil
+import tarfile
 import tempfile
 import zlib
 from dataclasses import dataclass
@@ -199,7 +200,7 @@ def extract_tree(path: Path, dest: Path, prefixes: tuple[str, ...] = TREE_PREFIX
     returns the bytes written. Links, devices and names that climb out are refused or skipped."""
     try:
         return _extract(path, dest, prefixes)
-    except (OSError, EOFError, zlib.error) as exc:
+    except (OSError, EOFError, zlib.error, tarfile.TarError) as exc:  # ReadError: no tar at all
         raise SourceError(f"{path.name}: not a readable .tar.gz ({exc})") from None
 
 
