@@ -4,8 +4,6 @@ literal ``$`` and JSON intact."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -14,28 +12,9 @@ import yaml
 from edgevllm.common.errors import RecipeError
 from edgevllm.serve.compose import write_compose
 from edgevllm.serve.recipe.load import all_recipes, parse_recipe, render
+from support.compose import compose_config
 
 SECRET = "hf_compose_secret_value"
-
-
-def compose_binary() -> list[str]:
-    """``docker compose`` (v2 plugin) or Debian's ``docker-compose`` (also v2); FAIL if neither."""
-    if shutil.which("docker"):
-        probe = subprocess.run(["docker", "compose", "version"], capture_output=True)
-        if probe.returncode == 0:
-            return ["docker", "compose"]
-    if shutil.which("docker-compose"):
-        return ["docker-compose"]
-    pytest.fail("Compose v2 is needed: apt-get install -t trixie docker-compose (Debian) or the "
-                "docker-compose-plugin package (Docker's repository)")
-
-
-def config(path: Path, env: dict[str, str] | None = None) -> dict:
-    proc = subprocess.run(compose_binary() + ["-f", str(path), "config"], capture_output=True,
-                          text=True, env={"PATH": "/usr/local/bin:/usr/bin:/bin",
-                                          "HOME": str(path.parent), **(env or {})})
-    assert proc.returncode == 0, proc.stderr
-    return yaml.safe_load(proc.stdout)
 
 
 def unescape(value: str) -> str:
@@ -55,7 +34,7 @@ def test_compose_file_of_every_shipped_recipe_is_accepted(tmp_path, loaded, targ
     path = write_compose(rendered, tmp_path / "compose.yaml")
     text = path.read_text()
     assert SECRET not in text and "${HF_TOKEN:-}" in text
-    resolved = config(path)
+    resolved = compose_config(path)
     service = resolved["services"][loaded.name.replace(".", "-")]
     assert service["image"] == rendered.image
     assert service["command"] == rendered.command
@@ -75,7 +54,7 @@ def test_compose_file_of_every_shipped_recipe_is_accepted(tmp_path, loaded, targ
 def test_secret_comes_from_the_environment_of_compose(tmp_path):
     loaded = next(r for r in all_recipes() if r.name == "qwen3-8b-nvfp4")
     path = write_compose(render(loaded), tmp_path / "c.yaml")
-    service = config(path, {"HF_TOKEN": SECRET})["services"]["qwen3-8b-nvfp4"]
+    service = compose_config(path, {"HF_TOKEN": SECRET})["services"]["qwen3-8b-nvfp4"]
     assert service["environment"]["HF_TOKEN"] == SECRET
     assert SECRET not in path.read_text()
 
@@ -88,8 +67,8 @@ def test_dollar_and_json_survive_interpolation(tmp_path):
         "env": {"LITERAL": "$HOME/x"},
         "container": {"gpus": "all", "network": "host"},
     }, "t")
-    service = config(write_compose(render(recipe, allow_host_access=True), tmp_path / "c.yaml")
-                     )["services"]["dollar"]
+    path = write_compose(render(recipe, allow_host_access=True), tmp_path / "c.yaml")
+    service = compose_config(path)["services"]["dollar"]
     # `config` prints a Compose file again, so a literal $ is shown escaped as $$: not expanded.
     assert unescape(service["command"][-1]) == '{"price":"$5","x":{"y":1}}'
     assert unescape(service["environment"]["LITERAL"]) == "$HOME/x"
@@ -104,7 +83,7 @@ def test_cli_compose_writes_file(tmp_path, cli):
     code, _, err = cli("compose", "--recipe", "nemotron-3-nano-nvfp4-thor", "--out", str(out),
                        "--set", "port=8100")
     assert code == 0, err
-    service = config(out)["services"]["nemotron-3-nano-nvfp4-thor"]
+    service = compose_config(out)["services"]["nemotron-3-nano-nvfp4-thor"]
     assert service["ports"][0]["published"] in ("8100", 8100)
 
 

@@ -68,16 +68,33 @@ def compose_document(rendered: Rendered) -> dict:
         service["ulimits"] = {name: _compose_ulimit(value)
                               for name, value in rendered.launch.ulimits.items()}
     if c.gpus:
-        count = "all" if c.gpus == "all" else int(c.gpus) if c.gpus.isdigit() else c.gpus
         service["deploy"] = {"resources": {"reservations": {"devices": [
-            {"driver": "nvidia", "count": count, "capabilities": ["gpu"]}]}}}
+            {"driver": "nvidia", **_compose_gpus(c.gpus, rendered.source),
+             "capabilities": ["gpu"]}]}}}
     project = "edgevllm-" + rendered.name.replace(".", "-").replace("_", "-")
     return {"name": project, "services": {rendered.name.replace(".", "-"): service}}
 
 
+def _compose_gpus(gpus: str, source: str) -> dict[str, object]:
+    """``docker run --gpus`` as Compose's device request: ``all`` or N is a count,
+    ``device=0,1`` device ids (Compose refuses any other count)."""
+    if gpus == "all" or gpus.isdigit():
+        return {"count": "all" if gpus == "all" else int(gpus)}
+    key, _, ids = gpus.strip("\"'").partition("=")
+    if key == "device" and ids and all(ids.split(",")):
+        return {"device_ids": ids.split(",")}
+    raise RecipeError(f"{source}: field 'container.gpus': '{gpus}' has no Compose equivalent; "
+                      "use all, a count or device=ID,ID")
+
+
 def _compose_ulimit(value: str) -> int | dict[str, int]:
+    """A ``--ulimit`` value (``N``, ``SOFT:HARD``, ``unlimited``) as Compose writes it (-1 is
+    unlimited there)."""
+    def number(text: str) -> int:
+        return -1 if text == "unlimited" else int(text)
+
     soft, _, hard = value.partition(":")
-    return {"soft": int(soft), "hard": int(hard)} if hard else int(soft)
+    return {"soft": number(soft), "hard": number(hard)} if hard else number(soft)
 
 
 def write_compose(rendered: Rendered, out: Path | str) -> Path:

@@ -194,7 +194,7 @@ def render(loaded: LoadedRecipe | Recipe, overrides: dict[str, object] | None = 
         container=recipe.container, topology=topology, restart=recipe.restart,
         health_port=int(health_port), health_path=one("health.path", recipe.health.path),
         health=recipe.health, values=values,
-        launch=merged_launch(str(values["target"]), recipe.launch),
+        launch=merged_launch(str(values["target"]), recipe.launch, source),
         files=recipe_files_mounts(recipe, base, source),
         gpu_memory_gb=recipe.gpu_memory_gb,
     )
@@ -220,8 +220,11 @@ def render_named(ref: str, sets: Iterable[object] | None = None, target: str | N
                   allow_host_access=bool(allow_host_access))
 
 
-def merged_launch(target: str, overrides: LaunchOverrides) -> LaunchDefaults:
-    """The target's launch defaults with the recipe's overrides (null removes an entry)."""
+def merged_launch(target: str, overrides: LaunchOverrides,
+                  source: str = "recipe") -> LaunchDefaults:
+    """The target's launch defaults with the recipe's overrides (null removes an entry); an
+    override the target's launch grammar refuses (a ulimit, an env name) is one line naming
+    ``source``'s field."""
     from edgevllm.common.errors import UnknownTargetError
     from edgevllm.specs.targets import load_target
 
@@ -240,7 +243,11 @@ def merged_launch(target: str, overrides: LaunchOverrides) -> LaunchDefaults:
             base[key] = getattr(overrides, key)
     if overrides.hf_home is not None:
         base["hf_home"] = overrides.hf_home or None
-    return LaunchDefaults.model_validate(base)
+    try:
+        return LaunchDefaults.model_validate(base)
+    except ValidationError as exc:
+        problem = describe_validation_error(exc, LaunchDefaults)
+        raise RecipeError(f"{source}: launch: {problem}") from None
 
 
 def recipe_files_mounts(recipe: Recipe, base: Path, source: str) -> list[tuple[str, str]]:
