@@ -18,26 +18,7 @@ from edgevllm.common.errors import IntegrityError
 from edgevllm.image.tarball import from_manifest, open_tarball
 from edgevllm.image.zstdframes import CHUNK, zstd_chunks
 from support.fake_rootfs import tar_of
-
-
-def write_set(folder: Path, payload: bytes, parts: int = 2, **override) -> Path:
-    """A published-style set: ``payload`` zstd-compressed, cut into ``parts``, and its manifest."""
-    frame = zstandard.ZstdCompressor(write_checksum=True).compress(payload)
-    cut = max(1, len(frame) // parts)
-    pieces = [frame[i:i + cut] for i in range(0, len(frame), cut)]
-    listed = []
-    for index, piece in enumerate(pieces):
-        name = f"s.tar.zst.part{index:03d}"
-        (folder / name).write_bytes(piece)
-        listed.append({"file": name, "size": len(piece),
-                       "sha256": hashlib.sha256(piece).hexdigest()})
-    manifest = {"schema_version": 1, "name": "s", "format": "zst", "parts": listed,
-                "total_size": len(frame), "uncompressed_size": len(payload), "image": {},
-                "labels": {}, "tool_version": "test", "created": "2026-01-01T00:00:00Z"}
-    manifest.update(override)
-    path = folder / "s.manifest.json"
-    path.write_text(json.dumps(manifest))
-    return path
+from support.tarsets import write_set
 
 
 @pytest.mark.parametrize("sha", ["", "0" * 63, "0" * 65, "g" * 64, None, 0])
