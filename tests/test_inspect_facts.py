@@ -73,8 +73,8 @@ def test_a_published_set_says_what_its_manifest_recorded(tmp_path):
     manifest = write_set(tmp_path, b"payload", lock=lock_data(), labels={
         labels.TARGET: "spark", "count": 3}, image={
         "id": "sha256:" + "1" * 64, "layers": ["sha256:" + "2" * 64, 7],
-        "config": {"User": "vllm"}, "repo_digests": ["reg/x@sha256:" + "3" * 64]}, mods=records["mods"],
-        verify=records["verify"])
+        "config": {"User": "vllm"}, "repo_digests": ["reg/x@sha256:" + "3" * 64]},
+        mods=records["mods"], verify=records["verify"])
     facts = read_facts(str(manifest))
     assert facts.kind == "tarball" and facts.image_id == "sha256:" + "1" * 64
     assert facts.lock is not None and facts.lock.target == "spark"
