@@ -42,10 +42,19 @@ def first_token(url, model, deadline):
             line = raw.decode(errors="replace").strip()
             if not line.startswith("data:") or line == "data: [DONE]":
                 continue
-            chunk = json.loads(line[5:])
-            if any(choice.get("text") for choice in chunk.get("choices") or []):
+            if has_text(json.loads(line[5:])):
                 return time.time()
     raise ValueError("the stream ended without a token")
+
+
+def has_text(chunk):
+    """Whether one streamed completion chunk carries text (one without choices, such as a usage
+    chunk, does not); a chunk of another shape (a number, a list, choices that are not objects)
+    is a ValueError, as a chunk that is not JSON is."""
+    choices = (chunk.get("choices") or []) if isinstance(chunk, dict) else None
+    if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
+        raise ValueError("a chunk is not a completion: " + json.dumps(chunk)[:80])
+    return any(choice.get("text") for choice in choices)
 
 
 def main(argv):
