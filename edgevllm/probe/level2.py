@@ -136,8 +136,10 @@ def wait_healthy(engine: DockerEngine, name: str, base: str, timeout: float,
 
 def check_models(result: ProbeResult, base: str, settings: ServeSettings) -> str | None:
     status, body = http("GET", f"{base}/v1/models", timeout=settings.request_timeout_s)
-    ids = [str(m["id"]) for m in body.get("data", []) if isinstance(m, dict) and m.get("id")] \
-        if status == 200 and isinstance(body, dict) else []
+    listed = body.get("data") if status == 200 and isinstance(body, dict) else None
+    # the image under test answers: any shape but OpenAI's list is a failed check, not a crash
+    ids = [str(m["id"]) for m in listed if isinstance(m, dict) and m.get("id")] \
+        if isinstance(listed, list) else []
     if not ids:
         result.add("models", FAIL, f"GET /v1/models: status {status}, no model listed",
                    body=str(body)[:500])
@@ -153,9 +155,7 @@ def check_chat(result: ProbeResult, base: str, model_id: str, settings: ServeSet
     status, body = http("POST", f"{base}/v1/chat/completions", request,
                         timeout=settings.request_timeout_s)
     seconds = round(time.monotonic() - started, 2)
-    choices = body.get("choices") if status == 200 and isinstance(body, dict) else None
-    message = (choices[0].get("message") or {}) if choices else {}
-    text = message.get("content") or message.get("reasoning_content")
+    text = _completion_text(body) if status == 200 else None
     if not text:
         result.add("chat", FAIL, f"POST /v1/chat/completions: status {status}, no completion text",
                    body=str(body)[:500])
@@ -163,6 +163,18 @@ def check_chat(result: ProbeResult, base: str, model_id: str, settings: ServeSet
     result.facts["chat_seconds"] = seconds
     result.add("chat", PASS, f"chat completion in {seconds}s: {text.strip()[:60]!r}",
                usage=body.get("usage"))
+
+
+def _completion_text(body: Any) -> str | None:
+    """The first choice's text (or reasoning text) of a chat answer; None for any other shape
+    (the image under test answers: a wrong shape is a failed check, not a crash)."""
+    choices = body.get("choices") if isinstance(body, dict) else None
+    first = choices[0] if isinstance(choices, list) and choices else None
+    message = first.get("message") if isinstance(first, dict) else None
+    if not isinstance(message, dict):
+        return None
+    text = message.get("content") or message.get("reasoning_content")
+    return text if isinstance(text, str) and text else None
 
 
 def judge_log(result: ProbeResult, log: str) -> None:
