@@ -122,6 +122,13 @@ def _hex(digest: str) -> str:
     return digest.split(":", 1)[-1]
 
 
+def _sizes_and_sha(layer: CachedLayer) -> bool:
+    """Whether a record's fields are what an entry holds: byte counts and a sha256's hex."""
+    sizes = (layer.size, layer.compressed_size)
+    return all(type(n) is int and n >= 0 for n in sizes) and \
+        isinstance(layer.compressed_sha256, str) and len(layer.compressed_sha256) == 64
+
+
 class LayerCache:
     """The content-addressed store described in the module docstring."""
 
@@ -139,15 +146,17 @@ class LayerCache:
             return None  # others could have written it: the layer is compressed again
         try:
             record = load_json(record_path.read_bytes(), str(record_path), ConfigError)
-            if blob.stat().st_size != record["compressed_size"] or record["diff_id"] != diff_id:
+            layer = CachedLayer(diff_id, record["size"], record["compressed_size"],
+                                record["compressed_sha256"], blob)
+            if blob.stat().st_size != layer.compressed_size or record["diff_id"] != diff_id \
+                    or not _sizes_and_sha(layer):
                 return None
         except (OSError, ConfigError, KeyError, TypeError):
-            return None
+            return None  # a record damaged or of another shape: a miss, never a traceback
         self.used.add(record_path)
         with contextlib.suppress(OSError):
             os.utime(record_path)  # the LRU clock
-        return CachedLayer(diff_id, record["size"], record["compressed_size"],
-                           record["compressed_sha256"], blob)
+        return layer
 
     def trusted(self, path: Path) -> bool:
         return trusted_path(path, self.root, "layer cache")
