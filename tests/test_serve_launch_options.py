@@ -45,7 +45,7 @@ def recipe(**changes):
     return parse_recipe(data, "t")
 
 
-# -- the health command, run ---------------------------------------------------------------------
+# -- the health command, run -----------------------------------------------------------------------
 @pytest.mark.parametrize("path", ["/health", "health", "/v1/models"])
 def test_health_command_passes_on_200_and_fails_on_404(path):
     with serve_pages({"/" + path.lstrip("/"): b"ok"}) as base:
@@ -238,7 +238,7 @@ def test_a_target_without_device_memory_has_no_budget():
     assert memory_budget_gib(rendered) is None
 
 
-# -- the image --------------------------------------------------------------------------------
+# -- the image -------------------------------------------------------------------------------------
 DIGEST = "sha256:" + "1" * 64
 
 
