@@ -25,7 +25,7 @@ from pathlib import Path
 
 import requests
 
-from edgevllm.common.dataload import load_json
+from edgevllm.common.dataload import load_json, load_text
 from edgevllm.common.errors import NoSuchModelError, RooflineUnknown
 from edgevllm.common.http import InsecureRedirect, bearer, credential_session
 from edgevllm.common.paths import host_hf_cache
@@ -171,8 +171,8 @@ class _Source:
 
     def text(self, name: str) -> str | None:
         if self.folder is not None:
-            path = self.folder / name
-            return path.read_text() if path.is_file() else None
+            path = self.folder / name  # others' file: bounded as the Hub's, UTF-8 or one line
+            return load_text(path, RooflineUnknown, _MAX_TEXT) if path.is_file() else None
         response = _http_get(self._url(name), {})
         with response:
             if response.status_code == 404:
