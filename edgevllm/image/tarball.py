@@ -51,6 +51,8 @@ CHUNK = 1 << 20
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 DEFAULT_WINDOW_LOG = 27  # libzstd's and the zstd CLI's default decoder limit: 128 MiB
 GZIP_MAGIC = b"\x1f\x8b"
+SIDECAR_LIMIT = 64 << 10  # a sha256sum line (or a few): a larger .sha256 is not one
+ZSTD_WINDOW_LOGS = range(10, 32)  # ZSTD_WINDOWLOG_MIN .. ZSTD_WINDOWLOG_MAX (64-bit)
 
 ByteSink = Callable[[int], None]
 
@@ -120,6 +122,10 @@ def read_manifest(path: Path) -> ManifestModel:
         raise IntegrityError(f"{path}: field 'format': '{model.format}' is not zst or gz")
     if not model.parts:
         raise IntegrityError(f"{path}: field 'parts': lists no part")
+    window = (model.compression or {}).get("window_log")
+    if window is not None and (type(window) is not int or window not in ZSTD_WINDOW_LOGS):
+        raise IntegrityError(f"{path}: field 'compression.window_log': {str(window)[:40]} is not "
+                             "a zstd window (10 to 31); the manifest is not inv publish's")
     seen: set[str] = set()
     for part in model.parts:
         if Path(part.file).name != part.file:
@@ -469,10 +475,10 @@ def _sidecar_sha256(path: Path) -> str | None:
     sidecar = path.with_name(path.name + ".sha256")
     if not sidecar.is_file():
         return None
-    words = sidecar.read_text().split()
-    if not words or not re.fullmatch(r"[0-9a-fA-F]{64}", words[0]):
+    words = read_file(sidecar, SIDECAR_LIMIT, "the checksum file", IntegrityError).split()
+    if not words or not re.fullmatch(rb"[0-9a-fA-F]{64}", words[0]):
         raise IntegrityError(f"{sidecar}: not a sha256 checksum line ('<hex>  <file>')")
-    return words[0].lower()
+    return words[0].decode().lower()
 
 
 def sniff_format(path: Path) -> str:
