@@ -170,25 +170,36 @@ def hub_folder(hf_cache: Path, model: str) -> Path:
 def fetch_model(model: str, hf_cache: Path, revision: str | None = None,
                 token_env: str = "HF_TOKEN") -> Path:
     """Download (or finish downloading) ``model`` into the local cache; return its snapshot."""
-    if not _REPO_ID.match(model):
+    if not _REPO_ID.match(model) or ".." in model:
         raise RecipeError(f"model '{model}': expected a Hugging Face repo id such as org/name")
     # imported here, not at the top: huggingface_hub takes a second to import, and only
     # model-fetch needs it
     from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import HfHubHTTPError
 
     token = os.environ.get(token_env) or None
     try:
         path = snapshot_download(model, revision=revision, cache_dir=str(Path(hf_cache) / "hub"),
                                  token=token)
-    except HfHubHTTPError as exc:
-        status = getattr(getattr(exc, "response", None), "status_code", "?")
-        raise RecipeError(f"downloading {model} failed (HTTP {status}); check the name, and "
-                          f"that ${token_env} holds a token with access") from None
-    except Exception as exc:  # noqa: BLE001 - the hub client's transport errors: one line
-        raise RecipeError(f"downloading {model} failed ({exc.__class__.__name__}); run again: "
-                          "complete files are kept") from None
+    except Exception as exc:  # noqa: BLE001 - the hub client's errors: one line
+        raise _download_problem(exc, model, token_env) from None
     return Path(path)
+
+
+def _download_problem(exc: Exception, model: str, token_env: str) -> RecipeError:
+    """One line for a failed download. huggingface_hub answers a hub it could not ask (refused,
+    an HTTP error it does not raise itself) with 'not in the local cache' and the reason as its
+    cause: the line names that reason, so an unreachable hub and a missing model differ."""
+    from huggingface_hub.errors import HfHubHTTPError
+
+    cause = exc.__cause__ if isinstance(exc.__cause__, Exception) else exc
+    if isinstance(cause, HfHubHTTPError):
+        status = getattr(getattr(cause, "response", None), "status_code", "?")
+        return RecipeError(f"downloading {model} failed (HTTP {status}); check the name, and "
+                           f"that ${token_env} holds a token with access")
+    said = (str(cause).strip().splitlines() or [""])[0][:160]
+    return RecipeError(f"downloading {model} failed ({cause.__class__.__name__}"
+                       f"{': ' + said if said else ''}); check that the hub (HF_ENDPOINT) "
+                       "answers and run again: complete files are kept")
 
 
 @dataclass
