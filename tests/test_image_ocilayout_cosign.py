@@ -16,6 +16,7 @@ import pytest
 from edgevllm.common.errors import IntegrityError
 from edgevllm.inspect import cosign, cosignlayout, dsse
 from support.cosign import cosign_verify as verify
+from support.ocilayouts import make_layout
 from support.registry import local_registry
 from support.skopeo import run_skopeo, skopeo_copy
 
@@ -23,33 +24,6 @@ SBOM = {"bomFormat": "CycloneDX", "specVersion": "1.5", "version": 1, "component
 SLSA = {"buildDefinition": {"buildType": "https://edgevllm.invalid/build/v1",
                             "externalParameters": {}, "resolvedDependencies": []},
         "runDetails": {"builder": {"id": "pkg:pypi/edgevllm"}}}
-
-
-def _put(folder: Path, raw: bytes) -> str:
-    hexa = hashlib.sha256(raw).hexdigest()
-    (folder / "blobs/sha256").mkdir(parents=True, exist_ok=True)
-    (folder / "blobs/sha256" / hexa).write_bytes(raw)
-    return "sha256:" + hexa
-
-
-def make_layout(folder: Path, content: bytes) -> str:
-    """A one-layer image as an OCI layout (what docker save writes, less docker's own
-    manifest.json), tagged v1; its manifest digest."""
-    layer = _put(folder, content)
-    config = json.dumps({"architecture": "amd64", "os": "linux", "config": {},
-                         "rootfs": {"type": "layers", "diff_ids": [layer]}}).encode()
-    raw = json.dumps({"schemaVersion": 2, "mediaType": cosign.OCI_MANIFEST,
-                      "config": {"mediaType": cosign.OCI_CONFIG, "size": len(config),
-                                 "digest": _put(folder, config)},
-                      "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar",
-                                  "size": len(content), "digest": layer}]}).encode()
-    digest = _put(folder, raw)
-    (folder / "oci-layout").write_text('{"imageLayoutVersion":"1.0.0"}')
-    (folder / "index.json").write_text(json.dumps({
-        "schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json",
-        "manifests": [{"mediaType": cosign.OCI_MANIFEST, "digest": digest, "size": len(raw),
-                       "annotations": {cosignlayout.REF_NAME: "v1"}}]}))
-    return digest
 
 
 def test_a_layouts_signatures_verify_with_cosign_after_skopeo_copies_it(tmp_path, cli):

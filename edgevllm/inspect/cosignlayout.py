@@ -37,8 +37,12 @@ def _sha(raw: bytes) -> str:
 
 def _index(folder: Path) -> dict:
     path = folder / "index.json"
-    data = load_json(read_file(path, INDEX_LIMIT, "the layout's index", IntegrityError),
-                     str(path), IntegrityError)
+    try:
+        raw = read_file(path, INDEX_LIMIT, "the layout's index", IntegrityError)
+    except OSError as exc:
+        raise IntegrityError(f"{path}: cannot read the layout's index ({exc.strerror}); "
+                             "save the image again") from None
+    data = load_json(raw, str(path), IntegrityError)
     if not isinstance(data, dict) or not isinstance(data.get("manifests"), list):
         raise IntegrityError(f"{path}: not an OCI image index")
     return data
