@@ -22,16 +22,7 @@ from edgevllm.track import facts
 from edgevllm.track.render import markdown, rows, write_spec
 from edgevllm.track.report import FIX_BROKEN, REBUILD_RECOMMENDED, start_of, track
 from support.pypiindex import sdist_entry, serve_index, tarball
-from support.sdists import pypi_sdist, sdist_tree_cached
-
-
-def _into_track_cache(version: str) -> None:
-    """PyPI's sdist from the test cache, where track looks for it (``sdists/<sha256>/``)."""
-    path = pypi_sdist("vllm", version)
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    link = cache_dir("sdists", digest) / path.name
-    if not link.exists():
-        os.symlink(path, link)
+from support.sdists import into_track_cache, sdist_tree_cached
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +32,7 @@ def report_032_033(tmp_path_factory):
     os.environ["EDGEVLLM_CACHE"] = str(root / "cache")
     try:
         for version in ("0.32.0", "0.33.0"):
-            _into_track_cache(version)
+            into_track_cache("vllm", version)
         spec = root / "spec.yaml"
         spec.write_text("target: spark\nvllm:\n  ref: v0.32.0\n")
         start = start_of(str(spec), None)

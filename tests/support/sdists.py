@@ -154,3 +154,17 @@ def narrowed_release_upstream(root: Path, version: str, flashinfer: str):
     git(upstream.path, "tag", "-d", "v0.1.0")
     git(upstream.path, "tag", f"v{version}", upstream.shas["c1"])
     return upstream, tree
+
+
+def into_track_cache(name: str, version: str) -> tuple[Path, str]:
+    """PyPI's sdist of ``name==version`` (from the test cache) linked where ``inv track`` looks
+    for it (its cache's ``sdists/<sha256>/``; set ``EDGEVLLM_CACHE`` first), so track downloads
+    nothing; (its path, its sha256)."""
+    from edgevllm.common.paths import cache_dir
+
+    path = pypi_sdist(name, version)
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    link = cache_dir("sdists", digest) / path.name
+    if not link.exists():
+        os.symlink(path, link)
+    return path, digest
