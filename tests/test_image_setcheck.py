@@ -16,13 +16,13 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
-from test_image_tarball import write_set
 
 from edgevllm.common.errors import IntegrityError
 from edgevllm.image.setcheck import check_archive
 from edgevllm.image.tarball import MAX_PARTS, open_tarball, read_manifest
 from support.checks import present
 from support.fake_rootfs import LAYER1, docker_save_archive, sha, tar_of
+from support.tarsets import write_set
 
 EVIL = "edgevllm-test/second-unsigned:33"
 
