@@ -54,6 +54,7 @@ def test_soft_and_hard_limits_keep_their_order(tmp_path):
     ("2", {"count": 2}),
     ("device=0,1", {"device_ids": ["0", "1"]}),
     ("device=GPU-3a2b", {"device_ids": ["GPU-3a2b"]}),
+    ('"device=2,3"', {"device_ids": ["2", "3"]}),  # quoted, as docker's docs write a list
 ])
 def test_gpu_request_is_one_compose_accepts(tmp_path, gpus, request_):
     # docker run --gpus device=0,1 was written as count: "device=0,1", which Compose refuses.

@@ -80,9 +80,10 @@ def _compose_gpus(gpus: str, source: str) -> dict[str, object]:
     ``device=0,1`` device ids (Compose refuses any other count)."""
     if gpus == "all" or gpus.isdigit():
         return {"count": "all" if gpus == "all" else int(gpus)}
-    key, _, ids = gpus.strip("\"'").partition("=")
-    if key == "device" and ids and all(ids.split(",")):
-        return {"device_ids": ids.split(",")}
+    request = gpus.strip("\"'")  # docker's docs quote a list: --gpus '"device=0,1"'
+    ids = request.removeprefix("device=").split(",")
+    if request.startswith("device=") and all(ids):
+        return {"device_ids": ids}
     raise RecipeError(f"{source}: field 'container.gpus': '{gpus}' has no Compose equivalent; "
                       "use all, a count or device=ID,ID")
 
