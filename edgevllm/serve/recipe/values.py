@@ -1,6 +1,7 @@
 """The values recipe templates see: ``defaults``, topology and model, with ``--set`` overrides.
 
-``--set key=value`` values are YAML scalars (``0.8`` is a number, ``true`` a bool); a key the
+``--set key=value`` values are YAML scalars (``0.8`` is a number, ``true`` a bool, ``null`` no
+value; ``012``, ``1:30``, ``yes`` and a date stay the text typed); a key the
 recipe neither defaults nor reads is refused, and a name listed in ``required`` takes its value
 from ``defaults`` or ``--set`` only.
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 
 from edgevllm.common.dataload import load_yaml
 from edgevllm.common.errors import RecipeError
@@ -23,14 +25,34 @@ def parse_sets(items: list[str] | None) -> dict[str, object]:
     out: dict[str, object] = {}
     for item in items or []:
         key, raw = split_pair(item, "--set", RecipeError, "key=value, e.g. --set port=9000")
-        try:
-            value = load_yaml(raw, "--set", RecipeError) if raw.strip() else ""
-        except RecipeError:
-            value = raw
-        if isinstance(value, (dict, list)):
-            value = raw  # JSON such as a speculative config stays the string it was given
-        out[key] = value
+        out[key] = _scalar(raw)
     return out
+
+
+# A number as written in decimal: what --set reads as a number (PyYAML's YAML 1.1 also reads
+# 012 as 10, 1:30 as 90 and 1_000 as 1000, which no one typing a flag means).
+_DECIMAL = re.compile(r"[-+]?(?:0|[1-9][0-9]*)(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?|[-+]?\.[0-9]+")
+_BOOLS = {"true", "false"}
+
+
+def _scalar(raw: str) -> object:
+    """One --set value: a decimal number, true/false, null/~ (no value) as YAML reads them; any
+    other text, YAML 1.1's yes/on/off, octal, sexagesimal and dates included, the text itself.
+    JSON such as a speculative config stays the string it was given."""
+    if not raw.strip():
+        return ""
+    try:
+        value = load_yaml(raw, "--set", RecipeError)
+    except RecipeError:
+        return raw
+    text = raw.strip()
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return value if text.lower() in _BOOLS else raw
+    if isinstance(value, (int, float)) and _DECIMAL.fullmatch(text):
+        return value
+    return raw
 
 
 def template_values(recipe: Recipe, overrides: dict[str, object] | None = None,
