@@ -36,7 +36,9 @@ from edgevllm.track import facts, gitref, modcheck, pypi
 NOTHING_TO_DO = 0         # no newer release passes the bump rule: the image is current
 REBUILD_RECOMMENDED = 20  # a newer release, and every fix applies or retires cleanly
 FIX_BROKEN = 21           # a newer release breaks a fix (a patch fails, a needed arch is lost)
-_RELEASE = re.compile(r"^v?(\d+\.\d+\.\d+(?:\.post\d+)?)")
+# A release, with at most a local label (a wheel's 0.33.0+cu130): not a pre-release, a dev
+# build or a branch named after one (v0.33.0rc1, 0.33.1.dev12, v0.33.0-fix are not 0.33.0).
+_RELEASE = re.compile(r"^v?(\d+\.\d+\.\d+(?:\.post\d+)?)(?:\+[0-9A-Za-z.]+)?\Z")
 NO_GITHUB = facts.NO_GITHUB
 
 
