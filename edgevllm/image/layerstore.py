@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from edgevllm.containers.docker import DockerEngine
+from edgevllm.image.loadskip import chain_ids as chain_ids  # the store's keys: Docker's rule
 
 READ_CHUNK = 1 << 20
 BLOCK = 512  # a tar header block
@@ -37,16 +38,6 @@ LINE_LIMIT = 16 << 20  # one tar-split entry: a header segment, or a file's name
 
 class StoreUnusable(Exception):
     """The layer store cannot give this image's bytes (missing entry, other layout, mismatch)."""
-
-
-def chain_ids(diff_ids: list[str]) -> list[str]:
-    """The layer store's keys: each layer's chain id (its diff id folded onto its parent's)."""
-    chain: list[str] = []
-    for diff_id in diff_ids:
-        parent = chain[-1] if chain else None
-        chain.append(diff_id if parent is None else
-                     "sha256:" + hashlib.sha256(f"{parent} {diff_id}".encode()).hexdigest())
-    return chain
 
 
 class LocalLayerStore:
