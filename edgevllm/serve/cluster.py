@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from edgevllm.common import console, labels
 from edgevllm.common.errors import ClusterError, EdgeVllmError, ImageNotFoundError
+from edgevllm.common.grammar import Name, check
 from edgevllm.common.kv import pair_error, split_pair
 from edgevllm.common.poll import poll
 from edgevllm.containers.docker import DockerEngine, RunOptions
@@ -121,6 +122,7 @@ class Cluster:
 
     def __init__(self, rendered: Rendered, nodes: list[Node], options: ClusterOptions):
         topo = rendered.topology
+        check(Name, options.name, "--cluster", ClusterError)  # in names, labels, filters
         if topo.mode == "solo":
             raise ClusterError(f"recipe {rendered.name} is solo: use inv serve without --nodes")
         if len(nodes) != topo.nodes:
