@@ -246,3 +246,39 @@ def test_a_flashinfer_with_a_jit_but_no_nvcc_is_said_and_a_partial_build_only_wa
     assert found.status == FAIL and "lacks nvcc" in found.message
     partial = {labels.EXTENSIONS: json.dumps({"serves": False})}  # builder/subset's label
     assert check_of(_judged(facts, target, partial), "flashinfer-jit").status == WARN
+
+
+def test_the_host_asks_for_each_component_and_only_the_environment_it_judges():
+    from edgevllm.probe.level1 import CACHE_ENV, LOCK_FILE, MODS_RECORD
+
+    target = _target(runtime_env={"B_VAR": "1", "A_VAR": "2", "LD_PRELOAD": "x"})
+    argv = check_arguments(target, ["vllm", "torch"], 42)
+    assert argv[0] == "-"  # the script comes on stdin: nothing is copied into the image
+    pairs = list(zip(argv[1::2], argv[2::2], strict=True))
+    assert ("--target-arch", "12.1a") in pairs and ("--import-timeout", "42") in pairs
+    assert ("--mods-record", MODS_RECORD) in pairs and ("--lock", LOCK_FILE) in pairs
+    assert [v for k, v in pairs if k == "--component"] == ["vllm", "torch"]
+    keys = [v for k, v in pairs if k == "--env-key"]
+    assert keys == sorted({"A_VAR", "B_VAR", "LD_PRELOAD", *CACHE_ENV})  # each once, in order
+
+
+def test_a_target_mapping_keeps_an_empty_import_list_and_reads_values_as_text():
+    from edgevllm.probe.target import probe_target
+
+    found = probe_target({"name": "t", "cuda_arch": "11.0a", "runtime_env": {"N": 1},
+                          "probe": {"required_imports": [], "serve_args": ["--port", 8000]}})
+    assert found.required_imports == []  # nothing required: not the defaults
+    assert found.runtime_env == {"N": "1"} and found.serve_args == ["--port", "8000"]
+    assert found.cuda_version is None and found.level2_model is None
+
+
+def test_the_first_start_caches_the_image_sets_are_read_from_its_environment(site, tmp_path):
+    """What the script reports of the cache variables is what the host judges: only those set
+    reach the facts, each with its value."""
+    target = _target(runtime_env={}, required_imports=[])
+    facts = run_check(site, check_arguments(target, [], 5),
+                      env={"CUDA_CACHE_PATH": "/cache/cuda", "TRITON_CACHE_DIR": "/cache/t"})
+    assert facts["env"]["CUDA_CACHE_PATH"] == "/cache/cuda"
+    assert facts["env"]["TRITON_CACHE_DIR"] == "/cache/t"
+    assert facts["env"]["FLASHINFER_WORKSPACE_BASE"] is None
+    assert "imports" in facts and facts["imports"] == {}
