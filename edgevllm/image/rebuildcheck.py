@@ -47,9 +47,15 @@ class Member:
 
 
 def layer_members(stream: IO[bytes], label: str = "a layer") -> list[Member]:
-    """Every member of an uncompressed layer tar read as a stream, in order."""
-    with open_tar(stream, label, IntegrityError) as tar:
-        return [_member(tar, info) for info in walk(tar, label, IntegrityError, filesystem=True)]
+    """Every member of an uncompressed layer tar read as a stream, in order; a stream that is
+    no tar, or is cut inside its first header or a file's bytes, is one IntegrityError line."""
+    try:
+        with open_tar(stream, label, IntegrityError) as tar:
+            return [_member(tar, info)
+                    for info in walk(tar, label, IntegrityError, filesystem=True)]
+    except (tarfile.TarError, EOFError) as exc:
+        detail = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
+        raise IntegrityError(f"{label}: not a whole tar archive ({detail})") from None
 
 
 def _member(tar: tarfile.TarFile, info: tarfile.TarInfo) -> Member:
