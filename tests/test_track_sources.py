@@ -17,7 +17,7 @@ from typing import Iterator
 
 import pytest
 
-from edgevllm.common.errors import SourceError
+from edgevllm.common.errors import DownloadError, SourceError
 from edgevllm.sources.gitcache import GitMirror
 from edgevllm.track import gitref, pypi
 from support.gitfixtures import Upstream, make_upstream_repo
@@ -263,3 +263,35 @@ def test_describe_names_the_asked_ref_its_commit_and_where_it_came_from():
     line = gitref.describe(tree)
     assert line.startswith("pr:12 = aaaaaaaaaaaa (0.33.0+3.gaaaaaaaaaaaa) from ")
     assert "vllm-project/vllm" in line and "git cache" not in line
+
+
+def test_a_sdist_over_its_bound_is_cut_off_one_line_and_nothing_is_kept(tmp_path, monkeypatch):
+    """A mirror serving more than an sdist may hold: the download stops at the bound, says what
+    it was fetching, and leaves no file in the cache slot (not even a partial one)."""
+    monkeypatch.setenv("EDGEVLLM_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(pypi, "SDIST_MAX_BYTES", 1000)
+    body = b"x" * 5000
+    entry = sdist_entry("vllm", "6.0.0", NOW - dt.timedelta(days=30), body)
+    with serve_index("vllm", {"6.0.0": entry}, {"vllm-6.0.0.tar.gz": body}) as url:
+        monkeypatch.setenv("EDGEVLLM_PYPI_URL", url)
+        release = pypi.releases()["6.0.0"]
+        with pytest.raises(DownloadError) as raised:
+            pypi.sdist(release)
+    assert "the sdist vllm-6.0.0.tar.gz" in str(raised.value) and "\n" not in str(raised.value)
+    slot = tmp_path / "cache" / "sdists" / release.sha256
+    assert list(slot.iterdir()) == []
+
+
+def test_a_release_tree_of_a_sdist_that_is_no_tarball_keeps_no_tree(tmp_path, monkeypatch):
+    """An sdist whose bytes match PyPI's sha256 but are no tarball: one line, and no half tree
+    is kept under the sha256 for the next run to trust."""
+    monkeypatch.setenv("EDGEVLLM_CACHE", str(tmp_path / "cache"))
+    body = b"\x1f\x8b not really gzip"
+    entry = sdist_entry("vllm", "7.0.0", NOW - dt.timedelta(days=30), body)
+    with serve_index("vllm", {"7.0.0": entry}, {"vllm-7.0.0.tar.gz": body}) as url:
+        monkeypatch.setenv("EDGEVLLM_PYPI_URL", url)
+        release = pypi.releases()["7.0.0"]
+        with pytest.raises(SourceError, match="vllm-7.0.0.tar.gz: not a readable .tar.gz"):
+            pypi.release_tree(release, tmp_path / "tree")
+    assert not (tmp_path / "cache" / "sdist-trees" / release.sha256).exists()
+    assert not (tmp_path / "tree").exists()
