@@ -118,3 +118,36 @@ def test_a_damaged_docker_manifest_is_one_line(tmp_path, manifest, said):
         image_id_of(folder)
     assert said in str(info.value) and "\n" not in str(info.value)
     assert str(folder / "manifest.json") in str(info.value)
+
+
+def _edit(folder: Path, name: str, change) -> None:
+    data = json.loads((folder / name).read_text())
+    change(data)
+    (folder / name).write_text(json.dumps(data))
+
+
+DAMAGED = {
+    "config no blob": ("manifest.json", lambda d: d[0].update(Config="config.json")),
+    "layers a number": ("manifest.json", lambda d: d[0].update(Layers=5)),
+    "layers a text": ("manifest.json", lambda d: d[0].update(Layers="blobs")),
+    "tags a text": ("manifest.json", lambda d: d[0].update(RepoTags=REF + "0")),
+    "tags a mapping": ("manifest.json", lambda d: d[0].update(RepoTags={REF: 1})),
+    "index a list": ("index.json", None),
+    "manifests a number": ("index.json", lambda d: d.update(manifests=5)),
+    "manifests missing": ("index.json", lambda d: d.pop("manifests")),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(DAMAGED))
+def test_a_damaged_layout_left_in_the_folder_is_saved_again_not_a_traceback(tmp_path, kind):
+    """``inv bundle`` run again over a layout a run left damaged: it was a TypeError or
+    AttributeError traceback (Layers or manifests of another type) or the manifest's own error
+    (no config blob) instead of a fresh save; a RepoTags text was matched as a substring (a
+    layout tagged tiny:10 stood for tiny:1)."""
+    folder, image_id = layout(tmp_path / "image")
+    name, change = DAMAGED[kind]
+    if change is None:
+        (folder / name).write_text("[]")
+    else:
+        _edit(folder, name, change)
+    assert complete_layout(folder, REF, image_id) is None

@@ -110,14 +110,19 @@ def complete_layout(folder: Path, ref: str, image_id: str) -> list[str] | None:
         entry = _docker_manifest(folder)
         index = load_json(read_file(folder / "index.json", JSON_LIMIT, "the layout file",
                                     IntegrityError), "index.json", IntegrityError)
+        found = image_id_of(folder)
     except (OSError, IntegrityError):
+        return None  # a damaged layout (a run cut short, a file edited) is saved again
+    tags, layers = entry.get("RepoTags") or [], entry.get("Layers")
+    manifests = index.get("manifests") if isinstance(index, dict) else None
+    if not (isinstance(tags, list) and isinstance(layers, list) and isinstance(manifests, list)):
         return None
-    if image_id_of(folder) != image_id or (ref not in (entry.get("RepoTags") or [])
-                                           and not image_id.endswith(ref.removeprefix("sha256:"))):
+    if found != image_id or (ref not in tags
+                             and not image_id.endswith(ref.removeprefix("sha256:"))):
         return None
-    blobs = [entry.get("Config"), *entry.get("Layers", [])]
+    blobs = [entry.get("Config"), *layers]
     blobs += [f"blobs/sha256/{str(m.get('digest', '')).removeprefix('sha256:')}"
-              for m in index.get("manifests", []) if isinstance(m, dict)]
+              for m in manifests if isinstance(m, dict)]
     tops = [name for name in sorted(_TOP) if (folder / name).is_file()]
     if not all(isinstance(b, str) and _whole_blob(folder, b) for b in blobs) \
             or "oci-layout" not in tops:
