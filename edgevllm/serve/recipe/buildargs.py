@@ -32,6 +32,10 @@ _SCRIPT_VALUE_FLAGS = {"-t", "--tag", "--gpu-arch", "-j", "--build-jobs", "-u", 
                        "--torchaudio-version", "-c", "--copy-to", "--copy-to-host"}
 _FORK_FLAGS = {"--exp-mxfp4", "--experimental-mxfp4", "--exp-b12x", "--experimental-b12x"}
 _REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/+-]{0,199}\Z")
+# A fork a recipe names: a URL git fetches over the network, never a local path, an option
+# ("-o...") or another transport ("ext::..."): a recipe is someone else's data.
+_REPO = re.compile(r"^(?:(?:https?|ssh|git)://[A-Za-z0-9._~/@%+:-]{1,300}"
+                   r"|[A-Za-z0-9][A-Za-z0-9._-]*@[A-Za-z0-9.-]+:[A-Za-z0-9][A-Za-z0-9._/~-]*)\Z")
 
 
 def build_fields(build_args: object, source: str, notes: list[str]) -> dict:
@@ -91,7 +95,7 @@ def _carry(fields: dict[str, dict], flag: str, value: str, source: str) -> None:
                               "number or PR URL") from None
         section.setdefault(key, []).append(value.lstrip("#"))
         return
-    if not value or (key == "ref" and not _REF.match(value)) or any(c.isspace() for c in value):
+    if not (_REF if key == "ref" else _REPO).match(value):
         raise RecipeError(f"{source}: field 'build_args': {flag} '{value}' is not a git "
                           f"{'ref' if key == 'ref' else 'repository'}")
     section[key] = value
