@@ -81,12 +81,8 @@ def main(argv: list[str] | None = None) -> int:
                       f"{MACHINES.get(own or 0, 'other')} builder (try_run or a custom "
                       "command): build with --toolchain emulated, or give try_run's answers as "
                       "CMake cache entries in CMAKE_ARGS")
-    try:
-        os.execv(program, [program, *args[1:]])
-    except OSError as exc:  # as a shell says it: 127 not found, 126 found but not runnable
-        print(f"edgevllm cross: error: cannot run {program}: {exc.strerror}", file=sys.stderr)
-        return 127 if isinstance(exc, FileNotFoundError) else 126
-    return 127  # not reached: execv replaces this process
+    os.execv(program, [program, *args[1:]])
+    return 127  # not reached: execv replaces this process or raises
 
 
 if __name__ == "__main__":
