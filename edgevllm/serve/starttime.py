@@ -50,13 +50,29 @@ def docker_time(text: str) -> float:
 
 def probe_config(rendered, deadline_s: float) -> dict:
     """What inimage_startprobe.py needs: the health and completions URLs inside the container, and
-    the
-    model name the server answers to."""
+    the model name the server answers to."""
     port = rendered.health_port
-    served = rendered.values.get("served_model_name") if rendered.values else None
     return {"health": f"http://localhost:{port}/{rendered.health_path.lstrip('/')}",
             "completions": f"http://localhost:{port}/v1/completions",
-            "model": str(served or rendered.model or ""), "deadline_s": deadline_s}
+            "model": served_model_name(rendered), "deadline_s": deadline_s}
+
+
+SERVED_FLAG = "--served-model-name"
+
+
+def served_model_name(rendered) -> str:
+    """The name vLLM answers to: the command's last ``--served-model-name`` (its first name; an
+    imported eugr recipe writes it literally, and vLLM takes the last of a repeated flag), else
+    the recipe's ``served_model_name`` value, else the model. Asked for another name, vLLM
+    answers 404 and the first token is never timed."""
+    command, found = list(rendered.command or []), None
+    for index, arg in enumerate(command):
+        if arg == SERVED_FLAG and index + 1 < len(command):
+            found = command[index + 1]
+        elif arg.startswith(SERVED_FLAG + "="):
+            found = arg[len(SERVED_FLAG) + 1:]
+    served = rendered.values.get("served_model_name") if rendered.values else None
+    return str(found or served or rendered.model or "")
 
 
 class StartClock:
