@@ -8,7 +8,7 @@ from edgevllm.cli._common import cli_task
 from edgevllm.common import console
 from edgevllm.common.errors import ConfigError, ProbeError
 from edgevllm.common.escape import terminal
-from edgevllm.common.grammar import flag_float, flag_int, flag_port
+from edgevllm.common.grammar import EnvName, Line, check, flag_float, flag_int, flag_port
 from edgevllm.common.kv import parse_pairs, split_csv
 from edgevllm.common.secrets import secret_problem
 from edgevllm.containers.docker import DockerEngine
@@ -73,7 +73,8 @@ def probe(c, image, target, level="1", model=None, json=None, timeout=None, port
 
 
 def _runtime_env(values) -> dict[str, str]:
-    pairs = parse_pairs(values, "--env", ConfigError)
+    # the server container's environment: names and values as a build's --env takes them
+    pairs = check(dict[EnvName, Line], parse_pairs(values, "--env", ConfigError), "--env")
     for key, value in pairs.items():
         problem = secret_problem(key, value)
         if problem:  # a value given here is in argv and the probe's record
