@@ -99,3 +99,29 @@ def test_stems():
     assert provenance.stem_of(Path("o/x.lock.json")) == Path("o/x")
     assert provenance.stem_of(Path("o/x.manifest.json")) == Path("o/x")
     assert provenance.image_stem(Path("o"), "ghcr.io/me/vllm:spark-1") == Path("o/vllm_spark-1")
+
+
+@pytest.mark.parametrize("data, said", [
+    (b"\xff\xfe{}", "not UTF-8 text (byte 0)"),
+    (b'{"bomFormat": "CycloneDX", "x": "caf\xe9"}', "not UTF-8 text"),
+    (b" " * ((16 << 20) + 1), "more than such a file may hold"),
+])
+def test_an_sbom_that_is_no_utf8_text_is_one_line_checking_or_signing(signed, data, said):
+    """It was a UnicodeDecodeError traceback out of inv verify --supply-chain and inv sign."""
+    stem, _, public = signed
+    sbom_path, _ = provenance.artefact_paths(stem)
+    sbom_path.write_bytes(data)
+    for run in (lambda: check(view(), stem, public),
+                lambda: sign(view(), stem, stem.with_name("key.pem"))):
+        with pytest.raises(SupplyChainError) as raised:
+            run()
+        assert str(raised.value).startswith(f"{sbom_path}: ") and said in str(raised.value)
+        assert raised.value.exit_code == 8 and "\n" not in str(raised.value)
+
+
+def test_an_sbom_path_that_is_a_folder_is_a_missing_sbom(signed):
+    stem, _, public = signed
+    sbom_path, _ = provenance.artefact_paths(stem)
+    sbom_path.unlink()
+    sbom_path.mkdir()
+    assert check(view(), stem, public)[-1] == f"{sbom_path}: the SBOM is missing"

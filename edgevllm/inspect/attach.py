@@ -36,10 +36,9 @@ def predicates(engine: DockerEngine, image: str, dest: str, stem: Path) -> dict[
     """The SBOM beside ``stem`` (it must describe ``image``) and the provenance built from the
     image's own lock and mods labels, by predicate type."""
     sbom_path, _ = provenance.artefact_paths(stem)
-    try:
-        sbom_text = sbom_path.read_text()
-    except OSError:
-        raise ConfigError(f"--attach: {sbom_path} not found; run inv sbom first") from None
+    sbom_text = sbom.read_sbom_text(sbom_path)
+    if sbom_text is None:
+        raise ConfigError(f"--attach: {sbom_path} not found; run inv sbom first")
     doc = sbom.parse_sbom(sbom_text, str(sbom_path))
     inspect = engine.image_inspect(image)
     if sbom.sbom_image_id(doc) != inspect["Id"]:

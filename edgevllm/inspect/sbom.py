@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
-from edgevllm.common.dataload import load_json
+from edgevllm.common.dataload import JSON_MAX_BYTES, load_json, load_text
 from edgevllm.common.errors import ConfigError, EngineError, SupplyChainError
 from edgevllm.common.schema import describe_validation_error
 from edgevllm.containers.docker import DockerEngine, RunOptions
@@ -249,6 +250,15 @@ class _Document(_Open):
     bomFormat: Literal["CycloneDX"]
     metadata: _Metadata | None = None
     components: list[_Component] = []
+
+
+def read_sbom_text(path: Path) -> str | None:
+    """The SBOM file's text, None where there is no such file; a file that is not UTF-8 or is
+    larger than a JSON document may be is one SupplyChainError line naming it."""
+    try:
+        return load_text(path, SupplyChainError, JSON_MAX_BYTES)
+    except OSError:
+        return None
 
 
 def parse_sbom(text: str, origin: str) -> dict:

@@ -105,10 +105,9 @@ def sign(view: ImageView, stem: Path, key_path: Path) -> Path:
     """The DSSE envelope over the statement for ``view``; the SBOM beside it must exist."""
     sbom_path, envelope_path = provenance.artefact_paths(stem)
     key = dsse.load_private_key(key_path)
-    try:
-        sbom_text = sbom_path.read_text()
-    except OSError:
-        raise SupplyChainError(f"{sbom_path}: no SBOM to sign; run inv sbom first") from None
+    sbom_text = sbom.read_sbom_text(sbom_path)
+    if sbom_text is None:
+        raise SupplyChainError(f"{sbom_path}: no SBOM to sign; run inv sbom first")
     found = sbom.parse_sbom(sbom_text, str(sbom_path))
     if sbom.sbom_image_id(found) != view.image_id:
         raise SupplyChainError(f"{sbom_path}: the SBOM describes image "
@@ -130,9 +129,8 @@ def check(view: ImageView, stem: Path, public_key: Path) -> list[str]:
     if provenance.subject_id(found) != view.image_id:
         problems.append(f"{envelope_path}: statement: signed for image "
                         f"{provenance.subject_id(found)}, not {view.image_id}")
-    try:
-        sbom_text = sbom_path.read_text()
-    except OSError:
+    sbom_text = sbom.read_sbom_text(sbom_path)
+    if sbom_text is None:
         return problems + [f"{sbom_path}: the SBOM is missing"]
     if hashlib.sha256(sbom_text.encode()).hexdigest() != provenance.sbom_digest(found):
         problems.append(f"{sbom_path}: SBOM: not the one the statement was signed with "
