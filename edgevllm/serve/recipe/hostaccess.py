@@ -12,6 +12,7 @@ user says ``--allow-host-access``, and then each grant is named in a warning.
 
 from __future__ import annotations
 
+import csv
 import os
 import posixpath
 from typing import Any
@@ -143,11 +144,23 @@ def _volume(volume: str) -> list[str]:
 
 
 def _mount(spec: str) -> list[str]:
-    fields = dict(part.partition("=")[::2] for part in spec.split(","))
-    if fields.get("type", "volume") != "bind":
-        return [] if fields.get("type", "volume") in ("volume", "tmpfs") else \
-            [f"'--mount {spec}' (type {fields.get('type')})"]
-    source = fields.get("source") or fields.get("src") or ""
+    """``--mount`` read as docker reads it: CSV fields (``"source=/"`` is ``source=/``), keys in
+    any case, the last ``source``/``src`` winning; a volume with driver options is refused (the
+    local driver's ``o=bind,device=/`` mounts any host folder)."""
+    try:
+        parts = next(csv.reader([spec]), [])
+    except csv.Error:
+        return [f"'--mount {spec}' (not a mount docker reads)"]
+    fields, source = {}, ""
+    for part in parts:
+        key, _, value = part.partition("=")
+        fields[key.lower()] = value
+        source = value if key.lower() in ("source", "src") else source
+    kind = fields.get("type", "volume")
+    if kind == "volume" and {"volume-opt", "volume-driver"} & set(fields):
+        return [f"'--mount {spec}' (a volume with driver options: it can bind any host folder)"]
+    if kind != "bind":
+        return [] if kind in ("volume", "tmpfs") else [f"'--mount {spec}' (type {kind})"]
     return _host_path(source, f"a mount of '{source}'")
 
 
