@@ -106,3 +106,26 @@ def test_warm_refuses_an_image_that_is_no_reference_before_the_engine(work, caps
                         "ssh://nobody@127.0.0.1:1")
     assert code == 2, err
     assert "--image" in one_error(err)
+
+
+def test_an_unknown_target_is_one_line_and_no_record_is_begun(work, capsys, monkeypatch):
+    out = work / "bench"
+    with BenchServer(ServerConfig()) as server:
+        code, err = run_cli(capsys, monkeypatch, "bench", server.url, "--client-python",
+                            sys.executable, "--target", "orin", "--out", str(out))
+    assert code == 2, err
+    assert "orin" in one_error(err)
+    assert not out.exists()
+
+
+def test_a_roofline_that_cannot_be_counted_is_recorded_as_unknown_not_guessed(work, capsys,
+                                                                             monkeypatch):
+    empty = work / "empty-model"
+    empty.mkdir()
+    out = work / "bench"
+    with BenchServer(ServerConfig()) as server:
+        code, err = run_cli(capsys, monkeypatch, "bench", server.url, "--client-python",
+                            sys.executable, "--roofline", str(empty), "--out", str(out))
+    assert code == 12, err  # the run itself fails at its client, as above
+    record = _record_of(out)
+    assert record["roofline"] == {"unknown": f"roofline unknown: {empty} has no config.json"}

@@ -26,13 +26,16 @@ def work(tmp_path, monkeypatch) -> Path:
 
 def test_two_targets_that_both_fail_give_one_line_a_log_each_and_their_json(work, capsys,
                                                                            monkeypatch):
+    """``--engine thor=ENGINE`` goes to thor's child alone; spark builds here. The children are
+    refused at the spec, so neither engine is reached."""
     missing = work / "missing.yaml"
+    engine = "ssh://nobody@127.0.0.1:1"
     code, err = run_cli(capsys, monkeypatch, "build", "--target", "thor,spark", "--spec",
-                        str(missing), "--out", str(work / "out"), "--json",
-                        str(work / "many.json"))
+                        str(missing), "--engine", f"thor={engine}", "--out", str(work / "out"),
+                        "--json", str(work / "many.json"))
     assert code == 6, err
     line = one_error(err)
-    assert line.startswith("error: 2 of 2 builds failed: thor on default (")
+    assert line.startswith(f"error: 2 of 2 builds failed: thor on {engine} (")
     assert f"spark on default ({missing}: no such file; check the path)" in line
     results = json.loads((work / "many.json").read_text())
     assert set(results) == {"thor", "spark"}
@@ -86,3 +89,4 @@ def test_targets_lists_each_target_file_and_its_json_is_the_files_facts(capsys, 
     assert exit_code(["targets"]) == 0
     table = capsys.readouterr().out
     assert all(p.stem in table for p in files)
+
