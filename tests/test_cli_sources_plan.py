@@ -108,3 +108,22 @@ def test_an_unknown_target_is_refused_naming_the_known_ones(work, capsys, monkey
     assert code == 2, err
     line = one_error(err)
     assert "orin" in line and "spark" in line and "thor" in line
+
+
+def test_a_lock_with_flashinfer_from_source_plans_both_vllm_first(work, capsys):
+    data = lock_data()
+    data["flashinfer"] = {"name": "flashinfer", "repo": "https://github.com/me/flashinfer",
+                          "ref": "v0.6.1", "base_sha": sha("fi-base"), "commit": sha("fi"),
+                          "tree": sha("fi-tree"), "version": "0.6.1", "picks": []}
+    lock = write_lock(make_lock().model_validate(data), work / "both.lock.json")
+    lines = _plan(capsys, "--lock", str(lock))
+    assert lines[0].startswith(f"vllm: vllm-project/vllm at commit {sha('base-sha')}")
+    assert lines[-1] == f"flashinfer: me/flashinfer at commit {sha('fi-base')} (from the lock)"
+    assert [line.split(":")[0] for line in lines] == ["vllm", "vllm", "flashinfer"]
+
+
+def test_a_dry_run_with_an_out_folder_writes_nothing_there(work, capsys):
+    out = work / "trees"
+    assert _plan(capsys, "--vllm-ref", "v0.33.0", "--out", str(out)) == [
+        "vllm: vllm-project/vllm at ref v0.33.0"]
+    assert not out.exists() and not (work / "cache").exists()
