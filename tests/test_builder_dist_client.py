@@ -185,7 +185,9 @@ def test_without_a_token_dist_says_where_to_give_it(scheduler, monkeypatch):
 def test_sccache_stats_reach_the_build_summary():
     stats = {"stats": {"dist_compiles": {"10.0.0.5:10601": 20, "10.0.0.6:10602": 6},
                        "dist_errors": 1,
-                       "cache_misses": {"counts": {"CUDA": 28, "C/C++": 2}}}}
+                       "cache_misses": {"counts": {"CUDA": 28, "C/C++": 2}},
+                       "requests_not_compile": 3, "compile_fails": 0,
+                       "not_cached": {"multiple input files": 1}}}
     lines = [f"{name} {value}" for name, value in
              ((f"{inimage_stats.MARKER} {k}", v)
               for k, v in inimage_stats.counts(stats["stats"]).items())]
@@ -195,7 +197,9 @@ def test_sccache_stats_reach_the_build_summary():
         follower.feed(f"#12 3.0 {line}")
     found = client.summary(follower.sccache)
     assert found == {"distributed": 26, "local": 4, "dist_errors": 1,
-                     "workers": {"10.0.0.5:10601": 20, "10.0.0.6:10602": 6}}
+                     "workers": {"10.0.0.5:10601": 20, "10.0.0.6:10602": 6},
+                     "stats": {"misses:CUDA": 28, "misses:C/C++": 2, "requests_not_compile": 3,
+                               "not_cached:multiple_input_files": 1}}
     assert client.describe(found).startswith("dist: 26 unit(s) compiled on the pool, 4 here")
 
 

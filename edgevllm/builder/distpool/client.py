@@ -146,11 +146,16 @@ def stage_context(dest: Path, fetch: bool) -> str:
 
 def summary(counters: dict[str, int]) -> dict[str, object]:
     """sccache's counters of the compile (inimage_stats.py's lines) as the build summary keeps
-    them: units compiled on workers, compiled here, dist errors (each fell back to here)."""
+    them: units compiled on workers, compiled here, dist errors (each fell back to here), and
+    under ``stats`` sccache's other counters that say why a unit was compiled here (misses and
+    hits by language, calls passed through, each not-cached reason: inimage_stats.reasons)."""
+    main = ("distributed", "local", "dist_errors")
     return {"distributed": counters.get("distributed", 0), "local": counters.get("local", 0),
             "dist_errors": counters.get("dist_errors", 0),
             "workers": {k.split(":", 1)[1]: v for k, v in counters.items()
-                        if k.startswith("worker:")}}
+                        if k.startswith("worker:")},
+            "stats": {k: v for k, v in counters.items()
+                      if k not in main and not k.startswith("worker:")}}
 
 
 def describe(found: dict) -> str:

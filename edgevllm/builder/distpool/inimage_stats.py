@@ -17,7 +17,25 @@ def counts(stats: dict) -> dict:
     found["local"] = max(misses - found["distributed"], 0)
     for worker, jobs in sorted(sent.items()):
         found[f"worker:{worker.replace(' ', '_')}"] = jobs
+    found.update(reasons(stats))
     return found
+
+
+def reasons(stats: dict) -> dict:
+    """What says why a unit was compiled here: misses and hits by language, the calls sccache
+    passed through (not a compile, not cacheable, an unsupported compiler, each reason it gave)
+    and the compiles that failed."""
+    found = {}
+    for kind in ("cache_misses", "cache_hits"):
+        for lang, count in sorted((stats.get(kind) or {}).get("counts", {}).items()):
+            found[f"{kind.split('_')[1]}:{lang}"] = count
+    for name in ("requests_not_compile", "requests_not_cacheable",
+                 "requests_unsupported_compiler", "non_cacheable_compilations", "compile_fails"):
+        if stats.get(name):
+            found[name] = stats[name]
+    for why, count in sorted((stats.get("not_cached") or {}).items()):
+        found[f"not_cached:{why}"] = count
+    return {name.replace(" ", "_"): int(count) for name, count in found.items()}
 
 
 def main() -> None:
