@@ -1,20 +1,27 @@
 #!/usr/bin/env python3
-"""Two builds of one lock, the same image? The small real-pipeline image (the fake-vllm fixture,
-this host's platform) built three times in one process:
+"""Two builds of one lock, the same image, and its checks once per content? The small
+real-pipeline image (the fake-vllm fixture, this host's platform, one files-only mod of the
+bench's own) built four times in one process, verify and probe level 1 on, with a verify cache
+and a probe cache of the bench's own (empty at the start):
 
 1. default:  from its spec, as every build runs (the lock it writes is the one rebuilt below);
 2. repro:    from that lock with --reproducible (BuildKit's cache used: it must build nothing);
-3. rerun:    from that lock with --reproducible and every step rerun (BuildKit's cache unused).
+3. rerun:    from that lock with --reproducible and every step rerun (BuildKit's cache unused);
+4. one-mod:  the mod's version and file changed, from the spec with --reproducible (a new lock).
 
 Prints each build's wall time, the clamp's seconds (the price of --reproducible), the steps
-BuildKit took from its cache, whether 2 and 3 are the same image (config digest and diff ids), and
-the first file where 1 differs from 2 (the build's own times). The images it tagged are removed.
+BuildKit took from its cache, verify's and the probe's seconds, the layers verify read (the
+others known to its cache) and whether the probe's facts came from its cache; whether 2 and 3
+are the same image (config digest and diff ids), the first file where 1 differs from 2 (the
+build's own times), and which layers 4 changed against 2 with its tail's seconds. The images
+it tagged are removed.
 
     python bench/reproducible.py
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import tempfile
 import time
@@ -23,64 +30,123 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 IMAGE_REPO = "edgevllm-bench/reproducible"
+MOD = "bench-repro-mod"
+PROBE_HIT = "probe level 1: the facts of the probe cache"
 
 
-def timed(label: str, run):
+def stderr_of(run, log: Path):
+    """``run()`` with this process's stderr (the build's progress) written to ``log``, then
+    copied to the real stderr; (its result, the text)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(log, "wb") as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            result = run()
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+    text = log.read_text(errors="replace")
+    sys.stderr.write(text)
+    return result, text
+
+
+def timed(label: str, run, log: Path):
     started = time.perf_counter()
-    result = run()
+    result, text = stderr_of(run, log)
     seconds = time.perf_counter() - started
     cached = sum(line.rstrip().endswith("CACHED")
                  for line in Path(result.log_path).read_text(errors="replace").splitlines())
-    clamp = (result.tail or {}).get("seconds", {}).get("clamp")
+    tail = result.tail or {}
+    took = tail.get("seconds", {})
+    reading = tail.get("verify_layers") or {}
+    clamp = took.get("clamp")
     print(f"{label:8} {seconds:6.1f} s  {cached:2} steps from BuildKit's cache"
-          + (f", clamp {clamp} s" if clamp is not None else ""))
+          + (f", clamp {clamp} s" if clamp is not None else "")
+          + f"; tail {took.get('total')} s, verify {took.get('verify')} s + probe "
+          f"{took.get('probe')} s: {len(reading.get('read', {}))} of "
+          f"{len(reading.get('layers', []))} layers read, probe "
+          + ("from its cache" if PROBE_HIT in text else "run"), flush=True)
     return result
 
 
-def main() -> int:
+def write_mod(root: Path, version: str, text: str) -> None:
+    from support.files_mod import write_files_mod
+
+    manifest = write_files_mod(root, MOD, text, "/opt/edgevllm/bench", "the bench's mod")
+    manifest = manifest / "manifest.yaml"
+    manifest.write_text(manifest.read_text().replace('version: "1"', f'version: "{version}"'))
+
+
+def changed_layers(engine, before: str, after: str) -> str:
+    old = engine.image_inspect(before)["RootFS"]["Layers"]
+    new = engine.image_inspect(after)["RootFS"]["Layers"]
+    changed = [i for i in range(max(len(old), len(new)))
+               if i >= len(old) or i >= len(new) or old[i] != new[i]]
+    return f"{len(changed)} of {len(new)} layers changed: " + \
+        ", ".join(f"layer {i}" for i in changed)
+
+
+def builds(tmp: Path, engine, made: list[str]) -> bool:
     from e2e.conftest import FIXTURE_TREE, hermetic_spec
     from edgevllm.builder.pipeline import build
     from edgevllm.cli.build import spec_from_flags
-    from edgevllm.containers.docker import DockerEngine
     from edgevllm.containers.host import host_arch
     from edgevllm.image.rebuildcheck import compare_images
     from edgevllm.specs.buildspec import spec_from_dict
     from support.gitfixtures import make_upstream_repo
     from support.images import cuda_image
 
+    write_mod(tmp / "mods", "1", "first\n")
+    spec = hermetic_spec("spark", cuda_image(engine, host_arch()),
+                         make_upstream_repo(tmp, FIXTURE_TREE), platform=f"linux/{host_arch()}",
+                         mods=[MOD], image_repo=IMAGE_REPO)
+    out, log = tmp / "out", tmp / "stderr.log"
+    first = timed("default", lambda: build(spec_from_dict(spec), out, engine), log)
+    made.append(first.image_id)
+
+    def again(rerun: bool):
+        values = {"lock": str(first.lock_path), "image_repo": IMAGE_REPO}
+        rebuilt = spec_from_flags(values).model_copy(update={
+            "reproducible": True, "rerun_steps": rerun,
+            "probe_required": spec["probe_required"]})  # as --check-reproducible keeps it
+        return build(rebuilt, out, engine, lock_path=first.lock_path)
+
+    repro = timed("repro", lambda: again(False), log)
+    made.append(repro.image_id)
+    rerun = timed("rerun", lambda: again(True), log)
+    made[:0] = rerun.tags  # the tags first: an image is removed once it has none
+    made.append(rerun.image_id)
+    write_mod(tmp / "mods", "2", "second\n")
+    one_mod = timed("one-mod", lambda: build(spec_from_dict(dict(spec, reproducible=True)),
+                                             out, engine), log)
+    made[:0] = one_mod.tags
+    made.append(one_mod.image_id)
+    verdict = compare_images(engine, repro.image_id, rerun.image_id)
+    print(f"repro vs rerun:   {'the same image' if verdict.same else 'DIFFERENT'}: "
+          f"{verdict.line}")
+    print(f"default vs repro: {compare_images(engine, first.image_id, repro.image_id).line}")
+    print(f"one-mod vs repro: {changed_layers(engine, repro.image_id, one_mod.image_id)}")
+    return verdict.same
+
+
+def main() -> int:
+    from edgevllm.containers.docker import DockerEngine
+
     engine = DockerEngine()
     made: list[str] = []
     with tempfile.TemporaryDirectory(prefix="edgevllm-bench-") as tmp_name:
         tmp = Path(tmp_name)
-        upstream = make_upstream_repo(tmp, FIXTURE_TREE)
-        spec = hermetic_spec("spark", cuda_image(engine, host_arch()), upstream,
-                             platform=f"linux/{host_arch()}", mods=[], verify=False,
-                             image_repo=IMAGE_REPO)
-        out = tmp / "out"
+        for setting, folder in (("EDGEVLLM_VERIFY_CACHE", "verify"),
+                                ("EDGEVLLM_PROBE_CACHE", "probe"), ("EDGEVLLM_MODS_PATH", "mods")):
+            os.environ[setting] = str(tmp / folder)
         try:
-            first = timed("default", lambda: build(spec_from_dict(spec), out, engine))
-            made.append(first.image_id)
-
-            def again(rerun: bool):
-                values = {"lock": str(first.lock_path), "reproducible": True,
-                          "rerun_steps": rerun, "image_repo": IMAGE_REPO}
-                return build(spec_from_flags(values, verify=False), out, engine,
-                             lock_path=first.lock_path)
-
-            repro = timed("repro", lambda: again(False))
-            made.append(repro.image_id)
-            rerun = timed("rerun", lambda: again(True))
-            made[:0] = rerun.tags  # the tags first: an image is removed once it has none
-            made.append(rerun.image_id)
-            verdict = compare_images(engine, repro.image_id, rerun.image_id)
-            print(f"repro vs rerun:   {'the same image' if verdict.same else 'DIFFERENT'}: "
-                  f"{verdict.line}")
-            differs = compare_images(engine, first.image_id, repro.image_id)
-            print(f"default vs repro: {differs.line}")
+            same = builds(tmp, engine, made)
         finally:
             for ref in made:
                 engine.remove_image(ref)
-    return 0 if verdict.same else 1
+    return 0 if same else 1
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ import io
 import tarfile
 
 from edgevllm.image.clamp import (
+    MODS_RECORD,
     Moment,
     clamp_config,
     clamp_layer,
@@ -137,3 +138,90 @@ def test_the_times_an_image_carries_are_set_in_one_place():
              if isinstance(node, ast.Constant) and isinstance(node.value, str)
              and any(word in node.value for word in words)}
     assert found == {"image/clamp.py"}
+
+
+def applier_record(tmp_path, built: int) -> bytes:
+    """The mods record as the real in-image applier writes it (an empty plan), its
+    ``applied_at`` the moment ``built`` (the applier writes its own clock's)."""
+    import json
+    import subprocess
+    import sys
+    from datetime import datetime, timezone
+    from pathlib import Path
+
+    applier = Path(__file__).resolve().parents[1] / "edgevllm" / "mods" / "inimage_applier.py"
+    (tmp_path / "plan.json").write_text('{"target": "spark", "mods": []}')
+    subprocess.run([sys.executable, str(applier), "apply", "--plan", str(tmp_path / "plan.json"),
+                    "--record", str(tmp_path / "mods.json"), "--no-env-file"],
+                   check=True, capture_output=True)
+    data = (tmp_path / "mods.json").read_bytes()
+    now = json.loads(data)["applied_at"]
+    then = datetime.fromtimestamp(built, timezone.utc).isoformat(timespec="seconds")
+    assert len(now) == len(then)
+    return data.replace(now.encode(), then.encode())
+
+
+def test_the_mods_record_written_at_two_times_gives_the_same_bytes(tmp_path):
+    """The applier's record holds its own time (``applied_at``): the same mods applied at two
+    times give one layer once clamped, the time being the moment's; a record of the base's
+    time is left as it is."""
+    import json
+
+    name = MODS_RECORD
+    one, two = (tar_bytes([(name, applier_record(tmp_path, built), built)])
+                for built in (EPOCH + 100, EPOCH + 5_000))
+    assert one != two
+    assert clamped(one) == clamped(two)
+    record = json.loads(members(clamped(one))[name][1])
+    assert record["applied_at"] == "2023-11-14T22:13:20+00:00" and record["mods"] == []
+    base = tar_bytes([(name, applier_record(tmp_path, OLD), OLD)])
+    assert clamped(base) == base
+
+
+def test_a_layer_clamped_to_the_base_moment_does_not_follow_the_locks_time():
+    """The build sets a layer's times to the base's creation (``Moment(floor, floor)``) and
+    only the config's to the lock's: two locks made at different times give the same layer."""
+    at_floor = Moment(FLOOR, FLOOR)
+    assert clamped(layer(EPOCH + 100), at_floor) == clamped(layer(EPOCH + 9_000), at_floor)
+    assert {mtime for mtime, _ in members(clamped(layer(EPOCH), at_floor)).values()} == \
+        {FLOOR, OLD}
+
+
+def wheel_at(path, when: tuple) -> bytes:
+    """A wheel as setuptools' bdist_wheel writes it at ``when``: each entry dated with its
+    file's mtime (the build's); a stored and a deflated entry, an executable's mode."""
+    import zipfile
+
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as wheel:
+        for name, data, mode, kind in (("pkg/_C.abi3.so", b"\x7fELF" + b"x" * 4000, 0o755,
+                                        zipfile.ZIP_DEFLATED),
+                                       ("pkg/__init__.py", b"", 0o644, zipfile.ZIP_STORED),
+                                       ("pkg-1.dist-info/RECORD", b"pkg/__init__.py,,\n", 0o644,
+                                        zipfile.ZIP_DEFLATED)):
+            entry = zipfile.ZipInfo(name, when)
+            entry.external_attr, entry.compress_type = mode << 16, kind
+            wheel.writestr(entry, data)
+    return path.read_bytes()
+
+
+def test_a_wheel_compiled_at_two_times_gives_the_same_bytes(tmp_path):
+    """The compile mode's wheel, built twice from one compile key, differed only in its zip
+    entries' dates (measured: every member's bytes the same, the .so's build id too)."""
+    import zipfile
+
+    from edgevllm.image.clamp import ZIP_EPOCH, clamp_wheel
+
+    one, two = tmp_path / "one.whl", tmp_path / "two.whl"
+    assert wheel_at(one, (2026, 11, 29, 7, 55, 0)) != wheel_at(two, (2026, 11, 29, 14, 45, 48))
+    assert clamp_wheel(one) and clamp_wheel(two)
+    assert one.read_bytes() == two.read_bytes()
+    with zipfile.ZipFile(one) as wheel:
+        assert [(e.filename, e.date_time, e.external_attr >> 16, e.compress_type)
+                for e in wheel.infolist()] == [
+            ("pkg/_C.abi3.so", ZIP_EPOCH, 0o755, zipfile.ZIP_DEFLATED),
+            ("pkg/__init__.py", ZIP_EPOCH, 0o644, zipfile.ZIP_STORED),
+            ("pkg-1.dist-info/RECORD", ZIP_EPOCH, 0o644, zipfile.ZIP_DEFLATED)]
+        assert wheel.read("pkg/_C.abi3.so") == b"\x7fELF" + b"x" * 4000
+        assert wheel.testzip() is None
+    before = one.read_bytes()
+    assert not clamp_wheel(one) and one.read_bytes() == before  # already so: left as it is

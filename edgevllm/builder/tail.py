@@ -85,6 +85,8 @@ def run(job: Job, build: PreparedBuild) -> BuildResult:
     wheels = job.ws.wheels(build.compile_key or "none")
     exported = "wheels" in build.stages and export_wheels(runner, options, wheels)
     check_wheels(lock.settings, wheels)  # a partial kernel build holds what it asked for
+    if exported and build.eff.spec.reproducible:  # the compile's own time out of its wheels
+        clamp_wheels(wheels)
     cache = compile_cache_report(runner, build.eff) if exported else None
     candidate = f"{tags[0]}-unverified"
     image_build = runner.run(with_options(options, target="runtime", tags=[candidate],
@@ -262,8 +264,10 @@ def lock_epoch(lock: Lock) -> int:
 
 def clamp_candidate(engine: DockerEngine, candidate: str, epoch: int, base: str,
                     scratch) -> None:
-    """The candidate's times after its base's creation set to ``epoch`` (image/clamp.py),
-    under its tag; the image BuildKit exported is dropped (its layers stay in its cache)."""
+    """The candidate's times after its base's creation set to that creation in its layers and
+    to ``epoch`` (the lock's) in its config (image/clamp.py), under its tag; the image BuildKit
+    exported is dropped (its layers stay in its cache). A layer's bytes thus follow from what
+    it holds, not from its lock's time: a one-mod rebuild changes the mods layer and the lock's."""
     from edgevllm.common.errors import ImageNotFoundError
     from edgevllm.image.clamp import Moment, clamp_image, epoch_of
 
@@ -277,11 +281,24 @@ def clamp_candidate(engine: DockerEngine, candidate: str, epoch: int, base: str,
         console.warn(f"  reproducible: base {base} is not on the engine: only times after the "
                      "lock's are set (a layer BuildKit's cache kept keeps its own)")
     exported = engine.image_inspect(candidate).get("Id", "")
-    clamped = clamp_image(engine, candidate, Moment(epoch, min(floor, epoch)), scratch, keep)
-    console.info(f"  reproducible: the times after the base's set to {epoch} (the lock's "
-                 f"created_at): {clamped[:19]}")
+    floor = min(floor, epoch)
+    clamped = clamp_image(engine, candidate, Moment(floor, floor), scratch, keep,
+                          config_moment=Moment(epoch, floor))
+    console.info(f"  reproducible: the files' times after the base's set to {floor} (its "
+                 f"creation), the config's to {epoch} (the lock's created_at): {clamped[:19]}")
     if exported and exported != clamped:
         engine.remove_image(exported)
+
+
+def clamp_wheels(folder) -> None:
+    """--reproducible: the wheels the compile step just wrote, their zip entries' dates (the
+    compile's time) set to the zip format's first moment (image/clamp.py ``clamp_wheel``), before
+    the runtime image installs them."""
+    from edgevllm.image.clamp import clamp_wheel
+
+    done = [wheel.name for wheel in sorted(folder.glob("*.whl")) if clamp_wheel(wheel)]
+    if done:
+        console.info(f"  reproducible: {len(done)} wheel(s)' entry dates set to 1980-01-01")
 
 
 def planned_arches(lock: Lock) -> dict[str, list[str]]:

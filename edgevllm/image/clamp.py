@@ -11,7 +11,15 @@ docs/reproducible.md):
   source's mtime: clamped the same way, so it stays valid against its clamped source;
 - uv writes ``uv_cache.json`` into each dist-info it installs, holding the install's time: set
   to the epoch, and its RECORD line (sha256, size) written again to match;
-- the config's ``created`` and each history entry's ``created``: set the same way.
+- the mods record (``/opt/edgevllm/mods.json``) holds the applier's ``applied_at``: set as a
+  file's time is (the same length: nothing else in the layer moves);
+- the config's ``created`` and each history entry's ``created``: set the same way, to the
+  config's own moment (``clamp_image``'s ``config_moment``).
+
+The build (``builder/tail.py``) sets the layers' times to the base image's creation and the
+config's dates to the lock's ``created_at``: a layer's bytes then follow from what it holds, not
+from when its lock was made, so a rebuild that changed one mod changes only the mods layer and
+the layer holding the lock (verify and the probe cache by layer: issue 45).
 
 Every other byte is copied as it is: a layer whose times are all earlier (the base's) comes out
 identical, with its own diff id. ``clamp_layer`` works on one layer tar (the unit tests feed it
@@ -27,11 +35,13 @@ import json
 import re
 import shutil
 import tempfile
+import zipfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO
 
+from edgevllm.common import labels
 from edgevllm.common.archives import open_tar, read_member, walk
 from edgevllm.common.dataload import load_json
 from edgevllm.common.errors import IntegrityError
@@ -47,7 +57,10 @@ MAX_EDITED = 16 << 20  # the files edited in memory (RECORD, uv_cache.json) are 
 PAX_TYPES = (b"x", b"g")
 UV_CACHE = "uv_cache.json"  # uv's install record, in the metadata folder of what it installed
 RECORD = "RECORD"  # that folder's list of files with their sha256 (the wheel format's)
+ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)  # a zip entry's earliest date: a wheel's, by clamp_wheel
 _UV_TIME = re.compile(rb'"timestamp":\{"secs_since_epoch":(\d+),"nanos_since_epoch":\d+\}')
+MODS_RECORD = labels.MODS_RECORD.lstrip("/")  # the in-image applier's, as a layer tar names it
+_APPLIED_AT = re.compile(rb'"applied_at": "(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\+00:00"')
 
 
 def epoch_of(created_at: str) -> int:
@@ -80,6 +93,20 @@ def uv_cache_text(data: bytes, moment: Moment) -> bytes:
         return found.group(0) if moment.of(secs) is None else stamp
 
     return _UV_TIME.sub(one, data)
+
+
+def mods_record_text(data: bytes, moment: Moment) -> bytes:
+    """The in-image applier's record with its ``applied_at`` set as a file's time is (an ISO
+    time in UTC, to the second, as the applier writes it: the same length)."""
+
+    def one(found: re.Match) -> bytes:
+        when = moment.of(epoch_of(found.group(1).decode()))
+        if when is None:
+            return found.group(0)
+        stamp = datetime.fromtimestamp(when, timezone.utc).isoformat(timespec="seconds")
+        return b'"applied_at": "%s"' % stamp.encode()
+
+    return _APPLIED_AT.sub(one, data)
 
 
 def clamp_pyc(data: bytes, moment: Moment) -> bytes:
@@ -184,6 +211,8 @@ def _edit(name: str, data: bytes, moment: Moment, uv: dict[str, str]) -> bytes:
         return clamp_pyc(data, moment)
     if name.endswith(f"/{UV_CACHE}"):
         return uv_cache_text(data, moment)
+    if name == MODS_RECORD:
+        return mods_record_text(data, moment)
     folder = name.rsplit("/", 1)[0]
     line = uv.get(f"{folder}/{UV_CACHE}")
     if line is None or not name.endswith(f"/{RECORD}"):
@@ -194,7 +223,8 @@ def _edit(name: str, data: bytes, moment: Moment, uv: dict[str, str]) -> bytes:
 
 
 def _edited(name: str, size: int) -> bool:
-    return size <= MAX_EDITED and name.endswith((".pyc", f"/{UV_CACHE}", f"/{RECORD}"))
+    return size <= MAX_EDITED and (name == MODS_RECORD or
+                                   name.endswith((".pyc", f"/{UV_CACHE}", f"/{RECORD}")))
 
 
 def clamp_layer(src: IO[bytes], dst: IO[bytes], moment: Moment,
@@ -257,10 +287,11 @@ def clamp_config(config: dict, diff_ids: list[str], moment: Moment) -> bytes:
 
 
 def clamp_image(engine: DockerEngine, image: str, moment: Moment, scratch: Path,
-                keep: frozenset[str] = frozenset()) -> str:
+                keep: frozenset[str] = frozenset(), config_moment: Moment | None = None) -> str:
     """``image`` (a tag) replaced by its clamped self under the same tag; returns its id. The
     layers are written under ``scratch`` (removed after), so it needs the image's size free;
-    ``keep``: the diff ids sent as they are (the base's: no time in them is after it)."""
+    ``keep``: the diff ids sent as they are (the base's: no time in them is after it);
+    ``config_moment``: the config's dates' (default: ``moment``)."""
     scratch.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=scratch, prefix="clamp-") as tmp:
         work = Path(tmp)
@@ -279,9 +310,33 @@ def clamp_image(engine: DockerEngine, image: str, moment: Moment, scratch: Path,
             else:
                 clamped[path] = _clamp_file(path, moment)
         new_ids = [clamped[path] for path in layers]
-        config_bytes = clamp_config(config, [f"sha256:{h}" for h in new_ids], moment)
+        config_bytes = clamp_config(config, [f"sha256:{h}" for h in new_ids],
+                                    config_moment or moment)
         _load(engine, image, config_bytes, layers, new_ids)
         return "sha256:" + hashlib.sha256(config_bytes).hexdigest()
+
+
+def clamp_wheel(path: Path) -> bool:
+    """A compiled wheel's entry dates set to the zip format's first moment: setuptools'
+    ``bdist_wheel`` writes each file's mtime, the build's, unless ``SOURCE_DATE_EPOCH`` is in
+    the compile step's environment (which would change a default build's compile key). Every
+    entry's name, order, bytes, mode and compression kept; extra fields (times) dropped. The same
+    compile twice then gives the same wheel, byte for byte. False when it was already so."""
+    with zipfile.ZipFile(path) as src:
+        entries = src.infolist()
+        if all(e.date_time == ZIP_EPOCH and not e.extra for e in entries):
+            return False
+        out = path.with_name(path.name + ".clamped")
+        with zipfile.ZipFile(out, "w") as dst:
+            for entry in entries:
+                same = zipfile.ZipInfo(entry.filename, ZIP_EPOCH)
+                same.compress_type, same.external_attr = entry.compress_type, entry.external_attr
+                same.create_system = entry.create_system
+                big = entry.file_size >= zipfile.ZIP64_LIMIT
+                with src.open(entry) as data, dst.open(same, "w", force_zip64=big) as sink:
+                    shutil.copyfileobj(data, sink, CHUNK)
+    move_into_place(out, path)
+    return True
 
 
 def _saved(engine: DockerEngine, image: str, work: Path) -> dict[str, bytes]:
