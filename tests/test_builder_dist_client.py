@@ -116,7 +116,10 @@ def test_an_emulated_compile_refuses_dist_in_one_line():
 
 
 class _Scheduler(http.server.BaseHTTPRequestHandler):
+    asked = 0  # requests since the fixture started
+
     def do_GET(self):  # noqa: N802 - http.server's name
+        type(self).asked += 1
         body = json.dumps({"num_servers": 2, "num_cpus": 32, "in_progress": 0}).encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
@@ -124,6 +127,7 @@ class _Scheduler(http.server.BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def do_POST(self):  # noqa: N802
+        type(self).asked += 1
         ok = self.headers.get("Authorization") == f"Bearer {TOKEN}"
         self.send_response(400 if ok else 401)
         self.send_header("Content-Length", "0")
@@ -135,6 +139,7 @@ class _Scheduler(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def scheduler():
+    _Scheduler.asked = 0
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Scheduler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -203,12 +208,13 @@ def test_sccache_stats_reach_the_build_summary():
     assert client.describe(found).startswith("dist: 26 unit(s) compiled on the pool, 4 here")
 
 
-def test_inv_render_with_dist_writes_the_block_and_says_the_pool(cli, scheduler, tmp_path):
+def test_inv_render_with_dist_writes_the_block_and_contacts_no_pool(cli, scheduler, tmp_path):
     out = tmp_path / "r"
     code, _, stderr = cli("render", "--target", "spark", "--compile", "--dist", scheduler,
                           "--dist-token-file", _token_file(tmp_path), "--out", str(out))
     assert code == 0, stderr
-    assert "dist: http://127.0.0.1:" in stderr and "2 worker(s), 32 core(s)" in stderr
+    assert "dist: http://127.0.0.1:" in stderr and "not contacted by render" in stderr
+    assert _Scheduler.asked == 0, "inv render asked the pool"   # render needs no network
     text = (out / "Dockerfile").read_text()
     assert "--mount=type=secret,id=sccache-dist" in text and TOKEN not in text
     plan = json.loads((out / "build-plan.json").read_text())

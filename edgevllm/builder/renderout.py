@@ -66,18 +66,14 @@ def render_to(spec: BuildSpec, out: Path, force: bool = False,
 
 
 def dist_line(eff: EffectiveSpec, units: int) -> None:
-    """--dist: the pool as a build would find it, one line; a pool that does not serve now is a
-    warning here (the plan is still written), and refuses the build itself."""
+    """--dist: the pool as named, one line. Render contacts no network: the pool is checked
+    (reached, token, workers, projection) by the build, before anything is fetched."""
     from edgevllm.builder.distpool import client as dist_client
-    from edgevllm.common.errors import DistPoolError
 
-    try:
-        found = dist_client.check(eff)
-    except DistPoolError as exc:
-        console.warn(str(exc))
-        return
-    if found is not None:
-        console.step(found.preflight_line(units))
+    url = dist_client.check_road(eff)
+    console.step(f"dist: {url} (not contacted by render: inv build checks the pool, its token "
+                 f"and workers first, and projects the compile of {units or 'the'} CUDA units "
+                 f"on its cores)")
 
 
 def mode_line(plan: BuildPlan) -> str:

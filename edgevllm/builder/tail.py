@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from edgevllm.builder.buildlog import compile_cache_summary, describe_compile_cache
+from edgevllm.builder.distpool import guard as dist_guard
 from edgevllm.builder.prepared import Job, PreparedBuild, runtime_contexts
 from edgevllm.builder.runner import (
     BuildResult,
@@ -83,7 +84,8 @@ def run(job: Job, build: PreparedBuild) -> BuildResult:
                            build_contexts=build.contexts, secrets=secrets,
                            no_cache=build.eff.spec.rerun_steps)
     wheels = job.ws.wheels(build.compile_key or "none")
-    exported = "wheels" in build.stages and export_wheels(runner, options, wheels)
+    with dist_guard.explained(build.eff, runner.log_path):  # --dist: the pool's own line
+        exported = "wheels" in build.stages and export_wheels(runner, options, wheels)
     check_wheels(lock.settings, wheels)  # a partial kernel build holds what it asked for
     if exported and build.eff.spec.reproducible:  # the compile's own time out of its wheels
         clamp_wheels(wheels)

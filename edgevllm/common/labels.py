@@ -97,7 +97,8 @@ IN_IMAGE_SCRIPTS = ("mods/inimage_applier.py", "builder/aot/inimage_build.py",
                     "probe/inimage_check.py", "inspect/inimage_dists.py",
                     "serve/inimage_entry.py", "serve/inimage_startprobe.py",
                     "builder/cross/inimage_stage.py", "builder/cross/inimage_run.py",
-                    "builder/subset/inimage_cmake.py", "builder/distpool/inimage_stats.py")
+                    "builder/subset/inimage_cmake.py", "builder/distpool/inimage_stats.py",
+                    "builder/distpool/inimage_check.py")
 
 # The records a build leaves in an image: key → (the label holding its JSON, its files under HOME).
 RECORDS = {
