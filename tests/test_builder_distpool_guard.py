@@ -138,6 +138,15 @@ def test_a_scheduler_gone_mid_build_is_the_pool_s_line(tmp_path):
         _fail()
 
 
+def test_the_pool_is_asked_with_the_token_the_build_holds(scheduler, tmp_path):
+    wrong = _token_file(tmp_path, "sccd_" + "y" * 43)   # what the build read and sent
+    eff = _eff("spark", "cross", dist=scheduler, dist_token_file=wrong)
+    with pytest.raises(DistPoolError, match="refuses the token"), \
+            guard.explained(eff, tmp_path / "none.log"):
+        _token_file(tmp_path)   # the pool's new token written over the file meanwhile
+        _fail()
+
+
 def test_a_pool_that_still_serves_leaves_the_compile_s_own_error(scheduler, tmp_path):
     eff = _eff("spark", "cross", dist=scheduler, dist_token_file=_token_file(tmp_path))
     with pytest.raises(BuildError) as caught, guard.explained(eff, tmp_path / "none.log"):

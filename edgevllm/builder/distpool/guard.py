@@ -20,7 +20,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from edgevllm.builder.distpool import client
+from edgevllm.builder.distpool import client, probe
 from edgevllm.builder.distpool.objcheck import CHECK_MARKER
 from edgevllm.common.errors import BuildError, DistPoolError
 from edgevllm.specs.buildspec import EffectiveSpec
@@ -45,11 +45,14 @@ def mismatch_in(log_path: Path) -> str | None:
 
 @contextlib.contextmanager
 def explained(eff: EffectiveSpec, log_path: Path) -> Iterator[None]:
-    """Around the compile step: its BuildError, or the pool's line when the pool is the cause."""
+    """Around the compile step: its BuildError, or the pool's line when the pool is the cause.
+    The pool is asked again with the token the build holds (read now, as the step's secret
+    was): a token file replaced meanwhile is not the one sccache sent."""
+    token = client.read_token(eff) if client.wanted(eff) else ""
     try:
         yield
     except BuildError:
-        if not client.wanted(eff):
+        if not token:
             raise
         bad = mismatch_in(log_path)
         if bad:
@@ -59,9 +62,9 @@ def explained(eff: EffectiveSpec, log_path: Path) -> Iterator[None]:
                 f"is not to be trusted); no wheel was kept: build without --dist, and check the "
                 f"pool's workers (log: {log_path})") from None
         try:
-            client.check(eff)
+            probe.check_pool(client.check_road(eff), token)
         except DistPoolError as now:
-            raise DistPoolError(f"{now} (it changed during the compile, which failed; no wheel "
-                                f"was kept: build again once it serves, or without --dist)"
-                                ) from None
+            raise DistPoolError(f"--dist {eff.spec.dist}: {now} (it changed during the "
+                                f"compile, which failed; no wheel was kept: build again once "
+                                f"it serves, or without --dist)") from None
         raise
