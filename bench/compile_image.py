@@ -128,7 +128,7 @@ def place_stand_in(args, engine, images, upstream, pin, out: Path) -> str:
     put the released wheel (fetched by sha256) into the key's wheels folder."""
     from edgevllm.builder import modes
     from edgevllm.builder.runner import Workspace
-    from edgevllm.sources.wheels import Wheelhouse
+    from edgevllm.sources.wheelhouse import Wheelhouse
     from edgevllm.specs.buildspec import resolve
 
     spec = compile_spec(args, images, upstream)

@@ -255,7 +255,8 @@ def test_targets_and_modes_with_one_closure_share_its_install(tmp_path):
     import hashlib
 
     from edgevllm.builder.modes.closure import OVER_CLOSURE, closure_overrides
-    from edgevllm.sources.wheels import Closure, Wheelhouse, WheelPin
+    from edgevllm.sources.wheelhouse import Wheelhouse
+    from edgevllm.sources.wheels import Closure, WheelPin
 
     effs = {"spark": resolve(load_spec("spark", overrides={"vllm_wheel": "0.33.0"})),
             "thor": resolve(load_spec("thor", overrides={"vllm_wheel": "0.33.0"})),

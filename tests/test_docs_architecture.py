@@ -559,11 +559,11 @@ def test_a_partial_build_is_spelt_in_one_place():
 
 def test_part_names_are_spelt_in_one_place():
     """A split set's part names (<file>.part000, ...) are written, found and recognised through
-    image/tarball.py: a second spelling once took any name holding ".part" for a tarball."""
+    image/tarmanifest.py: a second spelling once took any name holding ".part" for a tarball."""
     def names_a_part(s: str) -> bool:   # not ".partial", not prose
         return re.search(r"\.part(\d|\[|\Z)", s) is not None
     spells = lambda n: constant(n, names_a_part)  # noqa: E731
-    assert offenders(spells, "image/tarball.py") == set()
+    assert offenders(spells, "image/tarmanifest.py") == set()
     assert sum(spells(n) for n in ast.walk(ast.parse("f'{name}.part{i:03d}'"))) == 1
 
 

@@ -22,7 +22,7 @@ from edgevllm.image.parts import (
     PartWriter,
     glob_escape,
 )
-from edgevllm.image.tarball import is_part_name, part_name
+from edgevllm.image.tarmanifest import is_part_name, part_name
 
 DATA = os.urandom(10_000) + bytes(5_000)  # some that compresses, some that does not
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import zstandard
 from hypothesis import given
 
-from edgevllm.image.tarball import read_manifest
+from edgevllm.image.tarmanifest import read_manifest
 from edgevllm.image.zstdframes import zstd_chunks
 from support.properties import PROPERTY, bounded, json_values, mutated, replaced_field
 

@@ -19,7 +19,8 @@ import pytest
 
 from edgevllm.common.errors import IntegrityError
 from edgevllm.image.setcheck import check_archive
-from edgevllm.image.tarball import MAX_PARTS, open_tarball, read_manifest
+from edgevllm.image.tarball import open_tarball
+from edgevllm.image.tarmanifest import MAX_PARTS, read_manifest
 from support.checks import present
 from support.fake_rootfs import LAYER1, docker_save_archive, sha, tar_of
 from support.tarsets import write_set

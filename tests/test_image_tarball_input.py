@@ -1,7 +1,8 @@
-"""image/tarball.py given what a user may hand ``inv load`` / ``inv verify --tarball``: a manifest,
-any part, a bare tarball with or without its ``.sha256``, renamed files, gzip and plain tars;
-and every damaged input (a manifest of the wrong shape, a part missing, short, changed while it
-is read, a sidecar that is no checksum) is one line naming the file and the field, exit 10."""
+"""image/tarball.py and image/tarmanifest.py given what a user may hand ``inv load`` /
+``inv verify --tarball``: a manifest, any part, a bare tarball with or without its ``.sha256``,
+renamed files, gzip and plain tars; and every damaged input (a manifest of the wrong shape, a part
+missing, short, changed while it is read, a sidecar that is no checksum) is one line naming the
+file and the field, exit 10."""
 
 from __future__ import annotations
 
@@ -13,16 +14,15 @@ from pathlib import Path
 import pytest
 
 from edgevllm.common.errors import IntegrityError, MissingInputError
-from edgevllm.image.tarball import (
+from edgevllm.image.tarball import open_tarball, sniff_format
+from edgevllm.image.tarmanifest import (
     MAX_PARTS,
     check_stream_length,
     is_part_name,
     manifest_name_for,
-    open_tarball,
     part_glob,
     part_name,
     read_manifest,
-    sniff_format,
 )
 from support.fake_rootfs import tar_of
 from support.tarsets import write_set

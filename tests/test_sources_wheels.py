@@ -20,20 +20,18 @@ from pathlib import Path
 
 import pytest
 
-from edgevllm.common.errors import ConfigError, SpecError
-from edgevllm.sources import wheels
+from edgevllm.common.errors import ConfigError, SpecError, WheelHashMismatch
+from edgevllm.sources import wheelhouse, wheels
+from edgevllm.sources.wheelhouse import Wheelhouse, requirements_text
 from edgevllm.sources.wheels import (
     Closure,
     ClosureError,
     IndexUnreachable,
-    WheelHashMismatch,
-    Wheelhouse,
     WheelInputError,
     WheelPin,
     check_wheel_fits,
     python_platform,
     python_version_of,
-    requirements_text,
     resolve_closure,
     vllm_requirement,
 )
@@ -244,7 +242,8 @@ def test_ctrl_c_during_a_download_leaves_no_partial_wheel(tmp_path):
     url = f"http://127.0.0.1:{server.server_address[1]}/big-1.0-py3-none-any.whl"
     script = textwrap.dedent(f"""
         from pathlib import Path
-        from edgevllm.sources.wheels import Wheelhouse, WheelPin
+        from edgevllm.sources.wheelhouse import Wheelhouse
+        from edgevllm.sources.wheels import WheelPin
         pin = WheelPin(name="big", version="1.0", filename="big-1.0-py3-none-any.whl",
                        sha256="1" * 64, url="{url}")
         print("start", flush=True)
@@ -426,7 +425,7 @@ def test_a_trickling_wheel_server_ends_at_the_deadline_in_one_line(tmp_path):
                         r"1 s a download may take \(\d+ bytes by then\); .*builds offline\)",
                         str(info.value))
     assert not [p for p in (tmp_path / "cache").rglob("*") if p.is_file()]
-    assert wheels.stream_bounded is not None and wheels.MAX_WHEEL == 4 << 30
+    assert wheelhouse.stream_bounded is not None and wheelhouse.MAX_WHEEL == 4 << 30
 
 
 def test_a_wheel_larger_than_its_pin_is_cut_off_at_its_size(tmp_path):

@@ -25,7 +25,8 @@ from edgevllm.builder.subset.plan import template_values as subset_values
 from edgevllm.common import labels
 from edgevllm.common.paths import templates_dir
 from edgevllm.sources.buildreqs import BuildLayout, unread_layout
-from edgevllm.sources.wheels import MODE_REQUIREMENTS_FILE, python_version_of
+from edgevllm.sources.wheelhouse import MODE_REQUIREMENTS_FILE
+from edgevllm.sources.wheels import python_version_of
 from edgevllm.specs.buildspec import EffectiveSpec
 from edgevllm.specs.cross import CrossRoad
 

@@ -16,7 +16,8 @@ from typing import IO, Callable
 from edgevllm.common.fsutil import move_into_place
 from edgevllm.common.streams import as_binary_io
 from edgevllm.image.layercache import ZstdSettings
-from edgevllm.image.tarball import CHUNK, part_name
+from edgevllm.image.tarball import CHUNK
+from edgevllm.image.tarmanifest import part_name
 
 DEFAULT_LEVEL = {"zst": 3, "gz": 6}
 GZIP_BLOCK = 8 << 20  # one gzip member per block, compressed in parallel

@@ -62,7 +62,7 @@ from edgevllm.image.parts import (
 )
 from edgevllm.image.progress import ByteProgress, human
 from edgevllm.image.records import read_records
-from edgevllm.image.tarball import (
+from edgevllm.image.tarmanifest import (
     FORMAT_SUFFIX,
     MANIFEST_SUFFIX,
     SCHEMA_VERSION,

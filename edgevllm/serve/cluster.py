@@ -15,6 +15,11 @@ Order of start (the "workers first, head last" rule, made concrete):
 Before anything starts, every node must hold the same image (same image id, and the pinned
 digest when the recipe gives one). On any failure, Ctrl-C included, every container labelled
 ``io.edgevllm.cluster=<name>`` on every node and the launcher's network are removed.
+
+Its length: the checks before a start (one image on every node, the name free), the two start
+orders (Ray's, torch's), the waits and the teardown are one ``Cluster`` run's steps, all read from
+its nodes' names, labels and network and from what it started; one node's container (its run
+options, entry and health command) is already serve/launch.py's.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from edgevllm.image.tarball import is_part_name
+from edgevllm.image.tarmanifest import is_part_name
 from edgevllm.verify.judge import Verdict
 
 _TARBALL_ENDINGS = (".tar", ".tar.gz", ".tgz", ".tar.zst", ".manifest.json")

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import hashlib
 
-from edgevllm.sources.wheels import Wheelhouse, WheelPin
+from edgevllm.sources.wheelhouse import Wheelhouse
+from edgevllm.sources.wheels import WheelPin
 
 
 def cached_pins(house: Wheelhouse, names: tuple[str, ...], content: str = "{name} wheel",

@@ -25,10 +25,9 @@ from edgevllm.builder.steps import base_image_locks, lock_settings
 from edgevllm.common import console, labels
 from edgevllm.common.errors import SpecError
 from edgevllm.containers.docker import DockerEngine
+from edgevllm.sources.wheelhouse import Wheelhouse, local_pin
 from edgevllm.sources.wheels import (
     Closure,
-    Wheelhouse,
-    local_pin,
     python_platform,
     python_version_of,
     resolve_closure,
