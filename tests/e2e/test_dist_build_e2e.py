@@ -12,7 +12,13 @@ What it exercises, through the real CLI (``inv build --spec``) on the real engin
   cubins byte-identical (sha256 of each, cuobjdump -xelf) to a build without ``--dist``; verify
   and probe pass;
 - the pool stopped mid-compile: the build finishes locally, one warning line with the fallback
-  counted, and the same cubins.
+  counted, and the same cubins;
+- a worker killed (SIGKILL, its session) at its first job: the same;
+- the pool restarted with new tokens mid-build: sccache fails the unit (exit 254, no fallback),
+  and the build stops with the pool's one line ("refuses the token", the way out), no wheel;
+- a worker whose sandbox flips a byte of the code of every object it returns: sccache takes it,
+  the compile step's check (builder/distpool/objcheck.py) compiles the first unit again here,
+  finds it different, and the build stops in one line, no wheel.
 
 What stands in: the fixture tree (tests/e2e/conftest.py) for vLLM, with its setup.py taking
 sccache from PATH as its launcher as vLLM's does (the fixture itself takes ccache only, so the
@@ -206,6 +212,10 @@ def wheel_cubins(out: Path, work: Path) -> dict[str, str]:
     return found
 
 
+def logs(out: Path) -> str:
+    return "".join(f.read_text(errors="replace") for f in (out / "spark" / "logs").glob("*.log"))
+
+
 def dist_line(output: str) -> str:
     lines = [line for line in output.splitlines() if "dist: " in line and " here " in line]
     assert len(lines) == 1, output[-3000:]
@@ -242,6 +252,7 @@ def test_the_compile_runs_on_the_pool_with_the_local_cubins(dist_pool, dist_upst
     assert figure(line, "unit(s) compiled on the pool") >= 1, line
     assert "(0 dist error(s)" in line and "per worker: " in line
     assert "warning: dist" not in output
+    assert "edgevllm-dist-check same " in logs(tmp_path / "dist")   # the first unit, compared
     assert wheel_cubins(tmp_path / "dist", tmp_path / "d") == local_cubins
     assert "_C: plan: 12.1a; binary: sm_121a" in output   # verify ran, and passed (exit 0)
     token = dist_pool[1].read_text().strip()
@@ -282,3 +293,205 @@ def test_the_pool_gone_mid_compile_leaves_a_local_compile_and_a_warning(
     assert figure(line, "here") >= 1 and figure(line, "dist error(s)") >= 1, line
     assert "_C: plan: 12.1a; binary: sm_121a" in output
     assert wheel_cubins(out, tmp_path / "x") == local_cubins
+
+
+# ----- failures inside a build: a gate on Docker's bridge holds the compile before nvcc (the
+# hold above waits until the gate stops answering); the test acts, then closes the gate.
+
+EVIL_BWRAP = '''#!/usr/bin/env python3
+"""A worker gone bad: sccache's sandbox runs through this, and every object a job writes (the
+host compile's, which carries the fatbin, or a cubin) has one byte of its code flipped before
+the worker sends it back."""
+import os, struct, subprocess, sys, time
+start = time.time()
+code = subprocess.call([REAL, *sys.argv[1:]])
+args = sys.argv[1:]
+roots = [args[i + 1] for i, a in enumerate(args[:-2]) if a == "--bind" and args[i + 2] == "/"]
+for root in roots:
+    for folder, _, names in os.walk(root):
+        for name in names:
+            path = os.path.join(folder, name)
+            try:
+                if os.path.islink(path) or os.stat(path).st_mtime < start - 1:
+                    continue
+                data = bytearray(open(path, "rb").read())
+            except OSError:
+                continue
+            if data[:4] != b"\\x7fELF" or data[4] != 2:
+                continue
+            shoff, = struct.unpack_from("<Q", data, 40)
+            shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 58)
+            sec = lambda k: struct.unpack_from("<IIQQQQ", data, shoff + k * shentsize)
+            names_at = sec(shstrndx)[4]
+            for k in range(shnum):
+                name_at, _, _, _, offset, size = sec(k)
+                label = data[names_at + name_at:data.index(0, names_at + name_at)]
+                if label.startswith(b".text") and size:
+                    data[offset] ^= 0x01
+                    open(path, "wb").write(bytes(data))
+                    open(NOTE, "a").write(path + "\\n")
+                    break
+sys.exit(code)
+'''
+
+
+class Gate:
+    """A listener on Docker's bridge: the build's hold waits while it answers."""
+
+    def __init__(self, host: str) -> None:
+        self.sock = socket.create_server((host, free_ports(host, 1)))
+        self.address = "%s:%d" % self.sock.getsockname()[:2]
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def held_build(dist_upstream, images, pool, tmp_path: Path, act) -> tuple[int, str, Path]:
+    """The salted tree built with ``--dist`` on ``pool``, held before nvcc while ``act()``
+    runs; (exit status, output, out folder)."""
+    from support.gitfixtures import commit, head
+
+    gate = Gate(pool[0].split("://", 1)[1].rsplit(":", 1)[0])
+    ref = f"refs/heads/gate-{uuid.uuid4().hex[:8]}"
+    commit(dist_upstream, [head(dist_upstream, "salted")], {"edgevllm-test-hold": gate.address},
+           "hold until the gate closes", ref=ref)
+    spec = spec_file(tmp_path / "spec.yaml", images, dist_upstream, ref.rsplit("/", 1)[1])
+    out = tmp_path / "out"
+    try:
+        with open(tmp_path / "build.log", "w") as sink:
+            proc = subprocess.Popen(build_argv(spec, out, pool), stdout=sink,
+                                    stderr=subprocess.STDOUT, env={**os.environ, "NO_COLOR": "1"})
+            try:
+                deadline = time.monotonic() + 600
+                while proc.poll() is None and time.monotonic() < deadline and not any(
+                        MARKER in f.read_text(errors="replace")
+                        for f in (out / "spark" / "logs").glob("*.log")):
+                    time.sleep(0.5)
+                assert proc.poll() is None, "the build ended before its compile held"
+                act()
+                gate.close()
+                code = proc.wait(timeout=600)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+    finally:
+        gate.close()
+    return code, (tmp_path / "build.log").read_text(errors="replace"), out
+
+
+def worker_pids(folder: Path) -> list[int]:
+    import json
+    state = json.loads((folder / "pool.json").read_text())
+    return [p["pid"] for p in state["processes"] if p["what"].startswith("sccache-dist worker")]
+
+
+def parent_of(pid: str) -> int:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            return int(handle.read().rsplit(b")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def kill_at_first_job(workers: list[int], killed: list[int], stop) -> None:
+    """SIGKILL a worker (its whole session: the job's sandbox too) once it has started a job."""
+    while not stop.is_set():
+        for pid in os.listdir("/proc"):
+            if pid.isdigit() and parent_of(pid) in workers:
+                worker = parent_of(pid)
+                os.killpg(worker, 9)
+                killed.append(worker)
+                return
+        time.sleep(0.005)
+
+
+def assert_finished_here_or_stopped(code: int, output: str, out: Path, local_cubins,
+                                    tmp_path: Path) -> str:
+    """Either the build finished with the local road's cubins and a warning counting the
+    fallback, or it stopped in one line; never a wrong wheel."""
+    if code != 0:
+        errors = [line for line in output.splitlines() if line.startswith("error")]
+        assert len(errors) == 1, output[-3000:]
+        assert not list((out / "spark" / "wheels").rglob("*.whl")), output[-3000:]
+        return errors[0]
+    line = dist_line(output)
+    assert line.startswith("warning: dist: "), line
+    assert figure(line, "dist error(s)") >= 1, line
+    assert wheel_cubins(out, tmp_path / "x") == local_cubins
+    return line
+
+
+def test_a_worker_killed_mid_job_leaves_a_local_compile(dist_pool, dist_upstream, images,
+                                                        local_cubins, tmp_path):
+    import threading
+
+    killed: list[int] = []
+    stop = threading.Event()
+    watcher = threading.Thread(target=kill_at_first_job,
+                               args=(worker_pids(dist_pool[2]), killed, stop), daemon=True)
+    try:
+        code, output, out = held_build(dist_upstream, images, dist_pool, tmp_path,
+                                       watcher.start)
+    finally:
+        stop.set()
+    assert killed, "no worker started a job"
+    line = assert_finished_here_or_stopped(code, output, out, local_cubins, tmp_path)
+    assert code == 0, line   # sccache compiles the unit here
+
+
+def test_a_token_refused_mid_build_leaves_a_local_compile(dist_pool, dist_upstream, images,
+                                                          local_cubins, tmp_path):
+    from edgevllm.builder.distpool import pool, tools
+
+    url, _, folder = dist_pool
+    host, port = url.split("://", 1)[1].rsplit(":", 1)
+
+    def new_tokens() -> None:
+        pool.down(folder)
+        for path in pool.token_paths(folder):
+            path.unlink()
+        pool.up(pool.PoolPlan(workers=2, bind=host, port=int(port)), tools.ensure_tools(),
+                folder)
+
+    code, output, out = held_build(dist_upstream, images, dist_pool, tmp_path, new_tokens)
+    # sccache 0.16 fails the unit (exit 254) on a refused token, where it compiles here for a
+    # scheduler gone: the build stops with the pool's line and its way out (distpool/guard.py)
+    line = assert_finished_here_or_stopped(code, output, out, local_cubins, tmp_path)
+    assert code == 3 and "refuses the token" in line and "without --dist" in line, line
+
+
+@pytest.fixture
+def bad_pool(tmp_path_factory, monkeypatch):
+    """A pool of one worker whose sandbox flips a byte of the code of every object a job
+    writes."""
+    from edgevllm.builder.distpool import pool, tools
+    from edgevllm.common.sandbox import bwrap_path
+
+    folder = tmp_path_factory.mktemp("bad-pool")
+    folder.chmod(0o700)
+    evil = folder / "bwrap"
+    evil.write_text(EVIL_BWRAP.replace("REAL", repr(bwrap_path()))
+                    .replace("NOTE", repr(str(folder / "flipped.txt"))))
+    evil.chmod(0o755)
+    monkeypatch.setattr(pool, "bwrap_path", lambda: str(evil))
+    bridge = bridge_address()
+    port = free_ports(bridge, 2)
+    try:
+        pool.up(pool.PoolPlan(workers=1, bind=bridge, port=port), tools.ensure_tools(), folder)
+        yield f"sccache://{bridge}:{port}", pool.token_paths(folder)[0], folder
+    finally:
+        pool.down(folder)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_worker_returning_a_corrupt_object_never_makes_a_wrong_wheel(
+        bad_pool, dist_upstream, images, local_cubins, tmp_path):
+    code, output, out = held_build(dist_upstream, images, bad_pool, tmp_path, lambda: None)
+    flipped = bad_pool[2] / "flipped.txt"
+    assert flipped.exists(), ("the bad worker corrupted no object", output[-3000:])
+    # sccache takes the worker's object as it is (the unit compiled); the check
+    # (distpool/objcheck.py) compiles the build's first CUDA unit again here, finds its code
+    # different, and the build stops: no wheel
+    assert "edgevllm-dist-check mismatch " in logs(out), output[-3000:]
+    line = assert_finished_here_or_stopped(code, output, out, local_cubins, tmp_path)
+    assert code == 3 and "differs from this machine's compile" in line, line
