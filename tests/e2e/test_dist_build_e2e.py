@@ -275,12 +275,7 @@ def test_the_pool_gone_mid_compile_leaves_a_local_compile_and_a_warning(
         proc = subprocess.Popen(build_argv(spec, out, dist_pool), stdout=sink,
                                 stderr=subprocess.STDOUT, env={**os.environ, "NO_COLOR": "1"})
         try:
-            deadline = time.monotonic() + 600
-            while proc.poll() is None and time.monotonic() < deadline and not any(
-                    MARKER in f.read_text(errors="replace")
-                    for f in (out / "spark" / "logs").glob("*.log")):
-                time.sleep(0.5)
-            assert proc.poll() is None, "the build ended before its compile held"
+            wait_for_hold(proc, out)
             assert pool.down(dist_pool[2]) == 3
             code = proc.wait(timeout=600)
         finally:
@@ -335,6 +330,16 @@ sys.exit(code)
 '''
 
 
+def wait_for_hold(proc: subprocess.Popen, out: Path) -> None:
+    """Until the build's log shows its compile held before nvcc (at most 600 s)."""
+    deadline = time.monotonic() + 600
+    while proc.poll() is None and time.monotonic() < deadline and not any(
+            MARKER in f.read_text(errors="replace")
+            for f in (out / "spark" / "logs").glob("*.log")):
+        time.sleep(0.5)
+    assert proc.poll() is None, "the build ended before its compile held"
+
+
 class Gate:
     """A listener on Docker's bridge: the build's hold waits while it answers."""
 
@@ -362,12 +367,7 @@ def held_build(dist_upstream, images, pool, tmp_path: Path, act) -> tuple[int, s
             proc = subprocess.Popen(build_argv(spec, out, pool), stdout=sink,
                                     stderr=subprocess.STDOUT, env={**os.environ, "NO_COLOR": "1"})
             try:
-                deadline = time.monotonic() + 600
-                while proc.poll() is None and time.monotonic() < deadline and not any(
-                        MARKER in f.read_text(errors="replace")
-                        for f in (out / "spark" / "logs").glob("*.log")):
-                    time.sleep(0.5)
-                assert proc.poll() is None, "the build ended before its compile held"
+                wait_for_hold(proc, out)
                 act()
                 gate.close()
                 code = proc.wait(timeout=600)
