@@ -139,7 +139,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="edgevllm-bench-") as tmp_name:
         tmp = Path(tmp_name)
         for setting, folder in (("EDGEVLLM_VERIFY_CACHE", "verify"),
-                                ("EDGEVLLM_PROBE_CACHE", "probe"), ("EDGEVLLM_MODS_PATH", "mods")):
+                                ("EDGEVLLM_PROBE_CACHE", "probe"), ("EDGEVLLM_MODS_PATH", "mods"),
+                                ("EDGEVLLM_CLAMP_CACHE", "clamp")):
             os.environ[setting] = str(tmp / folder)
         try:
             same = builds(tmp, engine, made)

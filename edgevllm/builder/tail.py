@@ -271,7 +271,9 @@ def clamp_candidate(engine: DockerEngine, candidate: str, epoch: int, base: str,
     exported is dropped (its layers stay in its cache). A layer's bytes thus follow from what
     it holds, not from its lock's time: a one-mod rebuild changes the mods layer and the lock's."""
     from edgevllm.common.errors import ImageNotFoundError
-    from edgevllm.image.clamp import Moment, clamp_image, epoch_of
+    from edgevllm.image.clamp import Moment, epoch_of
+    from edgevllm.image.clampimage import clamp_image
+    from edgevllm.image.clampmemo import ClampMemo
 
     keep: frozenset[str] = frozenset()
     try:
@@ -284,10 +286,13 @@ def clamp_candidate(engine: DockerEngine, candidate: str, epoch: int, base: str,
                      "lock's are set (a layer BuildKit's cache kept keeps its own)")
     exported = engine.image_inspect(candidate).get("Id", "")
     floor = min(floor, epoch)
-    clamped = clamp_image(engine, candidate, Moment(floor, floor), scratch, keep,
-                          config_moment=Moment(epoch, floor))
+    moment, config_moment = Moment(floor, floor), Moment(epoch, floor)
+    done = clamp_image(engine, candidate, moment, scratch, keep, config_moment,
+                       ClampMemo.for_moments(moment, config_moment))
+    clamped = done.image_id
     console.info(f"  reproducible: the files' times after the base's set to {floor} (its "
-                 f"creation), the config's to {epoch} (the lock's created_at): {clamped[:19]}")
+                 f"creation), the config's to {epoch} (the lock's created_at): {clamped[:19]}; "
+                 + done.describe(len(engine.image_inspect(clamped)["RootFS"]["Layers"])))
     if exported and exported != clamped:
         engine.remove_image(exported)
 

@@ -23,8 +23,7 @@ the layer holding the lock (verify and the probe cache by layer: issue 45).
 
 Every other byte is copied as it is: a layer whose times are all earlier (the base's) comes out
 identical, with its own diff id. ``clamp_layer`` works on one layer tar (the unit tests feed it
-real ones); ``clamp_image`` reads ``docker save``, writes each layer again into a scratch folder
-and ``docker load``s the result under the same tag.
+real ones); image/clampimage.py clamps a whole image in the engine with it.
 """
 
 from __future__ import annotations
@@ -43,10 +42,8 @@ from typing import IO
 
 from edgevllm.common import labels
 from edgevllm.common.archives import open_tar, read_member, walk
-from edgevllm.common.dataload import load_json
 from edgevllm.common.errors import IntegrityError
 from edgevllm.common.fsutil import move_into_place
-from edgevllm.containers.docker import DockerEngine
 
 # BuildKit's build argument for the moment an image's config dates are clamped to (the relabel
 # step passes it: a config-only step, so no layer cache depends on it)
@@ -54,6 +51,7 @@ EPOCH_ARG = "SOURCE_DATE_EPOCH"
 BLOCK = 512
 CHUNK = 1 << 20
 MAX_EDITED = 16 << 20  # the files edited in memory (RECORD, uv_cache.json) are a few KiB
+SPOOL_IN_MEMORY = 32 << 20  # what follows a waiting RECORD in its folder, before it spills
 PAX_TYPES = (b"x", b"g")
 UV_CACHE = "uv_cache.json"  # uv's install record, in the metadata folder of what it installed
 RECORD = "RECORD"  # that folder's list of files with their sha256 (the wheel format's)
@@ -201,8 +199,7 @@ def uv_cache_records(stream: IO[bytes], moment: Moment) -> dict[str, str]:
             data = uv_cache_text(before, moment)
             if data == before:  # its time is the base's: RECORD stays as it is
                 continue
-            digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
-            found[info.name] = f"{parent[1]}/{UV_CACHE},sha256={digest.decode()},{len(data)}"
+            found[info.name] = _record_line(parent[1], data)
     return found
 
 
@@ -228,13 +225,19 @@ def _edited(name: str, size: int) -> bool:
 
 
 def clamp_layer(src: IO[bytes], dst: IO[bytes], moment: Moment,
-                uv: dict[str, str] | None = None) -> None:
-    """Pass two: ``src``'s tar written to ``dst`` with every time the moment sets set and the
-    edits above; every other byte as it was (``uv``: pass one's lines)."""
+                uv: dict[str, str] | None = None, spill: Path | None = None) -> None:
+    """``src``'s tar written to ``dst`` with every time the moment sets set and the edits
+    above; every other byte as it was. ``uv``: pass one's lines (``uv_cache_records``); without
+    them, one pass over a stream (``docker save``'s): a RECORD waits, with what follows it in
+    its folder (a few metadata files: in memory, past ``SPOOL_IN_MEMORY`` in a file under
+    ``spill``), for that folder's uv record, as a tar of a folder lists RECORD before
+    ``uv_cache.json``; the output is the same bytes either way."""
     reader, pax_path, long_name = _Reader(src), "", ""
+    out = _Output(dst, moment, dict(uv) if uv is not None else {}, uv is None, spill)
     while True:
         block = src.read(BLOCK)
         if len(block) < BLOCK or block == b"\0" * BLOCK:
+            out.release()
             dst.write(block)
             shutil.copyfileobj(src, dst)  # the end-of-archive blocks and padding, as they are
             return
@@ -246,23 +249,79 @@ def clamp_layer(src: IO[bytes], dst: IO[bytes], moment: Moment,
             reader.exact(_padded(size))
             paths = re.search(rb"\d+ path=([^\n]*)\n", data)
             pax_path = paths.group(1).decode(errors="replace") if paths else ""
-            _write(dst, block, data, when)
+            _write(out.sink, block, data, when)
             continue
         if kind in (b"L", b"K"):  # a GNU long name or link: its data is the name
             data = reader.exact(size)
             reader.exact(_padded(size))
             long_name = data.rstrip(b"\0").decode(errors="replace") if kind == b"L" else long_name
-            _write(dst, block, data, when)
+            _write(out.sink, block, data, when)
             continue
         name = pax_path or long_name or _name(block)
         pax_path = long_name = ""
+        out.arriving(name)
         if kind in (b"0", b"\0", b"7") and _edited(name, size):
-            data = _edit(name, reader.exact(size), moment, uv or {})
+            data = reader.exact(size)
             reader.exact(_padded(size))
-            _write(dst, block, data, when)
+            out.edited(name, block, data, when)
             continue
-        dst.write(_header(block, mtime=when) if when is not None else block)
-        reader.copy(size + _padded(size) if kind not in (b"1", b"2", b"5") else 0, dst)
+        out.sink.write(_header(block, mtime=when) if when is not None else block)
+        reader.copy(size + _padded(size) if kind not in (b"1", b"2", b"5") else 0, out.sink)
+
+
+class _Output:
+    """Pass two's output, holding back a RECORD (and what follows it) until its folder's uv
+    record is known or the folder is left (one pass: ``waits``)."""
+
+    def __init__(self, dst: IO[bytes], moment: Moment, uv: dict[str, str], waits: bool,
+                 spill: Path | None):
+        self.dst, self.moment, self.uv, self.waits, self.spill = dst, moment, uv, waits, spill
+        self.held: tuple[str, bytes, bytes, int | None] | None = None  # name, block, data, when
+        self.spool: IO[bytes] | None = None
+
+    @property
+    def sink(self) -> IO[bytes]:
+        return self.spool if self.spool is not None else self.dst
+
+    def arriving(self, name: str) -> None:
+        if self.held and not name.startswith(self.held[0].rsplit("/", 1)[0] + "/"):
+            self.release()  # a member of another folder: no uv record for the held RECORD
+
+    def edited(self, name: str, block: bytes, data: bytes, when: int | None) -> None:
+        parts = name.rsplit("/", 2)
+        if self.waits and parts[-1] == UV_CACHE and len(parts) == 3:
+            before, data = data, uv_cache_text(data, self.moment)
+            if data != before:  # its time set: its RECORD line must say so
+                self.uv[name] = _record_line(parts[1], data)
+            if self.held and self.held[0].rsplit("/", 1)[0] == name.rsplit("/", 1)[0]:
+                self.release()
+            _write(self.sink, block, data, when)
+            return
+        folder = name.rsplit("/", 1)[0]
+        if self.waits and parts[-1] == RECORD and f"{folder}/{UV_CACHE}" not in self.uv:
+            self.release()
+            self.held = (name, block, data, when)
+            self.spool = tempfile.SpooledTemporaryFile(  # type: ignore[assignment]
+                SPOOL_IN_MEMORY, dir=str(self.spill) if self.spill else None)
+            return
+        _write(self.sink, block, _edit(name, data, self.moment, self.uv), when)
+
+    def release(self) -> None:
+        if self.held is None:
+            return
+        (name, block, data, when), spool = self.held, self.spool
+        self.held = self.spool = None
+        _write(self.dst, block, _edit(name, data, self.moment, self.uv), when)
+        assert spool is not None
+        with spool:
+            spool.seek(0)
+            shutil.copyfileobj(spool, self.dst, CHUNK)
+
+
+def _record_line(folder: str, data: bytes) -> str:
+    """RECORD's line for a uv install record of ``data`` (its path from site-packages)."""
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
+    return f"{folder}/{UV_CACHE},sha256={digest.decode()},{len(data)}"
 
 
 def _write(dst: IO[bytes], block: bytes, data: bytes, when: int | None) -> None:
@@ -286,36 +345,6 @@ def clamp_config(config: dict, diff_ids: list[str], moment: Moment) -> bytes:
     return json.dumps(config, separators=(",", ":")).encode()
 
 
-def clamp_image(engine: DockerEngine, image: str, moment: Moment, scratch: Path,
-                keep: frozenset[str] = frozenset(), config_moment: Moment | None = None) -> str:
-    """``image`` (a tag) replaced by its clamped self under the same tag; returns its id. The
-    layers are written under ``scratch`` (removed after), so it needs the image's size free;
-    ``keep``: the diff ids sent as they are (the base's: no time in them is after it);
-    ``config_moment``: the config's dates' (default: ``moment``)."""
-    scratch.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=scratch, prefix="clamp-") as tmp:
-        work = Path(tmp)
-        blobs = _saved(engine, image, work)
-        manifest = load_json(blobs.pop("manifest.json"), f"{image}'s saved manifest",
-                             IntegrityError)[0]
-        config = load_json(blobs[manifest["Config"]], f"{image}'s saved config", IntegrityError)
-        layers = [work / Path(name).name for name in manifest["Layers"]]
-        clamped: dict[Path, str] = {}  # a layer the image holds twice is written once
-        for path in layers:
-            if path in clamped:
-                continue
-            if f"sha256:{path.name}" in keep:
-                move_into_place(path, path.with_name(path.name + ".tar"))
-                clamped[path] = path.name
-            else:
-                clamped[path] = _clamp_file(path, moment)
-        new_ids = [clamped[path] for path in layers]
-        config_bytes = clamp_config(config, [f"sha256:{h}" for h in new_ids],
-                                    config_moment or moment)
-        _load(engine, image, config_bytes, layers, new_ids)
-        return "sha256:" + hashlib.sha256(config_bytes).hexdigest()
-
-
 def clamp_wheel(path: Path) -> bool:
     """A compiled wheel's entry dates set to the zip format's first moment: setuptools'
     ``bdist_wheel`` writes each file's mtime, the build's, unless ``SOURCE_DATE_EPOCH`` is in
@@ -337,58 +366,3 @@ def clamp_wheel(path: Path) -> bool:
                     shutil.copyfileobj(data, sink, CHUNK)
     move_into_place(out, path)
     return True
-
-
-def _saved(engine: DockerEngine, image: str, work: Path) -> dict[str, bytes]:
-    """``docker save``: JSON members kept in memory by name, layer blobs written to ``work``."""
-    kept: dict[str, bytes] = {}
-    label = f"docker save {image}"
-    with engine.save_stream([image]) as stream:
-        with open_tar(stream, label, IntegrityError) as outer:
-            for info in walk(outer, label, IntegrityError):
-                handle = outer.extractfile(info) if info.isfile() else None
-                if handle is None:
-                    continue
-                head = handle.read(1)
-                if (head == b"{" or head == b"[") and info.size <= MAX_EDITED:
-                    kept[info.name] = head + handle.read()
-                    continue
-                with open(work / Path(info.name).name, "wb") as out:
-                    out.write(head)
-                    shutil.copyfileobj(handle, out, CHUNK)
-        while stream.read(CHUNK):
-            pass
-    if "manifest.json" not in kept:
-        raise IntegrityError(f"{image}: docker save wrote no manifest.json")
-    return kept
-
-
-def _clamp_file(path: Path, moment: Moment) -> str:
-    with open(path, "rb") as src:
-        uv = uv_cache_records(src, moment)
-    out = path.with_suffix(".clamped")
-    with open(path, "rb") as src, open(out, "wb") as dst:
-        clamp_layer(src, dst, moment, uv)
-    path.unlink()
-    sha = hashlib.sha256()
-    with open(out, "rb") as done:
-        while block := done.read(CHUNK):
-            sha.update(block)
-    final = path.with_name(sha.hexdigest() + ".tar")
-    move_into_place(out, final)
-    return sha.hexdigest()
-
-
-def _load(engine: DockerEngine, image: str, config: bytes, layers: list[Path],
-          ids: list[str]) -> None:
-    """The clamped image loaded as a docker archive in the scratch folder (image/ocilayout.py:
-    the layers the engine holds, the base's, are not sent)."""
-    from edgevllm.image.ocilayout import load_layout
-
-    folder = layers[0].parent
-    config_name = hashlib.sha256(config).hexdigest() + ".json"
-    names = [f"{h}.tar" for h in ids]
-    (folder / config_name).write_bytes(config)
-    (folder / "manifest.json").write_text(json.dumps(
-        [{"Config": config_name, "RepoTags": [image], "Layers": names}]))
-    load_layout(engine, folder, ["manifest.json", config_name, *dict.fromkeys(names)])

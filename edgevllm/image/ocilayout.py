@@ -189,6 +189,12 @@ def load_layout(engine: DockerEngine, folder: Path, files: list[str],
     return _load(engine, folder, files)
 
 
+def load_files(engine: DockerEngine, folder: Path, files: list[str]) -> list[str]:
+    """``docker load`` a tar of exactly ``files`` (relative to ``folder``): the caller chose
+    which layers the engine holds (image/clampimage.py)."""
+    return _load(engine, folder, files)
+
+
 def _load(engine: DockerEngine, folder: Path, files: list[str]) -> list[str]:
     total = sum((folder / name).stat().st_size for name in files)
 
