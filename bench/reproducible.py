@@ -6,6 +6,7 @@ and a probe cache of the bench's own (empty at the start):
 
 1. default:  from its spec, as every build runs (the lock it writes is the one rebuilt below);
 2. repro:    from that lock with --reproducible (BuildKit's cache used: it must build nothing);
+   again:    the same once more (the clamp's own cache: the image tagged again, nothing read);
 3. rerun:    from that lock with --reproducible and every step rerun (BuildKit's cache unused);
 4. one-mod:  the mod's version and file changed, from the spec with --reproducible (a new lock).
 
@@ -115,6 +116,8 @@ def builds(tmp: Path, engine, made: list[str]) -> bool:
 
     repro = timed("repro", lambda: again(False), log)
     made.append(repro.image_id)
+    twice = timed("again", lambda: again(False), log)  # the clamp's memo: tagged, nothing read
+    made.append(twice.image_id)
     rerun = timed("rerun", lambda: again(True), log)
     made[:0] = rerun.tags  # the tags first: an image is removed once it has none
     made.append(rerun.image_id)
@@ -126,6 +129,7 @@ def builds(tmp: Path, engine, made: list[str]) -> bool:
     verdict = compare_images(engine, repro.image_id, rerun.image_id)
     print(f"repro vs rerun:   {'the same image' if verdict.same else 'DIFFERENT'}: "
           f"{verdict.line}")
+    print(f"repro vs again:   {compare_images(engine, repro.image_id, twice.image_id).line}")
     print(f"default vs repro: {compare_images(engine, first.image_id, repro.image_id).line}")
     print(f"one-mod vs repro: {changed_layers(engine, repro.image_id, one_mod.image_id)}")
     return verdict.same

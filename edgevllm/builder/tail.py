@@ -276,10 +276,12 @@ def clamp_candidate(engine: DockerEngine, candidate: str, epoch: int, base: str,
     from edgevllm.image.clampmemo import ClampMemo
 
     keep: frozenset[str] = frozenset()
+    base_bytes = 0
     try:
         found = engine.image_inspect(base)
         floor = epoch_of(str(found.get("Created") or ""))
         keep = frozenset((found.get("RootFS") or {}).get("Layers") or [])
+        base_bytes = int(found.get("Size") or 0)
     except (ImageNotFoundError, ValueError):
         floor = epoch  # a base BuildKit pulled for itself: a plain clamp
         console.warn(f"  reproducible: base {base} is not on the engine: only times after the "
@@ -288,7 +290,7 @@ def clamp_candidate(engine: DockerEngine, candidate: str, epoch: int, base: str,
     floor = min(floor, epoch)
     moment, config_moment = Moment(floor, floor), Moment(epoch, floor)
     done = clamp_image(engine, candidate, moment, scratch, keep, config_moment,
-                       ClampMemo.for_moments(moment, config_moment))
+                       ClampMemo.for_moments(moment, config_moment), base_bytes)
     clamped = done.image_id
     console.info(f"  reproducible: the files' times after the base's set to {floor} (its "
                  f"creation), the config's to {epoch} (the lock's created_at): {clamped[:19]}; "

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +27,7 @@ from typing import IO
 
 from edgevllm.common.archives import open_tar, walk
 from edgevllm.common.dataload import load_json
-from edgevllm.common.errors import EngineError, IntegrityError
+from edgevllm.common.errors import DiskSpaceError, EngineError, IntegrityError
 from edgevllm.common.fsutil import move_into_place
 from edgevllm.containers.docker import DockerEngine
 from edgevllm.image.clamp import CHUNK, MAX_EDITED, Moment, clamp_config, clamp_layer
@@ -54,18 +56,19 @@ class Clamped:
 
 def clamp_image(engine: DockerEngine, image: str, moment: Moment, scratch: Path,
                 keep: frozenset[str] = frozenset(), config_moment: Moment | None = None,
-                memo: ClampMemo | None = None) -> Clamped:
+                memo: ClampMemo | None = None, base_bytes: int = 0) -> Clamped:
     """``image`` (a tag) replaced by its clamped self under the same tag. ``keep``: the diff
     ids that stay as they are (the base's: no time in them is after it); ``config_moment``: the
-    config's dates' (default: ``moment``); ``memo``: what earlier clamps made (None: none)."""
+    config's dates' (default: ``moment``); ``memo``: what earlier clamps made (None: none);
+    ``base_bytes``: the base's size (for the disk check: what is not written again)."""
     found = engine.image_inspect(image)
     source_id = str(found.get("Id") or "")
     diff_ids = [str(d) for d in (found.get("RootFS") or {}).get("Layers") or []]
-    known = memo.get("image", source_id) if memo else None
-    if known and engine.image_exists(known):
-        engine.tag(known, image)
-        return Clamped(known, from_memo=True, read_past=len(diff_ids))
     scratch.mkdir(parents=True, exist_ok=True)
+    known = _known_image(engine, image, source_id, memo, scratch) if memo else None
+    if known:
+        return Clamped(known, from_memo=True, read_past=len(diff_ids))
+    check_clamp_disk(engine, image, int(found.get("Size") or 0), base_bytes, scratch)
     with tempfile.TemporaryDirectory(dir=scratch, prefix="clamp-") as tmp:
         try:
             done = _clamp_stream(engine, image, source_id, diff_ids, moment, Path(tmp), keep,
@@ -79,6 +82,30 @@ def clamp_image(engine: DockerEngine, image: str, moment: Moment, scratch: Path,
                 memo.put("layer", source, made)
         memo.put("image", source_id, done.result.image_id)
     return done.result
+
+
+def _known_image(engine: DockerEngine, image: str, source_id: str, memo: ClampMemo,
+                 scratch: Path) -> str | None:
+    """The clamped image of ``source_id`` the memo knows, under ``image``: tagged where the
+    engine holds it, else made again from its remembered config when the engine holds every
+    layer of it (docker load of the config alone); None otherwise."""
+    known = memo.get("image", source_id)
+    if not known:
+        return None
+    if engine.image_exists(known):
+        engine.tag(known, image)
+        return known
+    config = memo.get_config(known)
+    parsed = load_json(config, "the clamp cache's config", IntegrityError) if config else None
+    new_ids = ((parsed or {}).get("rootfs") or {}).get("diff_ids") if isinstance(parsed,
+                                                                                  dict) else None
+    held = held_chains(engine.image_layer_lists())
+    if not (config and isinstance(new_ids, list) and new_ids
+            and all(isinstance(d, str) for d in new_ids) and chain_ids(new_ids)[-1] in held):
+        return None
+    with tempfile.TemporaryDirectory(dir=scratch, prefix="clamp-") as tmp:
+        _load(engine, image, Path(tmp), config, new_ids, held)
+    return known if engine.image_id(image) == known else None
 
 
 class _MissedLayer(Exception):
@@ -104,6 +131,8 @@ def _clamp_stream(engine: DockerEngine, image: str, source_id: str, diff_ids: li
                        f"{image}'s saved config", IntegrityError)
     config_bytes = clamp_config(config, new_ids, config_moment)
     image_id = "sha256:" + hashlib.sha256(config_bytes).hexdigest()
+    if memo:
+        memo.put_config(config_bytes)
     sent = _load(engine, image, work, config_bytes, new_ids, held)
     if engine.image_id(image) != image_id:
         raise IntegrityError(f"{image}: the engine loaded another image than the clamped "
@@ -194,9 +223,36 @@ def _load(engine: DockerEngine, image: str, work: Path, config: bytes, new_ids: 
               if chain not in held}
     files = [name for name in dict.fromkeys(names) if name in needed]
     try:
-        load_files(engine, work, ["manifest.json", config_name, *files])
+        load_files(engine, work, ["manifest.json", config_name, *files], consume=True)
     except EngineError as exc:
         if len(files) == len(set(names)) or "no such file or directory" not in str(exc):
             raise
         raise _MissedLayer() from exc
     return len(files)
+
+
+def check_clamp_disk(engine: DockerEngine, image: str, image_bytes: int, base_bytes: int,
+                     scratch: Path) -> None:
+    """Before a byte is saved: ``docker save`` first copies the whole image into the engine's
+    temporary folder, while the layers above the base are written once more under ``scratch``
+    (then sent to ``docker load``, which copies them again). One line, ``DiskSpaceError``, where
+    an engine on this machine cannot hold that; an engine elsewhere is not asked."""
+    if not engine.runs_here:
+        return
+    upper = max(0, image_bytes - base_bytes)
+    wants: dict[int, tuple[int, Path]] = {}
+    for where, size in ((Path(engine.root_dir() or "/"), image_bytes), (scratch, upper)):
+        try:
+            device = os.stat(where).st_dev
+        except OSError:
+            continue  # the engine's root is the daemon's: this user may not reach it
+        total, _ = wants.get(device, (0, where))
+        wants[device] = (total + size, where)
+    for need, where in wants.values():
+        free = shutil.disk_usage(where).free
+        if free < need:
+            raise DiskSpaceError(
+                f"reproducible: clamping {image} needs about {need / 1e9:.1f} GB free under "
+                f"{where} (docker save's copy of the {image_bytes / 1e9:.1f} GB image, and its "
+                f"{upper / 1e9:.1f} GB above the base written again), only {free / 1e9:.1f} GB "
+                "is: free disk space (docker builder prune) or build without --reproducible")

@@ -7,6 +7,9 @@ unchanged ones (image/clampimage.py).
 
     <root>/<key>/layer-<hex>   the clamped layer's sha256 (64 hex digits), nothing else
     <root>/<key>/image-<hex>   the clamped image's id
+    <root>/<key>/config-<hex>  the clamped image's config, named by its sha256 (its id): the
+                               image is made again from it and the layers the engine holds
+                               when the clamped image itself is gone (the build relabels it)
 
 ``key``: the sha256 of the clamp's own sources and the moment (layers), and the config's moment
 too (images). Written atomically into folders made 0700 and believed only when they are the
@@ -32,7 +35,8 @@ ROOT_SETTING = "EDGEVLLM_CLAMP_CACHE"
 FORMAT = 1
 MAX_ENTRIES = 8192  # two per layer and image clamped: a few hundred builds
 _HEX = re.compile(r"[0-9a-f]{64}\Z")
-_ENTRY = re.compile(r"(layer|image)-[0-9a-f]{64}\Z")
+_ENTRY = re.compile(r"(layer|image|config)-[0-9a-f]{64}\Z")
+CONFIG_LIMIT = 1 << 20  # an image config: the real vLLM 0.33.0 image's is 12 KB
 WHAT = "clamp cache"
 
 
@@ -100,6 +104,36 @@ class ClampMemo:
         except (OSError, ValueError):
             return
         self.prune()
+
+    def get_config(self, image_id: str) -> bytes | None:
+        """The clamped config whose sha256 is ``image_id``; None when unknown, not to be
+        believed, or not those bytes."""
+        try:
+            path = self._path("image", image_id).with_name(
+                f"config-{image_id.removeprefix('sha256:')}")
+            if not trusted_path(path, self.root, WHAT):
+                return None
+            with open(path, "rb") as handle:
+                data = handle.read(CONFIG_LIMIT + 1)
+            os.utime(path)
+        except (OSError, ValueError):
+            return None
+        if hashlib.sha256(data).hexdigest() != image_id.removeprefix("sha256:"):
+            return None
+        return data
+
+    def put_config(self, config: bytes) -> None:
+        """Remember a clamped config by its sha256."""
+        if len(config) > CONFIG_LIMIT:
+            return
+        name = "sha256:" + hashlib.sha256(config).hexdigest()
+        try:
+            path = self._path("image", name).with_name(f"config-{name[7:]}")
+            private_dir(path.parent)
+            if trusted_path(path.parent, self.root, WHAT):
+                seal(atomic_write_bytes(path, config))
+        except (OSError, ValueError):
+            return
 
     def prune(self, limit: int = MAX_ENTRIES) -> int:
         """Drop the least recently used entries past ``limit``; only ``<key>/layer-<hex>`` and

@@ -189,13 +189,16 @@ def load_layout(engine: DockerEngine, folder: Path, files: list[str],
     return _load(engine, folder, files)
 
 
-def load_files(engine: DockerEngine, folder: Path, files: list[str]) -> list[str]:
+def load_files(engine: DockerEngine, folder: Path, files: list[str],
+               consume: bool = False) -> list[str]:
     """``docker load`` a tar of exactly ``files`` (relative to ``folder``): the caller chose
-    which layers the engine holds (image/clampimage.py)."""
-    return _load(engine, folder, files)
+    which layers the engine holds (image/clampimage.py). ``consume``: each file removed once
+    sent (docker load holds its own copy by then): the disk holds two copies, not three."""
+    return _load(engine, folder, files, consume)
 
 
-def _load(engine: DockerEngine, folder: Path, files: list[str]) -> list[str]:
+def _load(engine: DockerEngine, folder: Path, files: list[str], consume: bool = False
+          ) -> list[str]:
     total = sum((folder / name).stat().st_size for name in files)
 
     def feed(stdin: IO[bytes]) -> None:
@@ -205,6 +208,8 @@ def _load(engine: DockerEngine, folder: Path, files: list[str]) -> list[str]:
             try:
                 for name in files:
                     _add(tar, folder / name, name, progress)
+                    if consume:
+                        (folder / name).unlink()
             except BrokenPipeError:
                 return  # docker load stopped reading: its own error explains why
 
