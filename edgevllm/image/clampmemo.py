@@ -83,7 +83,7 @@ class ClampMemo:
             if not trusted_path(path, self.root, WHAT):
                 return None
             with open(path, "rb") as handle:
-                text = handle.read(65).decode("ascii", errors="replace").strip()
+                text = handle.read(65).decode("ascii", errors="replace")  # put wrote 64, no more
             os.utime(path)  # least recently used goes first
         except (OSError, ValueError):
             return None
