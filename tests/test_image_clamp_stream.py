@@ -9,8 +9,9 @@ sha256 and size. The one pass reads the stream once, front to back (``Forward``:
 
 What the one pass assumes, as a tar of a folder tree lists it (moby's and BuildKit's layer tars
 walk the tree in order): a folder's members come in one run. A RECORD whose folder is left before
-its uv record arrives is written as it was, where two passes would have rewritten its line: such
-orders are not generated here."""
+its uv record arrives has gone out as it was, where two passes would have rewritten its line: the
+one pass stops there with one line (``test_a_uv_record_apart_from_its_folder_stops_the_one_pass``),
+and the random layers here keep each folder in one run."""
 
 from __future__ import annotations
 
@@ -120,6 +121,21 @@ def test_a_record_before_its_uv_record_as_a_tar_lists_a_folder():
     found = same([("sp", None, NEW), *dist(A, "METADATA", "RECORD", "WHEEL", "uv_cache.json"),
                   ("sp/a/__init__.py", b"", NEW)])
     agrees(found, A)
+
+
+def test_a_uv_record_apart_from_its_folder_stops_the_one_pass():
+    """RECORD, another folder's file, then RECORD's uv record: the RECORD went out before its
+    line was known, so the clamp stops (a RECORD naming an old sha256 would be a broken
+    install in a 'reproducible' image); a uv record of the base's time changes no line."""
+    from edgevllm.common.errors import IntegrityError
+
+    apart = [*dist(A, "RECORD", "WHEEL"), ("sp/a.py", b"a", NEW), *dist(A, "uv_cache.json")]
+    with pytest.raises(IntegrityError, match="apart from its folder's RECORD"):
+        one_pass(tar_bytes(apart, tarfile.PAX_FORMAT))
+    kept = [*dist(A, "RECORD", "WHEEL"), ("sp/a.py", b"a", NEW),
+            *dist(A, "uv_cache.json", uv_when=OLD)]
+    assert one_pass(tar_bytes(kept, tarfile.PAX_FORMAT)) == \
+        two_passes(tar_bytes(kept, tarfile.PAX_FORMAT))
 
 
 def test_a_uv_record_before_its_record():

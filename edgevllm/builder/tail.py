@@ -99,7 +99,7 @@ def run(job: Job, build: PreparedBuild) -> BuildResult:
     if build.eff.spec.reproducible:
         with clock("clamp"):
             clamp_candidate(engine, candidate, lock_epoch(lock), build.eff.images.runtime,
-                            job.ws.root)
+                            job.ws.root, hash_first=build.eff.spec.rerun_steps)
     with clock("layers"):
         layers = layer_report(engine, candidate, build.eff)
     aot = read_aot(runner, build.eff, candidate)
@@ -265,7 +265,7 @@ def lock_epoch(lock: Lock) -> int:
 
 
 def clamp_candidate(engine: DockerEngine, candidate: str, epoch: int, base: str,
-                    scratch) -> None:
+                    scratch, hash_first: bool = False) -> None:
     """The candidate's times after its base's creation set to that creation in its layers and
     to ``epoch`` (the lock's) in its config (image/clamp.py), under its tag; the image BuildKit
     exported is dropped (its layers stay in its cache). A layer's bytes thus follow from what
@@ -290,7 +290,7 @@ def clamp_candidate(engine: DockerEngine, candidate: str, epoch: int, base: str,
     floor = min(floor, epoch)
     moment, config_moment = Moment(floor, floor), Moment(epoch, floor)
     done = clamp_image(engine, candidate, moment, scratch, keep, config_moment,
-                       ClampMemo.for_moments(moment, config_moment), base_bytes)
+                       ClampMemo.for_moments(moment, config_moment), base_bytes, hash_first)
     clamped = done.image_id
     console.info(f"  reproducible: the files' times after the base's set to {floor} (its "
                  f"creation), the config's to {epoch} (the lock's created_at): {clamped[:19]}; "

@@ -231,7 +231,9 @@ def clamp_layer(src: IO[bytes], dst: IO[bytes], moment: Moment,
     them, one pass over a stream (``docker save``'s): a RECORD waits, with what follows it in
     its folder (a few metadata files: in memory, past ``SPOOL_IN_MEMORY`` in a file under
     ``spill``), for that folder's uv record, as a tar of a folder lists RECORD before
-    ``uv_cache.json``; the output is the same bytes either way."""
+    ``uv_cache.json`` (a folder's members in one run, as docker's and BuildKit's layer tars
+    list them: a uv record met after its RECORD went out is an ``IntegrityError``); the output
+    is the same bytes either way."""
     reader, pax_path, long_name = _Reader(src), "", ""
     out = _Output(dst, moment, dict(uv) if uv is not None else {}, uv is None, spill)
     while True:
@@ -278,6 +280,7 @@ class _Output:
         self.dst, self.moment, self.uv, self.waits, self.spill = dst, moment, uv, waits, spill
         self.held: tuple[str, bytes, bytes, int | None] | None = None  # name, block, data, when
         self.spool: IO[bytes] | None = None
+        self.written: set[str] = set()  # folders whose RECORD went out without a uv line
 
     @property
     def sink(self) -> IO[bytes]:
@@ -293,6 +296,11 @@ class _Output:
             before, data = data, uv_cache_text(data, self.moment)
             if data != before:  # its time set: its RECORD line must say so
                 self.uv[name] = _record_line(parts[1], data)
+                if name.rsplit("/", 1)[0] in self.written:
+                    raise IntegrityError(
+                        f"a layer lists {name} apart from its folder's RECORD, which went out "
+                        "before it: the clamp reads a folder's members in one run, as docker's "
+                        "and BuildKit's layer tars list them; build without --reproducible")
             if self.held and self.held[0].rsplit("/", 1)[0] == name.rsplit("/", 1)[0]:
                 self.release()
             _write(self.sink, block, data, when)
@@ -311,6 +319,7 @@ class _Output:
             return
         (name, block, data, when), spool = self.held, self.spool
         self.held = self.spool = None
+        self.written.add(name.rsplit("/", 1)[0])
         _write(self.dst, block, _edit(name, data, self.moment, self.uv), when)
         assert spool is not None
         with spool:

@@ -46,21 +46,29 @@ class Clamped:
     read_past: int = 0                          # layers not clamped: known and held
     clamped: list[str] = field(default_factory=list)  # the layers written again (diff ids)
     sent: int = 0                               # of those, layers docker load was sent
+    digests_only: bool = False                  # clamped to digests the engine held
 
     def describe(self, layers: int) -> str:
         if self.from_memo:
             return "the image clamped before (the clamp cache): tagged, nothing read"
+        if self.digests_only:
+            return (f"{len(self.clamped)} of {layers} layers clamped to their digests alone, "
+                    f"{self.read_past} read past: the engine held them all, nothing written")
         return (f"{len(self.clamped)} of {layers} layers clamped, {self.read_past} known and "
                 f"read past, {self.sent} sent to the engine")
 
 
 def clamp_image(engine: DockerEngine, image: str, moment: Moment, scratch: Path,
                 keep: frozenset[str] = frozenset(), config_moment: Moment | None = None,
-                memo: ClampMemo | None = None, base_bytes: int = 0) -> Clamped:
+                memo: ClampMemo | None = None, base_bytes: int = 0,
+                hash_first: bool = False) -> Clamped:
     """``image`` (a tag) replaced by its clamped self under the same tag. ``keep``: the diff
     ids that stay as they are (the base's: no time in them is after it); ``config_moment``: the
     config's dates' (default: ``moment``); ``memo``: what earlier clamps made (None: none);
-    ``base_bytes``: the base's size (for the disk check: what is not written again)."""
+    ``base_bytes``: the base's size (for the disk check: what is not written again);
+    ``hash_first``: clamp to a digest alone first, and write nothing where the engine holds the
+    result (a rebuild with every step rerun, as ``--check-reproducible``'s: the disk needs
+    ``docker save``'s copy only)."""
     found = engine.image_inspect(image)
     source_id = str(found.get("Id") or "")
     diff_ids = [str(d) for d in (found.get("RootFS") or {}).get("Layers") or []]
@@ -68,8 +76,15 @@ def clamp_image(engine: DockerEngine, image: str, moment: Moment, scratch: Path,
     known = _known_image(engine, image, source_id, memo, scratch) if memo else None
     if known:
         return Clamped(known, from_memo=True, read_past=len(diff_ids))
-    check_clamp_disk(engine, image, int(found.get("Size") or 0), base_bytes, scratch)
+    size = int(found.get("Size") or 0)
     with tempfile.TemporaryDirectory(dir=scratch, prefix="clamp-") as tmp:
+        if hash_first:
+            check_clamp_disk(engine, image, size, size, scratch)  # nothing written
+            held = _held_result(engine, image, source_id, diff_ids, moment, Path(tmp), keep,
+                                config_moment or moment, memo)
+            if held:
+                return held
+        check_clamp_disk(engine, image, size, base_bytes, scratch)
         try:
             done = _clamp_stream(engine, image, source_id, diff_ids, moment, Path(tmp), keep,
                                  config_moment or moment, memo)
@@ -142,6 +157,34 @@ def _clamp_stream(engine: DockerEngine, image: str, source_id: str, diff_ids: li
     return _Done(result, new_ids, written)
 
 
+def _held_result(engine: DockerEngine, image: str, source_id: str, diff_ids: list[str],
+                 moment: Moment, work: Path, keep: frozenset[str], config_moment: Moment,
+                 memo: ClampMemo | None) -> Clamped | None:
+    """The clamped image's digests from one read with nothing written; the image made from its
+    config alone where the engine holds every clamped layer, else None."""
+    held = held_chains(engine.image_layer_lists())
+    past = _read_past(diff_ids, keep, memo, held)
+    wanted = set(diff_ids) - set(past)
+    digests, blobs = _save_and_clamp(engine, image, set(diff_ids), wanted, keep, moment, work,
+                                     write=False)
+    new_ids = [past.get(d) or digests[d] for d in diff_ids]
+    if chain_ids(new_ids)[-1] not in held:
+        return None
+    config = load_json(blobs.get(f"{_BLOB_PREFIX}{source_id.removeprefix('sha256:')}", b""),
+                       f"{image}'s saved config", IntegrityError)
+    config_bytes = clamp_config(config, new_ids, config_moment)
+    image_id = "sha256:" + hashlib.sha256(config_bytes).hexdigest()
+    _load(engine, image, work, config_bytes, new_ids, held)
+    if engine.image_id(image) != image_id:
+        raise IntegrityError(f"{image}: the engine loaded another image than the clamped "
+                             f"config {image_id[:19]}")
+    if memo:
+        memo.put_config(config_bytes)
+        memo.put("image", source_id, image_id)
+    return Clamped(image_id, read_past=len(past), digests_only=True,
+                   clamped=[d for d in dict.fromkeys(diff_ids) if d in wanted])
+
+
 def _read_past(diff_ids: list[str], keep: frozenset[str], memo: ClampMemo | None,
                held: set[str]) -> dict[str, str]:
     """The bottom layers not to read: each one's clamped self known (the base's own, or the
@@ -158,11 +201,11 @@ def _read_past(diff_ids: list[str], keep: frozenset[str], memo: ClampMemo | None
 
 
 def _save_and_clamp(engine: DockerEngine, image: str, layers: set[str], wanted: set[str],
-                    keep: frozenset[str], moment: Moment, work: Path
+                    keep: frozenset[str], moment: Moment, work: Path, write: bool = True
                     ) -> tuple[dict[str, str], dict[str, bytes]]:
     """``docker save`` read once: each wanted layer clamped (or, kept, copied) into ``work`` as
-    ``<its new sha256>.tar``, the other layers read past; the other members (the config, the
-    manifests: small JSON) kept in memory by name."""
+    ``<its new sha256>.tar`` (``write`` False: its digest alone), the other layers read past;
+    the other members (the config, the manifests: small JSON) kept in memory by name."""
     written: dict[str, str] = {}
     blobs: dict[str, bytes] = {}
     label = f"docker save {image}"
@@ -175,7 +218,7 @@ def _save_and_clamp(engine: DockerEngine, image: str, layers: set[str], wanted: 
                 if handle is None:
                     continue
                 if layer in wanted:
-                    written[layer] = _write_layer(handle, layer in keep, moment, work)
+                    written[layer] = _write_layer(handle, layer in keep, moment, work, write)
                 elif layer not in layers and info.size <= MAX_EDITED:
                     blobs[name] = handle.read()
         while stream.read(CHUNK):
@@ -195,16 +238,18 @@ class _Hashing:
         return self.sink.write(data)
 
 
-def _write_layer(handle: IO[bytes], as_is: bool, moment: Moment, work: Path) -> str:
+def _write_layer(handle: IO[bytes], as_is: bool, moment: Moment, work: Path,
+                 write: bool = True) -> str:
     out = work / "layer.partial"
-    with open(out, "wb") as sink:
+    with open(out if write else os.devnull, "wb") as sink:
         hashing = _Hashing(sink)
         if as_is:
             while block := handle.read(CHUNK):
                 hashing.write(block)
         else:
             clamp_layer(handle, hashing, moment, spill=work)  # type: ignore[arg-type]
-    move_into_place(out, work / f"{hashing.sha.hexdigest()}.tar")
+    if write:
+        move_into_place(out, work / f"{hashing.sha.hexdigest()}.tar")
     return "sha256:" + hashing.sha.hexdigest()
 
 
