@@ -13,7 +13,9 @@ test's folder). What it shows, each against the engine's own answer:
   that one: the same diff ids but the last;
 - in the clamped image RECORD agrees with ``uv_cache.json`` (sha256, size), the files of the
   build have the floor's time, the .pyc records its source's clamped time;
-- the clamp cache naming an image the engine no longer holds: the stream again, the same image.
+- the clamp cache naming an image the engine no longer holds: the stream again, the same image;
+  where another image holds every layer of it (a relabel), made again from its remembered config
+  alone, with no ``docker save``.
 
 Every image it makes (only those) is removed; its files are removed.
 """
@@ -136,6 +138,22 @@ class Bench:
         assert not list((self.work / "scratch").iterdir())  # the scratch emptied
         return done
 
+    def relabel(self, image: str) -> str:
+        """``image`` with one more label (the same layers, another config), as the build's
+        label step makes one; its id."""
+        folder, named = self.work / "relabel", f"{self.tag}-relabel-from"
+        folder.mkdir(exist_ok=True)
+        (folder / "Dockerfile").write_text(f"FROM {named}\nLABEL io.edgevllm.test=relabel\n")
+        self.engine.tag(image, named)  # BuildKit's FROM takes a name, not an image id
+        try:
+            proc = self.engine.run_cli(["build", "-q", str(folder)], timeout=300)
+        finally:
+            self.engine.run_cli(["rmi", named], timeout=120)  # the name only: the image stays
+        assert proc.returncode == 0, proc.stderr.decode()[-3000:]
+        image_id = proc.stdout.decode().strip().splitlines()[-1]
+        self.made.add(image_id)
+        return image_id
+
     def layers(self, image: str) -> list[str]:
         return list(self.engine.image_inspect(image)["RootFS"]["Layers"])
 
@@ -215,4 +233,17 @@ def test_a_clamped_image_is_the_same_from_cache_rerun_or_one_step_changed(bench,
     back = bench.clamp()
     assert (back.image_id, back.from_memo, back.sent) == (image_a, False, 1)
     assert back.read_past == base_layers + 2 and len(back.clamped) == 1
+    assert bench.layers(image_a) == layers_a
+
+    # (g) The clamp cache names image A, which the engine no longer holds, but another image
+    # holds every layer of it (the build's relabel step makes one: the same layers, another
+    # config): A made again from its remembered config alone, no docker save, no layer sent.
+    relabeled = bench.relabel(image_a)
+    assert bench.layers(relabeled) == layers_a and relabeled != image_a
+    engine.remove_image(image_a)
+    bench.build()
+    saves = bench.saves
+    made_again = bench.clamp()
+    assert (made_again.image_id, made_again.from_memo) == (image_a, True)
+    assert bench.saves == saves and not made_again.clamped
     assert bench.layers(image_a) == layers_a
