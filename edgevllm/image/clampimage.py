@@ -284,15 +284,22 @@ def check_clamp_disk(engine: DockerEngine, image: str, image_bytes: int, base_by
     an engine on this machine cannot hold that; an engine elsewhere is not asked."""
     if not engine.runs_here:
         return
+    check_clamp_places(image, image_bytes, base_bytes, Path(engine.root_dir() or "/"), scratch)
+
+
+def check_clamp_places(image: str, image_bytes: int, base_bytes: int, root: Path,
+                       scratch: Path) -> None:
+    """``check_clamp_disk`` on this machine's folders: the engine's root holds docker save's
+    copy of the image, ``scratch`` the layers above the base (one disk: their sum)."""
     upper = max(0, image_bytes - base_bytes)
     wants: dict[int, tuple[int, Path]] = {}
-    for where, size in ((Path(engine.root_dir() or "/"), image_bytes), (scratch, upper)):
+    for where, size in ((root, image_bytes), (scratch, upper)):
         try:
             device = os.stat(where).st_dev
         except OSError:
             continue  # the engine's root is the daemon's: this user may not reach it
-        total, _ = wants.get(device, (0, where))
-        wants[device] = (total + size, where)
+        total, first = wants.get(device, (0, where))
+        wants[device] = (total + size, first)  # one disk: named by the engine's folder
     for need, where in wants.values():
         free = shutil.disk_usage(where).free
         if free < need:
