@@ -178,7 +178,9 @@ def _held_result(engine: DockerEngine, image: str, source_id: str, diff_ids: lis
     if engine.image_id(image) != image_id:
         raise IntegrityError(f"{image}: the engine loaded another image than the clamped "
                              f"config {image_id[:19]}")
-    if memo:
+    if memo:  # BuildKit's cache now holds these layers too: a later build takes them
+        for source in wanted - keep:
+            memo.put("layer", source, digests[source])
         memo.put_config(config_bytes)
         memo.put("image", source_id, image_id)
     return Clamped(image_id, read_past=len(past), digests_only=True,

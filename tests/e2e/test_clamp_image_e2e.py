@@ -7,8 +7,9 @@ test's folder). What it shows, each against the engine's own answer:
 - the first clamp reads past the base's layers and clamps the three RUN layers;
 - the same build again from BuildKit's cache is the same unclamped image: tagged from the clamp
   cache, ``docker save`` not run;
-- a build with every step rerun (new times everywhere) clamps to the same image, and ``docker
-  load`` is sent no layer (the engine holds every clamped one);
+- a build with every step rerun (new times everywhere), clamped to digests first as
+  ``--check-reproducible``'s rerun is, is the same image with nothing written or sent (the
+  engine holds every clamped layer), and its layers are remembered for the next build;
 - a build whose top step's argument changed reads past every layer below it and clamps only
   that one: the same diff ids but the last;
 - in the clamped image RECORD agrees with ``uv_cache.json`` (sha256, size), the files of the
@@ -123,14 +124,14 @@ class Bench:
         self.made.add(image_id)
         return image_id
 
-    def clamp(self):
+    def clamp(self, hash_first: bool = False):
         """clamp_image as builder/tail.py's clamp_candidate calls it; the image BuildKit made
         removed after, as it is there."""
         from edgevllm.image.clampimage import clamp_image
 
         source = self.engine.image_id(self.tag)
         done = clamp_image(self.engine, self.tag, self.moment, self.work / "scratch", self.keep,
-                           self.moment, self.memo)
+                           self.moment, self.memo, hash_first=hash_first)
         self.made.add(done.image_id)
         assert self.engine.image_id(self.tag) == done.image_id
         if source != done.image_id:
@@ -206,9 +207,12 @@ def test_a_clamped_image_is_the_same_from_cache_rerun_or_one_step_changed(bench,
     rerun_source = bench.build("--no-cache")
     assert rerun_source != first_source
     assert bench.layers(rerun_source)[base_layers:] != source_layers[base_layers:]
-    rerun = bench.clamp()
+    # As --check-reproducible's rerun: digests first, nothing written where the engine holds
+    # the result; BuildKit's cache now holds these layers, which (d) takes: remembered too.
+    rerun = bench.clamp(hash_first=True)
     assert (rerun.image_id, rerun.sent, rerun.from_memo) == (image_a, 0, False)
-    assert len(rerun.clamped) == 3 and rerun.read_past == base_layers and bench.saves == 2
+    assert rerun.digests_only and len(rerun.clamped) == 3 and rerun.read_past == base_layers
+    assert bench.saves == 2
 
     # (e) In the clamped image: RECORD agrees with uv's record, the build's times are the floor.
     seen = json.loads(in_image(engine, image_a, CHECK, timeout=120))
