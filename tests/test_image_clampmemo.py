@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -172,7 +173,10 @@ def sources(tmp_path, monkeypatch):
     for name in ("clamp.py", "clampimage.py", "clampmemo.py"):
         shutil.copy(os.path.join(os.path.dirname(clampmemo.__file__), name), copy / name)
     clampmemo._sources_digest.cache_clear()
-    monkeypatch.setattr(clampmemo, "__file__", str(copy / "clampmemo.py"))
+    from edgevllm.image import clamp, clampimage
+
+    for module in (clamp, clampimage, clampmemo):
+        monkeypatch.setattr(module, "__file__", str(copy / Path(str(module.__file__)).name))
     yield copy
     clampmemo._sources_digest.cache_clear()
 

@@ -43,10 +43,12 @@ WHAT = "clamp cache"
 @functools.lru_cache(maxsize=1)
 def _sources_digest() -> str:
     """The clamp's version: its rules' and this flow's sources."""
-    here = Path(__file__).parent
+    from edgevllm.image import clamp, clampimage  # here: clampimage imports this module
+
     digest = hashlib.sha256()
-    for name in ("clamp.py", "clampimage.py", "clampmemo.py"):
-        digest.update(name.encode() + b"\0" + (here / name).read_bytes() + b"\0")
+    for module in (clamp.__file__, clampimage.__file__, __file__):
+        path = Path(str(module))
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
 
 
