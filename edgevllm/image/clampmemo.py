@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib
 import os
 import re
 from pathlib import Path
@@ -43,11 +44,10 @@ WHAT = "clamp cache"
 @functools.lru_cache(maxsize=1)
 def _sources_digest() -> str:
     """The clamp's version: its rules' and this flow's sources."""
-    from edgevllm.image import clamp, clampimage  # here: clampimage imports this module
-
     digest = hashlib.sha256()
-    for module in (clamp.__file__, clampimage.__file__, __file__):
-        path = Path(str(module))
+    for name in ("edgevllm.image.clamp", "edgevllm.image.clampimage", __name__):
+        # by name: clampimage imports this module (no import cycle for the layer rule)
+        path = Path(str(importlib.import_module(name).__file__))
         digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
 
