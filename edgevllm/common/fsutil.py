@@ -325,3 +325,12 @@ def sha256_file(path: Path | str, chunk: int = 1 << 20) -> str:
         while block := handle.read(chunk):
             digest.update(block)
     return digest.hexdigest()
+
+
+def dir_entries(folder: Path | str) -> list[os.DirEntry]:
+    """``folder``'s entries (a cache's prune walks them), none where it cannot be listed."""
+    try:
+        with os.scandir(folder) as entries:
+            return list(entries)
+    except OSError:
+        return []

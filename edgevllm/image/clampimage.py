@@ -78,25 +78,22 @@ def clamp_image(engine: DockerEngine, image: str, moment: Moment, scratch: Path,
         return Clamped(known, from_memo=True, read_past=len(diff_ids))
     size = int(found.get("Size") or 0)
     with tempfile.TemporaryDirectory(dir=scratch, prefix="clamp-") as tmp:
+        work, config_moment = Path(tmp), config_moment or moment
         if hash_first:
             check_clamp_disk(engine, image, size, size, scratch)  # nothing written
-            held = _held_result(engine, image, source_id, diff_ids, moment, Path(tmp), keep,
-                                config_moment or moment, memo)
-            if held:
-                return held
+            done = _clamp_stream(engine, image, source_id, diff_ids, moment, work, keep,
+                                 config_moment, memo, write=False)
+            if done:
+                return done
         check_clamp_disk(engine, image, size, base_bytes, scratch)
         try:
-            done = _clamp_stream(engine, image, source_id, diff_ids, moment, Path(tmp), keep,
-                                 config_moment or moment, memo)
+            done = _clamp_stream(engine, image, source_id, diff_ids, moment, work, keep,
+                                 config_moment, memo)
         except _MissedLayer:  # an image removed between the look and the load
-            done = _clamp_stream(engine, image, source_id, diff_ids, moment, Path(tmp), keep,
-                                 config_moment or moment, None, every_layer=True)
-    if memo:
-        for source, made in zip(diff_ids, done.new_ids, strict=True):
-            if source in done.written and source not in keep:
-                memo.put("layer", source, made)
-        memo.put("image", source_id, done.result.image_id)
-    return done.result
+            done = _clamp_stream(engine, image, source_id, diff_ids, moment, work, keep,
+                                 config_moment, memo, every_layer=True)
+    assert done is not None  # written: always an image
+    return done
 
 
 def _known_image(engine: DockerEngine, image: str, source_id: str, memo: ClampMemo,
@@ -127,64 +124,36 @@ class _MissedLayer(Exception):
     """docker load missed a layer file held back as the engine's: load everything instead."""
 
 
-@dataclass
-class _Done:
-    result: Clamped
-    new_ids: list[str]
-    written: dict[str, str]  # a layer written again: its diff id → the clamped one
-
-
 def _clamp_stream(engine: DockerEngine, image: str, source_id: str, diff_ids: list[str],
                   moment: Moment, work: Path, keep: frozenset[str], config_moment: Moment,
-                  memo: ClampMemo | None, every_layer: bool = False) -> _Done:
+                  memo: ClampMemo | None, every_layer: bool = False, write: bool = True
+                  ) -> Clamped | None:
+    """One read of docker save: the layers not read past clamped (``write`` False: to their
+    digests alone, and None where the engine lacks one of them), the config, the load, the
+    loaded id checked, and what was made remembered."""
     held = set() if every_layer else held_chains(engine.image_layer_lists())
     past = _read_past(diff_ids, keep, memo, held)
-    written, blobs = _save_and_clamp(engine, image, set(diff_ids), set(diff_ids) - set(past),
-                                     keep, moment, work)
-    new_ids = [past.get(d) or written[d] for d in diff_ids]
-    config = load_json(blobs.get(f"{_BLOB_PREFIX}{source_id.removeprefix('sha256:')}", b""),
-                       f"{image}'s saved config", IntegrityError)
-    config_bytes = clamp_config(config, new_ids, config_moment)
-    image_id = "sha256:" + hashlib.sha256(config_bytes).hexdigest()
-    if memo:
-        memo.put_config(config_bytes)
-    sent = _load(engine, image, work, config_bytes, new_ids, held)
-    if engine.image_id(image) != image_id:
-        raise IntegrityError(f"{image}: the engine loaded another image than the clamped "
-                             f"config {image_id[:19]}")
-    result = Clamped(image_id, read_past=len(past), sent=sent,
-                     clamped=[d for d in dict.fromkeys(diff_ids) if d in written])
-    return _Done(result, new_ids, written)
-
-
-def _held_result(engine: DockerEngine, image: str, source_id: str, diff_ids: list[str],
-                 moment: Moment, work: Path, keep: frozenset[str], config_moment: Moment,
-                 memo: ClampMemo | None) -> Clamped | None:
-    """The clamped image's digests from one read with nothing written; the image made from its
-    config alone where the engine holds every clamped layer, else None."""
-    held = held_chains(engine.image_layer_lists())
-    past = _read_past(diff_ids, keep, memo, held)
-    wanted = set(diff_ids) - set(past)
-    digests, blobs = _save_and_clamp(engine, image, set(diff_ids), wanted, keep, moment, work,
-                                     write=False)
-    new_ids = [past.get(d) or digests[d] for d in diff_ids]
-    if chain_ids(new_ids)[-1] not in held:
+    made, blobs = _save_and_clamp(engine, image, set(diff_ids), set(diff_ids) - set(past),
+                                  keep, moment, work, write)
+    new_ids = [past.get(d) or made[d] for d in diff_ids]
+    if not write and chain_ids(new_ids)[-1] not in held:
         return None
     config = load_json(blobs.get(f"{_BLOB_PREFIX}{source_id.removeprefix('sha256:')}", b""),
                        f"{image}'s saved config", IntegrityError)
     config_bytes = clamp_config(config, new_ids, config_moment)
     image_id = "sha256:" + hashlib.sha256(config_bytes).hexdigest()
-    _load(engine, image, work, config_bytes, new_ids, held)
+    sent = _load(engine, image, work, config_bytes, new_ids, held)
     if engine.image_id(image) != image_id:
         raise IntegrityError(f"{image}: the engine loaded another image than the clamped "
                              f"config {image_id[:19]}")
-    if memo:  # BuildKit's cache now holds these layers too: a later build takes them
-        for source in wanted - keep:
-            memo.put("layer", source, digests[source])
+    if memo:  # a layer clamped to its digest alone too: BuildKit's cache holds it now
+        for source, clamped in made.items():
+            if source not in keep:
+                memo.put("layer", source, clamped)
         memo.put_config(config_bytes)
         memo.put("image", source_id, image_id)
-    return Clamped(image_id, read_past=len(past), digests_only=True,
-                   clamped=[d for d in dict.fromkeys(diff_ids) if d in wanted])
+    return Clamped(image_id, read_past=len(past), sent=sent, digests_only=not write,
+                   clamped=[d for d in dict.fromkeys(diff_ids) if d in made])
 
 
 def _read_past(diff_ids: list[str], keep: frozenset[str], memo: ClampMemo | None,

@@ -28,7 +28,7 @@ import os
 import re
 from pathlib import Path
 
-from edgevllm.common.fsutil import atomic_write_bytes
+from edgevllm.common.fsutil import atomic_write_bytes, dir_entries
 from edgevllm.common.paths import cache_dir
 from edgevllm.common.trust import private_dir, seal, trusted_path
 
@@ -141,9 +141,9 @@ class ClampMemo:
         """Drop the least recently used entries past ``limit``; only ``<key>/layer-<hex>`` and
         ``<key>/image-<hex>`` files (what this module writes) are ever removed."""
         entries = []
-        for folder in _listing(self.root):
+        for folder in dir_entries(self.root):
             if folder.is_dir(follow_symlinks=False):
-                for entry in _listing(Path(folder.path)):
+                for entry in dir_entries(Path(folder.path)):
                     if _ENTRY.match(entry.name) and entry.is_file(follow_symlinks=False):
                         entries.append((entry.stat(follow_symlinks=False).st_mtime, entry.path))
         entries.sort()
@@ -154,11 +154,3 @@ class ClampMemo:
             except OSError:
                 continue
         return len(dropped)
-
-
-def _listing(folder: Path) -> list[os.DirEntry]:
-    try:
-        with os.scandir(folder) as entries:
-            return list(entries)
-    except OSError:
-        return []

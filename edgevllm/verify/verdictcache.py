@@ -35,7 +35,7 @@ from pathlib import Path
 
 from edgevllm.common.dataload import load_json
 from edgevllm.common.errors import ConfigError
-from edgevllm.common.fsutil import atomic_write_bytes
+from edgevllm.common.fsutil import atomic_write_bytes, dir_entries
 from edgevllm.common.paths import cache_dir
 from edgevllm.common.trust import private_dir, seal, trusted_path
 from edgevllm.verify.archive import Layer
@@ -155,22 +155,14 @@ class VerdictCache:
         """Drop least recently used records until all keys together are under the ceiling;
         only ``<key>/<sha256>.rec`` files (what this module writes) are ever removed."""
         records = []
-        for folder in _listing(self.root):
+        for folder in dir_entries(self.root):
             if folder.is_dir(follow_symlinks=False):
-                for entry in _listing(Path(folder.path)):
+                for entry in dir_entries(Path(folder.path)):
                     if entry.name.endswith(".rec") and _NAME.match(entry.name[:-4]) and \
                             entry.is_file(follow_symlinks=False):
                         stat = entry.stat(follow_symlinks=False)
                         records.append((stat.st_mtime, stat.st_size, entry.path))
         return drop_oldest(records, self.limit)
-
-
-def _listing(folder: Path) -> list[os.DirEntry]:
-    try:
-        with os.scandir(folder) as entries:
-            return list(entries)
-    except OSError:
-        return []
 
 
 # --- the record: one header line, then the body ------------------------------------------------
