@@ -71,6 +71,33 @@ def test_the_rule_is_ssh_s_owner_write_bits_and_no_links(tmp_path, capsys):
     assert len(warned) == 1 and "writable by others" in warned[0], warned  # once per root
 
 
+def test_a_record_that_is_no_file_is_not_believed_and_never_opened(tmp_path, capsys):
+    """A FIFO (or a device) where a cache record goes: opening it would hang the build on
+    whoever never writes to it; every cache asks this rule before it opens a record."""
+    root, record = _own_tree(tmp_path)
+    fifo = record.with_name("b.rec")
+    os.mkfifo(fifo, 0o600)
+    assert untrusted_because(fifo, root) == f"{fifo} is neither a file nor a folder"
+    assert not trusted_path(fifo, root, "verify cache")
+    assert "neither a file nor a folder" in capsys.readouterr().err
+    assert untrusted_because(record, root) is None  # a file and a folder are as they were
+
+
+@pytest.mark.timeout(30)  # without the rule, the read hangs on the FIFO
+def test_a_clamp_cache_entry_that_is_a_fifo_is_a_miss_not_a_hang(tmp_path):
+    from edgevllm.image.clamp import Moment
+    from edgevllm.image.clampmemo import ClampMemo, memo_key
+
+    memo = ClampMemo(private_dir(tmp_path / "clamp"), memo_key(Moment(1, 1)),
+                     memo_key(Moment(1, 1), Moment(2, 1)))
+    digest = "sha256:" + "b" * 64
+    memo.put("layer", "sha256:" + "a" * 64, digest)
+    os.mkfifo(memo._path("layer", digest), 0o600)
+    os.mkfifo(memo._path("layer", digest).with_name(f"config-{'b' * 64}"), 0o600)
+    assert memo.get("layer", digest) is None and memo.get_config(digest) is None
+    assert memo.get("layer", "sha256:" + "a" * 64) == digest
+
+
 def test_folders_edgevllm_makes_are_0700_and_records_sealed_whatever_the_umask(tmp_path,
                                                                               monkeypatch):
     before = os.umask(0o002)

@@ -58,6 +58,8 @@ def untrusted_because(path: Path, root: Path) -> str | None:
                 found = os.lstat(where)
                 if stat.S_ISLNK(found.st_mode):
                     return f"{where} is a symbolic link"
+                if not (stat.S_ISREG(found.st_mode) or stat.S_ISDIR(found.st_mode)):
+                    return f"{where} is neither a file nor a folder"  # a FIFO: opening hangs
             why = _mode_problem(found, where, shared_gid, shared_uids)
             if why:
                 return why
